@@ -1,0 +1,188 @@
+"""`xlafuse.compile(fn, variant=...)`: jax.jit under a fusion variant, with the optimized HLO analyzed.
+
+The pipeline is JAX's own (Traced -> Lowered -> Compiled, `jax.stages`); xlafuse adds the variant's
+compiler options, honest lower/compile timings, and the fusion report of the optimized HLO.
+Each compilation lowers afresh: a `Lowered` object caches its compile, so reusing one would time
+a cache hit, not a compile.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+
+from xlafuse.variants import Variant
+from xlafuse.variants import get as get_variant
+
+
+class CompiledVariant:
+    """One function compiled under one variant for one input signature.
+
+    Attributes:
+      variant: the Variant it was compiled under.
+      backend: "cpu" or "gpu".
+      compiled: the `jax.stages.Compiled`, or None when compiled in a child process.
+      hlo_text: the optimized HLO text.
+      lower_s: seconds to trace and lower (a fresh lowering).
+      compile_s: seconds XLA took to compile it (no cache involved).
+    """
+
+    def __init__(self, variant, backend, compiled, hlo_text, lower_s, compile_s, runner=None):
+        self.variant: Variant = variant
+        self.backend: str = backend
+        self.compiled: jax.stages.Compiled | None = compiled
+        self.hlo_text: str = hlo_text
+        self.lower_s: float = lower_s
+        self.compile_s: float = compile_s
+        self._runner = runner or compiled
+
+    def __call__(self, *args, **kwargs):
+        return self._runner(*args, **kwargs)
+
+    @functools.cached_property
+    def report(self):
+        """The FusionReport of the optimized HLO (kernels, fusions, modeled bytes, ...)."""
+        from xlafuse.hlo import analyze_hlo
+
+        return analyze_hlo(self.hlo_text)
+
+    def cost_analysis(self) -> dict[str, float] | None:
+        """XLA's cost analysis (flops, bytes accessed); None if unavailable.
+
+        Note: it does not count library calls (cuBLAS, cuDNN): `report.modeled_bytes` does.
+        """
+        if self.compiled is None:
+            return None
+        try:
+            cost = self.compiled.cost_analysis()
+        except Exception:  # some backends raise instead of returning None
+            return None
+        if isinstance(cost, list):  # older JAX returned one dict per device
+            cost = cost[0] if cost else None
+        return dict(cost) if cost else None
+
+    def memory_analysis(self) -> Any | None:
+        """XLA's memory analysis (argument, output, temp bytes); None if unavailable."""
+        if self.compiled is None:
+            return None
+        try:
+            return self.compiled.memory_analysis()
+        except Exception:
+            return None
+
+    def __repr__(self) -> str:
+        return (
+            f"CompiledVariant(variant={self.variant.name!r}, backend={self.backend!r}, "
+            f"lower_s={self.lower_s:.3f}, compile_s={self.compile_s:.3f})"
+        )
+
+
+def compile_variant(fn: Callable, args: Sequence, kwargs: dict, variant, jit_kwargs: dict):
+    """Lower `fn` afresh for `args` and compile it under `variant`.
+
+    Raises:
+      UnknownPassError: the variant names a pass this XLA does not have.
+      ValueError: XLA rejected an option key or value (XLA's message is kept).
+    """
+    variant = get_variant(variant)
+    backend = jax.default_backend()
+    options = variant.compiler_options(backend)
+    if variant.process_flags:
+        from xlafuse.child import compile_in_child
+
+        return compile_in_child(fn, args, kwargs, variant, backend, options, jit_kwargs)
+    start = time.perf_counter()
+    lowered = jax.jit(fn, **jit_kwargs).lower(*args, **kwargs)
+    lower_s = time.perf_counter() - start
+    start = time.perf_counter()
+    try:
+        compiled = lowered.compile(compiler_options=options)
+    except jax.errors.JaxRuntimeError as err:
+        message = str(err)
+        if "compile option" in message or "valid" in message:
+            raise ValueError(
+                f"variant {variant.name!r}: XLA rejected its options: {message}"
+            ) from err
+        raise
+    compile_s = time.perf_counter() - start
+    return CompiledVariant(variant, backend, compiled, compiled.as_text(), lower_s, compile_s)
+
+
+def _signature(args: Sequence, kwargs: dict) -> tuple:
+    """A hashable key for an input signature: tree structure plus shapes and dtypes."""
+    leaves, tree = jax.tree.flatten((tuple(args), kwargs))
+    key = []
+    for leaf in leaves:
+        if hasattr(leaf, "shape") and hasattr(leaf, "dtype"):
+            key.append(
+                (tuple(leaf.shape), str(leaf.dtype), bool(getattr(leaf, "weak_type", False)))
+            )
+        else:
+            key.append(("static", leaf))
+    return (tree, tuple(key))
+
+
+def _as_tuple(value) -> tuple:
+    if value is None:
+        return ()
+    return tuple(value) if isinstance(value, (list, tuple)) else (value,)
+
+
+class FusedFunction:
+    """What `xlafuse.compile` returns: callable like `jax.jit(fn)`, compiled per input signature."""
+
+    def __init__(self, fn: Callable, variant: str | Variant | dict = "default", **jit_kwargs):
+        self.fn = fn
+        self.variant = get_variant(variant)
+        self.jit_kwargs = jit_kwargs
+        self._compiled: dict[tuple, CompiledVariant] = {}
+        functools.update_wrapper(self, fn)
+
+    def compile(self, *args, **kwargs) -> CompiledVariant:
+        """The compiled variant for these inputs (compiled on first use, then cached)."""
+        key = _signature(args, kwargs)
+        if key not in self._compiled:
+            self._compiled[key] = compile_variant(
+                self.fn, args, kwargs, self.variant, self.jit_kwargs
+            )
+        return self._compiled[key]
+
+    def __call__(self, *args, **kwargs):
+        compiled = self.compile(*args, **kwargs)
+        # A Compiled takes only the dynamic arguments: the static ones are baked in.
+        static_nums = (
+            {n % len(args) for n in _as_tuple(self.jit_kwargs.get("static_argnums"))}
+            if args
+            else set()
+        )
+        static_names = set(_as_tuple(self.jit_kwargs.get("static_argnames")))
+        dynamic_args = [a for i, a in enumerate(args) if i not in static_nums]
+        dynamic_kwargs = {k: v for k, v in kwargs.items() if k not in static_names}
+        return compiled(*dynamic_args, **dynamic_kwargs)
+
+    def __repr__(self) -> str:
+        name = getattr(self.fn, "__name__", repr(self.fn))
+        return f"xlafuse.compile({name}, variant={self.variant.name!r})"
+
+
+def compile(fn: Callable, variant: str | Variant | dict = "default", **jit_kwargs) -> FusedFunction:  # noqa: A001
+    """Wrap `fn` like `jax.jit`, compiling it under a fusion variant.
+
+    Args:
+      fn: a JAX-traceable function.
+      variant: a preset name ("default", "no-fusion", ...), "a+b" to compose presets, a Variant,
+        or a dict of XLA options such as `{"xla_disable_hlo_passes": "fusion"}`.
+      **jit_kwargs: passed to `jax.jit` (static_argnums, donate_argnums, ...).
+
+    Returns:
+      A FusedFunction: call it like the jitted function, or `.compile(*args)` for a
+      CompiledVariant with `hlo_text`, `report`, `lower_s`, `compile_s`, `cost_analysis()`.
+
+    Raises:
+      UnknownNameError: an unknown preset name.
+    """
+    return FusedFunction(fn, variant, **jit_kwargs)

@@ -1,0 +1,117 @@
+"""The HLO pass names of the running XLA, discovered once per backend and jaxlib version.
+
+XLA silently ignores an unknown name in `xla_disable_hlo_passes`, so a typo would turn a
+"no-fusion" experiment into a second copy of "default". To catch that, xlafuse asks XLA which
+passes it runs: a child process compiles a small probe program with the pass pipeline's verbose
+log switched on (`TF_CPP_VMODULE=hlo_pass_pipeline=1` must be set before XLA starts, hence the
+child), and every "HLO pass NAME" and "Running HLO pass pipeline on module M: NAME" line is
+collected. Pipeline names count too: disabling a pipeline ("fusion" on the GPU) disables its passes.
+
+The list is cached in memory and on disk (`$XDG_CACHE_HOME/xlafuse/`, one file per backend and
+jaxlib version), so the probe runs once per machine and version.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import jaxlib
+
+# Substrings that mark a pass as fusion-related (for `xlafuse passes` and error messages).
+_FUSION_MARKERS = (
+    "fusion",
+    "fuse",
+    "triton",
+    "gemm",
+    "softmax",
+    "command-buffer",
+    "ynn",
+    "dot-library",
+)
+
+_PASS_LINE = re.compile(r"hlo_pass_pipeline\.cc:\d+\]\s+HLO pass ([^\s:]+)\s*$", re.MULTILINE)
+_PIPELINE_LINE = re.compile(r"Running HLO pass pipeline on module [^:]+: (.+?)\s*$", re.MULTILINE)
+
+# The probe touches the pass families a fusion study cares about: elementwise chains, a reduction,
+# a softmax (Triton normalization fusion on GPU), a matmul (GEMM rewriters), a loop and a sort.
+_PROBE = """
+import jax, jax.numpy as jnp
+def probe(x, w):
+    y = jax.nn.softmax(x @ w, axis=-1)
+    y = jnp.cos(y) * 2.0 + 1.0
+    y = jax.lax.fori_loop(0, 3, lambda i, c: c * 1.5 + jnp.sin(c), y)
+    return y.sum(axis=0), jnp.sort(y, axis=-1), jax.nn.relu(y).astype(jnp.bfloat16)
+x = jnp.ones((64, 128), jnp.float32)
+w = jnp.ones((128, 128), jnp.float32)
+jax.jit(probe).lower(x, w).compile()
+"""
+
+
+def _cache_file(backend: str) -> Path:
+    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "xlafuse"
+    return root / f"passes-{backend}-jaxlib{jaxlib.__version__}.json"
+
+
+def _probe_passes(backend: str) -> frozenset[str]:
+    env = dict(os.environ)
+    env.update(
+        TF_CPP_MIN_LOG_LEVEL="0",
+        TF_CPP_VMODULE="hlo_pass_pipeline=1",
+        JAX_PLATFORMS=backend,
+        # A parent that holds the GPU must not be starved by a child that preallocates it.
+        XLA_PYTHON_CLIENT_PREALLOCATE="false",
+    )
+    env.pop("XLA_FLAGS", None)  # disabled passes would vanish from the log
+    proc = subprocess.run(
+        [sys.executable, "-c", _PROBE], env=env, capture_output=True, text=True, timeout=300
+    )
+    log = proc.stderr
+    names = set(_PASS_LINE.findall(log)) | set(_PIPELINE_LINE.findall(log))
+    if proc.returncode != 0 or not names:
+        tail = log.strip().splitlines()[-1:] or ["no output"]
+        raise RuntimeError(
+            f"could not list XLA's passes for backend {backend!r} (probe exit {proc.returncode}): "
+            f"{tail[0]}"
+        )
+    return frozenset(names)
+
+
+@functools.cache
+def known_passes(backend: str | None = None) -> frozenset[str]:
+    """Every HLO pass and pipeline name the running XLA uses for `backend`.
+
+    Args:
+      backend: "cpu" or "gpu"; None means `jax.default_backend()`.
+
+    Returns:
+      The names, as accepted by `xla_disable_hlo_passes`.
+
+    Raises:
+      RuntimeError: the probe process failed (its last log line is in the message).
+    """
+    backend = backend or jax.default_backend()
+    path = _cache_file(backend)
+    try:
+        return frozenset(json.loads(path.read_text())["passes"])
+    except (OSError, ValueError, KeyError):
+        pass
+    names = _probe_passes(backend)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        payload = {"backend": backend, "jaxlib": jaxlib.__version__, "passes": sorted(names)}
+        path.write_text(json.dumps(payload, indent=1))
+    except OSError:
+        pass  # a read-only home only costs a probe per process
+    return names
+
+
+def fusion_passes(backend: str | None = None) -> list[str]:
+    """The fusion-related subset of `known_passes(backend)`, sorted."""
+    return sorted(p for p in known_passes(backend) if any(m in p for m in _FUSION_MARKERS))

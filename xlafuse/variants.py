@@ -1,0 +1,241 @@
+"""Named fusion variants and the XLA compiler options they stand for.
+
+A variant is applied per compilation, through `Lowered.compile(compiler_options=...)`: XLA_FLAGS is
+read once when the backend starts, so changing it later does nothing. Options that only take effect
+at backend start go in `process_flags`; such a variant is compiled in a child process that gets them
+in its XLA_FLAGS (see `xlafuse.child`).
+
+Three XLA behaviours shape this module (measured on jax 0.10/0.11):
+- `xla_disable_hlo_passes` given per compile REPLACES the list from XLA_FLAGS, so the
+  environment's list is merged in here rather than silently dropped.
+- An unknown pass name is silently ignored by XLA, so every name is checked against the passes
+  the running XLA really has (`xlafuse.passes`) and `UnknownPassError` is raised otherwise.
+- An unknown option key or a bad value fails at compile time with XLA's message; `compile`
+  re-raises it as a ValueError that keeps that message.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import os
+import shlex
+from collections.abc import Iterable, Mapping
+from types import MappingProxyType
+from typing import Any
+
+import jax
+import jaxlib
+
+from xlafuse.errors import UnknownNameError, UnknownPassError
+from xlafuse.passes import fusion_passes, known_passes
+
+DISABLE_PASSES = "xla_disable_hlo_passes"
+BACKENDS = ("cpu", "gpu")
+
+
+@dataclasses.dataclass(frozen=True)
+class Variant:
+    """A named set of XLA options to compile with.
+
+    Attributes:
+      name: what results and reports call it.
+      description: one line for humans.
+      disable_passes: HLO pass or pipeline names to switch off.
+      options: other per-compile XLA options (key -> value; booleans as bool).
+      process_flags: XLA_FLAGS that must be set before the backend starts (child process).
+      backends: the backends it applies to.
+    """
+
+    name: str
+    description: str = ""
+    disable_passes: tuple[str, ...] = ()
+    options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    process_flags: tuple[str, ...] = ()
+    backends: tuple[str, ...] = BACKENDS
+
+    def __post_init__(self):
+        object.__setattr__(self, "options", MappingProxyType(dict(self.options)))
+
+    def applies_to(self, backend: str) -> bool:
+        """Whether this variant makes sense on `backend` ("cpu" or "gpu")."""
+        return backend in self.backends
+
+    def compiler_options(self, backend: str | None = None) -> dict[str, Any]:
+        """The `compiler_options` dict for `Lowered.compile`, validated for `backend`.
+
+        Passes disabled in the environment's XLA_FLAGS are merged in (XLA would drop them).
+
+        Raises:
+          ValueError: the variant does not apply to `backend`.
+          UnknownPassError: a pass name the running XLA does not have.
+        """
+        backend = backend or jax.default_backend()
+        if not self.applies_to(backend):
+            raise ValueError(
+                f"variant {self.name!r} applies to {', '.join(self.backends)} only, "
+                f"not to the {backend!r} backend"
+            )
+        validate_passes(self.disable_passes, backend)
+        options = dict(self.options)
+        passes = _merge(env_disabled_passes(), self.disable_passes)
+        if passes:
+            options[DISABLE_PASSES] = ",".join(passes)
+        return options
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able description."""
+        return {
+            "name": self.name,
+            "description": self.description,
+            "disable_passes": list(self.disable_passes),
+            "options": dict(self.options),
+            "process_flags": list(self.process_flags),
+            "backends": list(self.backends),
+        }
+
+
+_PRESETS: dict[str, Variant] = {}
+
+
+def register(variant: Variant) -> Variant:
+    """Add a preset to the registry (used for the built-ins; open to users)."""
+    _PRESETS[variant.name] = variant
+    return variant
+
+
+register(Variant("default", "XLA as shipped: every fusion pass on"))
+register(
+    Variant(
+        "no-fusion",
+        "the backend's fusion pipeline off (fusion-wrapper, which is mandatory, stays on)",
+        disable_passes=("fusion",),
+    )
+)
+register(
+    Variant(
+        "no-gemm-fusion",
+        "Triton GEMM fusion off: matmul epilogues go to cuBLAS plus separate kernels",
+        options={"xla_gpu_enable_triton_gemm": False},
+        backends=("gpu",),
+    )
+)
+register(
+    Variant(
+        "no-norm-fusion",
+        "Triton normalization/softmax fusion off (triton-softmax-rewriter)",
+        disable_passes=("triton-softmax-rewriter",),
+        backends=("gpu",),
+    )
+)
+register(
+    Variant(
+        "no-cuda-graphs",
+        "command buffers (CUDA graphs) off: every kernel launched one by one",
+        options={"xla_gpu_enable_command_buffer": ""},
+        backends=("gpu",),
+    )
+)
+
+
+def available(backend: str | None = None) -> list[str]:
+    """Preset names, all of them or only those that apply to `backend`."""
+    return [n for n, v in _PRESETS.items() if backend is None or v.applies_to(backend)]
+
+
+def compose(*parts: str | Variant, name: str | None = None) -> Variant:
+    """One variant that applies every part: passes and options united, later parts win.
+
+    Example: `compose("no-fusion", "no-cuda-graphs")`.
+    """
+    variants = [get(p) for p in parts]
+    options: dict[str, Any] = {}
+    for v in variants:
+        options.update(v.options)
+    backends = tuple(b for b in BACKENDS if all(v.applies_to(b) for v in variants))
+    return Variant(
+        name=name or "+".join(v.name for v in variants),
+        description="; ".join(v.description for v in variants if v.description),
+        disable_passes=_merge(*(v.disable_passes for v in variants)),
+        options=options,
+        process_flags=tuple(f for v in variants for f in v.process_flags),
+        backends=backends,
+    )
+
+
+def from_options(options: Mapping[str, Any], name: str = "custom") -> Variant:
+    """A variant from a dict of XLA options, e.g. `{"xla_disable_hlo_passes": "fusion"}`.
+
+    The pass list may be a comma-separated string or a list of names.
+    """
+    options = dict(options)
+    passes = options.pop(DISABLE_PASSES, ())
+    if isinstance(passes, str):
+        passes = [p for p in passes.split(",") if p.strip()]
+    return Variant(
+        name=name,
+        description="user-defined XLA options",
+        disable_passes=tuple(p.strip() for p in passes),
+        options=options,
+    )
+
+
+def get(spec: str | Variant | Mapping[str, Any]) -> Variant:
+    """Resolve a preset name, a "a+b" composition, a Variant or a dict of XLA options.
+
+    Raises:
+      UnknownNameError: a name that is not a preset (with the presets and a "did you mean").
+    """
+    if isinstance(spec, Variant):
+        return spec
+    if isinstance(spec, Mapping):
+        return from_options(spec)
+    if not isinstance(spec, str):
+        raise TypeError(
+            f"a variant is a preset name, a Variant or a dict, not {type(spec).__name__}"
+        )
+    if "+" in spec and spec not in _PRESETS:
+        return compose(*spec.split("+"))
+    if spec not in _PRESETS:
+        close = difflib.get_close_matches(spec, _PRESETS, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise UnknownNameError(
+            f"unknown variant {spec!r}{hint}; presets: {', '.join(_PRESETS)}; "
+            "or pass a dict of XLA options"
+        )
+    return _PRESETS[spec]
+
+
+def validate_passes(names: Iterable[str], backend: str) -> None:
+    """Raise UnknownPassError for any name the running XLA does not have on `backend`."""
+    names = list(names)
+    if not names:
+        return
+    known = known_passes(backend)
+    for name in names:
+        if name not in known:
+            close = difflib.get_close_matches(name, known, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise UnknownPassError(
+                f"unknown HLO pass {name!r}{hint} for backend {backend!r} with jaxlib "
+                f"{jaxlib.__version__}: XLA would silently ignore it. Fusion passes here: "
+                f"{', '.join(fusion_passes(backend))}"
+            )
+
+
+def env_disabled_passes(xla_flags: str | None = None) -> tuple[str, ...]:
+    """Pass names disabled through `--xla_disable_hlo_passes` in XLA_FLAGS (or the given string)."""
+    flags = os.environ.get("XLA_FLAGS", "") if xla_flags is None else xla_flags
+    passes: list[str] = []
+    for token in shlex.split(flags):
+        key, _, value = token.lstrip("-").partition("=")
+        if key == DISABLE_PASSES:
+            passes.extend(p for p in value.split(",") if p)
+    return tuple(passes)
+
+
+def _merge(*lists: Iterable[str]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(p for names in lists for p in names))
+
+
+register(compose("no-fusion", "no-cuda-graphs", name="no-fusion-no-graphs"))
