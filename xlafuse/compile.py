@@ -169,7 +169,7 @@ class FusedFunction:
         return f"xlafuse.compile({name}, variant={self.variant.name!r})"
 
 
-def compile(fn: Callable, variant: str | Variant | dict = "default", **jit_kwargs) -> FusedFunction:  # noqa: A001
+def compile(fn: Callable, variant: str | Variant | dict = "default", **jit_kwargs) -> FusedFunction:
     """Wrap `fn` like `jax.jit`, compiling it under a fusion variant.
 
     Args:

@@ -1,0 +1,76 @@
+"""The `xlafuse` command: parse arguments, call one library function per subcommand, print.
+
+Each subcommand lives in its own module with `register(subparsers)`, which adds its parser and
+sets `func(args) -> int`. Errors a user can fix (XlafuseError, ValueError, a missing file) print
+one line on stderr and exit 2; `--debug` shows the traceback instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+import traceback
+
+# Subcommand modules, in the order `xlafuse --help` lists them.
+_COMMANDS = (
+    "run",
+    "report",
+    "compare",
+    "inspect",
+    "diff",
+    "variants",
+    "passes",
+    "warmup",
+    "coldstart",
+)
+
+USAGE_ERROR = 2
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full argument parser, every subcommand registered."""
+    parser = argparse.ArgumentParser(
+        prog="xlafuse", description="See what XLA's kernel fusion does to JAX/Flax models."
+    )
+    parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name in _COMMANDS:
+        try:
+            module = importlib.import_module(f"xlafuse.cli.{name}_cmd")
+        except ModuleNotFoundError as err:
+            if err.name != f"xlafuse.cli.{name}_cmd":
+                raise
+            continue
+        module.register(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the command line; returns the exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        print("xlafuse: interrupted", file=sys.stderr)
+        return 130
+    except (ValueError, FileNotFoundError, NotADirectoryError, IsADirectoryError) as err:
+        if args.debug:
+            traceback.print_exc()
+        print(f"xlafuse {args.command}: error: {_one_line(err)}", file=sys.stderr)
+        return USAGE_ERROR
+    except Exception as err:
+        if args.debug:
+            raise
+        print(
+            f"xlafuse {args.command}: failed: {type(err).__name__}: {_one_line(err)} "
+            "(run with --debug for the traceback)",
+            file=sys.stderr,
+        )
+        return 1
+
+
+def _one_line(err: BaseException) -> str:
+    text = str(err).strip() or type(err).__name__
+    return text.splitlines()[0]
