@@ -1,0 +1,31 @@
+"""Optimized HLO: parse it, find its kernels and fusions, model the bytes they move."""
+
+from xlafuse.hlo.fusion import (
+    FusionReport,
+    KernelInfo,
+    analyze_hlo,
+    analyze_module,
+    executed_computations,
+    find_optimized_modules,
+    infer_backend,
+    thunk_launch_count,
+)
+from xlafuse.hlo.parse import Computation, HloModule, Instruction, Shape, parse_hlo
+from xlafuse.hlo.traffic import instruction_bytes
+
+__all__ = [
+    "Computation",
+    "FusionReport",
+    "HloModule",
+    "Instruction",
+    "KernelInfo",
+    "Shape",
+    "analyze_hlo",
+    "analyze_module",
+    "executed_computations",
+    "find_optimized_modules",
+    "infer_backend",
+    "instruction_bytes",
+    "parse_hlo",
+    "thunk_launch_count",
+]

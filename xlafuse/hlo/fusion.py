@@ -1,0 +1,319 @@
+"""Kernels, fusion clusters, kinds and source attribution of an optimized HLO module.
+
+What counts (documented here because every number in a report rests on it):
+
+* Executed computations: the ENTRY computation, and, transitively, while bodies and conditions,
+  conditional branches, `call` targets and `async-start` wrapped computations. Fused computations
+  (`calls=` of a fusion) and reducers (`to_apply=` of reduce, sort, scatter, all-reduce, ...) are
+  not executed on their own. Each executed computation is counted ONCE (a while body that runs 16
+  times counts once: the report is per execution of the program text, not per iteration).
+* Kernels (launches): in executed computations, every `fusion` and `fusion-start` instruction,
+  every library custom-call (cuBLAS, cuDNN, YNNPACK, ...; not annotation targets such as
+  "Sharding"), and every other instruction that does work (copy, sort, rng, dot/convolution left
+  unwrapped on the CPU, collectives as their `-start` or sync form). Not kernels: parameter,
+  constant, bitcast, tuple, get-tuple-element, while, conditional, call, async-start (its wrapped
+  computation is counted instead), `*-done`/`*-update`, after-all, add-dependency, opt-barrier.
+* Fusions: instructions whose opcode is exactly `fusion` in executed computations (an async
+  `fusion-start` is a kernel but not counted here, to match XLA's own instruction count);
+  `kinds` counts the same instructions by their `kind=`.
+* Compute ops of a fusion: the instructions of its fused computation (and nested fusions),
+  except parameter, constant, bitcast, tuple and get-tuple-element.
+* A real fusion has >= 2 compute ops, not counting a broadcast of a scalar (it costs nothing in a
+  fused loop). So a fusion-wrapper single-op `wrapped_*` fusion, and `relu` = max(x, broadcast(0)),
+  are not real fusions; mul+add+max is.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from xlafuse.errors import HloParseError
+from xlafuse.hlo.parse import Computation, HloModule, Instruction, parse_hlo
+from xlafuse.hlo.traffic import FREE_OPCODES, instruction_bytes
+
+_NOT_LAUNCH = FREE_OPCODES | {
+    "while", "conditional", "call", "async-start", "after-all", "add-dependency",
+    "opt-barrier", "optimization-barrier", "domain", "partition-id", "replica-id",
+}  # fmt: skip
+_NOT_LAUNCH_TARGETS = frozenset(
+    {
+        "Sharding", "SPMDFullToShardShape", "SPMDShardToFullShape", "MoveToHost",
+        "MoveToDevice", "annotate_device_placement", "LayoutConstraint", "AllocateBuffer",
+    }
+)  # fmt: skip
+_FUSION_OPCODES = ("fusion", "fusion-start")
+_GPU_HINTS = ('"operation_queue_id"', '"device_type"', "__cublas", "__cudnn", "__triton")
+_CPU_HINTS = ("__ynn", "__xnn", "xla.cpu", "__onednn", "outer_dimension_partitions")
+_GPU_FILE = re.compile(r"gpu_after_optimizations|\.sm_\d")
+_THUNK_LINE = re.compile(r"^\s*\d+:\s+(k\w+)", re.MULTILINE)
+_NON_LAUNCH_THUNKS = frozenset(
+    {"kWhile", "kConditional", "kSequential", "kCommandBuffer", "kWaitForStreams", "kCopyDone"}
+)
+
+
+@dataclass(frozen=True)
+class KernelInfo:
+    """One launch: a fusion, a library custom-call, or another op that runs as its own kernel."""
+
+    name: str
+    computation: str
+    opcode: str
+    kind: str
+    sub_kind: str | None
+    ops: tuple[str, ...]
+    num_ops: int
+    is_real_fusion: bool
+    bytes_in: int
+    bytes_out: int
+    op_names: tuple[str, ...]
+    source_lines: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able dict of the fields (tuples become lists)."""
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in self.__dict__.items()}
+
+
+@dataclass(frozen=True)
+class FusionReport:
+    """Kernel and fusion counts of one module (see the module docstring for what counts)."""
+
+    module: str
+    backend: str | None
+    kernels: int
+    fusions: int
+    real_fusions: int
+    custom_calls: int
+    custom_call_targets: Mapping[str, int] = field(hash=False)
+    kinds: Mapping[str, int] = field(hash=False)
+    entry_fusions: int = 0
+    modeled_bytes: int = 0
+    kernel_details: tuple[KernelInfo, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able dict: mappings become dicts, kernel_details a list of dicts."""
+        out = {k: v for k, v in self.__dict__.items() if k != "kernel_details"}
+        out["custom_call_targets"] = dict(self.custom_call_targets)
+        out["kinds"] = dict(self.kinds)
+        out["kernel_details"] = [k.to_dict() for k in self.kernel_details]
+        return out
+
+
+def analyze_module(module: HloModule) -> FusionReport:
+    """Counts kernels, fusions and modeled bytes of a parsed module.
+
+    Args:
+        module: a module from `parse_hlo`.
+
+    Returns:
+        The module's `FusionReport`.
+    """
+    kernels: list[KernelInfo] = []
+    for comp in executed_computations(module):
+        kernels.extend(_kernel(module, comp, i) for i in comp.instructions if _is_launch(i))
+    fusions = [k for k in kernels if k.opcode == "fusion"]
+    custom = [k for k in kernels if k.opcode == "custom-call"]
+    entry = module.entry.name
+    return FusionReport(
+        module=module.name,
+        backend=infer_backend(module),
+        kernels=len(kernels),
+        fusions=len(fusions),
+        real_fusions=sum(k.is_real_fusion for k in kernels),
+        custom_calls=len(custom),
+        custom_call_targets=MappingProxyType(dict(Counter(k.sub_kind or "" for k in custom))),
+        kinds=MappingProxyType(dict(Counter(k.kind for k in fusions))),
+        entry_fusions=sum(k.computation == entry for k in fusions),
+        modeled_bytes=sum(k.bytes_in + k.bytes_out for k in kernels),
+        kernel_details=tuple(kernels),
+    )
+
+
+def analyze_hlo(text_or_path: str | Path) -> FusionReport:
+    """Parses HLO (text, or a path to a file) and analyzes it.
+
+    Args:
+        text_or_path: HLO text, or a str/Path naming a file of HLO text.
+
+    Returns:
+        The module's `FusionReport`.
+
+    Raises:
+        HloParseError: malformed text, a binary file, or a path that does not exist.
+    """
+    text, source = _read(text_or_path)
+    return analyze_module(parse_hlo(text, source))
+
+
+def executed_computations(module: HloModule) -> list[Computation]:
+    """The ENTRY computation and those it runs (loops, branches, calls), each once, in BFS order."""
+    seen = {module.entry.name}
+    order = [module.entry]
+    for comp in order:  # grows while iterating: a breadth-first walk
+        for instr in comp.instructions:
+            for name in _runs(instr):
+                comp_ = _lookup(module, name)
+                if comp_ is not None and name not in seen:
+                    seen.add(name)
+                    order.append(comp_)
+    return order
+
+
+def infer_backend(module: HloModule) -> str | None:
+    """ "gpu" or "cpu" from the file name, custom-call targets and backend_config; else None."""
+    if module.source and _GPU_FILE.search(Path(module.source).name):
+        return "gpu"
+    for comp in module.computations:
+        for instr in comp.instructions:
+            text = (instr.attributes.get("backend_config") or "") + (
+                instr.attributes.get("custom_call_target") or ""
+            )
+            if any(h in text for h in _GPU_HINTS):
+                return "gpu"
+            if any(h in text for h in _CPU_HINTS):
+                return "cpu"
+    return None
+
+
+def find_optimized_modules(folder: str | Path) -> list[Path]:
+    """The optimized-module files of a `--xla_dump_to` folder, sorted by name.
+
+    Args:
+        folder: the dump folder.
+
+    Returns:
+        Paths ending in `after_optimizations.txt` (e.g. `*.sm_9.0a_gpu_after_optimizations.txt`),
+        not the `-buffer-assignment`/`-memory-usage-report` companions.
+
+    Raises:
+        HloParseError: when `folder` is not a directory.
+    """
+    path = Path(folder)
+    if not path.is_dir():
+        raise HloParseError(f"not a directory: {str(path)!r} (expected an --xla_dump_to folder)")
+    return sorted(p for p in path.iterdir() if p.name.endswith("after_optimizations.txt"))
+
+
+def thunk_launch_count(path: str | Path) -> int | None:
+    """Launches listed in the `*.thunk_sequence.txt` next to a dumped module file.
+
+    Args:
+        path: a module file from `find_optimized_modules`.
+
+    Returns:
+        The number of listed thunks that launch work (kernels, library calls), not control
+        thunks (kWhile, kConditional, kSequential, kCommandBuffer, ...); None when no thunk
+        sequence file exists for that module.
+    """
+    path = Path(path)
+    module_id = path.name.split(".", 1)[0]
+    found = sorted(path.parent.glob(f"{module_id}.*thunk_sequence.txt"))
+    if not found:
+        return None
+    kinds = _THUNK_LINE.findall(found[0].read_text(errors="replace"))
+    return sum(k not in _NON_LAUNCH_THUNKS for k in kinds)
+
+
+def _runs(instr: Instruction) -> tuple[str, ...]:
+    """Computations that `instr` executes as computations (not fused bodies or reducers)."""
+    if instr.opcode in ("while", "conditional", "async-start", "call"):
+        return instr.called_computations
+    return ()
+
+
+def _is_launch(instr: Instruction) -> bool:
+    op = instr.opcode
+    if op in _NOT_LAUNCH or op.endswith(("-done", "-update")):
+        return False
+    return op != "custom-call" or instr.custom_call_target not in _NOT_LAUNCH_TARGETS
+
+
+def _kernel(module: HloModule, comp: Computation, instr: Instruction) -> KernelInfo:
+    inner = _fused_instructions(module, instr) if instr.opcode in _FUSION_OPCODES else []
+    compute = [i for i in inner if i.opcode not in FREE_OPCODES] or ([] if inner else [instr])
+    weighty = [i for i in compute if not _scalar_broadcast(i, inner)]
+    bytes_in, bytes_out = instruction_bytes(instr, comp)
+    return KernelInfo(
+        name=instr.name,
+        computation=comp.name,
+        opcode=instr.opcode,
+        kind=_kind(instr),
+        sub_kind=instr.backend_kind
+        if instr.opcode in _FUSION_OPCODES
+        else instr.custom_call_target,
+        ops=tuple(i.opcode for i in compute),
+        num_ops=len(compute),
+        is_real_fusion=bool(inner) and len(weighty) >= 2,
+        bytes_in=bytes_in,
+        bytes_out=bytes_out,
+        op_names=_distinct(i.op_name for i in [instr, *compute]),
+        source_lines=_distinct(
+            f"{i.source_file}:{i.source_line}" for i in [instr, *compute] if i.source_file
+        ),
+    )
+
+
+def _kind(instr: Instruction) -> str:
+    if instr.opcode in _FUSION_OPCODES:
+        return instr.fusion_kind or "kLoop"
+    return instr.opcode
+
+
+def _fused_instructions(module: HloModule, instr: Instruction) -> list[Instruction]:
+    """Instructions of a fusion's fused computation, nested fusions expanded in place."""
+    out: list[Instruction] = []
+    for name in instr.attributes.get("calls", "").strip("{}").replace("%", "").split(","):
+        comp = _lookup(module, name.strip())
+        for inner in comp.instructions if comp else ():
+            if inner.opcode == "fusion":
+                out.extend(_fused_instructions(module, inner))
+            else:
+                out.append(inner)
+    return out
+
+
+def _lookup(module: HloModule, name: str) -> Computation | None:
+    try:
+        return module.computation(name)
+    except KeyError:
+        return None
+
+
+def _scalar_broadcast(instr: Instruction, inner: list[Instruction]) -> bool:
+    if instr.opcode != "broadcast" or not instr.operands:
+        return False
+    source = next((i for i in inner if i.name == instr.operands[0]), None)
+    return source is not None and not source.shape.is_tuple and not source.shape.dims
+
+
+def _distinct(values) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(v for v in values if v))
+
+
+def _read(text_or_path: str | Path) -> tuple[str, str | None]:
+    if isinstance(text_or_path, str) and ("\n" in text_or_path or "HloModule" in text_or_path):
+        return text_or_path, None
+    path = Path(text_or_path)
+    if not path.is_file():
+        raise HloParseError(
+            f"no such file: {str(path)!r} (expected HLO text or a path to an HLO text file)"
+        )
+    data = path.read_bytes()
+    source = str(path)
+    nul = data.find(b"\x00")
+    if nul >= 0:
+        raise HloParseError(
+            "binary file (NUL byte), not HLO text", data.count(b"\n", 0, nul) + 1, source
+        )
+    try:
+        return data.decode("utf-8"), source
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise HloParseError(
+            f"not UTF-8 text ({exc.reason} at byte {exc.start})", line, source
+        ) from None

@@ -1,0 +1,66 @@
+"""Modeled HBM bytes per kernel: what a launch must read and write at least once.
+
+The model: a kernel reads each DISTINCT operand buffer once (an operand named twice counts once)
+and writes its whole output once (a tuple output is the sum of its leaves). An operand is counted
+at its own shape: a bitcast or get-tuple-element operand counts as the (sub)buffer it names, and
+`%x#1` counts tuple element 1 of x only. Bitcast, tuple, get-tuple-element, parameter and constant
+instructions are free: they launch nothing.
+
+It is a model, not a measurement: it ignores caches (L2 can hold small arrays between kernels),
+outputs aliased in place onto an input (dynamic-update-slice, scatter: the model charges the whole
+output), and reads that a kernel skips (a slice or gather reads less than its operand). Library
+calls' scratch workspaces (the `s8[...]`/`u8[...]` leaf of a cuBLAS/cuDNN tuple) are not counted.
+"""
+
+from __future__ import annotations
+
+from xlafuse.hlo.parse import Computation, Instruction, Shape
+
+FREE_OPCODES = frozenset({"bitcast", "tuple", "get-tuple-element", "parameter", "constant"})
+
+
+def instruction_bytes(instr: Instruction, computation: Computation) -> tuple[int, int]:
+    """Modeled bytes a launch reads and writes.
+
+    Args:
+        instr: the instruction (a fusion, custom-call or other launch).
+        computation: the computation that holds it (to look up its operands' shapes).
+
+    Returns:
+        (bytes_in, bytes_out); (0, 0) for free instructions (bitcast, tuple, parameter, ...).
+    """
+    if instr.opcode in FREE_OPCODES:
+        return 0, 0
+    seen: set[tuple[str, int | None]] = set()
+    bytes_in = 0
+    indices = instr.operand_indices or (None,) * len(instr.operands)
+    for name, index in zip(instr.operands, indices):
+        if (name, index) in seen:
+            continue
+        seen.add((name, index))
+        bytes_in += _operand_bytes(computation.by_name.get(name), index)
+    return bytes_in, _output_bytes(instr)
+
+
+def _operand_bytes(operand: Instruction | None, index: int | None) -> int:
+    if operand is None:
+        return 0
+    shape = operand.shape
+    if index is not None and shape.is_tuple and index < len(shape.tuple_shapes):
+        shape = shape.tuple_shapes[index]
+    return shape.byte_size
+
+
+def _output_bytes(instr: Instruction) -> int:
+    shape = instr.shape
+    if instr.opcode == "custom-call" and shape.is_tuple and len(shape.tuple_shapes) > 1:
+        return _without_workspace(shape).byte_size
+    return shape.byte_size
+
+
+def _without_workspace(shape: Shape) -> Shape:
+    """A library call's tuple output without its trailing s8/u8 scratch workspace leaf."""
+    last = shape.tuple_shapes[-1]
+    if not last.is_tuple and last.dtype in ("s8", "u8") and len(last.dims) == 1:
+        return Shape(None, tuple_shapes=shape.tuple_shapes[:-1])
+    return shape
