@@ -1,0 +1,298 @@
+"""The workload registry: names -> builders, and `build` / `param_count` / `available`.
+
+Family modules register a builder with `@register(name, sizes=...)`. A builder takes the resolved
+configuration (the size's table with overrides applied) and a `BuildContext`, and returns a
+`Recipe`; `build` turns that into a `Workload` for the forward or the train mode.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import math
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax import nnx
+
+from xlafuse.errors import UnknownNameError
+from xlafuse.models import train
+from xlafuse.models.workload import BuildContext, Recipe, Workload
+
+SIZES = ("tiny", "small", "full")
+MODES = ("forward", "train")
+DTYPES = ("float32", "bfloat16", "float16")
+DEFAULT_LEARNING_RATE = 1e-3
+TRAIN_FLOPS_FACTOR = 3  # forward + backward (two matmuls per forward matmul)
+
+Builder = Callable[[Mapping[str, Any], BuildContext], Recipe]
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkloadSpec:
+    """A registered workload: its builder, size tables, options and what modes it supports."""
+
+    name: str
+    builder: Builder
+    sizes: Mapping[str, Mapping[str, Any]]
+    options: Mapping[str, Any]
+    has_params: bool
+    default_dtype: str | None
+
+    @property
+    def modes(self) -> tuple[str, ...]:
+        """The modes this workload accepts: train needs parameters."""
+        return MODES if self.has_params else ("forward",)
+
+    @property
+    def defaults(self) -> dict[str, Any]:
+        """Override names accepted, with their default for the size "tiny"."""
+        extra = {"learning_rate": DEFAULT_LEARNING_RATE} if self.has_params else {}
+        return {**self.sizes["tiny"], **self.options, **extra}
+
+
+_REGISTRY: dict[str, WorkloadSpec] = {}
+
+
+def register(
+    name: str,
+    *,
+    sizes: Mapping[str, Mapping[str, Any]],
+    options: Mapping[str, Any] | None = None,
+    has_params: bool = True,
+    default_dtype: str | None = None,
+) -> Callable[[Builder], Builder]:
+    """Registers a workload builder under `name` (a decorator).
+
+    Args:
+        name: the workload name (part of the public interface).
+        sizes: for each of `SIZES`, the configuration table (same keys in every size).
+        options: extra overrides and their defaults, the same at every size.
+        has_params: False for parameter-free workloads (forward mode only).
+        default_dtype: dtype used when `build` gets dtype=None; None picks by backend.
+
+    Returns:
+        The decorator, which returns the builder unchanged.
+    """
+    if set(sizes) != set(SIZES):
+        raise ValueError(f"workload {name!r} must define sizes {SIZES}, got {tuple(sizes)}")
+
+    def decorate(builder: Builder) -> Builder:
+        if name in _REGISTRY:
+            raise ValueError(f"workload {name!r} is already registered")
+        spec = WorkloadSpec(name, builder, sizes, dict(options or {}), has_params, default_dtype)
+        _REGISTRY[name] = spec
+        return builder
+
+    return decorate
+
+
+def available(mode: str | None = None) -> list[str]:
+    """Returns the registered workload names, sorted.
+
+    Args:
+        mode: if given ("forward" or "train"), only the workloads that support that mode.
+
+    Raises:
+        UnknownNameError: `mode` is not one of `MODES`.
+    """
+    if mode is not None:
+        choose("mode", mode, MODES)
+    return sorted(n for n, spec in _REGISTRY.items() if mode is None or mode in spec.modes)
+
+
+def choose(kind: str, value: Any, accepted: tuple[str, ...] | list[str], where: str = "") -> Any:
+    """Returns `value` if it is in `accepted`, else raises a "did you mean" error.
+
+    Args:
+        kind: what is looked up, for the message ("workload", "size", ...).
+        value: the name given.
+        accepted: the names accepted.
+        where: context for the message, e.g. " for workload 'gpt2'".
+
+    Raises:
+        UnknownNameError: `value` is not in `accepted`; the message lists them.
+    """
+    if value in accepted:
+        return value
+    close = difflib.get_close_matches(str(value), [str(a) for a in accepted], n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    raise UnknownNameError(
+        f"unknown {kind} {value!r}{where}{hint}; accepted: {', '.join(map(str, accepted))}"
+    )
+
+
+def spec(name: str) -> WorkloadSpec:
+    """Returns the registered spec of workload `name`.
+
+    Raises:
+        UnknownNameError: no workload has that name.
+    """
+    return _REGISTRY[choose("workload", name, available())]
+
+
+def build(
+    name: str,
+    size: str = "tiny",
+    mode: str = "forward",
+    dtype: Any = None,
+    seed: int = 0,
+    **overrides: Any,
+) -> Workload:
+    """Builds a workload: a pure function and example arguments, on the default device.
+
+    Args:
+        name: a name from `available()`.
+        size: "tiny" (CI, a 2-core CPU), "small" (reference architectures, modest batch) or
+            "full" (sized for an H200).
+        mode: "forward" (inference) or "train" (loss + grad + AdamW update in one step).
+        dtype: compute dtype; None picks bfloat16 on GPU and float32 elsewhere (pointwise
+            workloads always default to float32, so "full" is exactly 1 GiB per input array).
+        seed: seeds the parameters and the inputs.
+        **overrides: replace entries of the size table (e.g. `batch=4`) or options (e.g.
+            `implementation="cudnn"`, `ops=16`, `learning_rate=3e-4`).
+
+    Returns:
+        The Workload; `fn(*args)` runs it.
+
+    Raises:
+        UnknownNameError: unknown name, size, mode, dtype or override; the message lists what
+            is accepted. Also for mode "train" on a workload without parameters.
+        ValueError: an override value that the workload cannot use.
+    """
+    workload_spec, cfg = _resolve(name, size, mode, overrides)
+    ctx = _context(workload_spec, size, mode, dtype)
+    recipe = workload_spec.builder(cfg, ctx)
+    key = jax.random.key(seed)
+    inputs = recipe.make_inputs(jax.random.fold_in(key, 1))
+    fn, args, num_params = _assemble(recipe, mode, inputs, cfg, seed)
+    flops = recipe.flops
+    if flops is not None and mode == "train":
+        flops *= TRAIN_FLOPS_FACTOR
+    return Workload(
+        name=name,
+        size=size,
+        mode=mode,
+        dtype=jnp.dtype(ctx.dtype).name,
+        fn=fn,
+        args=args,
+        num_params=num_params,
+        items_per_call=recipe.items_per_call,
+        items_unit=recipe.items_unit,
+        flops=flops,
+        config=MappingProxyType(cfg),
+        donate_argnums=(0,) if mode == "train" else (),
+    )
+
+
+def param_count(name: str, size: str = "tiny", **overrides: Any) -> int:
+    """Returns the exact number of parameters of a workload, without allocating them.
+
+    The model is traced with `nnx.eval_shape`; `Workload.num_params` counts the same way.
+
+    Args:
+        name: a name from `available()`.
+        size: "tiny", "small" or "full".
+        **overrides: as for `build`.
+
+    Raises:
+        UnknownNameError: unknown name, size or override.
+    """
+    workload_spec, cfg = _resolve(name, size, "forward", overrides)
+    ctx = _context(workload_spec, size, "forward", jnp.float32)
+    recipe = workload_spec.builder(cfg, ctx)
+    if recipe.make_model is None:
+        return 0
+    make_model = recipe.make_model
+    return count_params(nnx.eval_shape(lambda: make_model(nnx.Rngs(0))))
+
+
+def count_params(model: nnx.Module) -> int:
+    """Returns the number of scalars in the module's `nnx.Param` variables (abstract or not)."""
+    leaves = jax.tree.leaves(nnx.state(model, nnx.Param))
+    return sum(math.prod(leaf.shape) for leaf in leaves)
+
+
+def _resolve(
+    name: str, size: str, mode: str, overrides: Mapping[str, Any]
+) -> tuple[WorkloadSpec, dict[str, Any]]:
+    """Validates the look-ups and returns the spec and the resolved configuration."""
+    workload_spec = spec(name)
+    where = f" for workload {name!r}"
+    choose("size", size, SIZES, where)
+    _check_mode(workload_spec, mode)
+    accepted = workload_spec.defaults
+    for key in overrides:
+        choose("override", key, sorted(accepted), where)
+    extra = {"learning_rate": DEFAULT_LEARNING_RATE} if workload_spec.has_params else {}
+    cfg = {**workload_spec.sizes[size], **workload_spec.options, **extra, **overrides}
+    return workload_spec, cfg
+
+
+def _check_mode(workload_spec: WorkloadSpec, mode: str) -> None:
+    if mode in MODES and mode not in workload_spec.modes:
+        trainable = ", ".join(available("train"))
+        raise UnknownNameError(
+            f"mode {mode!r} needs parameters and workload {workload_spec.name!r} has none; "
+            f"accepted modes for {workload_spec.name!r}: {', '.join(workload_spec.modes)}. "
+            f"Workloads with a train mode: {trainable}"
+        )
+    choose("mode", mode, workload_spec.modes, f" for workload {workload_spec.name!r}")
+
+
+def _context(workload_spec: WorkloadSpec, size: str, mode: str, dtype: Any) -> BuildContext:
+    del size  # the dtype default is the same at every size
+    if dtype is None:
+        dtype = workload_spec.default_dtype or _backend_dtype()
+    name = choose("dtype", jnp.dtype(dtype).name if _is_dtype(dtype) else dtype, DTYPES)
+    compute = jnp.dtype(name)
+    param_dtype = jnp.dtype(jnp.float32) if mode == "train" else compute
+    return BuildContext(dtype=compute, param_dtype=param_dtype, train=mode == "train")
+
+
+def _is_dtype(value: Any) -> bool:
+    try:
+        jnp.dtype(value)
+    except TypeError:
+        return False
+    return True
+
+
+def _backend_dtype() -> str:
+    return "bfloat16" if jax.default_backend() == "gpu" else "float32"
+
+
+def _assemble(
+    recipe: Recipe, mode: str, inputs: tuple[jax.Array, ...], cfg: Mapping[str, Any], seed: int
+) -> tuple[Callable[..., Any], tuple[Any, ...], int]:
+    """Returns (fn, args, num_params) for the recipe in the given mode."""
+    if recipe.make_model is None:
+        return recipe.apply, inputs, 0
+    model = recipe.make_model(nnx.Rngs(seed))
+    num_params = count_params(model)
+    if mode == "forward":
+        graphdef, state = nnx.split(model)
+        return train.forward_fn(graphdef, recipe.apply), (state, *inputs), num_params
+    optimizer = optax.adamw(cfg["learning_rate"])
+    graphdef, train_state = train.init_train_state(model, optimizer)
+    targets = _targets(recipe, graphdef, train_state, inputs, jax.random.key(seed))
+    step = train.train_step_fn(graphdef, recipe.apply, recipe.loss, optimizer)
+    batch = {"inputs": inputs, "targets": targets}
+    return step, (train_state, batch), num_params
+
+
+def _targets(recipe: Recipe, graphdef, train_state, inputs, key: jax.Array) -> jax.Array:
+    """Returns the train targets: the recipe's, or standard-normal ones shaped like the output."""
+    key = jax.random.fold_in(key, 2)
+    if recipe.make_targets is not None:
+        return recipe.make_targets(key)
+
+    def forward(params, batch_stats, *xs):
+        return recipe.apply(nnx.merge(graphdef, params, batch_stats), *xs)
+
+    out = jax.eval_shape(forward, train_state["params"], train_state["batch_stats"], *inputs)
+    return jax.random.normal(key, out.shape, out.dtype)

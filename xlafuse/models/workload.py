@@ -1,0 +1,123 @@
+"""The Workload record that `xlafuse.models.build` returns, and the Recipe each family supplies.
+
+A family module (pointwise, mlp, resnet, ...) turns a resolved size configuration into a `Recipe`:
+how to make the model and the example inputs, how to apply the model, and its analytic cost. The
+registry turns a Recipe into a `Workload`: a pure, jit-able function plus the arguments to call it
+with, for either the forward (inference) or the train mode.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from xlafuse.models.train import mean_squared_error
+
+
+@dataclasses.dataclass(frozen=True)
+class BuildContext:
+    """The numeric settings a family builds with.
+
+    Attributes:
+        dtype: dtype of the inputs and of the computation.
+        param_dtype: dtype the parameters are stored in (float32 in train mode: mixed precision).
+        train: True in train mode (BatchNorm then normalizes with batch statistics).
+    """
+
+    dtype: jnp.dtype
+    param_dtype: jnp.dtype
+    train: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class Recipe:
+    """What a family supplies for one configured workload.
+
+    Attributes:
+        make_inputs: key -> tuple of forward inputs (created on device with `jax.random`).
+        apply: `apply(model, *inputs)`, or `apply(*inputs)` when `make_model` is None.
+        items_per_call: work items one call processes (for throughput), counted in `items_unit`.
+        items_unit: what an item is: "elements", "rows", "tokens" or "images".
+        flops: analytic forward FLOPs per call (2 per multiply-add of matmuls and convolutions),
+            or None where no standard count exists (elementwise and reduction work).
+        make_model: `nnx.Rngs` -> the Flax NNX module; None for parameter-free workloads.
+        make_targets: key -> train targets; None means standard-normal targets shaped like the
+            output (for the mean-squared-error loss).
+        loss: `loss(output, targets) -> scalar`, the train objective.
+    """
+
+    make_inputs: Callable[[jax.Array], tuple[jax.Array, ...]]
+    apply: Callable[..., Any]
+    items_per_call: int
+    items_unit: str
+    flops: int | None = None
+    make_model: Callable[[nnx.Rngs], nnx.Module] | None = None
+    make_targets: Callable[[jax.Array], jax.Array] | None = None
+    loss: Callable[[jax.Array, jax.Array], jax.Array] = mean_squared_error
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Workload:
+    """A named model at one size and mode, ready to hand to `xlafuse.compile`.
+
+    Call it as `fn(*args)`. In forward mode with parameters, `fn(params, *inputs)` where `params`
+    is the model's `nnx.State` (parameters, plus BatchNorm running statistics for resnet50); for
+    parameter-free workloads `fn(*inputs)`. In train mode `fn(train_state, batch)` returns
+    `(new_train_state, loss)`; `train_state` is a dict with "params", "opt_state" (optax AdamW) and
+    "batch_stats", `batch` a dict with "inputs" (a tuple) and "targets". The train state may be
+    donated: `donate_argnums` says which arguments.
+
+    Attributes:
+        name: registered workload name.
+        size: "tiny", "small" or "full".
+        mode: "forward" or "train".
+        dtype: compute and input dtype name, e.g. "float32" or "bfloat16".
+        fn: pure function of arrays and pytrees; jit-able.
+        args: example arguments, built deterministically from the seed.
+        num_params: exact number of trainable parameters (0 for parameter-free workloads).
+        items_per_call: items one call processes, in `items_unit`.
+        items_unit: "elements", "rows", "tokens" or "images".
+        flops: analytic FLOPs per call (train: 3x forward), or None where no standard count exists.
+        config: the resolved size configuration with overrides applied (JSON-able).
+        donate_argnums: argument positions that may be donated to the compiled function.
+    """
+
+    name: str
+    size: str
+    mode: str
+    dtype: str
+    fn: Callable[..., Any]
+    args: tuple[Any, ...]
+    num_params: int
+    items_per_call: int
+    items_unit: str
+    flops: int | None
+    config: Mapping[str, Any]
+    donate_argnums: tuple[int, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        """Returns the description the experiment runner records: JSON-able, no arrays."""
+        return {
+            "name": self.name,
+            "size": self.size,
+            "mode": self.mode,
+            "dtype": self.dtype,
+            "num_params": self.num_params,
+            "items_per_call": self.items_per_call,
+            "items_unit": self.items_unit,
+            "flops": self.flops,
+            "config": {k: _jsonable(v) for k, v in self.config.items()},
+        }
+
+    describe = to_dict
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, tuple | list):
+        return [_jsonable(v) for v in value]
+    return value
