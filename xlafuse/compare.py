@@ -100,6 +100,7 @@ def compare(
     fn: Callable,
     *args,
     variants: Sequence = ("default", "no-fusion"),
+    label: str | None = None,
     **jit_kwargs,
 ) -> Comparison:
     """Compile `fn` under each variant, run it once on `args`, and tabulate the differences.
@@ -108,6 +109,7 @@ def compare(
       fn: a JAX-traceable function.
       *args: example inputs.
       variants: preset names, Variants or option dicts; the first is the numerical reference.
+      label: what the table calls the function (default: its __name__).
       **jit_kwargs: passed to `jax.jit`.
 
     Returns:
@@ -137,5 +139,5 @@ def compare(
                 within_tolerance=diff.within_tolerance,
             )
         )
-    name = getattr(fn, "__name__", type(fn).__name__)
-    return Comparison(name, backend, tuple(rows))
+    label = label or getattr(fn, "__name__", type(fn).__name__)
+    return Comparison(label, backend, tuple(rows))
