@@ -95,7 +95,10 @@ class Shape:
     def __str__(self) -> str:
         if self.is_tuple:
             return "(" + ", ".join(str(s) for s in self.tuple_shapes) + ")"
-        dims = ",".join(f"<={d}" if dyn else str(d) for d, dyn in zip(self.dims, self.dynamic))
+        dynamic = self.dynamic or (False,) * len(self.dims)
+        dims = ",".join(
+            f"<={d}" if dyn else str(d) for d, dyn in zip(self.dims, dynamic, strict=True)
+        )
         return f"{self.dtype}[{dims}]{self.layout or ''}"
 
 
@@ -387,18 +390,9 @@ class _Parser:
                 elif source_file is None:
                     source_file, source_line = self._frame_source(int(value))
         return Instruction(
-            name=m.group(2),
-            opcode=opcode,
-            shape=shape,
-            operands=operands,
-            attributes=MappingProxyType(attrs),
-            is_root=bool(m.group(1)),
-            op_name=op_name,
-            source_file=source_file,
-            source_line=source_line,
-            operand_indices=indices,
-            line=line,
-        )
+            m.group(2), opcode, shape, operands, MappingProxyType(attrs), bool(m.group(1)),
+            op_name, source_file, source_line, indices, line,
+        )  # fmt: skip
 
 
 def _clip(text: str, width: int = 80) -> str:

@@ -34,7 +34,7 @@ def instruction_bytes(instr: Instruction, computation: Computation) -> tuple[int
     seen: set[tuple[str, int | None]] = set()
     bytes_in = 0
     indices = instr.operand_indices or (None,) * len(instr.operands)
-    for name, index in zip(instr.operands, indices):
+    for name, index in zip(instr.operands, indices, strict=True):
         if (name, index) in seen:
             continue
         seen.add((name, index))

@@ -1,0 +1,149 @@
+"""Parsing optimized HLO: shapes, instructions, tables, every sample, and malformed input."""
+
+import pytest
+
+from xlafuse.errors import HloParseError
+from xlafuse.hlo import analyze_hlo, find_optimized_modules, parse_hlo
+from xlafuse.hlo.parse import Shape
+
+SMALL = """HloModule m, entry_computation_layout={(f32[4]{0})->f32[4]{0}}
+
+%fused (p0: f32[4]) -> f32[4] {
+  %p0 = f32[4]{0} parameter(0)
+  ROOT %neg = f32[4]{0} negate(%p0), metadata={op_name="jit(f)/neg" source_file="a.py" source_line=7}
+}
+
+ENTRY %main (x: f32[4]) -> f32[4] {
+  %x = f32[4]{0} parameter(0)
+  ROOT %f = f32[4]{0} fusion(%x), kind=kLoop, calls=%fused
+}
+"""
+
+
+def _shape_of(shape_text: str) -> Shape:
+    text = SMALL.replace("ROOT %f = f32[4]{0} fusion", f"ROOT %f = {shape_text} fusion")
+    return parse_hlo(text).entry.root.shape
+
+
+@pytest.mark.parametrize(
+    ("shape_text", "byte_size"),
+    [
+        ("f32[]", 4),
+        ("bf16[8,128]{1,0}", 2 * 8 * 128),
+        ("pred[3]{0}", 3),
+        ("s4[5]{0}", 3),  # packed: ceil(4 * 5 / 8)
+        ("u4[8]{0}", 4),
+        ("f4e2m1fn[3]{0}", 2),
+        ("f8e4m3fn[16]{0}", 16),
+        ("f8e5m2fnuz[2,2]{1,0}", 4),
+        ("f8e8m0fnu[7]{0}", 7),
+        ("c128[2]{0}", 32),
+        ("f32[8,128]{1,0:T(8,128)}", 4096),
+        ("f32[<=16,4]{1,0}", 256),
+        ("(f32[2]{0}, (s32[], u8[3]{0}))", 8 + 4 + 3),
+        ("token[]", 0),
+    ],
+)
+def test_shape_byte_size(shape_text, byte_size):
+    assert _shape_of(shape_text).byte_size == byte_size
+
+
+def test_shape_details():
+    tup = _shape_of("(f32[2]{0}, /*index=1*/(s32[], u8[3]{0}))")
+    assert tup.is_tuple and [leaf.dtype for leaf in tup.leaves()] == ["f32", "s32", "u8"]
+    assert tup.num_elements == 6
+    tiled = _shape_of("f32[8,128]{1,0:T(8,128)}")
+    assert (tiled.dims, tiled.layout) == ((8, 128), "{1,0:T(8,128)}")
+    dyn = _shape_of("f32[<=16,4]{1,0}")
+    assert dyn.dims == (16, 4) and dyn.dynamic == (True, False)
+    assert str(dyn) == "f32[<=16,4]{1,0}"
+
+
+def test_instruction_fields():
+    module = parse_hlo(SMALL, source="small.hlo")
+    assert module.name == "m" and module.source == "small.hlo"
+    assert [c.name for c in module.computations] == ["fused", "main"]
+    root = module.entry.root
+    assert (root.name, root.opcode, root.operands, root.is_root) == ("f", "fusion", ("x",), True)
+    assert root.fusion_kind == "kLoop" and root.called_computations == ("fused",)
+    neg = module.computation("%fused").by_name["neg"]
+    assert (neg.op_name, neg.source_file, neg.source_line) == ("jit(f)/neg", "a.py", 7)
+    with pytest.raises(KeyError, match="no computation named 'nope'"):
+        module.computation("nope")
+
+
+def test_operand_forms_and_attributes():
+    text = SMALL.replace(
+        "ROOT %f = f32[4]{0} fusion(%x), kind=kLoop, calls=%fused",
+        '%t = (f32[4]{0}, s8[64]{0}) custom-call(f32[4]{0} %x, %x), custom_call_target="__cublas$lt$matmul", '
+        'backend_config={"a":{"b":[1,2]},"s":"x, y={z}"}\n'
+        "  %c = f32[2,2]{1,0} constant({ {1, 2},\n    {3, 4} })\n"
+        '  ROOT %f = f32[4]{0} fusion(%t#0, %c), kind=kCustom, calls=%fused, backend_config={"fusion_backend_config":{"kind":"__triton_gemm"}}',
+    )
+    entry = parse_hlo(text).entry
+    call = entry.by_name["t"]
+    assert call.operands == ("x", "x") and call.custom_call_target == "__cublas$lt$matmul"
+    assert call.attr("backend_config") == '{"a":{"b":[1,2]},"s":"x, y={z}"}'
+    assert entry.by_name["c"].operands == ()
+    root = entry.root
+    assert root.operands == ("t", "c") and root.operand_indices == (0, None)
+    assert root.backend_kind == "__triton_gemm"
+
+
+def test_names_without_percent():
+    module = parse_hlo(SMALL.replace("%", ""))
+    assert module.entry.root.operands == ("x",) and module.entry.root.called_computations == (
+        "fused",
+    )
+
+
+def test_stack_frame_tables_resolve_to_file_and_line(samples):
+    module = parse_hlo((samples / "mul_add_relu.default.hlo.txt").read_text())
+    lines = {(i.source_file, i.source_line) for c in module.computations for i in c.instructions}
+    assert any(f and f.endswith(".py") and n for f, n in lines)
+
+
+def test_every_sample_and_dump_module_parses(samples, dump_folder):
+    files = sorted(samples.glob("*.hlo.txt")) + find_optimized_modules(dump_folder)
+    assert len(files) == 17 + 102
+    for path in files:
+        module = parse_hlo(path.read_text(), source=str(path))
+        assert module.entry.instructions, path
+
+
+def _error(text: str) -> str:
+    with pytest.raises(HloParseError) as info:
+        parse_hlo(text)
+    return str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("", "line 1: empty text"),
+        ("The quick brown fox\njumps.", "line 1: not HLO"),
+        ("HloModule m\n\x00\x01\x02garbage", "line 2: binary data"),
+        (SMALL[: SMALL.index("ROOT %f")], "line 10: truncated: computation 'main'"),
+        (SMALL.replace("kind=kLoop,", "kind={kLoop,"), "line 10: unbalanced brackets"),
+        (SMALL + "}\n", "line 12: unbalanced braces: '}' outside a computation"),
+        (SMALL.replace("fusion(%x)", "fusion(%y)"), "line 10: unknown operand %y of %f"),
+        (SMALL.replace("%x = f32[4]{0}", "%x = f99[4]{0}"), "line 9: unknown element type"),
+        ("HloModule m\n%a = f32[] constant(1)\n", "line 2: instruction outside a computation"),
+        (SMALL.replace("ENTRY ", ""), "no ENTRY computation"),
+    ],
+)
+def test_malformed_input_names_line_and_reason(text, message):
+    assert message in _error(text)
+
+
+def test_binary_and_missing_files(tmp_path):
+    binary = tmp_path / "x.bin"
+    binary.write_bytes(b"HloModule m\n\xff\xfe\x00\x10")
+    with pytest.raises(HloParseError, match="line 2: binary file"):
+        analyze_hlo(binary)
+    with pytest.raises(HloParseError, match="no such file"):
+        analyze_hlo(tmp_path / "missing.txt")
+    latin = tmp_path / "latin.txt"
+    latin.write_bytes(b"HloModule m\n\n\xe9t\xe9")
+    with pytest.raises(HloParseError, match="line 3: not UTF-8"):
+        analyze_hlo(latin)
