@@ -365,15 +365,24 @@ class _Parser:
             raise self.error(f"expected an opcode followed by '(' after the shape: {_clip(text)}")
         opcode = op.group(1)
         close = _match_paren(text, op.end())
-        while close < 0 and opcode == "constant" and self.pos < len(self.lines):
-            text += " " + self.lines[self.pos].strip()  # a literal printed over several lines
-            self.pos += 1
-            close = _match_paren(text, op.end())
+        if close < 0 and opcode == "constant":
+            text, close = self._join_literal(text, op.end())
         if close < 0:
             raise self.error(f"unbalanced parentheses in operands of {m.group(2)!r}", line)
         operands, indices = _operands(text[op.end() : close], opcode)
         attrs = _attributes(text, close + 1, self, line)
         return self._build(m, opcode, shape, operands, indices, attrs, line)
+
+    def _join_literal(self, text: str, start: int) -> tuple[str, int]:
+        """Joins the lines of a constant literal printed over several lines (linear time)."""
+        parts = [text]
+        depth = _paren_depth(text[start:]) + 1
+        while depth > 0 and self.pos < len(self.lines):
+            parts.append(self.lines[self.pos].strip())
+            self.pos += 1
+            depth += _paren_depth(parts[-1])
+        text = " ".join(parts)
+        return text, _match_paren(text, start)
 
     def _build(self, m, opcode, shape, operands, indices, attrs, line) -> Instruction:
         op_name = source_file = source_line = None
@@ -443,6 +452,14 @@ def _array_shape(m: re.Match, parser: _Parser) -> Shape:
         dims_list.append(int(digits))
         dynamic.append(dim.startswith("<="))
     return Shape(dtype, tuple(dims_list), (), layout, tuple(dynamic))
+
+
+def _paren_depth(text: str) -> int:
+    opened = 0
+    for tok in _PAREN_TOK.finditer(text):
+        c = tok.group()
+        opened += 1 if c == "(" else -1 if c == ")" else 0
+    return opened
 
 
 def _match_paren(text: str, pos: int) -> int:
