@@ -1,0 +1,510 @@
+"""TOML experiment configs -> typed, frozen dataclasses, validated before anything compiles.
+
+A config names the workloads, the fusion variants and how to measure them::
+
+    [experiment]
+    name = "quickstart"
+    output = "results/quickstart"          # folder, relative to the working directory
+    reference = "default"                   # speedups and numeric diffs are against it
+    variants = ["default", "no-fusion",     # presets, "a+b", or inline XLA options
+                { name = "no-cpu-fusion", xla_disable_hlo_passes = "fusion" }]
+
+    [[workloads]]
+    name = "chain"
+    size = "tiny"                           # tiny | small | full
+    mode = "forward"                        # forward | train
+    dtype = "float32"                       # optional: the workload's default otherwise
+    overrides = { ops = 16 }
+
+    [timing]
+    warmup = 2
+    min_time_s = 0.5
+    min_iters = 10
+    max_iters = 1000
+    repeats = 3
+
+    [measure]
+    profile = false                         # jax.profiler trace per cell (GPU only)
+    ncu = false                             # Nsight Compute (GPU only)
+    calibrate = true                        # copy-bandwidth and matmul ceilings once per run
+
+Validation collects every problem (unknown keys with "did you mean", wrong types, unknown
+workloads, sizes, modes, dtypes, overrides and variants, GPU-only things on a CPU backend) and
+raises one `XlafuseError` that lists them one per line, each prefixed with its TOML location.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import hashlib
+import json
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+import jax
+
+from xlafuse.errors import XlafuseError
+
+SIZES = ("tiny", "small", "full")
+MODES = ("forward", "train")
+DTYPES = ("float32", "bfloat16", "float16")
+
+_TOP_KEYS = ("experiment", "workloads", "timing", "measure")
+_EXPERIMENT_KEYS = ("name", "output", "reference", "variants")
+_WORKLOAD_KEYS = ("name", "size", "mode", "dtype", "overrides")
+_INLINE_VARIANT_META = ("name", "description")
+
+
+@dataclasses.dataclass(frozen=True)
+class TimingConfig:
+    """How each cell is timed (see `xlafuse.measure.timing`).
+
+    Attributes:
+      warmup: untimed calls before timing (at least 1: the first call may compile).
+      min_time_s: keep timing synchronized calls until this many seconds have passed...
+      min_iters: ...and at least this many calls were timed.
+      max_iters: never time more calls than this.
+      repeats: pipelined bursts (back-to-back calls, one sync) whose median is reported.
+    """
+
+    warmup: int = 2
+    min_time_s: float = 0.5
+    min_iters: int = 10
+    max_iters: int = 1000
+    repeats: int = 3
+
+
+@dataclasses.dataclass(frozen=True)
+class MeasureConfig:
+    """Optional measurements.
+
+    Attributes:
+      profile: record a jax.profiler trace per cell for device time and kernels (GPU only).
+      ncu: run Nsight Compute for DRAM bytes (GPU only; reserved, not run by the runner yet).
+      calibrate: measure the copy-bandwidth (and matmul) ceilings once per run.
+    """
+
+    profile: bool = False
+    ncu: bool = False
+    calibrate: bool = True
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkloadConfig:
+    """One workload of the sweep: `xlafuse.models.build(name, size, mode, dtype, **overrides)`."""
+
+    name: str
+    size: str = "tiny"
+    mode: str = "forward"
+    dtype: str | None = None
+    overrides: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self):
+        object.__setattr__(self, "overrides", MappingProxyType(dict(self.overrides)))
+
+    @property
+    def label(self) -> str:
+        """Short human name, e.g. `chain/tiny/forward` or `chain[ops=16]/tiny/forward`."""
+        extra = ",".join(f"{k}={v}" for k, v in sorted(self.overrides.items()))
+        name = f"{self.name}[{extra}]" if extra else self.name
+        dtype = f"/{self.dtype}" if self.dtype else ""
+        return f"{name}/{self.size}/{self.mode}{dtype}"
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form."""
+        return {
+            "name": self.name,
+            "size": self.size,
+            "mode": self.mode,
+            "dtype": self.dtype,
+            "overrides": dict(self.overrides),
+        }
+
+
+@dataclasses.dataclass(frozen=True)
+class VariantConfig:
+    """A variant as the config names it: a preset spec or inline XLA options.
+
+    Attributes:
+      name: what results call it.
+      spec: the preset name (or "a+b") it resolves through `xlafuse.variants.get`, or None.
+      options: inline XLA options (when `spec` is None).
+    """
+
+    name: str
+    spec: str | None = None
+    options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self):
+        object.__setattr__(self, "options", MappingProxyType(dict(self.options)))
+
+    def resolve(self):
+        """The `xlafuse.variants.Variant` this stands for."""
+        from xlafuse import variants
+
+        if self.spec is not None:
+            return variants.get(self.spec)
+        return variants.from_options(self.options, name=self.name)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form."""
+        return {"name": self.name, "spec": self.spec, "options": dict(self.options)}
+
+
+@dataclasses.dataclass(frozen=True)
+class ExperimentConfig:
+    """A validated experiment: workloads x variants, timing and measurement settings."""
+
+    name: str
+    output: Path
+    workloads: tuple[WorkloadConfig, ...]
+    variants: tuple[VariantConfig, ...]
+    reference: str = "default"
+    timing: TimingConfig = TimingConfig()
+    measure: MeasureConfig = MeasureConfig()
+    source: Path | None = None
+
+    def variant(self, name: str) -> VariantConfig:
+        """The variant called `name`."""
+        return next(v for v in self.variants if v.name == name)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form (what `config_hash` hashes)."""
+        return {
+            "name": self.name,
+            "output": str(self.output),
+            "reference": self.reference,
+            "workloads": [w.to_dict() for w in self.workloads],
+            "variants": [v.to_dict() for v in self.variants],
+            "timing": dataclasses.asdict(self.timing),
+            "measure": dataclasses.asdict(self.measure),
+        }
+
+    def config_hash(self) -> str:
+        """First 12 hex digits of the SHA-256 of the canonical JSON form."""
+        text = json.dumps(self.to_dict(), sort_keys=True, default=str)
+        return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def load_config(path: str | Path, backend: str | None = None) -> ExperimentConfig:
+    """Read and validate a TOML experiment config.
+
+    Args:
+      path: the .toml file.
+      backend: "cpu" or "gpu" to validate against; None means JAX's default backend.
+
+    Returns:
+      The validated ExperimentConfig.
+
+    Raises:
+      FileNotFoundError: no such file.
+      XlafuseError: invalid TOML, or every problem found, one per line.
+    """
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as err:
+        raise XlafuseError(f"{path}: not valid TOML: {err}") from err
+    return parse_config(data, backend=backend, source=path)
+
+
+def parse_config(
+    data: Mapping[str, Any], backend: str | None = None, source: Path | None = None
+) -> ExperimentConfig:
+    """Validate a config already parsed into a dict (as from `tomllib`).
+
+    Raises:
+      XlafuseError: every problem found, one per line, each prefixed with its location.
+    """
+    problems = _Problems()
+    backend = backend or jax.default_backend()
+    _check_keys(problems, "", data, _TOP_KEYS)
+    experiment = _table(problems, "experiment", data.get("experiment", {}))
+    _check_keys(problems, "experiment.", experiment, _EXPERIMENT_KEYS)
+    name = _typed(problems, "experiment.name", experiment.get("name", "experiment"), str)
+    output = _typed(problems, "experiment.output", experiment.get("output"), str, optional=True)
+    workloads = _parse_workloads(problems, data.get("workloads"), backend)
+    variants = _parse_variants(problems, experiment.get("variants", ["default", "no-fusion"]))
+    reference = _parse_reference(problems, experiment.get("reference", "default"), variants)
+    timing = _parse_timing(problems, data.get("timing", {}))
+    measure = _parse_measure(problems, data.get("measure", {}), backend)
+    _check_variants_apply(problems, variants, backend)
+    problems.raise_if_any(source)
+    return ExperimentConfig(
+        name=name,
+        output=Path(output or f"results/{name}"),
+        workloads=tuple(workloads),
+        variants=tuple(variants),
+        reference=reference,
+        timing=timing,
+        measure=measure,
+        source=source,
+    )
+
+
+class _Problems:
+    """Collects located problems; raises them together."""
+
+    def __init__(self):
+        self.items: list[str] = []
+
+    def add(self, where: str, message: str) -> None:
+        self.items.append(f"{where}: {message}" if where else message)
+
+    def raise_if_any(self, source: Path | None) -> None:
+        if not self.items:
+            return
+        head = f"{source}: " if source else ""
+        count = len(self.items)
+        lines = "\n".join(f"  {p}" for p in self.items)
+        raise XlafuseError(
+            f"{head}{count} problem{'s' if count > 1 else ''} in the config:\n{lines}"
+        )
+
+
+def _did_you_mean(value: str, accepted) -> str:
+    close = difflib.get_close_matches(str(value), [str(a) for a in accepted], n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _check_keys(problems: _Problems, prefix: str, table: Any, accepted) -> None:
+    if not isinstance(table, Mapping):
+        return
+    for key in table:
+        if key not in accepted:
+            problems.add(
+                f"{prefix}{key}",
+                f"unknown key{_did_you_mean(key, accepted)}; accepted: {', '.join(accepted)}",
+            )
+
+
+def _table(problems: _Problems, where: str, value: Any) -> Mapping[str, Any]:
+    if isinstance(value, Mapping):
+        return value
+    problems.add(where, f"must be a table, not {_type_name(value)}")
+    return {}
+
+
+def _type_name(value: Any) -> str:
+    names = {str: "a string", bool: "a boolean", int: "an integer", float: "a number"}
+    names.update({list: "an array", dict: "a table"})
+    return names.get(type(value), type(value).__name__)
+
+
+def _typed(problems, where, value, kind, optional=False, default=None):
+    """`value` if it has type `kind` (ints accepted as floats, bools never as numbers)."""
+    if value is None:
+        if not optional:
+            problems.add(where, "missing (required)")
+        return default
+    ok = isinstance(value, kind) and not (kind in (int, float) and isinstance(value, bool))
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if ok:
+        return value
+    want = {str: "a string", int: "an integer", float: "a number", bool: "a boolean"}[kind]
+    problems.add(where, f"must be {want}, not {_type_name(value)} {value!r}")
+    return default
+
+
+def _parse_workloads(problems, value, backend) -> list[WorkloadConfig]:
+    if value is None:
+        problems.add("workloads", "missing: add at least one [[workloads]] table")
+        return []
+    if not isinstance(value, list) or not value:
+        problems.add("workloads", "must be a non-empty array of tables ([[workloads]])")
+        return []
+    out = []
+    for i, item in enumerate(value):
+        workload = _parse_workload(problems, f"workloads[{i}]", item, backend)
+        if workload is not None:
+            out.append(workload)
+    return out
+
+
+def _parse_workload(problems, where, item, backend) -> WorkloadConfig | None:
+    if isinstance(item, str):
+        item = {"name": item}
+    if not isinstance(item, Mapping):
+        problems.add(where, f"must be a table or a workload name, not {_type_name(item)}")
+        return None
+    _check_keys(problems, f"{where}.", item, _WORKLOAD_KEYS)
+    name = _typed(problems, f"{where}.name", item.get("name"), str)
+    size = _typed(problems, f"{where}.size", item.get("size", "tiny"), str)
+    mode = _typed(problems, f"{where}.mode", item.get("mode", "forward"), str)
+    dtype = _typed(problems, f"{where}.dtype", item.get("dtype"), str, optional=True)
+    overrides = dict(_table(problems, f"{where}.overrides", item.get("overrides", {})))
+    if name is None:
+        return None
+    before = len(problems.items)
+    _check_choice(problems, f"{where}.size", size, SIZES, "size")
+    _check_choice(problems, f"{where}.dtype", dtype, DTYPES, "dtype")
+    _check_workload(problems, where, name, mode, overrides, backend)
+    if len(problems.items) != before:
+        return None
+    return WorkloadConfig(name, size, mode, dtype, overrides)
+
+
+def _check_choice(problems, where, value, accepted, kind) -> None:
+    if value is not None and value not in accepted:
+        problems.add(
+            where,
+            f"{value!r} is not a {kind}{_did_you_mean(value, accepted)} "
+            f"(accepted: {', '.join(accepted)})",
+        )
+
+
+def _check_workload(problems, where, name, mode, overrides, backend) -> None:
+    """Name, mode and override names against the workload registry; GPU-only workloads."""
+    from xlafuse import models
+
+    names = models.available()
+    if name not in names:
+        problems.add(
+            f"{where}.name",
+            f"unknown workload {name!r}{_did_you_mean(name, names)} (accepted: {', '.join(names)})",
+        )
+        return
+    spec = _workload_spec(name)
+    modes = tuple(spec.modes) if spec is not None else MODES
+    if mode is not None and mode not in modes:
+        why = " (it has no parameters to train)" if mode == "train" else ""
+        problems.add(
+            f"{where}.mode",
+            f"{mode!r} is not a mode of {name!r}{why} (accepted: {', '.join(modes)})",
+        )
+    if spec is not None:
+        accepted = sorted(spec.defaults)
+        for key in overrides:
+            if key not in accepted:
+                problems.add(
+                    f"{where}.overrides.{key}",
+                    f"unknown override for {name!r}{_did_you_mean(key, accepted)} "
+                    f"(accepted: {', '.join(accepted) or 'none'})",
+                )
+    if overrides.get("implementation") == "cudnn" and backend != "gpu":
+        problems.add(
+            f"{where}.overrides.implementation",
+            f"'cudnn' needs a GPU; the backend is {backend!r} (use 'xla')",
+        )
+
+
+def _workload_spec(name: str):
+    """The registry's spec (modes, override defaults), or None if the registry has no `spec`."""
+    try:
+        from xlafuse.models.registry import spec
+    except ImportError:
+        return None
+    return spec(name)
+
+
+def _parse_variants(problems, value) -> list[VariantConfig]:
+    if not isinstance(value, list) or not value:
+        problems.add("experiment.variants", "must be a non-empty array of names or tables")
+        return []
+    out: list[VariantConfig] = []
+    for i, item in enumerate(value):
+        variant = _parse_variant(problems, f"experiment.variants[{i}]", item)
+        if variant is None:
+            continue
+        if any(v.name == variant.name for v in out):
+            problems.add(f"experiment.variants[{i}]", f"variant {variant.name!r} is listed twice")
+            continue
+        out.append(variant)
+    return out
+
+
+def _parse_variant(problems, where, item) -> VariantConfig | None:
+    from xlafuse import variants
+
+    if isinstance(item, Mapping):
+        name = _typed(problems, f"{where}.name", item.get("name"), str)
+        options = {k: v for k, v in item.items() if k not in _INLINE_VARIANT_META}
+        if not options:
+            problems.add(where, "an inline variant needs at least one XLA option besides its name")
+        return VariantConfig(name, None, options) if name and options else None
+    if not isinstance(item, str):
+        problems.add(where, f"must be a preset name or a table, not {_type_name(item)}")
+        return None
+    try:
+        variants.get(item)
+    except ValueError as err:
+        problems.add(where, str(err))
+        return None
+    return VariantConfig(item, item)
+
+
+def _parse_reference(problems, value, variants) -> str:
+    reference = _typed(problems, "experiment.reference", value, str, default="default")
+    names = [v.name for v in variants]
+    if variants and reference not in names:
+        problems.add(
+            "experiment.reference",
+            f"{reference!r} is not one of the variants{_did_you_mean(reference, names)} "
+            f"(variants: {', '.join(names)})",
+        )
+    return reference
+
+
+def _check_variants_apply(problems, variants, backend) -> None:
+    """Each variant applies to the backend and names only passes its XLA has."""
+    for i, config in enumerate(variants):
+        where = f"experiment.variants[{i}]"
+        try:
+            variant = config.resolve()
+        except ValueError as err:
+            problems.add(where, str(err))
+            continue
+        if not variant.applies_to(backend):
+            problems.add(
+                where,
+                f"variant {config.name!r} applies to {', '.join(variant.backends)} only; "
+                f"the backend is {backend!r}",
+            )
+            continue
+        try:
+            variant.compiler_options(backend)
+        except ValueError as err:
+            problems.add(where, str(err))
+
+
+def _parse_timing(problems, value) -> TimingConfig:
+    table = _table(problems, "timing", value)
+    fields = {f.name: f for f in dataclasses.fields(TimingConfig)}
+    _check_keys(problems, "timing.", table, tuple(fields))
+    kwargs = {}
+    for key, field in fields.items():
+        kind = float if key.endswith("_s") else int
+        got = _typed(problems, f"timing.{key}", table.get(key, field.default), kind)
+        if got is not None:
+            kwargs[key] = got
+    timing = TimingConfig(**kwargs)
+    minimum = {"warmup": 1, "min_iters": 1, "max_iters": 1, "repeats": 1, "min_time_s": 0}
+    for key, low in minimum.items():
+        if getattr(timing, key) < low:
+            problems.add(f"timing.{key}", f"must be >= {low}, not {getattr(timing, key)!r}")
+    if timing.max_iters < timing.min_iters:
+        problems.add(
+            "timing.max_iters",
+            f"{timing.max_iters} is below timing.min_iters ({timing.min_iters})",
+        )
+    return timing
+
+
+def _parse_measure(problems, value, backend) -> MeasureConfig:
+    table = _table(problems, "measure", value)
+    fields = {f.name: f for f in dataclasses.fields(MeasureConfig)}
+    _check_keys(problems, "measure.", table, tuple(fields))
+    kwargs = {}
+    for key, field in fields.items():
+        got = _typed(problems, f"measure.{key}", table.get(key, field.default), bool)
+        if got is not None:
+            kwargs[key] = got
+    # profile is skipped on a CPU (there is no device trace to read); ncu cannot run at all.
+    if kwargs.get("ncu") and backend != "gpu":
+        problems.add("measure.ncu", f"Nsight Compute needs a GPU; the backend is {backend!r}")
+    return MeasureConfig(**kwargs)

@@ -1,0 +1,121 @@
+"""GPU device time from a `jax.profiler` trace: kernel durations, summed per call.
+
+Wall-clock time includes Python dispatch and the host sync; the profiler's device plane shows what
+the GPU itself spent in kernels. The trace is read back with `jax.profiler.ProfileData` from the
+`*.xplane.pb` file: planes named "/device:GPU:N", lines whose name contains "Stream" (e.g.
+"Stream #13(Compute)"), one event per kernel with its duration. On a CPU there is no device plane:
+the functions return None.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tempfile
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import jax
+
+from xlafuse.measure.timing import Advance, same_args
+
+GPU_PLANE_PREFIX = "/device:GPU:"
+
+
+@dataclasses.dataclass(frozen=True)
+class DeviceProfile:
+    """Kernels the device ran during traced calls.
+
+    Attributes:
+      device_time_s: seconds of kernel execution per call (sum of kernel durations / calls).
+      device_kernels_per_call: kernels launched per call.
+      calls: calls traced.
+      top_kernels: (name, seconds per call) of the longest kernels, longest first.
+    """
+
+    device_time_s: float
+    device_kernels_per_call: float
+    calls: int
+    top_kernels: tuple[tuple[str, float], ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form."""
+        return dataclasses.asdict(self)
+
+
+def profile_device_time(
+    fn: Callable,
+    args: tuple,
+    calls: int = 10,
+    advance: Advance = same_args,
+    log_dir: str | Path | None = None,
+) -> DeviceProfile | None:
+    """Trace `calls` calls of an already warmed-up `fn` and sum their GPU kernel time.
+
+    Args:
+      fn: the compiled function (call it once before, so compilation is not traced).
+      args: its arguments.
+      calls: calls to trace.
+      advance: `(args, out) -> next args` (`timing.thread_state` for train steps).
+      log_dir: where the trace goes; a temporary folder (deleted) when None.
+
+    Returns:
+      The DeviceProfile, or None on a backend without GPU device planes (the CPU).
+    """
+    if jax.default_backend() != "gpu":
+        return None
+    if log_dir is None:
+        with tempfile.TemporaryDirectory(prefix="xlafuse-trace-") as tmp:
+            return _trace_and_read(fn, args, calls, advance, Path(tmp))
+    return _trace_and_read(fn, args, calls, advance, Path(log_dir))
+
+
+def _trace_and_read(fn, args, calls, advance, folder: Path) -> DeviceProfile | None:
+    jax.block_until_ready(fn(*args))
+    with jax.profiler.trace(str(folder)):
+        out = None
+        for _ in range(calls):
+            out = fn(*args)
+            args = advance(args, out)
+        jax.block_until_ready(out)
+    files = sorted(folder.rglob("*.xplane.pb"), key=lambda p: p.stat().st_mtime)
+    if not files:
+        return None
+    return read_trace(files[-1], calls)
+
+
+def read_trace(path: str | Path, calls: int) -> DeviceProfile | None:
+    """Sum the kernel events of GPU stream lines in an `*.xplane.pb` file.
+
+    Returns:
+      The DeviceProfile, or None when the trace has no GPU plane.
+    """
+    from jax.profiler import ProfileData
+
+    data = ProfileData.from_file(str(path))
+    kernels = list(_gpu_kernel_events(data.planes))
+    if not kernels:
+        return None
+    by_name: dict[str, int] = {}
+    for name, duration_ns in kernels:
+        by_name[name] = by_name.get(name, 0) + duration_ns
+    total_ns = sum(by_name.values())
+    top = sorted(by_name.items(), key=lambda kv: -kv[1])[:10]
+    return DeviceProfile(
+        device_time_s=total_ns * 1e-9 / calls,
+        device_kernels_per_call=len(kernels) / calls,
+        calls=calls,
+        top_kernels=tuple((name, ns * 1e-9 / calls) for name, ns in top),
+    )
+
+
+def _gpu_kernel_events(planes: Iterable[Any]):
+    """(name, duration_ns) of every event on a "Stream" line of a "/device:GPU:N" plane."""
+    for plane in planes:
+        if not plane.name.startswith(GPU_PLANE_PREFIX):
+            continue
+        for line in plane.lines:
+            if "Stream" not in line.name:
+                continue
+            for event in line.events:
+                yield event.name, int(event.duration_ns)

@@ -1,0 +1,193 @@
+"""Honest wall-clock timing of a compiled function: warm-up first, device synchronized.
+
+Two figures, as in gpt-fast's `generate.py` and JAX's benchmarking advice:
+- per-call latency: every call is followed by `jax.block_until_ready` before the clock is read,
+  so a call's time includes dispatch, execution and the sync (median, p10, p90);
+- pipelined throughput: calls are issued back to back and the device is synchronized once at the
+  end, so dispatch overlaps execution (what a training loop sees).
+
+The first call (which may compile, or fill caches) is never timed. For train steps, `advance`
+feeds each call's new state into the next call, so no donated or stale buffer is reused.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import numpy as np
+
+Clock = Callable[[], float]
+Advance = Callable[[tuple, Any], tuple]
+
+
+@dataclasses.dataclass(frozen=True)
+class TimingSettings:
+    """When to stop timing.
+
+    Attributes:
+      warmup: untimed calls first (at least 1).
+      min_time_s: time synchronized calls until this many seconds have passed...
+      min_iters: ...and at least this many calls were timed.
+      max_iters: never more than this many timed calls.
+      repeats: pipelined bursts; their median seconds per call is reported.
+    """
+
+    warmup: int = 2
+    min_time_s: float = 0.5
+    min_iters: int = 10
+    max_iters: int = 1000
+    repeats: int = 3
+
+    @classmethod
+    def from_config(cls, config: Any) -> TimingSettings:
+        """From anything with the same attribute names (e.g. `config.TimingConfig`)."""
+        return cls(**{f.name: getattr(config, f.name) for f in dataclasses.fields(cls)})
+
+
+@dataclasses.dataclass(frozen=True)
+class Timing:
+    """Timing of one compiled function.
+
+    Attributes:
+      time_median_s: median seconds per synchronized call.
+      time_p10_s: 10th percentile of the same.
+      time_p90_s: 90th percentile of the same.
+      time_min_s: fastest synchronized call.
+      iters: synchronized calls timed.
+      pipelined_s_per_call: median over bursts of (burst seconds / calls in the burst).
+      pipelined_iters: calls per pipelined burst.
+      warmup_iters: untimed calls made first.
+    """
+
+    time_median_s: float
+    time_p10_s: float
+    time_p90_s: float
+    time_min_s: float
+    iters: int
+    pipelined_s_per_call: float | None
+    pipelined_iters: int
+    warmup_iters: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form."""
+        return dataclasses.asdict(self)
+
+
+def same_args(args: tuple, out: Any) -> tuple:
+    """`advance` for forward calls: every call gets the same arguments."""
+    del out
+    return args
+
+
+def thread_state(args: tuple, out: Any) -> tuple:
+    """`advance` for train steps `fn(state, *rest) -> (new_state, ...)`: the next call gets
+    the new state, so a donated input buffer is never touched again."""
+    return (out[0], *args[1:])
+
+
+def warm_up(fn: Callable, args: tuple, count: int, advance: Advance = same_args) -> tuple:
+    """Call `fn` `count` times, untimed, synchronizing each; returns the next call's args."""
+    for _ in range(max(1, count)):
+        out = jax.block_until_ready(fn(*args))
+        args = advance(args, out)
+    return args
+
+
+def time_latency(
+    fn: Callable,
+    args: tuple,
+    settings: TimingSettings,
+    advance: Advance = same_args,
+    clock: Clock = time.perf_counter,
+) -> tuple[list[float], tuple]:
+    """Time synchronized calls until `min_time_s` and `min_iters`, or `max_iters`.
+
+    Returns:
+      (seconds of each call, the args for the next call).
+    """
+    samples: list[float] = []
+    start = clock()
+    while len(samples) < settings.max_iters:
+        if len(samples) >= settings.min_iters and clock() - start >= settings.min_time_s:
+            break
+        t0 = clock()
+        out = jax.block_until_ready(fn(*args))
+        samples.append(clock() - t0)
+        args = advance(args, out)
+    return samples, args
+
+
+def time_pipelined(
+    fn: Callable,
+    args: tuple,
+    calls: int,
+    repeats: int,
+    advance: Advance = same_args,
+    clock: Clock = time.perf_counter,
+) -> tuple[float, tuple]:
+    """Issue `calls` calls back to back, sync once at the end; median over `repeats` bursts.
+
+    Only the last output is waited for: one device stream runs calls in order, and holding every
+    output alive would multiply memory use for large workloads.
+
+    Returns:
+      (median seconds per call, the args for the next call).
+    """
+    per_call = []
+    for _ in range(repeats):
+        t0 = clock()
+        out = None
+        for _ in range(calls):
+            out = fn(*args)
+            args = advance(args, out)
+        jax.block_until_ready(out)
+        per_call.append((clock() - t0) / calls)
+    return statistics.median(per_call), args
+
+
+def summarize(samples: Sequence[float]) -> tuple[float, float, float, float]:
+    """(median, p10, p90, min) of per-call seconds."""
+    values = np.asarray(samples, dtype=np.float64)
+    p10, median, p90 = np.percentile(values, [10, 50, 90])
+    return float(median), float(p10), float(p90), float(values.min())
+
+
+def measure(
+    fn: Callable,
+    args: Sequence,
+    settings: TimingSettings = TimingSettings(),
+    advance: Advance = same_args,
+    clock: Clock = time.perf_counter,
+) -> Timing:
+    """Warm up, then time per-call latency and pipelined throughput.
+
+    Args:
+      fn: the compiled function; `fn(*args)`.
+      args: its arguments.
+      settings: when to stop.
+      advance: `(args, out) -> next args`; `thread_state` for train steps.
+      clock: seconds as a float (injectable for tests).
+
+    Returns:
+      The Timing.
+    """
+    args = warm_up(fn, tuple(args), settings.warmup, advance)
+    samples, args = time_latency(fn, args, settings, advance, clock)
+    calls = max(settings.min_iters, min(len(samples), settings.max_iters))
+    pipelined, _ = time_pipelined(fn, args, calls, settings.repeats, advance, clock)
+    median, p10, p90, fastest = summarize(samples)
+    return Timing(
+        time_median_s=median,
+        time_p10_s=p10,
+        time_p90_s=p90,
+        time_min_s=fastest,
+        iters=len(samples),
+        pipelined_s_per_call=pipelined,
+        pipelined_iters=calls,
+        warmup_iters=max(1, settings.warmup),
+    )
