@@ -1,0 +1,61 @@
+"""`xlafuse inspect`: kernels and fusions of an HLO file, a dump folder, or a compiled workload."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from xlafuse import inspect as inspect_lib
+from xlafuse.errors import XlafuseError
+
+
+def register(subparsers) -> None:
+    """Adds the `inspect` parser."""
+    p = subparsers.add_parser(
+        "inspect",
+        help="what XLA fused: kernels, fusions, modeled traffic",
+        description="Inspect optimized HLO: a text file, an --xla_dump_to folder, or a workload.",
+    )
+    p.add_argument("target", nargs="?", help="HLO text file or --xla_dump_to folder")
+    p.add_argument("--module", help="in a dump folder, the module whose file name contains NAME")
+    p.add_argument("--workload", help="compile this workload instead of reading a TARGET")
+    p.add_argument("--size", default="tiny", help="workload size (default: tiny)")
+    p.add_argument("--mode", default="forward", help="workload mode (default: forward)")
+    p.add_argument("--variant", default="default", help="fusion variant (default: default)")
+    p.add_argument("--top", type=int, help="show the first N kernels only")
+    p.add_argument("--sort", default="bytes", choices=inspect_lib.SORT_KEYS, help="kernel order")
+    p.add_argument("--json", action="store_true", help="print JSON (docs/inspect-json.md)")
+    p.add_argument("--dot", type=Path, metavar="FILE", help="write the kernel graph as DOT")
+    p.add_argument("--svg", type=Path, metavar="FILE", help="render the kernel graph to SVG")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    """Inspects the target and prints the text report or JSON; writes DOT/SVG when asked."""
+    result = inspect_lib.inspect_target(
+        path=args.target,
+        module=args.module,
+        workload=args.workload,
+        size=args.size,
+        mode=args.mode,
+        variant=args.variant,
+    )
+    if args.dot or args.svg:
+        _write_graph(result, args.dot, args.svg)
+    if args.json:
+        print(json.dumps(result.to_json(), indent=1))
+    else:
+        print(inspect_lib.render_text(result, top=args.top, sort=args.sort))
+    return 0
+
+
+def _write_graph(result, dot_path: Path | None, svg_path: Path | None) -> None:
+    from xlafuse.hlo.graph import render_svg, to_dot
+
+    if result.hlo is None:
+        raise XlafuseError("--dot/--svg draw one module: pick one with --module NAME")
+    dot_text = to_dot(result.hlo, result.report)
+    if dot_path:
+        dot_path.write_text(dot_text)
+    if svg_path:
+        render_svg(dot_text, svg_path)

@@ -1,0 +1,30 @@
+"""`xlafuse passes`: the HLO passes of the running XLA (fusion-related ones, or all)."""
+
+from __future__ import annotations
+
+import jax
+
+from xlafuse.passes import fusion_passes, known_passes
+
+
+def register(subparsers) -> None:
+    """Adds the `passes` parser."""
+    p = subparsers.add_parser(
+        "passes",
+        help="the fusion-related HLO passes of the running XLA",
+        description="List HLO pass names the running XLA uses on this backend "
+        "(names accepted by xla_disable_hlo_passes).",
+    )
+    p.add_argument("--all", action="store_true", help="every pass, not only fusion-related ones")
+    p.add_argument("--backend", help="cpu or gpu (default: JAX's default backend)")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    """Prints a count line, then one pass name per line."""
+    backend = args.backend or jax.default_backend()
+    names = sorted(known_passes(backend)) if args.all else fusion_passes(backend)
+    which = "HLO passes" if args.all else "fusion-related HLO passes"
+    print(f"{len(names)} {which} of XLA ({backend}, jax {jax.__version__}):")
+    print("\n".join(f"  {n}" for n in names))
+    return 0

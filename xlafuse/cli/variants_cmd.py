@@ -1,0 +1,55 @@
+"""`xlafuse variants`: the fusion variant presets and their XLA options on this backend."""
+
+from __future__ import annotations
+
+import json
+
+import jax
+
+from xlafuse import variants
+
+
+def register(subparsers) -> None:
+    """Adds the `variants` parser."""
+    p = subparsers.add_parser(
+        "variants",
+        help="the fusion variant presets and their XLA options",
+        description="List the variant presets, their XLA options here, and where they apply.",
+    )
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    """Prints one block per preset: name, applies here or not, description, XLA options."""
+    backend = jax.default_backend()
+    rows = [_describe(variants.get(name), backend) for name in variants.available()]
+    if args.json:
+        print(json.dumps({"backend": backend, "variants": rows}, indent=1))
+        return 0
+    print(f"backend: {backend}")
+    for row in rows:
+        here = "applies here" if row["applies"] else f"{'/'.join(row['backends'])} only"
+        print(f"\n{row['name']}  ({here})\n  {row['description']}")
+        for key, value in row["options"].items():
+            print(f"  {key}={value!r}")
+        if not row["options"]:
+            print("  (no options: XLA as shipped)")
+    return 0
+
+
+def _describe(variant: variants.Variant, backend: str) -> dict:
+    applies = variant.applies_to(backend)
+    if applies:
+        options = variant.compiler_options(backend)
+    else:  # not validated: its passes belong to another backend's XLA
+        options = dict(variant.options)
+        if variant.disable_passes:
+            options[variants.DISABLE_PASSES] = ",".join(variant.disable_passes)
+    return {
+        "name": variant.name,
+        "description": variant.description,
+        "applies": applies,
+        "backends": list(variant.backends),
+        "options": options,
+    }
