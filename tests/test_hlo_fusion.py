@@ -86,6 +86,11 @@ def test_bytes_count_distinct_operands_and_tuple_elements(samples):
     assert instruction_bytes(entry.by_name["custom-call.0"], entry)[1] == 4 * 2048 * 1536
 
 
+cpu_only = pytest.mark.skipif(
+    jax.default_backend() != "cpu", reason="asserts what the CPU compiler emits"
+)
+
+
 def _relu_affine(x, a, b):
     return jax.nn.relu(x * a + b)  # source attribution points at this line
 
@@ -101,6 +106,7 @@ def _cpu_reports():
     return fused, unfused
 
 
+@cpu_only
 def test_cpu_fusion_on_vs_off():
     fused, unfused = _cpu_reports()
     assert (fused.real_fusions, fused.fusions) == (1, 1)
@@ -111,6 +117,7 @@ def test_cpu_fusion_on_vs_off():
     assert fused.modeled_bytes == 4 * 4096 * 4 < unfused.modeled_bytes
 
 
+@cpu_only
 def test_cpu_source_lines_name_this_file():
     fused, _ = _cpu_reports()
     (kernel,) = fused.kernel_details
@@ -119,6 +126,7 @@ def test_cpu_source_lines_name_this_file():
     assert any("max" in name for name in kernel.op_names)
 
 
+@cpu_only
 def test_cpu_conditional_branches_and_unwrapped_sort():
     def pick(x):
         return jax.lax.cond(x.sum() > 0, lambda y: y * 2, jnp.sort, x)
@@ -129,15 +137,17 @@ def test_cpu_conditional_branches_and_unwrapped_sort():
     assert ops["fusion"] == 2 and "conditional" not in ops
 
 
+@cpu_only
 def test_cpu_dot_becomes_ynnpack_custom_fusion_or_library_call():
     def mm(x, w):
         return jnp.tanh(x @ w)
 
     a, w = jnp.ones((64, 128)), jnp.ones((128, 32))
     report = analyze_hlo(jax.jit(mm).lower(a, w).compile().as_text())
-    dot = next(
-        k for k in report.kernel_details if "dot" in k.ops or k.opcode in ("dot", "custom-call")
-    )
-    if dot.opcode == "fusion":
-        assert (dot.kind, dot.sub_kind) == ("kCustom", "__ynn_fusion")
-        assert report.backend == "cpu"
+    # jax 0.10 on x86 CPUs hands the dot to YNNPACK as a kCustom fusion; tanh stays separate.
+    kinds = [(k.opcode, k.kind, k.sub_kind, k.ops) for k in report.kernel_details]
+    assert kinds == [
+        ("fusion", "kCustom", "__ynn_fusion", ("dot",)),
+        ("fusion", "kLoop", None, ("tanh",)),
+    ]
+    assert report.backend == "cpu"

@@ -64,21 +64,24 @@ def _probe_passes(backend: str) -> frozenset[str]:
     env.update(
         TF_CPP_MIN_LOG_LEVEL="0",
         TF_CPP_VMODULE="hlo_pass_pipeline=1",
-        JAX_PLATFORMS=backend,
         # A parent that holds the GPU must not be starved by a child that preallocates it.
         XLA_PYTHON_CLIENT_PREALLOCATE="false",
     )
     env.pop("XLA_FLAGS", None)  # disabled passes would vanish from the log
+    if backend == "cpu":
+        env["JAX_PLATFORMS"] = (
+            "cpu"  # GPU platform names differ by plugin (cuda, rocm): keep the default
+        )
     proc = subprocess.run(
         [sys.executable, "-c", _PROBE], env=env, capture_output=True, text=True, timeout=300
     )
     log = proc.stderr
     names = set(_PASS_LINE.findall(log)) | set(_PIPELINE_LINE.findall(log))
     if proc.returncode != 0 or not names:
-        tail = log.strip().splitlines()[-1:] or ["no output"]
+        errors = [ln for ln in log.splitlines() if "Error" in ln] or log.strip().splitlines()[-1:]
         raise RuntimeError(
             f"could not list XLA's passes for backend {backend!r} (probe exit {proc.returncode}): "
-            f"{tail[0]}"
+            f"{errors[-1] if errors else 'no output'}"
         )
     return frozenset(names)
 
