@@ -1,0 +1,25 @@
+"""`xlafuse report RESULTS.jsonl`: write report.md and its plots for a results file."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(subparsers) -> None:
+    """Add the `report` subcommand."""
+    parser = subparsers.add_parser(
+        "report",
+        help="write report.md and PNG plots from a results file",
+        description="Render a results JSONL (from `xlafuse run`) as markdown tables and plots.",
+    )
+    parser.add_argument("results", help="the results file (results.jsonl)")
+    parser.add_argument("--out", help="output folder (default: the results file's folder)")
+    parser.set_defaults(func=report)
+
+
+def report(args: argparse.Namespace) -> int:
+    """Write the report and print its path."""
+    from xlafuse.report import write_report
+
+    print(write_report(args.results, args.out))
+    return 0

@@ -1,0 +1,63 @@
+"""`xlafuse run CONFIG`: run an experiment config, resuming, and write its report."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from xlafuse.errors import XlafuseError
+
+SOME_CELLS_FAILED = 1
+CONFIG_ERROR = 2
+
+
+def register(subparsers) -> None:
+    """Add the `run` subcommand."""
+    parser = subparsers.add_parser(
+        "run",
+        help="run an experiment config (workloads x variants) and write report.md",
+        description="Run every cell of a TOML experiment config, appending one JSON line per "
+        "cell; a re-run skips cells already done. Exit 0: all cells ok; 1: some cells "
+        "errored; 2: the config is invalid.",
+    )
+    parser.add_argument("config", help="the experiment config (.toml)")
+    parser.add_argument("--out", help="results folder (default: the config's experiment.output)")
+    parser.add_argument(
+        "--only", nargs="+", metavar="WORKLOAD", help="run only these workloads (names or labels)"
+    )
+    parser.add_argument(
+        "--variants", type=_names, help="comma-separated variants to run (the reference stays)"
+    )
+    parser.add_argument("--fresh", action="store_true", help="move old results aside, start over")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.set_defaults(func=run)
+
+
+def _names(text: str) -> list[str]:
+    return [n.strip() for n in text.split(",") if n.strip()]
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the config; exit status 0 all ok, 1 some cells errored, 2 invalid config."""
+    from xlafuse.config import load_config
+    from xlafuse.runner import run_experiment
+
+    try:
+        config = load_config(args.config)
+    except XlafuseError as err:
+        # Every problem on its own line (the dispatcher would keep only the first line).
+        print(f"xlafuse run: error: {err}", file=sys.stderr)
+        return CONFIG_ERROR
+    records = run_experiment(
+        config,
+        out=args.out,
+        only=args.only,
+        variants=args.variants,
+        fresh=args.fresh,
+        progress=not args.no_progress,
+    )
+    failed = [r for r in records if not r.ok]
+    if failed:
+        print(f"{len(failed)} of {len(records)} cells errored", file=sys.stderr)
+        return SOME_CELLS_FAILED
+    return 0

@@ -1,0 +1,253 @@
+"""A results JSONL -> `report.md` (environment, ceilings, a table per workload) and PNG plots.
+
+Plots (matplotlib, Agg backend): speedup per workload and variant, kernels vs time, and a roofline
+(arithmetic intensity = flops / modeled bytes against achieved FLOP/s, under the measured copy
+bandwidth and matmul ceilings). A plot whose data is missing (no flops, no ok cells) is skipped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from xlafuse.results import CellResult, latest_per_cell, load_results
+
+SPEEDUP_PNG = "speedup.png"
+KERNELS_PNG = "kernels_vs_time.png"
+ROOFLINE_PNG = "roofline.png"
+
+
+def write_report(results_path: str | Path, out_dir: str | Path | None = None) -> Path:
+    """Write `report.md` and its PNG plots for a results file.
+
+    Args:
+      results_path: the JSONL file of cell records.
+      out_dir: where to write; the results file's folder when None.
+
+    Returns:
+      The path of report.md.
+
+    Raises:
+      FileNotFoundError: no such results file.
+    """
+    results_path = Path(results_path)
+    out_dir = Path(out_dir) if out_dir is not None else results_path.parent
+    out_dir.mkdir(parents=True, exist_ok=True)
+    records = latest_per_cell(load_results(results_path))
+    plots = write_plots(records, out_dir)
+    text = render_markdown(records, results_path, plots)
+    path = out_dir / "report.md"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def render_markdown(
+    records: Sequence[CellResult], source: Path | None = None, plots: Iterable[str] = ()
+) -> str:
+    """The report as markdown text."""
+    lines = ["# xlafuse report", ""]
+    if source is not None:
+        lines += [f"Results: `{source}` ({len(records)} cells)", ""]
+    lines += _environment(records) + _ceilings(records)
+    for key, group in _by_workload(records).items():
+        lines += [f"## {key}", "", *_table(group), ""]
+    lines += _errors(records)
+    if plots:
+        lines += ["## Plots", ""] + [f"![{p}]({p})" for p in plots] + [""]
+    return "\n".join(lines)
+
+
+def _environment(records: Sequence[CellResult]) -> list[str]:
+    env = next((r.env for r in records if r.env), {})
+    if not env:
+        return []
+    keys = ("device_kind", "backend", "device_count", "driver", "jax", "jaxlib", "flax", "optax")
+    keys += ("python", "XLA_FLAGS", "git_commit", "config_hash")
+    rows = [f"- {k}: `{env.get(k)}`" for k in keys if env.get(k) not in (None, "")]
+    return ["## Environment", "", *rows, ""]
+
+
+def _ceilings(records: Sequence[CellResult]) -> list[str]:
+    record = next((r for r in records if r.copy_ceiling_bytes_per_s), None)
+    if record is None:
+        return []
+    rows = [
+        f"- copy bandwidth: {record.copy_ceiling_bytes_per_s / 1e9:.1f} GB/s (x + 1, read + write)"
+    ]
+    if record.matmul_ceiling_flops_per_s:
+        rows.append(f"- matmul: {record.matmul_ceiling_flops_per_s / 1e12:.3f} TFLOP/s")
+    return ["## Measured ceilings", "", *rows, ""]
+
+
+def _by_workload(records: Sequence[CellResult]) -> dict[str, list[CellResult]]:
+    groups: dict[str, list[CellResult]] = {}
+    for r in records:
+        extra = ",".join(f"{k}={v}" for k, v in sorted(r.overrides.items()))
+        key = f"{r.workload}{f'[{extra}]' if extra else ''} / {r.size} / {r.mode} / {r.dtype}"
+        groups.setdefault(key, []).append(r)
+    return groups
+
+
+_COLUMNS = (
+    "variant", "kernels", "real fusions", "modeled GB", "median ms", "p10-p90 ms", "speedup",
+    "GB/s", "% copy ceiling", "TFLOP/s", "compile s", "numerics",
+)  # fmt: skip
+
+
+def _table(group: Sequence[CellResult]) -> list[str]:
+    lines = ["| " + " | ".join(_COLUMNS) + " |", "|" + "---|" * len(_COLUMNS)]
+    for r in group:
+        lines.append("| " + " | ".join(_row(r)) + " |")
+    return lines
+
+
+def _row(r: CellResult) -> list[str]:
+    if not r.ok:
+        return [r.variant, "error", *[""] * (len(_COLUMNS) - 2)]
+    spread = (
+        f"{r.time_p10_s * 1e3:.3g}-{r.time_p90_s * 1e3:.3g}" if r.time_p10_s is not None else ""
+    )
+    return [
+        r.variant,
+        _fmt(r.kernels),
+        _fmt(r.real_fusions),
+        _fmt(r.modeled_bytes, 1e-9, ".4g"),
+        _fmt(r.time_median_s, 1e3, ".3g"),
+        spread,
+        _fmt(r.speedup_vs_reference, 1, ".2f", "x"),
+        _fmt(r.achieved_bytes_per_s, 1e-9, ".1f"),
+        _fmt(r.pct_of_copy_ceiling, 1, ".1f", "%"),
+        _fmt(r.tflops, 1, ".3g"),
+        _fmt(r.compile_s, 1, ".2f"),
+        _numerics(r),
+    ]
+
+
+def _numerics(r: CellResult) -> str:
+    if r.within_tolerance is None:
+        return "-"
+    if r.within_tolerance:
+        return "ok"
+    return f"FLAGGED ({r.max_abs_diff:.2g})"
+
+
+def _fmt(value: Any, scale: float = 1, spec: str = "", suffix: str = "") -> str:
+    if value is None:
+        return "-"
+    return f"{value * scale:{spec}}{suffix}"
+
+
+def _errors(records: Sequence[CellResult]) -> list[str]:
+    errors = [r for r in records if not r.ok]
+    if not errors:
+        return []
+    lines = ["## Errors", ""]
+    for r in errors:
+        lines.append(f"- `{r.workload}/{r.size}/{r.mode}` `{r.variant}`: {r.error_type}: {r.error}")
+    return [*lines, ""]
+
+
+def write_plots(records: Sequence[CellResult], out_dir: Path) -> list[str]:
+    """Write the PNG plots that the data allows; returns their file names."""
+    ok = [r for r in records if r.ok and r.time_median_s]
+    if not ok:
+        return []
+    import matplotlib
+
+    matplotlib.use("Agg")
+    written = []
+    for name, plot in (
+        (SPEEDUP_PNG, _plot_speedup),
+        (KERNELS_PNG, _plot_kernels),
+        (ROOFLINE_PNG, _plot_roofline),
+    ):
+        if plot(ok, out_dir / name):
+            written.append(name)
+    return written
+
+
+def _label(r: CellResult) -> str:
+    return f"{r.workload}/{r.size}/{r.mode}"
+
+
+def _plot_speedup(records: Sequence[CellResult], path: Path) -> bool:
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    rows = [r for r in records if r.speedup_vs_reference is not None]
+    if not rows:
+        return False
+    workloads = list(dict.fromkeys(_label(r) for r in rows))
+    variants = list(dict.fromkeys(r.variant for r in rows))
+    width = 0.8 / len(variants)
+    fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(workloads) * len(variants) / 2), 4.5))
+    x = np.arange(len(workloads))
+    for i, variant in enumerate(variants):
+        values = {_label(r): r.speedup_vs_reference for r in rows if r.variant == variant}
+        heights = [values.get(w, 0.0) for w in workloads]
+        ax.bar(x + i * width, heights, width, label=variant)
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.set_xticks(x + width * (len(variants) - 1) / 2, workloads, rotation=30, ha="right")
+    ax.set_ylabel(f"speedup vs {rows[0].reference} (x)")
+    ax.legend()
+    return _save(fig, path)
+
+
+def _plot_kernels(records: Sequence[CellResult], path: Path) -> bool:
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in records if r.kernels]
+    if not rows:
+        return False
+    fig, ax = plt.subplots(figsize=(6.5, 4.5))
+    for variant in dict.fromkeys(r.variant for r in rows):
+        chosen = [r for r in rows if r.variant == variant]
+        ax.scatter(
+            [r.kernels for r in chosen], [r.time_median_s * 1e3 for r in chosen], label=variant
+        )
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("kernels per call")
+    ax.set_ylabel("median time per call (ms)")
+    ax.legend()
+    return _save(fig, path)
+
+
+def _plot_roofline(records: Sequence[CellResult], path: Path) -> bool:
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    rows = [r for r in records if r.flops and r.modeled_bytes and r.tflops]
+    if not rows:
+        return False
+    fig, ax = plt.subplots(figsize=(6.5, 4.5))
+    for variant in dict.fromkeys(r.variant for r in rows):
+        chosen = [r for r in rows if r.variant == variant]
+        ax.scatter(
+            [r.flops / r.modeled_bytes for r in chosen],
+            [r.tflops * 1e12 for r in chosen],
+            label=variant,
+        )
+    intensity = [r.flops / r.modeled_bytes for r in rows]
+    xs = np.logspace(np.log10(min(intensity) / 10), np.log10(max(intensity) * 10), 100)
+    copy = next((r.copy_ceiling_bytes_per_s for r in rows if r.copy_ceiling_bytes_per_s), None)
+    peak = next((r.matmul_ceiling_flops_per_s for r in rows if r.matmul_ceiling_flops_per_s), None)
+    if copy:
+        ys = xs * copy if peak is None else np.minimum(xs * copy, peak)
+        ax.plot(xs, ys, "k--", linewidth=1, label="measured ceilings")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("arithmetic intensity (FLOP / modeled byte)")
+    ax.set_ylabel("achieved FLOP/s")
+    ax.legend()
+    return _save(fig, path)
+
+
+def _save(fig, path: Path) -> bool:
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
