@@ -1,0 +1,377 @@
+"""Cold start: what a compiled model costs before its first useful call, measured in fresh processes.
+
+A serving process pays, before it can answer: the imports, tracing and lowering, the XLA compile
+and a first (slower) call. The persistent compilation cache (`jax_compilation_cache_dir`) turns the
+compile into a disk read when an earlier process compiled the same module with the same options;
+ahead-of-time export (`jax.export`) removes tracing and lowering from the serving process.
+
+Every figure comes from a child process (`python -m xlafuse.measure.coldstart_child`), because
+JAX keeps compiled executables in memory: timing a second compile in this process would time a
+lookup. Three children make one `ColdStartResult`:
+
+1. cold: an empty cache folder; times import, lower, compile, first and steady calls, and exports
+   the function (serialized StableHLO) for step 3;
+2. warm: the same cache folder, a new process: the compile is a cache read;
+3. AOT: a new process, no cache: deserialize the export, compile it, make the first call.
+
+Cache hits are counted, not guessed from times: the child listens to JAX's monitoring events
+('/jax/compilation_cache/cache_hits' and 'cache_misses') during the measured compile only.
+
+This module imports JAX only lazily: the parent never starts a backend to measure a child.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from xlafuse.child import child_env
+
+CACHE_ENTRY_SUFFIX = "-cache"  # jax's LRU file cache writes KEY-cache (and KEY-atime) files
+DEFAULT_STEADY_CALLS = 10
+_CHILD_MODULE = "xlafuse.measure.coldstart_child"
+
+
+@dataclasses.dataclass(frozen=True)
+class StartRun:
+    """What one child process measured on the jit path (trace, lower, compile, call).
+
+    Attributes:
+      backend: JAX's default backend in the child ("cpu" or "gpu").
+      import_s: seconds to import jax, flax and the xlafuse models.
+      build_s: seconds to build the workload (parameters, inputs; not part of the start cost).
+      lower_s: seconds to trace and lower the function.
+      compile_s: seconds of `Lowered.compile` (a disk read on a cache hit).
+      first_call_s: seconds of the first call, synchronized.
+      steady_call_s: median seconds of the following synchronized calls.
+      cache_hits: persistent-cache hits during the measured compile (0 or 1).
+      cache_misses: entries written to the cache by the measured compile (0 or 1).
+      cache_entries: entries in the cache folder when the child finished (0 without a cache).
+      aot_export_s: seconds to export and serialize the function, when asked (else None).
+    """
+
+    backend: str
+    import_s: float
+    build_s: float
+    lower_s: float
+    compile_s: float
+    first_call_s: float
+    steady_call_s: float
+    cache_hits: int
+    cache_misses: int
+    cache_entries: int
+    aot_export_s: float | None = None
+
+    @property
+    def cache_hit(self) -> bool:
+        """True when the measured compile was served by the persistent cache."""
+        return self.cache_hits > 0
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form, with `cache_hit`."""
+        return {**dataclasses.asdict(self), "cache_hit": self.cache_hit}
+
+
+@dataclasses.dataclass(frozen=True)
+class ColdStartResult:
+    """Cold-start figures of one workload under one variant.
+
+    Attributes:
+      workload: the workload spec (name, size, mode, dtype, seed, overrides).
+      variant: the variant's name.
+      backend: "cpu" or "gpu".
+      import_s: seconds to import jax, flax and the models (cold child).
+      lower_s: seconds to trace and lower (cold child).
+      cold_compile_s: compile seconds with an empty cache; None when the cache was already warm.
+      warm_compile_s: compile seconds in a new process with the cache filled.
+      first_call_s: seconds of the first call after compiling (cold child).
+      steady_call_s: median seconds of a call once warmed up (cold child).
+      aot_export_s: seconds to export and serialize (jax.export); None without AOT.
+      aot_load_s: seconds to deserialize + compile + first call in a fresh process; None without AOT.
+      cache_hit: whether the warm child's compile was a persistent-cache hit (counted, not timed).
+      cache_entries: entries in the cache folder after the warm child.
+      cache_dir: the cache folder used, or None when it was a temporary one.
+    """
+
+    workload: Mapping[str, Any]
+    variant: str
+    backend: str
+    import_s: float
+    lower_s: float
+    cold_compile_s: float | None
+    warm_compile_s: float
+    first_call_s: float
+    steady_call_s: float
+    aot_export_s: float | None
+    aot_load_s: float | None
+    cache_hit: bool
+    cache_entries: int
+    cache_dir: str | None = None
+
+    @property
+    def cache_speedup(self) -> float | None:
+        """cold_compile_s / warm_compile_s; None if either is missing."""
+        if self.cold_compile_s is None or not self.warm_compile_s:
+            return None
+        return self.cold_compile_s / self.warm_compile_s
+
+    @property
+    def compile_to_steady(self) -> float | None:
+        """How many steady calls one cold compile costs; None if unknown."""
+        if self.cold_compile_s is None or not self.steady_call_s:
+            return None
+        return self.cold_compile_s / self.steady_call_s
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form, with the derived `cache_speedup` and `compile_to_steady`."""
+        out = dataclasses.asdict(self)
+        out["workload"] = dict(self.workload)
+        out["cache_speedup"] = self.cache_speedup
+        out["compile_to_steady"] = self.compile_to_steady
+        return out
+
+
+def cache_entry_count(cache_dir: str | os.PathLike | None) -> int:
+    """Number of executables stored in a persistent-cache folder (0 if it does not exist)."""
+    if cache_dir is None or not Path(cache_dir).is_dir():
+        return 0
+    return sum(1 for p in Path(cache_dir).iterdir() if p.name.endswith(CACHE_ENTRY_SUFFIX))
+
+
+def cache_settings(cache_dir: str | os.PathLike) -> dict[str, Any]:
+    """The JAX config values that make every compiled executable go to `cache_dir`.
+
+    Defaults skip entries that compiled in under 1 s or are small; a server warm-up wants all.
+    """
+    return {
+        "jax_compilation_cache_dir": str(cache_dir),
+        "jax_persistent_cache_min_compile_time_secs": 0.0,
+        "jax_persistent_cache_min_entry_size_bytes": -1,
+    }
+
+
+@contextlib.contextmanager
+def persistent_cache(cache_dir: str | os.PathLike) -> Iterator[Path]:
+    """Point this process's persistent compilation cache at `cache_dir` for the `with` block.
+
+    JAX decides once per process whether the cache is used (at the first compile), so the cache
+    is reset on entry and on exit, and the in-memory caches are cleared on entry: a function
+    compiled earlier in this process would otherwise never reach the disk. The previous settings
+    are restored on exit.
+
+    Yields:
+      The cache folder (created if missing).
+    """
+    import jax
+    from jax.experimental.compilation_cache import compilation_cache
+
+    folder = Path(cache_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    settings = cache_settings(folder)
+    before = {key: getattr(jax.config, key) for key in settings}
+    compilation_cache.reset_cache()
+    for key, value in settings.items():
+        jax.config.update(key, value)
+    jax.clear_caches()
+    try:
+        yield folder
+    finally:
+        compilation_cache.reset_cache()
+        for key, value in before.items():
+            jax.config.update(key, value)
+
+
+def workload_spec(workload: Any) -> dict[str, Any]:
+    """A JSON-able spec from which a child process rebuilds the same workload.
+
+    Args:
+      workload: a workload name, a dict (name, size, mode, dtype, seed, overrides), a config's
+        WorkloadConfig (anything with `to_dict()` giving those keys) or a built `Workload`
+        (its resolved configuration becomes the overrides; the seed is taken as 0).
+
+    Raises:
+      TypeError: none of those.
+    """
+    if isinstance(workload, str):
+        workload = {"name": workload}
+    elif hasattr(workload, "fn") and hasattr(workload, "config"):
+        workload = {
+            "name": workload.name,
+            "size": workload.size,
+            "mode": workload.mode,
+            "dtype": workload.dtype,
+            "overrides": workload.to_dict()["config"],
+        }
+    elif hasattr(workload, "to_dict"):
+        workload = workload.to_dict()
+    if not isinstance(workload, Mapping) or "name" not in workload:
+        raise TypeError(
+            "a workload is a name, a dict with 'name', a WorkloadConfig or a Workload, "
+            f"not {type(workload).__name__}"
+        )
+    return {
+        "name": workload["name"],
+        "size": workload.get("size", "tiny"),
+        "mode": workload.get("mode", "forward"),
+        "dtype": workload.get("dtype"),
+        "seed": int(workload.get("seed", 0)),
+        "overrides": dict(workload.get("overrides") or {}),
+    }
+
+
+def run_start(
+    workload: Any,
+    variant: Any = "default",
+    cache_dir: str | os.PathLike | None = None,
+    steady_calls: int = DEFAULT_STEADY_CALLS,
+    export_to: str | os.PathLike | None = None,
+    outputs_to: str | os.PathLike | None = None,
+) -> StartRun:
+    """Start a fresh process that builds, lowers, compiles and calls the workload once over.
+
+    Args:
+      workload: see `workload_spec`.
+      variant: a preset name, "a+b", a Variant or a dict of XLA options.
+      cache_dir: the persistent-cache folder to use (every entry cached); None: no cache.
+      steady_calls: synchronized calls after the first whose median is `steady_call_s`.
+      export_to: if given, also export the function there (serialized `jax.export`).
+      outputs_to: if given, pickle the first call's output leaves (NumPy) there.
+
+    Returns:
+      The child's StartRun.
+
+    Raises:
+      RuntimeError: the child failed (its last error line is in the message).
+    """
+    request = {
+        "phase": "jit",
+        "workload": workload_spec(workload),
+        "variant": _variant_dict(variant),
+        "cache_dir": None if cache_dir is None else str(cache_dir),
+        "steady_calls": int(steady_calls),
+        "export_to": None if export_to is None else str(export_to),
+        "outputs_to": None if outputs_to is None else str(outputs_to),
+    }
+    return StartRun(**_run_child(request))
+
+
+def run_aot_load(
+    workload: Any,
+    variant: Any,
+    exported_path: str | os.PathLike,
+    outputs_to: str | os.PathLike | None = None,
+) -> float:
+    """Start a fresh process that loads an export, compiles it and makes the first call.
+
+    The child rebuilds the workload only for its inputs (not timed); no persistent cache is used.
+
+    Returns:
+      Seconds of deserialize + compile + first call (`aot_load_s`).
+
+    Raises:
+      RuntimeError: the child failed.
+    """
+    request = {
+        "phase": "aot",
+        "workload": workload_spec(workload),
+        "variant": _variant_dict(variant),
+        "exported_path": str(exported_path),
+        "outputs_to": None if outputs_to is None else str(outputs_to),
+    }
+    return float(_run_child(request)["aot_load_s"])
+
+
+def measure_cold_start(
+    workload: Any,
+    variant: Any = "default",
+    cache_dir: str | os.PathLike | None = None,
+    steady_calls: int = DEFAULT_STEADY_CALLS,
+    aot: bool = True,
+) -> ColdStartResult:
+    """Measure the cold start of a workload under a variant, in two or three fresh processes.
+
+    Args:
+      workload: see `workload_spec`.
+      variant: a preset name, "a+b", a Variant or a dict of XLA options.
+      cache_dir: the cache folder to fill and keep; None uses a temporary one. If it already
+        holds entries (e.g. after `xlafuse warmup`), the cold run is skipped: both runs would be
+        warm, and `cold_compile_s` is None.
+      steady_calls: calls whose median is `steady_call_s`.
+      aot: also measure export and the AOT load in a third process.
+
+    Returns:
+      The ColdStartResult.
+
+    Raises:
+      RuntimeError: a child failed.
+    """
+    name = _variant_dict(variant)["name"]
+    with tempfile.TemporaryDirectory(prefix="xlafuse-coldstart-") as tmp:
+        folder = Path(cache_dir) if cache_dir is not None else Path(tmp) / "cache"
+        exported = Path(tmp) / "exported.bin" if aot else None
+        cold = None
+        if cache_entry_count(folder) == 0:
+            cold = run_start(workload, variant, folder, steady_calls, export_to=exported)
+        warm = run_start(workload, variant, folder, steady_calls)
+        first = cold or warm
+        aot_load_s = None
+        if aot and cold is None:
+            # The warm child did not export: do it now, without a cache (not timed against it).
+            first = dataclasses.replace(
+                first, aot_export_s=run_start(workload, variant, None, 1, exported).aot_export_s
+            )
+        if aot:
+            aot_load_s = run_aot_load(workload, variant, exported)
+    return ColdStartResult(
+        workload=workload_spec(workload),
+        variant=name,
+        backend=first.backend,
+        import_s=first.import_s,
+        lower_s=first.lower_s,
+        cold_compile_s=None if cold is None else cold.compile_s,
+        warm_compile_s=warm.compile_s,
+        first_call_s=first.first_call_s,
+        steady_call_s=first.steady_call_s,
+        aot_export_s=first.aot_export_s,
+        aot_load_s=aot_load_s,
+        cache_hit=warm.cache_hit,
+        cache_entries=warm.cache_entries,
+        cache_dir=None if cache_dir is None else str(cache_dir),
+    )
+
+
+def _variant_dict(variant: Any) -> dict[str, Any]:
+    from xlafuse.variants import get
+
+    return get(variant).to_dict()
+
+
+def _run_child(request: dict[str, Any]) -> dict[str, Any]:
+    """Run the child on `request`; returns its result dict."""
+    with tempfile.TemporaryDirectory(prefix="xlafuse-coldstart-child-") as tmp:
+        folder = Path(tmp)
+        (folder / "request.json").write_text(json.dumps(request))
+        flags = tuple(request["variant"].get("process_flags", ()))
+        proc = subprocess.run(
+            [sys.executable, "-m", _CHILD_MODULE, str(folder)],
+            env=child_env(flags),
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        result_path = folder / "result.json"
+        if proc.returncode != 0 or not result_path.exists():
+            lines = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()]
+            raise RuntimeError(
+                f"cold-start child ({request['phase']}, {request['workload']['name']}) failed "
+                f"(exit {proc.returncode}): {lines[-1] if lines else 'no output'}"
+            )
+        return json.loads(result_path.read_text())

@@ -1,0 +1,221 @@
+"""The child process of the cold-start measurements (internal).
+
+Run as `python -m xlafuse.measure.coldstart_child FOLDER`: reads FOLDER/request.json, writes
+FOLDER/result.json. The clock for `import_s` starts before JAX is imported, so this module imports
+nothing heavy at the top. Phases:
+
+- "jit": [cache settings] -> build -> lower -> compile -> first call -> steady calls [-> export];
+- "aot": build (for the inputs only) -> deserialize + compile + first call of an export.
+"""
+
+from __future__ import annotations
+
+import time
+
+_START = time.perf_counter()
+
+import json  # noqa: E402
+import pickle  # noqa: E402
+import statistics  # noqa: E402
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
+
+_HITS = "/jax/compilation_cache/cache_hits"
+_MISSES = "/jax/compilation_cache/cache_misses"
+
+
+def per_call_seconds(compiled, args, donate_argnums=(), calls=1, on_first=None) -> list[float]:
+    """Seconds of each of `calls` synchronized calls of `compiled(*args)`.
+
+    Donated arguments are consumed by a call: they are threaded from the previous output when it
+    has the same structure (a train step's new state), otherwise re-uploaded from a host copy
+    before the call (outside the clock).
+
+    Args:
+      compiled: a `jax.stages.Compiled` (or any callable returning arrays).
+      args: the positional arguments.
+      donate_argnums: the positions the executable donates.
+      calls: how many calls to time.
+      on_first: called with the first call's output, before a later call may consume it.
+    """
+    import jax
+
+    host = {i: jax.device_get(args[i]) for i in donate_argnums}
+    args = list(args)
+    seconds = []
+    for _ in range(calls):
+        start = time.perf_counter()
+        out = jax.block_until_ready(compiled(*args))
+        seconds.append(time.perf_counter() - start)
+        if on_first is not None and len(seconds) == 1:
+            on_first(out)
+        for i in donate_argnums:
+            args[i] = _next_donated(out, args[i], host[i])
+    return seconds
+
+
+def _next_donated(out, previous, host_copy):
+    import jax
+
+    first = out[0] if isinstance(out, tuple | list) and out else None
+    if first is not None and jax.tree.structure(first) == jax.tree.structure(previous):
+        return first
+    return jax.device_put(host_copy)
+
+
+def _build(spec: dict[str, Any]):
+    from xlafuse import models
+
+    return models.build(
+        spec["name"],
+        size=spec["size"],
+        mode=spec["mode"],
+        dtype=spec["dtype"],
+        seed=spec["seed"],
+        **spec["overrides"],
+    )
+
+
+def _variant(spec: dict[str, Any]):
+    from xlafuse.variants import Variant
+
+    return Variant(
+        name=spec["name"],
+        description=spec.get("description", ""),
+        disable_passes=tuple(spec.get("disable_passes", ())),
+        options=spec.get("options", {}),
+        process_flags=tuple(spec.get("process_flags", ())),
+        backends=tuple(spec.get("backends", ("cpu", "gpu"))),
+    )
+
+
+def _flat(fn, treedef):
+    """`fn` over a flat list of array leaves: exports cannot serialize Flax pytree types."""
+    import jax
+
+    def flat_fn(*leaves):
+        return jax.tree.leaves(fn(*jax.tree.unflatten(treedef, leaves)))
+
+    flat_fn.__name__ = getattr(fn, "__name__", "fn")
+    return flat_fn
+
+
+def _save_outputs(path: str | None, out) -> None:
+    if path is None:
+        return
+    import jax
+    import numpy as np
+
+    with open(path, "wb") as f:
+        pickle.dump([np.asarray(x) for x in jax.tree.leaves(out)], f)
+
+
+def _phase_jit(request: dict[str, Any], import_s: float) -> dict[str, Any]:
+    import jax
+
+    from xlafuse.measure.coldstart import cache_entry_count, cache_settings
+
+    if request["cache_dir"]:
+        for key, value in cache_settings(request["cache_dir"]).items():
+            jax.config.update(key, value)
+    start = time.perf_counter()
+    workload = _build(request["workload"])
+    build_s = time.perf_counter() - start
+    options = _variant(request["variant"]).compiler_options(jax.default_backend())
+    # Export first needs the arguments alive: a call may donate (delete) them.
+    args = workload.args
+    aot_export_s = _export(workload, request["export_to"])
+    jitted = jax.jit(workload.fn, donate_argnums=workload.donate_argnums)
+    start = time.perf_counter()
+    lowered = jitted.lower(*args)
+    lower_s = time.perf_counter() - start
+    events = _listen()
+    start = time.perf_counter()
+    compiled = lowered.compile(compiler_options=options)
+    compile_s = time.perf_counter() - start
+    counted = dict(events)
+    events.clear()
+    steady = per_call_seconds(
+        compiled,
+        args,
+        workload.donate_argnums,
+        1 + request["steady_calls"],
+        on_first=lambda out: _save_outputs(request["outputs_to"], out),
+    )
+    return {
+        "backend": jax.default_backend(),
+        "import_s": import_s,
+        "build_s": build_s,
+        "lower_s": lower_s,
+        "compile_s": compile_s,
+        "first_call_s": steady[0],
+        "steady_call_s": statistics.median(steady[1:]) if len(steady) > 1 else steady[0],
+        "cache_hits": counted.get(_HITS, 0),
+        "cache_misses": counted.get(_MISSES, 0),
+        "cache_entries": cache_entry_count(request["cache_dir"]),
+        "aot_export_s": aot_export_s,
+    }
+
+
+def _export(workload, path: str | None) -> float | None:
+    """Export the workload's function to `path`; seconds to trace, lower and serialize."""
+    if path is None:
+        return None
+    import jax
+
+    leaves, treedef = jax.tree.flatten(workload.args)
+    start = time.perf_counter()
+    exported = jax.export.export(jax.jit(_flat(workload.fn, treedef)))(*leaves)
+    blob = exported.serialize()
+    seconds = time.perf_counter() - start
+    Path(path).write_bytes(blob)
+    return seconds
+
+
+def _listen() -> dict[str, int]:
+    """Counts of the persistent-cache monitoring events from now on (cleared by the caller)."""
+    from jax._src import monitoring  # the only place these events are published
+
+    counts: dict[str, int] = {}
+
+    def on_event(event: str, **kwargs) -> None:
+        if event in (_HITS, _MISSES):
+            counts[event] = counts.get(event, 0) + 1
+
+    monitoring.register_event_listener(on_event)
+    return counts
+
+
+def _phase_aot(request: dict[str, Any], import_s: float) -> dict[str, Any]:
+    import jax
+
+    workload = _build(request["workload"])
+    leaves = jax.tree.leaves(workload.args)
+    options = _variant(request["variant"]).compiler_options(jax.default_backend())
+    blob = Path(request["exported_path"]).read_bytes()
+    start = time.perf_counter()
+    exported = jax.export.deserialize(bytearray(blob))
+    compiled = jax.jit(exported.call).lower(*leaves).compile(compiler_options=options)
+    out = jax.block_until_ready(compiled(*leaves))
+    aot_load_s = time.perf_counter() - start
+    _save_outputs(request["outputs_to"], out)
+    return {"backend": jax.default_backend(), "import_s": import_s, "aot_load_s": aot_load_s}
+
+
+def main(folder: str) -> None:
+    """Serve one request from `folder` (request.json -> result.json)."""
+    request = json.loads((Path(folder) / "request.json").read_text())
+    import flax  # noqa: F401  (part of what a serving process imports)
+    import jax  # noqa: F401
+
+    import xlafuse.models  # noqa: F401
+
+    import_s = time.perf_counter() - _START
+    phase = {"jit": _phase_jit, "aot": _phase_aot}[request["phase"]]
+    result = phase(request, import_s)
+    (Path(folder) / "result.json").write_text(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
