@@ -342,7 +342,8 @@ def _finish(run: _Run, record: CellResult, reference: CellResult | None, advance
 
 def cell_line(record: CellResult, reference: CellResult | None = None) -> str:
     """One concise line per cell: `mlp/tiny/forward  no-fusion  kernels 9 (+5)  0.12 ms  0.61x  ok`."""
-    name = f"{record.workload}/{record.size}/{record.mode}"
+    extra = ",".join(f"{k}={v}" for k, v in sorted(record.overrides.items()))
+    name = f"{record.workload}{f'[{extra}]' if extra else ''}/{record.size}/{record.mode}"
     if not record.ok:
         return f"{name}  {record.variant}  ERROR {record.error_type}: {record.error}"
     kernels = f"kernels {record.kernels}"

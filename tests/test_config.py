@@ -1,0 +1,160 @@
+"""Experiment config validation: every problem found, located, in one error."""
+
+from pathlib import Path
+
+import pytest
+
+from xlafuse.config import ExperimentConfig, load_config, parse_config
+from xlafuse.errors import XlafuseError
+
+GOOD = """
+[experiment]
+name = "t"
+output = "out/t"
+variants = ["default", "no-fusion", { name = "cpu-no-fusion", xla_disable_hlo_passes = "fusion" }]
+
+[[workloads]]
+name = "chain"
+overrides = { ops = 4 }
+
+[[workloads]]
+name = "mlp"
+mode = "train"
+dtype = "float32"
+
+[timing]
+min_time_s = 0
+min_iters = 3
+"""
+
+
+def _problems(data: dict, backend: str = "cpu") -> list[str]:
+    with pytest.raises(XlafuseError) as info:
+        parse_config(data, backend=backend)
+    return str(info.value).splitlines()[1:]
+
+
+def test_good_config_parses(tmp_path):
+    path = tmp_path / "t.toml"
+    path.write_text(GOOD)
+    config = load_config(path, backend="cpu")
+    assert isinstance(config, ExperimentConfig)
+    assert [v.name for v in config.variants] == ["default", "no-fusion", "cpu-no-fusion"]
+    assert config.variant("cpu-no-fusion").resolve().disable_passes == ("fusion",)
+    assert [w.label for w in config.workloads] == [
+        "chain[ops=4]/tiny/forward",
+        "mlp/tiny/train/float32",
+    ]
+    assert config.timing.min_time_s == 0.0 and config.timing.min_iters == 3
+    assert config.timing.max_iters == 1000  # default
+    assert str(config.output) == "out/t"
+    assert len(config.config_hash()) == 12
+
+
+def test_one_error_lists_every_problem():
+    problems = _problems(
+        {
+            "experimnt": {},
+            "experiment": {"variants": ["default", "no-fuson"], "reference": "dflt"},
+            "workloads": [
+                {"name": "mlp", "size": "huge"},
+                {"name": "gtp2"},
+                {"name": "mul_add_relu", "mode": "train"},
+                {"name": "chain", "overrides": {"ops": "16", "opps": 1}, "sise": "tiny"},
+            ],
+            "timing": {"min_iters": "ten", "max_iter": 5, "warmup": 0},
+        }
+    )
+    expected = [
+        "experimnt: unknown key (did you mean 'experiment'?); accepted: experiment, workloads, timing, measure",
+        "workloads[0].size: 'huge' is not a size (accepted: tiny, small, full)",
+        "workloads[1].name: unknown workload 'gtp2' (did you mean 'gpt2'?)",
+        "workloads[2].mode: 'train' is not a mode of 'mul_add_relu' (it has no parameters to train) (accepted: forward)",
+        "workloads[3].sise: unknown key (did you mean 'size'?)",
+        "workloads[3].overrides.ops: must be an integer like the default (8), not a string '16'",
+        "workloads[3].overrides.opps: unknown override for 'chain' (did you mean 'ops'?) (accepted: cols, ops, rows)",
+        "experiment.variants[1]: unknown variant 'no-fuson' (did you mean 'no-fusion'?)",
+        "experiment.reference: 'dflt' is not one of the variants (did you mean 'default'?)",
+        "timing.max_iter: unknown key (did you mean 'max_iters'?)",
+        "timing.min_iters: must be an integer, not a string 'ten'",
+        "timing.warmup: must be >= 1, not 0",
+    ]
+    assert len(problems) == len(expected)
+    for line, start in zip(problems, expected, strict=True):
+        assert line.strip().startswith(start), (line, start)
+
+
+def test_error_header_counts_problems_and_names_the_file(tmp_path):
+    path = tmp_path / "bad.toml"
+    path.write_text('[[workloads]]\nname = "mlp"\nsize = "huge"\n[timing]\nrepeats = 0\n')
+    with pytest.raises(XlafuseError, match=r"bad.toml: 2 problems in the config:"):
+        load_config(path, backend="cpu")
+
+
+def test_gpu_only_things_on_cpu():
+    problems = _problems(
+        {
+            "experiment": {"variants": ["default", "no-cuda-graphs", "no-fusion+no-gemm-fusion"]},
+            "workloads": [{"name": "attention", "overrides": {"implementation": "cudnn"}}],
+            "measure": {"ncu": True},
+        }
+    )
+    assert problems == [
+        "  workloads[0].overrides.implementation: 'cudnn' needs a GPU; the backend is 'cpu' (use 'xla')",
+        "  experiment.variants[1]: variant 'no-cuda-graphs' applies to gpu only; the backend is 'cpu'",
+        "  experiment.variants[2]: variant 'no-fusion+no-gemm-fusion' applies to gpu only; "
+        "the backend is 'cpu'",
+        "  measure.ncu: Nsight Compute needs a GPU; the backend is 'cpu'",
+    ]
+
+
+def test_inline_variant_with_unknown_pass_is_caught_before_compiling():
+    problems = _problems(
+        {
+            "experiment": {
+                "variants": ["default", {"name": "x", "xla_disable_hlo_passes": "fusoin"}]
+            },
+            "workloads": [{"name": "chain"}],
+        }
+    )
+    assert len(problems) == 1
+    assert (
+        problems[0]
+        .strip()
+        .startswith("experiment.variants[1]: unknown HLO pass 'fusoin' (did you mean 'fusion'?)")
+    )
+
+
+def test_missing_workloads_and_wrong_types():
+    problems = _problems(
+        {"experiment": {"name": 3, "variants": "default"}, "measure": {"profile": "yes"}}
+    )
+    assert [p.strip() for p in problems] == [
+        "experiment.name: must be a string, not an integer 3",
+        "workloads: missing: add at least one [[workloads]] table",
+        "experiment.variants: must be a non-empty array of names or tables",
+        "measure.profile: must be a boolean, not a string 'yes'",
+    ]
+
+
+def test_invalid_toml_is_one_error(tmp_path):
+    path = tmp_path / "broken.toml"
+    path.write_text("[experiment\nname = 1\n")
+    with pytest.raises(XlafuseError, match="not valid TOML"):
+        load_config(path)
+
+
+@pytest.mark.parametrize(
+    "name", ["quickstart", "pointwise", "transformer", "resnet50", "attention", "all"]
+)
+def test_shipped_configs_are_valid_on_gpu(name):
+    path = Path(__file__).parent.parent / "configs" / f"{name}.toml"
+    config = load_config(path, backend="gpu")
+    assert config.workloads and config.variants
+
+
+def test_quickstart_is_valid_on_cpu():
+    config = load_config(
+        Path(__file__).parent.parent / "configs" / "quickstart.toml", backend="cpu"
+    )
+    assert {v.name for v in config.variants} == {"default", "no-fusion"}
