@@ -59,6 +59,7 @@ from xlafuse.hlo import (
 
 SCHEMA = "xlafuse.inspect/1"
 SORT_KEYS = ("bytes", "ops", "name")
+HLO_TEXT = "expected optimized HLO text (Compiled.as_text() or a dumped *after_optimizations.txt)"
 ACCEPTED = (
     "expected an optimized HLO text file (Compiled.as_text() or *after_optimizations.txt), "
     "an --xla_dump_to folder, or --workload NAME"
@@ -207,7 +208,10 @@ def load_module(path: str | Path) -> HloModule:
     except UnicodeDecodeError as err:
         line = data.count(b"\n", 0, err.start) + 1
         raise HloParseError(f"not UTF-8 text; {ACCEPTED}", line, str(path)) from None
-    return parse_hlo(text, str(path))
+    try:
+        return parse_hlo(text, str(path))
+    except HloParseError as err:
+        raise HloParseError(f"{err.reason}; {HLO_TEXT}", err.line, err.source) from err
 
 
 def _inspect_file(path: Path, kind: str, target: str | None = None) -> InspectResult:
@@ -268,7 +272,7 @@ def _pick_module(files: list[Path], text: str, folder: Path) -> Path:
     if len(matches) == 1:
         return matches[0]
     if not matches:
-        names = ", ".join(p.name.split(".", 2)[0] + "." + p.name.split(".")[1] for p in files[:8])
+        names = ", ".join(module_label(p.name) for p in files[:8])
         more = f" and {len(files) - 8} more" if len(files) > 8 else ""
         raise XlafuseError(
             f"no module file in {str(folder)!r} contains {text!r}; modules: {names}{more}"

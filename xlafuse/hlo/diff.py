@@ -5,8 +5,9 @@ Kernels are matched through their ops' metadata: each kernel holds a set of op k
 source lines ("file.py:12"). Names repeat (two `add`s on one line share a key), so the match is
 by sets, not by identity:
 
-* "split": a kernel of A holds keys that no single kernel of B holds together; the B kernels that
-  cover them (fewest first, greedily) are its parts. Typical for default -> no-fusion.
+* "split": a kernel of A holds keys that no single kernel of B holds together; its parts are the
+  B kernels made only of those keys, plus (greedily) kernels for keys still left. Typical for
+  default -> no-fusion.
 * "fused": the reverse, a kernel of B holding keys split over several kernels of A.
 
 Keys found on one side only (ops rewritten away, or renamed) are ignored. Changes are listed
@@ -177,10 +178,11 @@ def _changes(direction, together, apart) -> list[FusionChange]:
 
 
 def _cover(keys: set[str], holders: dict[str, list[KernelInfo]]) -> list[KernelInfo]:
-    """A small set of kernels holding all `keys`: greedy, the kernel holding most keys first."""
-    left = set(keys)
-    candidates = {id(h): h for k in keys for h in holders[k]}.values()
-    chosen: list[KernelInfo] = []
+    """The kernels holding `keys`: every one made only of these keys, then greedily (most keys
+    first) others for keys still left, so a name shared with unrelated ops pulls in one kernel."""
+    candidates = list({id(h): h for k in sorted(keys) for h in holders[k]}.values())
+    chosen = [h for h in candidates if op_keys(h) <= keys]
+    left = keys - {k for h in chosen for k in op_keys(h)}
     while left:
         best = max(candidates, key=lambda h: (len(left & op_keys(h)), -_bytes(h)))
         chosen.append(best)
@@ -219,7 +221,7 @@ def _change_line(change: FusionChange) -> str:
     arrow = "->" if change.direction == "split" else "<-"
     return (
         f"  {change.kernel} {arrow} {len(change.parts)} kernels [{parts}]: "
-        f"{len(change.op_names)} ops, traffic {_signed(change.bytes_delta, _mb)}"
+        f"{len(change.op_names)} op names, traffic {_signed(change.bytes_delta, _mb)}"
     )
 
 
