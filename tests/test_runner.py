@@ -1,0 +1,242 @@
+"""The experiment runner on a CPU: records, report, resume, error cells, truncated files."""
+
+import json
+
+import pytest
+
+from xlafuse import runner
+from xlafuse.cli import main
+from xlafuse.config import parse_config
+from xlafuse.errors import XlafuseError
+from xlafuse.measure.calibrate import calibrate
+from xlafuse.results import REQUIRED_KEYS, append_result, finished_cells, load_results
+
+FAST_TIMING = {"warmup": 1, "min_time_s": 0, "min_iters": 3, "max_iters": 3, "repeats": 1}
+WORKLOADS = [
+    {"name": "mul_add_relu"},
+    {"name": "chain", "overrides": {"ops": 4}},
+    {"name": "mlp", "mode": "train"},
+]
+
+
+def _config(out, workloads=WORKLOADS, variants=("default", "no-fusion")):
+    return parse_config(
+        {
+            "experiment": {"name": "test", "output": str(out), "variants": list(variants)},
+            "workloads": workloads,
+            "timing": FAST_TIMING,
+        },
+        backend="cpu",
+    )
+
+
+def _small_calibration(backend=None):
+    return calibrate(backend, copy_bytes=1 << 20, matmul_size=64)
+
+
+@pytest.fixture(autouse=True)
+def fast_calibration(monkeypatch):
+    monkeypatch.setattr(runner, "calibrate", _small_calibration)
+
+
+@pytest.fixture
+def compiles(monkeypatch):
+    """Counts compile_variant calls made by the runner."""
+    count = {"n": 0}
+    real = runner.compile_variant
+
+    def counting(*args, **kwargs):
+        count["n"] += 1
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(runner, "compile_variant", counting)
+    return count
+
+
+@pytest.fixture(scope="module")
+def first_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("run")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(runner, "calibrate", _small_calibration)
+        records = runner.run_experiment(_config(out), progress=False)
+    return out, records
+
+
+def test_records_are_complete_and_ok(first_run):
+    out, records = first_run
+    lines = (out / "results.jsonl").read_text().splitlines()
+    assert len(lines) == len(records) == 6
+    for line in lines:
+        data = json.loads(line)
+        assert set(REQUIRED_KEYS) <= set(data)
+        assert data["status"] == "ok", data["error"]
+        assert data["env"]["config_hash"] and data["env"]["jax"]
+        assert data["copy_ceiling_bytes_per_s"] > 0
+        assert data["iters"] == 3
+        assert data["time_p10_s"] <= data["time_median_s"] <= data["time_p90_s"]
+
+
+def test_reference_and_fusion_figures(first_run):
+    _, records = first_run
+    cells = {(r.workload, r.mode, r.variant): r for r in records}
+    default = cells["mul_add_relu", "forward", "default"]
+    unfused = cells["mul_add_relu", "forward", "no-fusion"]
+    assert default.speedup_vs_reference == 1.0
+    assert default.within_tolerance is None  # the reference is not compared with itself
+    assert unfused.kernels > default.kernels
+    assert unfused.modeled_bytes > default.modeled_bytes
+    assert unfused.within_tolerance is True
+    assert unfused.speedup_vs_reference == pytest.approx(
+        default.time_median_s / unfused.time_median_s
+    )
+    train = cells["mlp", "train", "no-fusion"]
+    assert train.num_params > 0 and train.flops > 0 and train.tflops > 0
+    assert train.peak_memory_bytes > 0
+    assert cells["chain", "forward", "default"].overrides == {"ops": 4}
+
+
+def test_report_has_tables_and_plots(first_run):
+    out, _ = first_run
+    text = (out / "report.md").read_text()
+    assert "## mul_add_relu / tiny / forward / float32" in text
+    assert "## chain[ops=4] / tiny / forward / float32" in text
+    assert "| no-fusion |" in text
+    assert "## Measured ceilings" in text
+    for png in ("speedup.png", "kernels_vs_time.png", "roofline.png"):
+        assert (out / png).stat().st_size > 1000
+        assert f"![{png}]({png})" in text
+
+
+def test_resume_skips_finished_cells(first_run, tmp_path, compiles):
+    out, _ = first_run
+    copy = tmp_path / "resume"
+    copy.mkdir()
+    (copy / "results.jsonl").write_text((out / "results.jsonl").read_text())
+    records = runner.run_experiment(_config(copy), progress=False)
+    assert compiles["n"] == 0
+    assert len(records) == 6
+    assert len((copy / "results.jsonl").read_text().splitlines()) == 6
+
+
+def test_resume_runs_only_new_cells_and_compares_with_the_recorded_reference(
+    first_run, tmp_path, compiles
+):
+    out, _ = first_run
+    copy = tmp_path / "more"
+    copy.mkdir()
+    (copy / "results.jsonl").write_text((out / "results.jsonl").read_text())
+    inline = {"name": "no-fusion-inline", "xla_disable_hlo_passes": "fusion"}
+    config = _config(copy, variants=("default", "no-fusion", inline))
+    records = runner.run_experiment(config, only=["mul_add_relu"], progress=False)
+    # The reference is compiled again for its outputs; the new variant once.
+    assert compiles["n"] == 2
+    assert [r.variant for r in records] == ["default", "no-fusion", "no-fusion-inline"]
+    new = records[-1]
+    assert new.within_tolerance is True and new.speedup_vs_reference is not None
+    assert new.kernels == records[1].kernels
+
+
+def test_fresh_starts_over(first_run, tmp_path, compiles):
+    out, _ = first_run
+    copy = tmp_path / "fresh"
+    copy.mkdir()
+    (copy / "results.jsonl").write_text((out / "results.jsonl").read_text())
+    config = _config(copy, workloads=[{"name": "mul_add_relu"}])
+    runner.run_experiment(config, fresh=True, progress=False)
+    assert compiles["n"] == 2
+    assert len(load_results(copy / "results.jsonl")) == 2
+    assert len(list(copy.glob("results.*.jsonl.old"))) == 1
+
+
+def test_failing_cells_are_recorded_and_the_sweep_goes_on(tmp_path, monkeypatch):
+    from xlafuse import models
+
+    real_build = models.build
+
+    def build(name, *args, **kwargs):
+        if name == "cos_relu":
+            raise RuntimeError("RESOURCE_EXHAUSTED: out of memory (simulated)")
+        return real_build(name, *args, **kwargs)
+
+    monkeypatch.setattr(models, "build", build)
+    bad = {"name": "bad-option", "xla_no_such_option": True}
+    config = _config(
+        tmp_path, workloads=[{"name": "cos_relu"}, {"name": "gelu"}], variants=("default", bad)
+    )
+    records = runner.run_experiment(config, progress=False)
+    status = {(r.workload, r.variant): (r.status, r.error) for r in records}
+    assert status["cos_relu", "default"] == (
+        "error",
+        "RESOURCE_EXHAUSTED: out of memory (simulated)",
+    )
+    assert status["cos_relu", "bad-option"][0] == "error"
+    assert status["gelu", "default"] == ("ok", None)
+    assert status["gelu", "bad-option"][0] == "error"
+    assert "xla_no_such_option" in status["gelu", "bad-option"][1]
+    text = (tmp_path / "report.md").read_text()
+    assert "## Errors" in text and "simulated" in text
+    # Error cells are not "finished": a resume runs them again.
+    assert set(finished_cells(tmp_path / "results.jsonl")) == {
+        "gelu/tiny/forward/auto/{}/default/cpu"
+    }
+
+
+def test_load_results_skips_a_truncated_last_line(tmp_path):
+    path = tmp_path / "results.jsonl"
+    append_result(
+        path,
+        {
+            "workload": "a",
+            "size": "tiny",
+            "mode": "forward",
+            "dtype": "float32",
+            "variant": "default",
+            "backend": "cpu",
+            "device_kind": "cpu",
+        },
+    )
+    with open(path, "a") as f:
+        f.write('{"workload": "b", "size": "ti')
+    with pytest.warns(RuntimeWarning, match=r"results.jsonl:2: skipping a record"):
+        records = load_results(path)
+    assert [r.workload for r in records] == ["a"]
+
+
+def test_select_rejects_unknown_names(tmp_path):
+    config = _config(tmp_path)
+    with pytest.raises(
+        XlafuseError, match=r"no workload 'mpl' in the config \(did you mean 'mlp'\?\)"
+    ):
+        runner.select(config, ["mpl"], None)
+    with pytest.raises(XlafuseError, match=r"no variant 'nofusion'"):
+        runner.select(config, None, ["nofusion"])
+    picked = runner.select(config, ["mlp/tiny/train"], ["no-fusion"])
+    assert [w.label for w in picked.workloads] == ["mlp/tiny/train"]
+    assert [v.name for v in picked.variants] == ["default", "no-fusion"]
+
+
+def test_cli_run_config_error_lists_every_problem(tmp_path, capsys):
+    path = tmp_path / "bad.toml"
+    path.write_text('[[workloads]]\nname = "mlpp"\n[[workloads]]\nname = "chain"\nsize = "huge"\n')
+    assert main(["run", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "2 problems in the config" in err
+    assert "workloads[0].name: unknown workload 'mlpp' (did you mean 'mlp'?)" in err
+    assert "workloads[1].size: 'huge' is not a size (accepted: tiny, small, full)" in err
+
+
+def test_cli_run_and_report(tmp_path, capsys):
+    path = tmp_path / "c.toml"
+    path.write_text(
+        '[experiment]\nvariants = ["default", {name = "bad", xla_no_such_option = true}]\n'
+        '[[workloads]]\nname = "gelu"\n'
+        "[timing]\nwarmup = 1\nmin_time_s = 0\nmin_iters = 2\nmax_iters = 2\nrepeats = 1\n"
+        "[measure]\ncalibrate = false\n"
+    )
+    out = tmp_path / "out"
+    assert main(["run", str(path), "--out", str(out), "--no-progress"]) == 1
+    captured = capsys.readouterr()
+    assert "gelu/tiny/forward  default  kernels" in captured.out
+    assert "1 of 2 cells errored" in captured.err
+    assert main(["report", str(out / "results.jsonl"), "--out", str(tmp_path / "r")]) == 0
+    assert (tmp_path / "r" / "report.md").exists()
