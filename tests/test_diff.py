@@ -87,6 +87,7 @@ def test_workload_variants(capsys):
     [
         (["diff", "{a}"], "give two HLO files A B, or --workload NAME --variants V1,V2"),
         (["diff", "{a}", "/no/such.hlo"], "no such file or folder: '/no/such.hlo'"),
+        (["diff", "{a}", "{dump}"], "diff compares two HLO files; '{dump}' is a dump folder"),
         (
             ["diff", "--workload", "mul_add_relu", "--variants", "default"],
             "--variants needs two names",
@@ -97,8 +98,10 @@ def test_workload_variants(capsys):
         ),
     ],
 )
-def test_bad_input(capsys, samples, argv, message):
-    argv = [x.format(a=samples / "softmax.default.hlo.txt") for x in argv]
+def test_bad_input(capsys, samples, dump_folder, argv, message):
+    paths = {"a": samples / "softmax.default.hlo.txt", "dump": dump_folder}
+    argv = [x.format(**paths) for x in argv]
+    message = message.format(**paths)
     code, out, err = run(capsys, *argv)
     assert code == 2 and out == ""
     assert err.startswith("xlafuse diff: error: ") and message in err

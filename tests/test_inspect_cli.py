@@ -2,6 +2,7 @@
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 
@@ -85,6 +86,12 @@ def test_json_schema(capsys, samples):
     assert detail[0]["name"] == "input_reduce_fusion"
     assert detail[0]["kind"] == "kInput" and detail[0]["num_ops"] == 4
     assert got["modules"] == [] and got["thunk_launches"] is None
+
+
+def test_schema_is_documented():
+    doc = (Path(__file__).parent.parent / "docs" / "inspect-json.md").read_text()
+    assert all(f"`{key}`" in doc for key in JSON_KEYS | KERNEL_KEYS - {"bytes_in", "bytes_out"})
+    assert "`bytes_in`, `bytes_out`" in doc
 
 
 @pytest.mark.parametrize(

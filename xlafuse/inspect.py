@@ -177,6 +177,8 @@ def inspect_target(
     if (path is None) == (workload is None):
         raise XlafuseError(f"give exactly one target: {ACCEPTED}")
     if workload is not None:
+        if module is not None:
+            raise XlafuseError("--module picks a module of a dump folder, not of a workload")
         return _inspect_workload(workload, size, mode, variant, dict(overrides or {}))
     target = Path(path)
     if target.is_dir():
@@ -559,4 +561,10 @@ def diff_targets(
             raise XlafuseError("give two HLO files A B, or --workload NAME --variants V1,V2")
         results = [inspect_target(path=p) for p in (a, b)]
         labels = (Path(a).name, Path(b).name)
+        for result in results:
+            if result.report is None:
+                raise XlafuseError(
+                    f"diff compares two HLO files; {result.target!r} is a dump folder "
+                    "(give one of its *after_optimizations.txt files)"
+                )
     return diff_reports(results[0].report, results[1].report, labels=labels)
