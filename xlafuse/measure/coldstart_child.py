@@ -25,24 +25,17 @@ _HITS = "/jax/compilation_cache/cache_hits"
 _MISSES = "/jax/compilation_cache/cache_misses"
 
 
-def per_call_seconds(compiled, args, donate_argnums=(), calls=1, on_first=None) -> list[float]:
-    """Seconds of each of `calls` synchronized calls of `compiled(*args)`.
-
-    Donated arguments are consumed by a call: they are threaded from the previous output when it
-    has the same structure (a train step's new state), otherwise re-uploaded from a host copy
-    before the call (outside the clock).
+def per_call_seconds(compiled, args, calls: int, on_first=None) -> list[float]:
+    """Seconds of each of `calls` synchronized calls of `compiled(*args)` (same arguments).
 
     Args:
-      compiled: a `jax.stages.Compiled` (or any callable returning arrays).
+      compiled: a `jax.stages.Compiled` that does not donate its arguments.
       args: the positional arguments.
-      donate_argnums: the positions the executable donates.
       calls: how many calls to time.
-      on_first: called with the first call's output, before a later call may consume it.
+      on_first: called with the first call's output.
     """
     import jax
 
-    host = {i: jax.device_get(args[i]) for i in donate_argnums}
-    args = list(args)
     seconds = []
     for _ in range(calls):
         start = time.perf_counter()
@@ -50,18 +43,7 @@ def per_call_seconds(compiled, args, donate_argnums=(), calls=1, on_first=None) 
         seconds.append(time.perf_counter() - start)
         if on_first is not None and len(seconds) == 1:
             on_first(out)
-        for i in donate_argnums:
-            args[i] = _next_donated(out, args[i], host[i])
     return seconds
-
-
-def _next_donated(out, previous, host_copy):
-    import jax
-
-    first = out[0] if isinstance(out, tuple | list) and out else None
-    if first is not None and jax.tree.structure(first) == jax.tree.structure(previous):
-        return first
-    return jax.device_put(host_copy)
 
 
 def _build(spec: dict[str, Any]):
@@ -123,10 +105,10 @@ def _phase_jit(request: dict[str, Any], import_s: float) -> dict[str, Any]:
     workload = _build(request["workload"])
     build_s = time.perf_counter() - start
     options = _variant(request["variant"]).compiler_options(jax.default_backend())
-    # Export first needs the arguments alive: a call may donate (delete) them.
     args = workload.args
     aot_export_s = _export(workload, request["export_to"])
-    jitted = jax.jit(workload.fn, donate_argnums=workload.donate_argnums)
+    # No donation: the runner compiles this way, so a warm-up serves both (the key differs).
+    jitted = jax.jit(workload.fn)
     start = time.perf_counter()
     lowered = jitted.lower(*args)
     lower_s = time.perf_counter() - start
@@ -139,7 +121,6 @@ def _phase_jit(request: dict[str, Any], import_s: float) -> dict[str, Any]:
     steady = per_call_seconds(
         compiled,
         args,
-        workload.donate_argnums,
         1 + request["steady_calls"],
         on_first=lambda out: _save_outputs(request["outputs_to"], out),
     )

@@ -1,0 +1,77 @@
+"""`xlafuse coldstart --workload NAME`: cold vs warm compile, AOT load, first and steady call."""
+
+from __future__ import annotations
+
+import json
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "coldstart",
+        help="measure a workload's cold start in fresh processes (cache empty/warm, AOT export)",
+    )
+    p.add_argument("--workload", required=True, help="a workload name, e.g. gpt2")
+    p.add_argument("--size", default="tiny", help="tiny, small or full (default: tiny)")
+    p.add_argument("--mode", default="forward", help="forward or train (default: forward)")
+    p.add_argument(
+        "--dtype", default=None, help="float32, bfloat16 or float16 (default: per backend)"
+    )
+    p.add_argument("--variant", default="default", help="a variant name or a+b (default: default)")
+    p.add_argument(
+        "--cache",
+        default=None,
+        metavar="DIR",
+        help="cache folder to fill and keep; if it already holds entries (xlafuse warmup), "
+        "only warm starts are measured",
+    )
+    p.add_argument("--calls", type=int, default=10, help="steady-state calls (default: 10)")
+    p.add_argument("--no-aot", action="store_true", help="skip the jax.export round trip")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from xlafuse.measure.coldstart import measure_cold_start
+
+    spec = {"name": args.workload, "size": args.size, "mode": args.mode, "dtype": args.dtype}
+    _check(spec, args.variant)
+    result = measure_cold_start(
+        spec, args.variant, cache_dir=args.cache, steady_calls=args.calls, aot=not args.no_aot
+    )
+    print(json.dumps(result.to_dict(), indent=1) if args.json else format_result(result))
+    return 0
+
+
+def _check(spec: dict, variant: str) -> None:
+    """Fail fast, with the accepted names, before any child process starts."""
+    from xlafuse import models, variants
+    from xlafuse.models.registry import choose
+    from xlafuse.models.registry import spec as workload_spec
+
+    variants.get(variant)
+    choose("size", spec["size"], models.SIZES)
+    choose("mode", spec["mode"], workload_spec(spec["name"]).modes, f" for {spec['name']!r}")
+
+
+def format_result(result) -> str:
+    """Human-readable lines of a ColdStartResult."""
+
+    def s(value, spec=".3f", unit=" s"):
+        return "-" if value is None else f"{value:{spec}}{unit}"
+
+    w = result.workload
+    speedup = result.cache_speedup
+    lines = [
+        f"{w['name']}/{w['size']}/{w['mode']}  variant {result.variant}  backend {result.backend}",
+        f"  import             {s(result.import_s)}",
+        f"  trace + lower      {s(result.lower_s)}",
+        f"  compile, cold      {s(result.cold_compile_s)}",
+        f"  compile, warm      {s(result.warm_compile_s)}  (cache hit: "
+        f"{'yes' if result.cache_hit else 'NO'}, {result.cache_entries} entries)",
+        f"  cache speedup      {s(speedup, '.1f', 'x')}",
+        f"  first call         {s(result.first_call_s)}",
+        f"  steady call        {s(result.steady_call_s and result.steady_call_s * 1e3, '.3f', ' ms')}",
+        f"  AOT export         {s(result.aot_export_s)}",
+        f"  AOT load+1st call  {s(result.aot_load_s)}",
+    ]
+    return "\n".join(lines)

@@ -1,0 +1,155 @@
+"""Warm-up: compile a model's functions into a persistent-cache folder before serving traffic.
+
+A server runs this step once (at image build or before it takes traffic); every later process that
+points `jax_compilation_cache_dir` at the same folder, with the same JAX, XLA flags and variant
+options, gets its executables from disk instead of compiling them (see
+`xlafuse.measure.coldstart` for the measured effect).
+
+The compile happens in this process, through `jax.jit(...).lower(...).compile(compiler_options=...)`
+exactly as the measurements and the runner compile, so the cache keys match.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from xlafuse.measure.coldstart import cache_entry_count, persistent_cache, workload_spec
+
+
+@dataclasses.dataclass(frozen=True)
+class WarmupSummary:
+    """What a warm-up compiled and wrote.
+
+    Attributes:
+      cache_dir: the cache folder.
+      compiled: one label per compilation, e.g. "gpt2/tiny/train @ default".
+      entries_before: cache entries in the folder before.
+      entries_after: cache entries in the folder after (building the inputs also compiles small
+        helper functions, which are cached too).
+      compile_s: seconds spent in the compiles (zero-ish for entries already in the folder).
+    """
+
+    cache_dir: str
+    compiled: tuple[str, ...]
+    entries_before: int
+    entries_after: int
+    compile_s: float
+
+    @property
+    def entries_written(self) -> int:
+        """New entries in the folder."""
+        return self.entries_after - self.entries_before
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form, with `entries_written`."""
+        out = dataclasses.asdict(self)
+        out["compiled"] = list(self.compiled)
+        out["entries_written"] = self.entries_written
+        return out
+
+
+def warmup(
+    fn_or_workloads: Callable | Any | Iterable[Any],
+    *args: Any,
+    cache_dir: str | os.PathLike,
+    variants: Sequence[Any] = ("default",),
+    **jit_kwargs: Any,
+) -> WarmupSummary:
+    """Compile functions under each variant with the persistent cache pointed at `cache_dir`.
+
+    Args:
+      fn_or_workloads: a jit-able function (then `*args` are its example arguments), a built
+        `Workload`, a workload spec (name, dict or WorkloadConfig), or a list of Workloads/specs.
+      *args: example arguments when a function is given.
+      cache_dir: the cache folder (created if missing).
+      variants: preset names, "a+b", Variants or dicts of XLA options.
+      **jit_kwargs: passed to `jax.jit` when a function is given (donate_argnums, ...).
+
+    Returns:
+      The WarmupSummary (entries written, what was compiled, compile seconds).
+
+    Raises:
+      ValueError: a variant that needs process-wide XLA flags (it cannot be compiled here), or
+        one that does not apply to this backend.
+    """
+    from xlafuse.variants import get
+
+    resolved = [get(v) for v in variants]
+    for variant in resolved:
+        if variant.process_flags:
+            raise ValueError(
+                f"variant {variant.name!r} needs XLA_FLAGS {list(variant.process_flags)} at "
+                "process start: run the warm-up in a process started with them"
+            )
+    before = cache_entry_count(cache_dir)
+    labels: list[str] = []
+    compile_s = 0.0
+    with persistent_cache(cache_dir) as folder:
+        for label, fn, fn_args, kwargs in _targets(fn_or_workloads, args, jit_kwargs):
+            for variant in resolved:
+                compile_s += _compile(fn, fn_args, kwargs, variant)
+                labels.append(f"{label} @ {variant.name}")
+    return WarmupSummary(str(folder), tuple(labels), before, cache_entry_count(folder), compile_s)
+
+
+def warmup_config(config: Any, cache_dir: str | os.PathLike) -> WarmupSummary:
+    """Pre-compile every cell (workload x variant) of an experiment config into `cache_dir`.
+
+    Variants that do not apply to this backend are skipped, as the runner skips them.
+
+    Args:
+      config: an `ExperimentConfig` (`xlafuse.config.load_config`).
+      cache_dir: the cache folder.
+    """
+    import jax
+
+    backend = jax.default_backend()
+    variants = [v.resolve() for v in config.variants]
+    variants = [v for v in variants if v.applies_to(backend) and not v.process_flags]
+    return warmup(list(config.workloads), cache_dir=cache_dir, variants=variants)
+
+
+def _targets(fn_or_workloads, args, jit_kwargs):
+    """Yield (label, fn, args, jit_kwargs) for each function to compile."""
+    if callable(fn_or_workloads) and not _is_workload(fn_or_workloads):
+        name = getattr(fn_or_workloads, "__name__", "function")
+        yield name, fn_or_workloads, args, jit_kwargs
+        return
+    if args:
+        raise TypeError("example arguments are only accepted with a function, not with workloads")
+    items = fn_or_workloads
+    if _is_workload(items) or isinstance(items, str | dict) or hasattr(items, "to_dict"):
+        items = [items]
+    for item in items:
+        workload = item if _is_workload(item) else _build(workload_spec(item))
+        label = f"{workload.name}/{workload.size}/{workload.mode}"
+        # No donation: the runner and the cold-start children compile this way (same cache key).
+        yield label, workload.fn, workload.args, {}
+
+
+def _is_workload(obj: Any) -> bool:
+    return hasattr(obj, "fn") and hasattr(obj, "args") and hasattr(obj, "donate_argnums")
+
+
+def _build(spec: dict[str, Any]):
+    from xlafuse import models
+
+    overrides = spec["overrides"]
+    return models.build(
+        spec["name"], spec["size"], spec["mode"], spec["dtype"], spec["seed"], **overrides
+    )
+
+
+def _compile(fn: Callable, args: Sequence, jit_kwargs: dict, variant) -> float:
+    """Lower afresh and compile (the cache stores it); returns the compile seconds."""
+    import jax
+
+    options = variant.compiler_options(jax.default_backend())
+    lowered = jax.jit(fn, **jit_kwargs).lower(*args)
+    start = time.perf_counter()
+    lowered.compile(compiler_options=options)
+    return time.perf_counter() - start
