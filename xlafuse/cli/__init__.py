@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 import traceback
 
@@ -55,6 +56,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("xlafuse: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader went away (`xlafuse inspect ... | head`): not an error of ours.
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - stays open until exit
+        return 0
     except (ValueError, FileNotFoundError, NotADirectoryError, IsADirectoryError) as err:
         if args.debug:
             traceback.print_exc()
