@@ -25,6 +25,13 @@ _COLD_COLUMNS = (
     "compile/steady",
     "cache hit",
 )
+# Runner cells of these variants join the graphs table: (graphs on, fusion on).
+GRAPH_FLAGS = {
+    "default": (True, True),
+    "no-cuda-graphs": (False, True),
+    "no-fusion": (True, False),
+    "no-fusion-no-graphs": (False, False),
+}
 _GRAPH_COLUMNS = (
     "workload",
     "fusion",
@@ -69,7 +76,7 @@ def graphs_section(records: Iterable[Any]) -> str:
     Returns:
       The section; on a CPU the skip note; "" when no record belongs to the study.
     """
-    rows = [r for r in map(_as_dict, records) if r.get("study") == "graphs"]
+    rows = _graph_rows([_as_dict(r) for r in records])
     if not rows:
         return ""
     lines = ["## Graph capture (CUDA graphs)", ""]
@@ -150,6 +157,24 @@ def _cold_row(r: Mapping[str, Any]) -> list[str]:
         _fmt(cold / steady if cold and steady else None, ",.0f"),
         "-" if hit is None else ("yes" if hit else "NO"),
     ]
+
+
+def _graph_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Study records, plus runner cells of workloads that were timed with graphs off."""
+    rows = [r for r in records if r.get("study") == "graphs"]
+    cells = [
+        r
+        for r in records
+        if r.get("study") is None
+        and r.get("variant") in GRAPH_FLAGS
+        and r.get("time_median_s") is not None
+    ]
+    with_off = {_workload_label(r) for r in cells if not GRAPH_FLAGS[r["variant"]][0]}
+    for r in cells:
+        if _workload_label(r) in with_off:
+            graphs, fusion = GRAPH_FLAGS[r["variant"]]
+            rows.append({**r, "workload": _workload_label(r), "graphs": graphs, "fusion": fusion})
+    return rows
 
 
 def _graph_pairs(rows: Sequence[Mapping[str, Any]]) -> dict[tuple[str, bool], dict[bool, Any]]:

@@ -1,0 +1,144 @@
+"""Cold start, warm-up, AOT export and the graph-capture study.
+
+Child processes cost seconds each on a 2-core CPU: the file starts four (a warm start, an AOT
+export and load, a warm-up CLI in-process). Cache hits are asserted from JAX's monitoring events
+counted in the child, never from times.
+"""
+
+import pickle
+
+import jax
+import numpy as np
+import pytest
+
+from xlafuse import compare_outputs
+from xlafuse.cli import main
+from xlafuse.measure import coldstart, graphs
+from xlafuse.measure.coldstart import run_aot_load, run_start, workload_spec
+from xlafuse.report_coldstart import coldstart_section, graphs_section
+from xlafuse.warmup import warmup
+
+GPT2_TRAIN = {"name": "gpt2", "size": "tiny", "mode": "train"}
+
+
+def test_warmup_fills_cache_and_a_new_process_hits_it(tmp_path):
+    cache = tmp_path / "cache"
+    summary = warmup(GPT2_TRAIN, cache_dir=cache)
+    assert summary.entries_written >= 1
+    assert summary.entries_after == coldstart.cache_entry_count(cache)
+    assert summary.compiled == ("gpt2/tiny/train @ default",)
+
+    run = run_start(GPT2_TRAIN, "default", cache_dir=cache, steady_calls=1)
+
+    assert run.cache_hit and run.cache_hits == 1
+    assert run.cache_misses == 0
+    assert run.cache_entries == summary.entries_after  # nothing new had to be written
+
+
+def test_warmup_leaves_this_process_without_cache(tmp_path):
+    warmup(lambda x: x * 2 + 1, np.ones(8, np.float32), cache_dir=tmp_path)
+    assert jax.config.jax_compilation_cache_dir is None
+    assert coldstart.cache_entry_count(tmp_path) >= 1
+
+
+def test_aot_export_round_trips_in_a_new_process(tmp_path):
+    exported, jit_out, aot_out = (tmp_path / n for n in ("f.bin", "jit.pkl", "aot.pkl"))
+    run = run_start(GPT2_TRAIN, steady_calls=1, export_to=exported, outputs_to=jit_out)
+    aot_load_s = run_aot_load(GPT2_TRAIN, "default", exported, outputs_to=aot_out)
+
+    assert run.aot_export_s > 0 and aot_load_s > 0
+    assert run.cache_entries == 0 and not run.cache_hit  # no cache folder given
+    expected, got = (pickle.loads(p.read_bytes()) for p in (jit_out, aot_out))
+    assert len(got) == len(expected) > 2  # new params, optimizer state, loss
+    assert compare_outputs(expected, got).within_tolerance
+
+
+def test_warmup_cli_compiles_every_cell_of_a_config(tmp_path, capsys):
+    config = tmp_path / "c.toml"
+    config.write_text(
+        '[experiment]\nname = "w"\nvariants = ["default", "no-fusion"]\n'
+        '[[workloads]]\nname = "mlp"\nsize = "tiny"\n'
+    )
+    assert main(["warmup", str(config), "--cache", str(tmp_path / "cache")]) == 0
+    out = capsys.readouterr().out
+    assert "compiled mlp/tiny/forward @ default" in out
+    assert "compiled mlp/tiny/forward @ no-fusion" in out
+    assert coldstart.cache_entry_count(tmp_path / "cache") >= 2
+
+
+def test_coldstart_cli_rejects_an_unknown_workload_before_any_child(capsys):
+    assert main(["coldstart", "--workload", "gtp2"]) == 2
+    assert "did you mean 'gpt2'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("given", "expected"),
+    [
+        ("mlp", {"name": "mlp", "size": "tiny", "mode": "forward", "seed": 0, "overrides": {}}),
+        ({"name": "chain", "overrides": {"ops": 4}}, {"name": "chain", "overrides": {"ops": 4}}),
+    ],
+)
+def test_workload_spec(given, expected):
+    spec = workload_spec(given)
+    assert {k: spec[k] for k in expected} == expected
+
+
+def test_graphs_study_is_skipped_on_cpu():
+    result = graphs.measure_graphs(backend="cpu")
+    assert result.rows == () and result.skipped == graphs.SKIP_NOTE
+    assert graphs.SKIP_NOTE in graphs_section(result.to_records())
+
+
+def test_coldstart_section_shows_speedup_and_compile_to_steady():
+    record = {
+        "workload": "gpt2",
+        "size": "tiny",
+        "mode": "train",
+        "variant": "default",
+        "cold_compile_s": 2.0,
+        "warm_compile_s": 0.1,
+        "first_call_s": 0.2,
+        "steady_call_s": 0.004,
+        "aot_load_s": 1.5,
+        "cache_hit": True,
+    }
+    text = coldstart_section([record, {"workload": "mlp", "variant": "default"}])
+    assert (
+        "| gpt2/tiny/train | default | 2.000 | 0.100 | 20.0x | 1.500 | 0.200 | 4.000 | 500 | yes |"
+        in text
+    )
+    assert "mlp" not in text
+    assert coldstart_section([]) == ""
+
+
+def test_graphs_section_pairs_runner_cells_by_fusion():
+    cells = [
+        {
+            "workload": "chain",
+            "size": "tiny",
+            "mode": "forward",
+            "variant": v,
+            "time_median_s": t,
+            "time_p10_s": t,
+            "time_p90_s": t,
+        }
+        for v, t in [
+            ("default", 20e-6),
+            ("no-cuda-graphs", 30e-6),
+            ("no-fusion", 73e-6),
+            ("no-fusion-no-graphs", 162e-6),
+        ]
+    ]
+    text = graphs_section(cells)
+    assert "| chain/tiny/forward | off | 73.0 (73.0-73.0) | 162.0 (162.0-162.0) | 2.2x |" in text
+    assert "| chain/tiny/forward | on | 20.0 (20.0-20.0) | 30.0 (30.0-30.0) | 1.5x |" in text
+    assert graphs_section(cells[:1] + cells[2:3]) == ""  # no graphs-off cell: not this study
+
+
+@pytest.mark.gpu
+def test_command_buffers_cut_per_call_latency_of_a_dispatch_bound_chain():
+    chain = {"name": "chain", "size": "tiny", "overrides": {"ops": 32, "rows": 32, "cols": 128}}
+    result = graphs.measure_graphs([chain], variants=("no-fusion", "no-fusion-no-graphs"))
+    on, off = result.rows
+    assert on.graphs and not off.graphs
+    assert off.time_median_s > on.time_median_s
