@@ -167,9 +167,7 @@ def build(
     workload_spec, cfg = _resolve(name, size, mode, overrides)
     ctx = _context(workload_spec, size, mode, dtype)
     recipe = workload_spec.builder(cfg, ctx)
-    key = jax.random.key(seed)
-    inputs = recipe.make_inputs(jax.random.fold_in(key, 1))
-    fn, args, num_params = _assemble(recipe, mode, inputs, cfg, seed)
+    fn, args, num_params = _assemble(recipe, mode, cfg, seed)
     flops = recipe.flops
     if flops is not None and mode == "train":
         flops *= TRAIN_FLOPS_FACTOR
@@ -267,32 +265,58 @@ def _backend_dtype() -> str:
 
 
 def _assemble(
-    recipe: Recipe, mode: str, inputs: tuple[jax.Array, ...], cfg: Mapping[str, Any], seed: int
+    recipe: Recipe, mode: str, cfg: Mapping[str, Any], seed: int
 ) -> tuple[Callable[..., Any], tuple[Any, ...], int]:
     """Returns (fn, args, num_params) for the recipe in the given mode."""
     if recipe.make_model is None:
+        inputs = _run_once(lambda: recipe.make_inputs(_key(seed, 1)))
         return recipe.apply, inputs, 0
-    model = recipe.make_model(nnx.Rngs(seed))
-    num_params = count_params(model)
+    make_model = recipe.make_model
+    abstract = nnx.eval_shape(lambda: make_model(nnx.Rngs(seed)))
+    num_params = count_params(abstract)
     if mode == "forward":
-        graphdef, state = nnx.split(model)
+        graphdef = nnx.split(abstract)[0]
+
+        def init_forward():
+            return nnx.state(make_model(nnx.Rngs(seed))), recipe.make_inputs(_key(seed, 1))
+
+        state, inputs = _run_once(init_forward)
         return train.forward_fn(graphdef, recipe.apply), (state, *inputs), num_params
     optimizer = optax.adamw(cfg["learning_rate"])
-    graphdef, train_state = train.init_train_state(model, optimizer)
-    targets = _targets(recipe, graphdef, train_state, inputs, jax.random.key(seed))
+    graphdef = nnx.split(abstract, nnx.Param, nnx.BatchStat)[0]
+
+    def init_train():
+        _, train_state = train.init_train_state(make_model(nnx.Rngs(seed)), optimizer)
+        inputs = recipe.make_inputs(_key(seed, 1))
+        targets = _targets(recipe, graphdef, train_state, inputs, _key(seed, 2))
+        return train_state, {"inputs": inputs, "targets": targets}
+
     step = train.train_step_fn(graphdef, recipe.apply, recipe.loss, optimizer)
-    batch = {"inputs": inputs, "targets": targets}
-    return step, (train_state, batch), num_params
+    return step, _run_once(init_train), num_params
+
+
+def _key(seed: int, stream: int) -> jax.Array:
+    """The key of one random stream (1: inputs, 2: targets; parameters use nnx.Rngs(seed))."""
+    return jax.random.fold_in(jax.random.key(seed), stream)
+
+
+def _run_once(init: Callable[[], Any]) -> Any:
+    """Runs a zero-argument function of jax.random ops once, compiled, on the default device.
+
+    One compiled program instead of one per op and shape. XLA:CPU spends seconds optimizing the
+    threefry code of many initializers, for a program that runs once: compile it unoptimized there.
+    """
+    options = {"xla_backend_optimization_level": 0} if jax.default_backend() == "cpu" else {}
+    return jax.jit(init).lower().compile(compiler_options=options)()
 
 
 def _targets(recipe: Recipe, graphdef, train_state, inputs, key: jax.Array) -> jax.Array:
     """Returns the train targets: the recipe's, or standard-normal ones shaped like the output."""
-    key = jax.random.fold_in(key, 2)
     if recipe.make_targets is not None:
         return recipe.make_targets(key)
 
     def forward(params, batch_stats, *xs):
-        return recipe.apply(nnx.merge(graphdef, params, batch_stats), *xs)
+        return recipe.apply(nnx.merge(graphdef, params, batch_stats, copy=True), *xs)
 
     out = jax.eval_shape(forward, train_state["params"], train_state["batch_stats"], *inputs)
     return jax.random.normal(key, out.shape, out.dtype)

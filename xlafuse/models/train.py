@@ -77,7 +77,8 @@ def train_step_fn(
     """
 
     def objective(params, batch_stats, batch):
-        model = nnx.merge(graphdef, params, batch_stats)
+        # copy=True: fresh Variables at this trace level, so BatchNorm may update its statistics.
+        model = nnx.merge(graphdef, params, batch_stats, copy=True)
         value = loss(apply(model, *batch["inputs"]), batch["targets"])
         # BatchNorm in train mode updated its running statistics in place on the merged module.
         return value, nnx.state(model, nnx.BatchStat)
