@@ -111,7 +111,9 @@ def test_forward_agrees_without_fusion(name):
     np.testing.assert_allclose(_run_unfused(w), _run(name, "forward"), **_tolerance(w.dtype))
 
 
-@pytest.mark.parametrize("name", ["attention", "gpt2", "layernorm", "matmul_bias_act", "mlp"])
+@pytest.mark.parametrize(
+    "name", [pytest.param(n, marks=pytest.mark.slow) if n == "resnet50" else n for n in TRAINABLE]
+)
 def test_train_step_agrees_without_fusion(name):
     w = _built(name, "train")
     state, loss = _run(name, "train")
