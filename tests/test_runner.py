@@ -2,6 +2,7 @@
 
 import json
 
+import jax
 import pytest
 
 from xlafuse import runner
@@ -177,7 +178,7 @@ def test_failing_cells_are_recorded_and_the_sweep_goes_on(tmp_path, monkeypatch)
     assert "## Errors" in text and "simulated" in text
     # Error cells are not "finished": a resume runs them again.
     assert set(finished_cells(tmp_path / "results.jsonl")) == {
-        "gelu/tiny/forward/auto/{}/default/cpu"
+        f"gelu/tiny/forward/auto/{{}}/default/{jax.default_backend()}"
     }
 
 

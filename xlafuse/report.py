@@ -116,11 +116,11 @@ def _row(r: CellResult) -> list[str]:
         r.variant,
         _fmt(r.kernels),
         _fmt(r.real_fusions),
-        _fmt(r.modeled_bytes, 1e-6, ".4g"),
+        _fmt(r.modeled_bytes, 1e-6),
         _fmt(r.time_median_s, 1e3, ".3g"),
         spread,
         _fmt(r.speedup_vs_reference, 1, ".2f", "x"),
-        _fmt(r.achieved_bytes_per_s, 1e-9, ".1f"),
+        _fmt(r.achieved_bytes_per_s, 1e-9),
         _fmt(r.pct_of_copy_ceiling, 1, ".1f", "%"),
         _fmt(r.tflops, 1, ".3g"),
         _fmt(r.compile_s, 1, ".2f"),
@@ -139,9 +139,13 @@ def _numerics(r: CellResult) -> str:
 
 
 def _fmt(value: Any, scale: float = 1, spec: str = "", suffix: str = "") -> str:
+    """Scaled and formatted; without a spec, large numbers get thousands separators."""
     if value is None:
         return "-"
-    return f"{value * scale:{spec}}{suffix}"
+    scaled = value * scale
+    if not spec:
+        spec = ",.0f" if abs(scaled) >= 100 else ".3g"
+    return f"{scaled:{spec}}{suffix}"
 
 
 def _errors(records: Sequence[CellResult]) -> list[str]:

@@ -36,8 +36,9 @@ class CellResult:
     Timing: time_median_s, time_p10_s, time_p90_s, iters, pipelined_s_per_call; on GPU with
     profiling, device_time_s and device_kernels_per_call.
     Derived: speedup_vs_reference (reference median / this median; 1.0 for the reference),
-    items_per_s, achieved_bytes_per_s (modeled bytes / device time, or / wall median),
-    pct_of_copy_ceiling, tflops (flops / time / 1e12).
+    items_per_s (per wall median), achieved_bytes_per_s and tflops (modeled bytes or flops per
+    second of `rate_basis`: device_time_s where profiled, else pipelined_s_per_call on a GPU,
+    else time_median_s), pct_of_copy_ceiling.
     Numerics against the reference: max_abs_diff, max_rel_diff, within_tolerance.
     status is "ok" or "error" (then `error` holds the message and most figures are None).
     """
@@ -86,6 +87,7 @@ class CellResult:
     device_kernels_per_call: float | None = None
     speedup_vs_reference: float | None = None
     items_per_s: float | None = None
+    rate_basis: str | None = None
     achieved_bytes_per_s: float | None = None
     pct_of_copy_ceiling: float | None = None
     tflops: float | None = None

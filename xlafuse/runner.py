@@ -285,9 +285,11 @@ def _analysis_fields(compiled) -> dict[str, Any]:
 def _derived(run: _Run, workload, fields, reference: CellResult | None) -> dict[str, Any]:
     """Rates from the measured times: items/s, bandwidth, % of the copy ceiling, TFLOP/s."""
     wall = fields["time_median_s"]
-    # Device time, where measured, excludes dispatch: the honest denominator for bandwidth.
-    seconds = fields.get("device_time_s") or wall
-    derived: dict[str, Any] = {"items_per_s": workload.items_per_call / wall if wall else None}
+    basis, seconds = _rate_basis(run.backend, fields)
+    derived: dict[str, Any] = {
+        "items_per_s": workload.items_per_call / wall if wall else None,
+        "rate_basis": basis,
+    }
     if fields.get("modeled_bytes") and seconds:
         derived["achieved_bytes_per_s"] = fields["modeled_bytes"] / seconds
         if run.ceilings is not None:
@@ -298,6 +300,20 @@ def _derived(run: _Run, workload, fields, reference: CellResult | None) -> dict[
     if reference is not None and reference.ok and reference.time_median_s and wall:
         derived["speedup_vs_reference"] = reference.time_median_s / wall
     return derived
+
+
+def _rate_basis(backend: str, fields: dict[str, Any]) -> tuple[str, float | None]:
+    """The time that bandwidth and FLOP/s divide by, and its name.
+
+    Device time (profiled kernels) excludes dispatch; without it, on a GPU the pipelined time per
+    call hides most of the launch and sync latency that a synchronized call adds to a short
+    kernel. On a CPU the synchronized wall-clock median is used.
+    """
+    if fields.get("device_time_s"):
+        return "device_time_s", fields["device_time_s"]
+    if backend == "gpu" and fields.get("pipelined_s_per_call"):
+        return "pipelined_s_per_call", fields["pipelined_s_per_call"]
+    return "time_median_s", fields.get("time_median_s")
 
 
 def _identity(run: _Run, w: WorkloadConfig, variant: VariantConfig, workload) -> dict[str, Any]:
