@@ -48,11 +48,10 @@ class WorkloadSpec:
         """The modes this workload accepts: train needs parameters."""
         return MODES if self.has_params else ("forward",)
 
-    @property
-    def defaults(self) -> dict[str, Any]:
-        """Override names accepted, with their default for the size "tiny"."""
+    def config(self, size: str) -> dict[str, Any]:
+        """The default configuration at `size`: its table, the options, the train settings."""
         extra = {"learning_rate": DEFAULT_LEARNING_RATE} if self.has_params else {}
-        return {**self.sizes["tiny"], **self.options, **extra}
+        return {**self.sizes[size], **self.options, **extra}
 
 
 _REGISTRY: dict[str, WorkloadSpec] = {}
@@ -165,7 +164,7 @@ def build(
         ValueError: an override value that the workload cannot use.
     """
     workload_spec, cfg = _resolve(name, size, mode, overrides)
-    ctx = _context(workload_spec, size, mode, dtype)
+    ctx = _context(workload_spec, mode, dtype)
     recipe = workload_spec.builder(cfg, ctx)
     fn, args, num_params = _assemble(recipe, mode, cfg, seed)
     flops = recipe.flops
@@ -201,7 +200,7 @@ def param_count(name: str, size: str = "tiny", **overrides: Any) -> int:
         UnknownNameError: unknown name, size or override.
     """
     workload_spec, cfg = _resolve(name, size, "forward", overrides)
-    ctx = _context(workload_spec, size, "forward", jnp.float32)
+    ctx = _context(workload_spec, "forward", jnp.float32)
     recipe = workload_spec.builder(cfg, ctx)
     if recipe.make_model is None:
         return 0
@@ -223,11 +222,10 @@ def _resolve(
     where = f" for workload {name!r}"
     choose("size", size, SIZES, where)
     _check_mode(workload_spec, mode)
-    accepted = workload_spec.defaults
+    cfg = workload_spec.config(size)
     for key in overrides:
-        choose("override", key, sorted(accepted), where)
-    extra = {"learning_rate": DEFAULT_LEARNING_RATE} if workload_spec.has_params else {}
-    cfg = {**workload_spec.sizes[size], **workload_spec.options, **extra, **overrides}
+        choose("override", key, sorted(cfg), where)
+    cfg.update(overrides)
     return workload_spec, cfg
 
 
@@ -242,8 +240,7 @@ def _check_mode(workload_spec: WorkloadSpec, mode: str) -> None:
     choose("mode", mode, workload_spec.modes, f" for workload {workload_spec.name!r}")
 
 
-def _context(workload_spec: WorkloadSpec, size: str, mode: str, dtype: Any) -> BuildContext:
-    del size  # the dtype default is the same at every size
+def _context(workload_spec: WorkloadSpec, mode: str, dtype: Any) -> BuildContext:
     if dtype is None:
         dtype = workload_spec.default_dtype or _backend_dtype()
     name = choose("dtype", jnp.dtype(dtype).name if _is_dtype(dtype) else dtype, DTYPES)
