@@ -344,7 +344,7 @@ def _parse_workload(problems, where, item, backend) -> WorkloadConfig | None:
     before = len(problems.items)
     _check_choice(problems, f"{where}.size", size, SIZES, "size")
     _check_choice(problems, f"{where}.dtype", dtype, DTYPES, "dtype")
-    _check_workload(problems, where, name, mode, overrides, backend)
+    _check_workload(problems, where, name, size, mode, overrides, backend)
     if len(problems.items) != before:
         return None
     return WorkloadConfig(name, size, mode, dtype, overrides)
@@ -359,7 +359,7 @@ def _check_choice(problems, where, value, accepted, kind) -> None:
         )
 
 
-def _check_workload(problems, where, name, mode, overrides, backend) -> None:
+def _check_workload(problems, where, name, size, mode, overrides, backend) -> None:
     """Name, mode and override names against the workload registry; GPU-only workloads."""
     from xlafuse import models
 
@@ -379,7 +379,8 @@ def _check_workload(problems, where, name, mode, overrides, backend) -> None:
             f"{mode!r} is not a mode of {name!r}{why} (accepted: {', '.join(modes)})",
         )
     if spec is not None:
-        _check_overrides(problems, f"{where}.overrides", name, overrides, spec.defaults)
+        defaults = _override_defaults(spec, size)
+        _check_overrides(problems, f"{where}.overrides", name, overrides, defaults)
     if overrides.get("implementation") == "cudnn" and backend != "gpu":
         problems.add(
             f"{where}.overrides.implementation",
@@ -406,6 +407,14 @@ def _check_overrides(problems, where, name, overrides, defaults) -> None:
                 f"must be {_type_name(default)} like the default ({default!r}), "
                 f"not {_type_name(value)} {value!r}",
             )
+
+
+def _override_defaults(spec, size: str) -> dict[str, Any]:
+    """Override names the workload accepts, with their defaults at `size` (or "tiny")."""
+    size = size if size in SIZES else "tiny"
+    if hasattr(spec, "config"):
+        return dict(spec.config(size))
+    return dict(spec.defaults)
 
 
 def _workload_spec(name: str):
