@@ -100,7 +100,8 @@ def run_experiment(
             finally:
                 _write_report(results_path, out_dir, reporter.say)
         else:
-            reporter.say(f"all {len(done)} cells already in {results_path}; nothing to run")
+            cells = len(config.workloads) * len(config.variants)
+            reporter.say(f"all {cells} cells already in {results_path}; nothing to run")
             _write_report(results_path, out_dir, reporter.say)
     return _selected_records(config, results_path, backend)
 
