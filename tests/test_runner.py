@@ -241,3 +241,47 @@ def test_cli_run_and_report(tmp_path, capsys):
     assert "1 of 2 cells errored" in captured.err
     assert main(["report", str(out / "results.jsonl"), "--out", str(tmp_path / "r")]) == 0
     assert (tmp_path / "r" / "report.md").exists()
+
+
+def test_workloads_for_other_backends_are_skipped(tmp_path, capsys):
+    workloads = [{"name": "mul_add_relu"}, {"name": "gelu", "backends": ["gpu"]}]
+    config = _config(tmp_path, workloads, variants=("default",))
+    assert [w.backends for w in config.workloads] == [("cpu", "gpu"), ("gpu",)]
+    records = runner.run_experiment(config, progress=False)
+    assert [r.workload for r in records] == ["mul_add_relu"]
+    assert (
+        "skipped on cpu (the config's backends key): gelu/tiny/forward" in capsys.readouterr().out
+    )
+
+
+def test_backends_key_is_validated():
+    with pytest.raises(XlafuseError) as info:
+        _config("x", [{"name": "gelu", "backends": ["tpu"]}, {"name": "gelu", "backends": "gpu"}])
+    message = str(info.value)
+    assert (
+        "workloads[0].backends: 'tpu' is not a backend (did you mean 'gpu'?) (accepted: cpu, gpu)"
+        in message
+    )
+    assert "workloads[1].backends: must be a non-empty array of backend names (cpu, gpu)" in message
+
+
+def test_cold_start_cells_carry_cache_figures(tmp_path):
+    config = parse_config(
+        {
+            "experiment": {"name": "cold", "output": str(tmp_path), "variants": ["default"]},
+            "workloads": [{"name": "mul_add_relu"}],
+            "timing": FAST_TIMING,
+            "measure": {"cold_start": True, "calibrate": False},
+        },
+        backend="cpu",
+    )
+    (record,) = runner.run_experiment(config, progress=False)
+    assert record.ok, record.error
+    assert record.cache_hit is True
+    assert record.cache_entries >= 1
+    assert record.cold_compile_s > 0 and record.warm_compile_s > 0
+    assert record.cache_speedup == pytest.approx(record.cold_compile_s / record.warm_compile_s)
+    assert record.aot_load_s > 0
+    report = (tmp_path / "report.md").read_text()
+    assert "## Cold start" in report and "| mul_add_relu/tiny/forward | default |" in report
+    assert "_skipped: CUDA graphs exist only on the GPU_" in report

@@ -15,6 +15,7 @@ A config names the workloads, the fusion variants and how to measure them::
     mode = "forward"                        # forward | train
     dtype = "float32"                       # optional: the workload's default otherwise
     overrides = { ops = 16 }
+    backends = ["cpu", "gpu"]               # optional: run this workload only on these
 
     [timing]
     warmup = 2
@@ -27,6 +28,7 @@ A config names the workloads, the fusion variants and how to measure them::
     profile = false                         # jax.profiler trace per cell (GPU only)
     ncu = false                             # Nsight Compute (GPU only)
     calibrate = true                        # copy-bandwidth and matmul ceilings once per run
+    cold_start = false                      # per cell: cold/warm compile, AOT load (child processes)
 
 Validation collects every problem (unknown keys with "did you mean", wrong types, unknown
 workloads, sizes, modes, dtypes, overrides and variants, GPU-only things on a CPU backend) and
@@ -55,7 +57,8 @@ DTYPES = ("float32", "bfloat16", "float16")
 
 _TOP_KEYS = ("experiment", "workloads", "timing", "measure")
 _EXPERIMENT_KEYS = ("name", "output", "reference", "variants")
-_WORKLOAD_KEYS = ("name", "size", "mode", "dtype", "overrides")
+_WORKLOAD_KEYS = ("name", "size", "mode", "dtype", "overrides", "backends")
+BACKENDS = ("cpu", "gpu")
 _INLINE_VARIANT_META = ("name", "description")
 
 
@@ -86,11 +89,14 @@ class MeasureConfig:
       profile: record a jax.profiler trace per cell for device time and kernels (GPU only).
       ncu: run Nsight Compute for DRAM bytes (GPU only; reserved, not run by the runner yet).
       calibrate: measure the copy-bandwidth (and matmul) ceilings once per run.
+      cold_start: per cell, measure cold and warm-cache compiles and the AOT load in fresh
+        processes (`xlafuse.measure.coldstart`).
     """
 
     profile: bool = False
     ncu: bool = False
     calibrate: bool = True
+    cold_start: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,9 +108,14 @@ class WorkloadConfig:
     mode: str = "forward"
     dtype: str | None = None
     overrides: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    backends: tuple[str, ...] = BACKENDS
 
     def __post_init__(self):
         object.__setattr__(self, "overrides", MappingProxyType(dict(self.overrides)))
+
+    def applies_to(self, backend: str) -> bool:
+        """Whether the config runs this workload on `backend` (its `backends` key)."""
+        return backend in self.backends
 
     @property
     def label(self) -> str:
@@ -122,6 +133,7 @@ class WorkloadConfig:
             "mode": self.mode,
             "dtype": self.dtype,
             "overrides": dict(self.overrides),
+            "backends": list(self.backends),
         }
 
 
@@ -339,15 +351,27 @@ def _parse_workload(problems, where, item, backend) -> WorkloadConfig | None:
     mode = _typed(problems, f"{where}.mode", item.get("mode", "forward"), str)
     dtype = _typed(problems, f"{where}.dtype", item.get("dtype"), str, optional=True)
     overrides = dict(_table(problems, f"{where}.overrides", item.get("overrides", {})))
-    if name is None:
+    backends = _parse_backends(problems, f"{where}.backends", item.get("backends", list(BACKENDS)))
+    if name is None or not backends:
         return None
     before = len(problems.items)
     _check_choice(problems, f"{where}.size", size, SIZES, "size")
     _check_choice(problems, f"{where}.dtype", dtype, DTYPES, "dtype")
-    _check_workload(problems, where, name, size, mode, overrides, backend)
+    # A workload meant for other backends only is still checked, as it would be on the first.
+    check_on = backend if backend in backends else backends[0]
+    _check_workload(problems, where, name, size, mode, overrides, check_on)
     if len(problems.items) != before:
         return None
-    return WorkloadConfig(name, size, mode, dtype, overrides)
+    return WorkloadConfig(name, size, mode, dtype, overrides, backends)
+
+
+def _parse_backends(problems, where, value) -> tuple[str, ...]:
+    if not isinstance(value, list) or not value or not all(isinstance(b, str) for b in value):
+        problems.add(where, f"must be a non-empty array of backend names ({', '.join(BACKENDS)})")
+        return ()
+    for name in value:
+        _check_choice(problems, where, name, BACKENDS, "backend")
+    return tuple(b for b in value if b in BACKENDS)
 
 
 def _check_choice(problems, where, value, accepted, kind) -> None:

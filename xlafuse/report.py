@@ -11,11 +11,14 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from xlafuse.measure.graphs import SKIP_NOTE as GRAPHS_SKIPPED
+from xlafuse.report_coldstart import coldstart_plot, coldstart_section, graphs_section
 from xlafuse.results import CellResult, latest_per_cell, load_results
 
 SPEEDUP_PNG = "speedup.png"
 KERNELS_PNG = "kernels_vs_time.png"
 ROOFLINE_PNG = "roofline.png"
+COLD_START_PNG = "cold_start.png"
 
 
 def write_report(results_path: str | Path, out_dir: str | Path | None = None) -> Path:
@@ -53,9 +56,18 @@ def render_markdown(
     for key, group in _by_workload(records).items():
         lines += [f"## {key}", "", *_table(group), ""]
     lines += _errors(records)
+    lines += _cold_start_and_graphs(records)
     if plots:
         lines += ["## Plots", ""] + [f"![{p}]({p})" for p in plots] + [""]
     return "\n".join(lines)
+
+
+def _cold_start_and_graphs(records: Sequence[CellResult]) -> list[str]:
+    dicts = [r.to_dict() for r in records if r.ok]
+    graphs = graphs_section(dicts)
+    if not graphs and dicts and all(r["backend"] == "cpu" for r in dicts):
+        graphs = f"## Graph capture (CUDA graphs)\n\n_{GRAPHS_SKIPPED}_\n"
+    return [s for s in (coldstart_section(dicts), graphs) if s]
 
 
 def _environment(records: Sequence[CellResult]) -> list[str]:
@@ -171,6 +183,7 @@ def write_plots(records: Sequence[CellResult], out_dir: Path) -> list[str]:
         (SPEEDUP_PNG, _plot_speedup),
         (KERNELS_PNG, _plot_kernels),
         (ROOFLINE_PNG, _plot_roofline),
+        (COLD_START_PNG, coldstart_plot),
     ):
         if plot(ok, out_dir / name):
             written.append(name)

@@ -39,7 +39,11 @@ class CellResult:
     items_per_s (per wall median), achieved_bytes_per_s and tflops (modeled bytes or flops per
     second of `rate_basis`: device_time_s where profiled, else pipelined_s_per_call on a GPU,
     else time_median_s), pct_of_copy_ceiling.
-    Numerics against the reference: max_abs_diff, max_rel_diff, within_tolerance.
+    Numerics against the reference: max_abs_diff, max_rel_diff, within_tolerance (of the
+    outputs; of the loss for a train step).
+    Cold start (with `measure.cold_start`, fresh processes): import_s, cold_compile_s (empty
+    persistent cache), warm_compile_s (filled cache), cache_hit, cache_entries, cache_speedup,
+    first_call_s, steady_call_s, aot_export_s, aot_load_s (deserialize + compile + first call).
     status is "ok" or "error" (then `error` holds the message and most figures are None).
     """
 
@@ -96,6 +100,16 @@ class CellResult:
     max_abs_diff: float | None = None
     max_rel_diff: float | None = None
     within_tolerance: bool | None = None
+    import_s: float | None = None
+    cold_compile_s: float | None = None
+    warm_compile_s: float | None = None
+    first_call_s: float | None = None
+    steady_call_s: float | None = None
+    aot_export_s: float | None = None
+    aot_load_s: float | None = None
+    cache_hit: bool | None = None
+    cache_entries: int | None = None
+    cache_speedup: float | None = None
     wall_s: float | None = None
     env: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     schema_version: int = SCHEMA_VERSION

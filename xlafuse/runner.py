@@ -83,12 +83,13 @@ def run_experiment(
     if not isinstance(config, ExperimentConfig):
         config = load_config(config)
     config = select(config, only, variants)
+    backend = jax.default_backend()
+    config = _for_backend(config, backend, print)
     out_dir = Path(out) if out is not None else config.output
     results_path = out_dir / results_lib.RESULTS_FILE
     if fresh:
         _move_aside(results_path)
     done = results_lib.finished_cells(results_path)
-    backend = jax.default_backend()
     plan = [(w, _todo(config, w, backend, done)) for w in config.workloads]
     todo = sum(len(cells) for _, cells in plan)
     with _Reporter(progress, todo) as reporter:
@@ -124,6 +125,15 @@ def select(
         _check_names("variant", variants, [v.name for v in config.variants])
         chosen = tuple(v for v in chosen if v.name in variants or v.name == config.reference)
     return dataclasses.replace(config, workloads=workloads, variants=chosen)
+
+
+def _for_backend(config: ExperimentConfig, backend: str, say) -> ExperimentConfig:
+    """The config without the workloads whose `backends` exclude this backend."""
+    kept = tuple(w for w in config.workloads if w.applies_to(backend))
+    skipped = [w.label for w in config.workloads if not w.applies_to(backend)]
+    if skipped:
+        say(f"skipped on {backend} (the config's backends key): {', '.join(skipped)}")
+    return dataclasses.replace(config, workloads=kept)
 
 
 def _check_names(kind: str, names: Iterable[str], accepted: list[str]) -> None:
@@ -211,7 +221,7 @@ def _reference(run: _Run, w, workload, cells, done, advance) -> _Reference:
         compiled = compile_variant(
             workload.fn, workload.args, {}, run.config.variant(name).resolve(), {}
         )
-        outputs = jax.device_get(compiled(*workload.args))
+        outputs = _checked_outputs(workload, compiled(*workload.args))
     except Exception:
         outputs = None
     return _Reference(outputs, record)
@@ -234,7 +244,7 @@ def _measure(run: _Run, variant: VariantConfig, workload, reference: _Reference)
     fields = {"lower_s": compiled.lower_s, "compile_s": compiled.compile_s}
     fields.update(_report_fields(compiled.report))
     fields.update(_analysis_fields(compiled))
-    outputs = jax.device_get(compiled(*workload.args))
+    outputs = _checked_outputs(workload, compiled(*workload.args))
     if reference.outputs is not None:
         diff = compare_outputs(reference.outputs, outputs)
         fields.update(
@@ -251,11 +261,41 @@ def _measure(run: _Run, variant: VariantConfig, workload, reference: _Reference)
         if profile is not None:
             fields["device_time_s"] = profile.device_time_s
             fields["device_kernels_per_call"] = profile.device_kernels_per_call
+    if run.config.measure.cold_start:
+        fields.update(_cold_start_fields(workload, variant))
     is_reference = variant.name == run.config.reference
     fields.update(_derived(run, workload, fields, None if is_reference else reference.record))
     if is_reference:
         fields["speedup_vs_reference"] = 1.0
     return fields, outputs
+
+
+_COLD_START_KEYS = (
+    "import_s", "cold_compile_s", "warm_compile_s", "first_call_s", "steady_call_s",
+    "aot_export_s", "aot_load_s", "cache_hit", "cache_entries", "cache_speedup",
+)  # fmt: skip
+
+
+def _cold_start_fields(workload, variant: VariantConfig) -> dict[str, Any]:
+    """Cold/warm-cache compile and AOT load of this cell, measured in fresh processes."""
+    from xlafuse.measure.coldstart import measure_cold_start
+
+    measured = measure_cold_start(workload, variant.resolve()).to_dict()
+    return {key: measured[key] for key in _COLD_START_KEYS}
+
+
+def _checked_outputs(workload, outputs):
+    """What the numeric check compares, copied to the host.
+
+    A train step is judged by its loss. Its updated state is not compared: AdamW's first step
+    divides each gradient by its own magnitude, so a gradient that is rounding noise in both
+    variants moves a parameter by up to the learning rate either way, which would flag every
+    fused-vs-unfused pair without any real difference.
+    """
+    if workload.mode == "train":
+        _, loss = outputs
+        return jax.device_get(loss)
+    return jax.device_get(outputs)
 
 
 def _report_fields(report) -> dict[str, Any]:
