@@ -6,19 +6,30 @@ Public surface:
   analyze_hlo(text_or_path)      FusionReport of optimized HLO text or a file
   variants                       the presets, `variants.get`, `variants.compose`, `Variant`
   models                         the Flax workloads (`models.build`, `models.available`)
+  run_experiment(config)         run a TOML experiment config; `write_report(results.jsonl)`
+  warmup(...), measure_cold_start(workload)   persistent cache and cold-start figures
 """
 
-from xlafuse import variants
+from xlafuse import models, variants
 from xlafuse.compare import Comparison, VariantRow, compare
 from xlafuse.compile import CompiledVariant, FusedFunction, compile
+from xlafuse.config import ExperimentConfig, load_config
 from xlafuse.errors import HloParseError, UnknownNameError, UnknownPassError, XlafuseError
 from xlafuse.hlo import FusionReport, KernelInfo, analyze_hlo
+from xlafuse.measure.coldstart import ColdStartResult, measure_cold_start
 from xlafuse.numerics import NumericDiff, compare_outputs
+from xlafuse.report import write_report
+from xlafuse.results import CellResult
+from xlafuse.runner import run_experiment
 from xlafuse.variants import Variant
+from xlafuse.warmup import WarmupSummary, warmup
 
 __all__ = [
+    "CellResult",
+    "ColdStartResult",
     "Comparison",
     "CompiledVariant",
+    "ExperimentConfig",
     "FusedFunction",
     "FusionReport",
     "HloParseError",
@@ -28,11 +39,18 @@ __all__ = [
     "UnknownPassError",
     "Variant",
     "VariantRow",
+    "WarmupSummary",
     "XlafuseError",
     "analyze_hlo",
     "compare",
     "compare_outputs",
     "compile",
+    "load_config",
+    "measure_cold_start",
+    "models",
+    "run_experiment",
     "variants",
+    "warmup",
+    "write_report",
 ]
 __version__ = "0.1.0"
