@@ -137,3 +137,12 @@ def test_compare_outputs_rejects_mismatched_shapes():
         ValueError, match=r"output float32\[2\] does not match reference float32\[3\]"
     ):
         compare_outputs(np.zeros(3, np.float32), np.zeros(2, np.float32))
+
+
+def test_compute_dtype_loosens_the_tolerance_of_upcast_outputs():
+    loss = np.array(10.8, np.float32)
+    off_by_bf16_rounding = loss * np.float32(1 + 2e-4)
+    assert not compare_outputs(loss, off_by_bf16_rounding).within_tolerance
+    assert compare_outputs(loss, off_by_bf16_rounding, compute_dtype="bfloat16").within_tolerance
+    # A compute dtype never tightens: a bf16 output keeps its own tolerance.
+    assert tolerance("bfloat16") == max(tolerance("bfloat16"), tolerance("float32"))

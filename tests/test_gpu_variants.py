@@ -15,7 +15,7 @@ def _normal(shape, seed=0, dtype=jnp.float32):
 
 
 def matmul_bias_gelu(x, w, b):
-    return jax.nn.gelu(x @ w + b)
+    return jax.nn.gelu(x @ w + b[None, :])
 
 
 def softmax_rows(x):

@@ -53,8 +53,14 @@ class NumericDiff:
         return dataclasses.asdict(self)
 
 
-def compare_outputs(reference: Any, outputs: Any) -> NumericDiff:
+def compare_outputs(reference: Any, outputs: Any, compute_dtype: Any = None) -> NumericDiff:
     """Compare two pytrees of arrays leaf by leaf.
+
+    Args:
+      reference: the reference outputs.
+      outputs: the outputs to judge.
+      compute_dtype: the precision the outputs were computed in, when lower than their own dtype
+        (a float32 loss of a bfloat16 model carries bfloat16 error): the looser tolerance applies.
 
     Raises:
       ValueError: the trees differ in structure, shapes or dtypes (not a numerical difference).
@@ -73,7 +79,7 @@ def compare_outputs(reference: Any, outputs: Any) -> NumericDiff:
                 f"output {out.dtype}{list(out.shape)} does not match reference "
                 f"{ref.dtype}{list(ref.shape)}"
             )
-        abs_diff, rel_diff, ratio = _leaf_diff(ref, out)
+        abs_diff, rel_diff, ratio = _leaf_diff(ref, out, compute_dtype)
         max_abs, max_rel = max(max_abs, abs_diff), max(max_rel, rel_diff)
         ok = ok and ratio <= 1.0
         if ratio > worst_ratio:
@@ -81,9 +87,11 @@ def compare_outputs(reference: Any, outputs: Any) -> NumericDiff:
     return NumericDiff(max_abs, max_rel, ok, worst)
 
 
-def _leaf_diff(ref: np.ndarray, out: np.ndarray) -> tuple[float, float, float]:
+def _leaf_diff(ref: np.ndarray, out: np.ndarray, compute_dtype=None) -> tuple[float, float, float]:
     """(max abs diff, max rel diff, worst diff / allowed diff) of one array."""
     rtol, atol_frac = tolerance(ref.dtype)
+    if compute_dtype is not None and ref.dtype.kind in "fc":
+        rtol, atol_frac = max((rtol, atol_frac), tolerance(compute_dtype))
     if ref.size == 0:
         return 0.0, 0.0, 0.0
     wide = np.complex128 if ref.dtype.kind == "c" else np.float64

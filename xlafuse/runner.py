@@ -246,7 +246,7 @@ def _measure(run: _Run, variant: VariantConfig, workload, reference: _Reference)
     fields.update(_analysis_fields(compiled))
     outputs = _checked_outputs(workload, compiled(*workload.args))
     if reference.outputs is not None:
-        diff = compare_outputs(reference.outputs, outputs)
+        diff = compare_outputs(reference.outputs, outputs, compute_dtype=workload.dtype)
         fields.update(
             max_abs_diff=diff.max_abs_diff,
             max_rel_diff=diff.max_rel_diff,
