@@ -53,9 +53,13 @@ def test_no_gemm_fusion_moves_matmuls_to_cublas():
     )
     default = xlafuse.compile(matmul_bias_gelu).compile(x, w, b).report
     no_gemm = xlafuse.compile(matmul_bias_gelu, "no-gemm-fusion").compile(x, w, b).report
-    assert _kinds(no_gemm, "__triton_gemm") == 0
-    assert no_gemm.custom_calls >= 1  # the matmul became a cuBLAS call
-    assert default.kernels <= no_gemm.kernels
+    gemm_fusions = [k for k in default.kernel_details if "gemm" in (k.sub_kind or "")]
+    assert len(gemm_fusions) == 1 and default.custom_calls == 0
+    assert not any("gemm" in (k.sub_kind or "") for k in no_gemm.kernel_details)
+    assert any(t.startswith("__cublas") for t in no_gemm.custom_call_targets)
+    # Measured on jax 0.11.2 / H200: cuBLASLt takes bias + GELU as its epilogue, one launch,
+    # where the Triton GEMM fusion leaves the GELU to a second kernel.
+    assert (default.kernels, no_gemm.kernels) == (2, 1)
 
 
 def test_no_norm_fusion_removes_triton_softmax():
