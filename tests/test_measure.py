@@ -85,7 +85,8 @@ def test_calibration_reports_positive_ceilings():
     assert ceilings.matmul_flops_per_s > 0
     assert ceilings.copy_array_bytes == 1 << 20
     assert ceilings.matmul_size == 64
-    assert copy_bandwidth(1 << 16, repeats=1) > 0
+    bytes_per_s, basis = copy_bandwidth(1 << 16, repeats=1)
+    assert bytes_per_s > 0 and basis == "pipelined_s_per_call"
 
 
 def test_profile_is_none_without_a_gpu():

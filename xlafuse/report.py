@@ -85,13 +85,16 @@ def _ceilings(records: Sequence[CellResult]) -> list[str]:
     if record is None:
         return []
     rows = [
-        f"- copy bandwidth: {record.copy_ceiling_bytes_per_s / 1e9:.1f} GB/s (x + 1, read + write)"
+        f"- copy bandwidth: {record.copy_ceiling_bytes_per_s / 1e9:.1f} GB/s (x + 1, read + write"
+        + (f", per {record.copy_ceiling_basis})" if record.copy_ceiling_basis else ")")
     ]
     if record.matmul_ceiling_flops_per_s:
         rows.append(f"- matmul: {record.matmul_ceiling_flops_per_s / 1e12:.3f} TFLOP/s")
     note = (
         "Modeled bytes assume every kernel reads its inputs from and writes its outputs to main "
-        "memory; small arrays stay in caches, so more than 100% of the copy ceiling means cache hits."
+        "memory once. More than 100% of the copy ceiling means either cache hits (arrays smaller "
+        "than the caches) or a read-heavy kernel: the ceiling is a copy, one byte written per byte "
+        "read, and memory serves reads faster than writes."
     )
     return ["## Measured ceilings", "", *rows, "", note, ""]
 

@@ -96,6 +96,7 @@ class CellResult:
     pct_of_copy_ceiling: float | None = None
     tflops: float | None = None
     copy_ceiling_bytes_per_s: float | None = None
+    copy_ceiling_basis: str | None = None
     matmul_ceiling_flops_per_s: float | None = None
     max_abs_diff: float | None = None
     max_rel_diff: float | None = None

@@ -378,6 +378,7 @@ def _identity(run: _Run, w: WorkloadConfig, variant: VariantConfig, workload) ->
         "items_unit": getattr(workload, "items_unit", None),
         "flops": getattr(workload, "flops", None),
         "copy_ceiling_bytes_per_s": ceilings.copy_bytes_per_s if ceilings else None,
+        "copy_ceiling_basis": ceilings.copy_basis if ceilings else None,
         "matmul_ceiling_flops_per_s": ceilings.matmul_flops_per_s if ceilings else None,
         "env": run.env,
     }
