@@ -96,7 +96,6 @@ def test_gpu_only_things_on_cpu():
         {
             "experiment": {"variants": ["default", "no-cuda-graphs", "no-fusion+no-gemm-fusion"]},
             "workloads": [{"name": "attention", "overrides": {"implementation": "cudnn"}}],
-            "measure": {"ncu": True},
         }
     )
     assert problems == [
@@ -104,7 +103,6 @@ def test_gpu_only_things_on_cpu():
         "  experiment.variants[1]: variant 'no-cuda-graphs' applies to gpu only; the backend is 'cpu'",
         "  experiment.variants[2]: variant 'no-fusion+no-gemm-fusion' applies to gpu only; "
         "the backend is 'cpu'",
-        "  measure.ncu: Nsight Compute needs a GPU; the backend is 'cpu'",
     ]
 
 

@@ -181,8 +181,6 @@ def _start(config, results_path, backend, say, todo: int, skipped: int) -> _Run:
             f"ceilings: copy {ceilings.copy_bytes_per_s / 1e9:.1f} GB/s"
             + (f", matmul {flops / 1e12:.2f} TFLOP/s" if flops else "")
         )
-    if config.measure.ncu:
-        say("measure.ncu: Nsight Compute runs are not part of `xlafuse run` yet; skipped")
     env = results_lib.environment(config.config_hash())
     return _Run(config, results_path, backend, device_kind, env, ceilings, say)
 
