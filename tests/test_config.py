@@ -156,3 +156,12 @@ def test_quickstart_is_valid_on_cpu():
         Path(__file__).parent.parent / "configs" / "quickstart.toml", backend="cpu"
     )
     assert {v.name for v in config.variants} == {"default", "no-fusion"}
+
+
+def test_missing_config_file_names_the_shipped_ones(capsys):
+    from xlafuse.cli import main
+
+    assert main(["run", "configs/nope.toml"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("xlafuse run: error: config file 'configs/nope.toml' not found")
+    assert "quickstart.toml" in err

@@ -210,10 +210,13 @@ def load_config(path: str | Path, backend: str | None = None) -> ExperimentConfi
       The validated ExperimentConfig.
 
     Raises:
-      FileNotFoundError: no such file.
-      XlafuseError: invalid TOML, or every problem found, one per line.
+      XlafuseError: no such file, invalid TOML, or every problem found, one per line.
     """
     path = Path(path)
+    if not path.is_file():
+        shipped = ", ".join(sorted(p.name for p in Path("configs").glob("*.toml")))
+        hint = f" (configs/ here has: {shipped})" if shipped else ""
+        raise XlafuseError(f"config file {str(path)!r} not found{hint}")
     try:
         data = tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as err:

@@ -115,7 +115,8 @@ register(
 register(
     Variant(
         "no-gemm-fusion",
-        "Triton GEMM fusion off: matmul epilogues go to cuBLAS plus separate kernels",
+        "Triton GEMM fusion off: matmuls go to cuBLAS/cuBLASLt (which may take a bias or "
+        "activation epilogue)",
         options={"xla_gpu_enable_triton_gemm": False},
         backends=("gpu",),
     )
