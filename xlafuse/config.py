@@ -523,17 +523,24 @@ def _check_variant_applies(problems, where, config: VariantConfig, backend) -> b
     return True
 
 
-def _parse_timing(problems, value) -> TimingConfig:
-    table = _table(problems, "timing", value)
-    fields = {f.name: f for f in dataclasses.fields(TimingConfig)}
-    _check_keys(problems, "timing.", table, tuple(fields))
+def _flat_table(problems, section: str, value, cls, kind_of):
+    """A `cls` from a TOML table of its fields, each checked to be of type `kind_of(name)`."""
+    table = _table(problems, section, value)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    _check_keys(problems, f"{section}.", table, tuple(fields))
     kwargs = {}
     for key, field in fields.items():
-        kind = float if key.endswith("_s") else int
-        got = _typed(problems, f"timing.{key}", table.get(key, field.default), kind)
+        got = _typed(problems, f"{section}.{key}", table.get(key, field.default), kind_of(key))
         if got is not None:
             kwargs[key] = got
-    timing = TimingConfig(**kwargs)
+    return cls(**kwargs)
+
+
+def _parse_timing(problems, value) -> TimingConfig:
+    def kind_of(key):
+        return float if key.endswith("_s") else int
+
+    timing = _flat_table(problems, "timing", value, TimingConfig, kind_of)
     minimum = {"warmup": 1, "min_iters": 1, "max_iters": 1, "repeats": 1, "min_time_s": 0}
     for key, low in minimum.items():
         if getattr(timing, key) < low:
@@ -547,13 +554,5 @@ def _parse_timing(problems, value) -> TimingConfig:
 
 
 def _parse_measure(problems, value) -> MeasureConfig:
-    table = _table(problems, "measure", value)
-    fields = {f.name: f for f in dataclasses.fields(MeasureConfig)}
-    _check_keys(problems, "measure.", table, tuple(fields))
-    kwargs = {}
-    for key, field in fields.items():
-        got = _typed(problems, f"measure.{key}", table.get(key, field.default), bool)
-        if got is not None:
-            kwargs[key] = got
     # profile is accepted on a CPU and yields no device time there: no trace has GPU planes.
-    return MeasureConfig(**kwargs)
+    return _flat_table(problems, "measure", value, MeasureConfig, lambda key: bool)
