@@ -43,18 +43,39 @@ def test_presets_named_in_the_design_exist():
     assert variants.available("cpu") == ["default", "no-fusion"]
 
 
-def test_no_fusion_disables_the_fusion_pipeline_only():
+def test_no_fusion_disables_every_fusion_making_pass():
     options = variants.get("no-fusion").compiler_options("cpu")
-    assert options == {"xla_disable_hlo_passes": "fusion"}
+    assert options == {"xla_disable_hlo_passes": "fusion,dot-library-rewriter"}
     assert "fusion-wrapper" not in options["xla_disable_hlo_passes"].split(",")
+    gpu = variants.get("no-fusion")
+    assert gpu.passes_for("gpu") == (
+        "fusion",
+        "triton-softmax-rewriter",
+        "cudnn-fused-convolution-rewriter",
+        "sort-iota-fusion",
+        "dynamic-slice-fusion-rewriter-v2",
+    )
+    assert gpu.options_for("gpu") == {"xla_gpu_enable_triton_gemm": False}
+    assert "cuBLAS" in gpu.remains
+
+
+def test_variant_round_trips_through_a_dict():
+    for name in variants.available():
+        v = variants.get(name)
+        assert variants.Variant.from_dict(v.to_dict()) == v
+    with pytest.raises(ValueError, match=r"unknown Variant keys \['colour'\]"):
+        variants.Variant.from_dict({"name": "x", "colour": "red"})
 
 
 def test_gpu_presets_carry_their_options():
     assert variants.get("no-gemm-fusion").options == {"xla_gpu_enable_triton_gemm": False}
     assert variants.get("no-cuda-graphs").options == {"xla_gpu_enable_command_buffer": ""}
     both = variants.get("no-fusion-no-graphs")
-    assert both.disable_passes == ("fusion",)
-    assert dict(both.options) == {"xla_gpu_enable_command_buffer": ""}
+    assert both.passes_for("gpu") == variants.get("no-fusion").passes_for("gpu")
+    assert both.options_for("gpu") == {
+        "xla_gpu_enable_command_buffer": "",
+        "xla_gpu_enable_triton_gemm": False,
+    }
     assert both.backends == ("gpu",)
 
 
@@ -66,7 +87,7 @@ def test_gpu_preset_on_cpu_is_refused_with_reason():
 def test_compose_unites_passes_and_options():
     v = variants.compose("no-fusion", {"xla_disable_hlo_passes": "fusion-wrapper,fusion"})
     assert v.name == "no-fusion+custom"
-    assert v.disable_passes == ("fusion", "fusion-wrapper")
+    assert v.passes_for("cpu") == ("fusion-wrapper", "fusion", "dot-library-rewriter")
     assert variants.get("no-fusion+no-cuda-graphs").backends == ("gpu",)
 
 
@@ -92,7 +113,7 @@ def test_env_flags_are_parsed():
 def test_env_disabled_passes_are_merged(monkeypatch):
     monkeypatch.setenv("XLA_FLAGS", "--xla_disable_hlo_passes=dot-library-rewriter")
     options = variants.get("no-fusion").compiler_options("cpu")
-    assert options["xla_disable_hlo_passes"] == "dot-library-rewriter,fusion"
+    assert options["xla_disable_hlo_passes"] == "dot-library-rewriter,fusion"  # merged once
     assert variants.get("default").compiler_options("cpu") == {
         "xla_disable_hlo_passes": "dot-library-rewriter"
     }
@@ -145,7 +166,7 @@ def test_pass_disabled_in_xla_flags_stays_disabled_in_a_new_process():
     proc = subprocess.run([sys.executable, "-c", _CHILD], env=env, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-2000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert result["options"] == {"xla_disable_hlo_passes": "fusion"}
+    assert result["options"] == {"xla_disable_hlo_passes": "fusion,dot-library-rewriter"}
     # "default" under that environment must not re-enable fusion: no real fusions.
     assert result["real_fusions"] == 0
     assert result["kernels"] >= 3

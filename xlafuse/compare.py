@@ -8,8 +8,8 @@ from typing import Any
 
 import jax
 
-from xlafuse.compile import compile_variant
-from xlafuse.numerics import compare_outputs
+from xlafuse.compile import compile_variant, compile_workload
+from xlafuse.numerics import compare_outputs, host_outputs, judge_workload
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,21 +123,54 @@ def compare(
         compiled = compile_variant(fn, args, {}, variant, jit_kwargs)
         outputs = jax.block_until_ready(compiled(*args))
         reference = outputs if reference is None else reference
-        diff = compare_outputs(reference, outputs)
-        report = compiled.report
-        rows.append(
-            VariantRow(
-                variant=compiled.variant.name,
-                kernels=report.kernels,
-                fusions=report.fusions,
-                real_fusions=report.real_fusions,
-                modeled_bytes=report.modeled_bytes,
-                lower_s=compiled.lower_s,
-                compile_s=compiled.compile_s,
-                max_abs_diff=diff.max_abs_diff,
-                max_rel_diff=diff.max_rel_diff,
-                within_tolerance=diff.within_tolerance,
-            )
-        )
+        rows.append(_row(compiled, compare_outputs(reference, outputs)))
     label = label or getattr(fn, "__name__", type(fn).__name__)
     return Comparison(label, backend, tuple(rows))
+
+
+def compare_workload(
+    workload, variants: Sequence = ("default", "no-fusion"), on_step: Callable | None = None
+) -> Comparison:
+    """`compare` for an `xlafuse.models.Workload`, on the same program and rule as `xlafuse run`.
+
+    Each variant is compiled by `compile_workload` (train state donated) and called once; the
+    numerics verdict is `xlafuse.numerics.judge_workload` (a train step: loss, gradient, batch
+    statistics and updated parameters), exactly as the runner judges the same cell.
+
+    Args:
+      workload: the workload.
+      variants: preset names, Variants or option dicts; the first is the reference.
+      on_step: called with a line of progress before each compile (e.g. for a TTY).
+    """
+    if not variants:
+        raise ValueError("compare needs at least one variant")
+    rows, reference = [], None
+    for variant in variants:
+        if on_step is not None:
+            on_step(f"compiling {workload.name}/{workload.size}/{workload.mode} under {variant}")
+        compiled = compile_workload(workload, variant)
+        raw = compiled.measured.outputs if compiled.measured else None
+        outputs = host_outputs(
+            workload, raw if raw is not None else compiled(*workload.fresh_args())
+        )
+        reference = outputs if reference is None else reference
+        diff = judge_workload(workload, reference, outputs)
+        rows.append(_row(compiled, diff))
+    label = f"{workload.name}/{workload.size}/{workload.mode}"
+    return Comparison(label, jax.default_backend(), tuple(rows))
+
+
+def _row(compiled, diff) -> VariantRow:
+    report = compiled.report
+    return VariantRow(
+        variant=compiled.variant.name,
+        kernels=report.kernels,
+        fusions=report.fusions,
+        real_fusions=report.real_fusions,
+        modeled_bytes=report.modeled_bytes,
+        lower_s=compiled.lower_s,
+        compile_s=compiled.compile_s,
+        max_abs_diff=diff.max_abs_diff,
+        max_rel_diff=diff.max_rel_diff,
+        within_tolerance=diff.within_tolerance,
+    )

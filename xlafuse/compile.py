@@ -8,6 +8,7 @@ a cache hit, not a compile.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import time
 from collections.abc import Callable, Sequence
@@ -15,6 +16,7 @@ from typing import Any
 
 import jax
 
+from xlafuse import child
 from xlafuse.variants import Variant
 from xlafuse.variants import get as get_variant
 
@@ -29,15 +31,20 @@ class CompiledVariant:
       hlo_text: the optimized HLO text.
       lower_s: seconds to trace and lower (a fresh lowering).
       compile_s: seconds XLA took to compile it (no cache involved).
+      measured: for a variant compiled in a child process, what the child measured there
+        (first outputs, timing, device profile); None in-process.
     """
 
-    def __init__(self, variant, backend, compiled, hlo_text, lower_s, compile_s, runner=None):
+    def __init__(
+        self, variant, backend, compiled, hlo_text, lower_s, compile_s, runner=None, measured=None
+    ):
         self.variant: Variant = variant
         self.backend: str = backend
         self.compiled: jax.stages.Compiled | None = compiled
         self.hlo_text: str = hlo_text
         self.lower_s: float = lower_s
         self.compile_s: float = compile_s
+        self.measured: ChildMeasurement | None = measured
         self._runner = runner or compiled
 
     def __call__(self, *args, **kwargs):
@@ -81,7 +88,65 @@ class CompiledVariant:
         )
 
 
-def compile_variant(fn: Callable, args: Sequence, kwargs: dict, variant, jit_kwargs: dict):
+@dataclasses.dataclass(frozen=True)
+class MeasureRequest:
+    """What a child process measures after compiling a process-flag variant.
+
+    Attributes:
+      settings: the timing settings (`xlafuse.measure.timing.TimingSettings`).
+      train: whether each call's first output is the next call's first argument (a train step).
+      profile_calls: calls to trace for device time (0: none; GPU only).
+    """
+
+    settings: Any
+    train: bool = False
+    profile_calls: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class ChildMeasurement:
+    """What a child process measured.
+
+    Attributes:
+      outputs: the first call's outputs (host arrays, in the function's output tree).
+      timing: the fields of `xlafuse.measure.timing.Timing` (samples included).
+      profile: the fields of `xlafuse.measure.profile.DeviceProfile`, or None.
+    """
+
+    outputs: Any
+    timing: dict[str, Any]
+    profile: dict[str, Any] | None = None
+
+
+def compile_workload(workload, variant, measure: MeasureRequest | None = None) -> CompiledVariant:
+    """The one compile path for workloads: `run`, `compare`, `inspect`, `diff`, `warmup` use it.
+
+    The train state is donated (`workload.donate_argnums`), as a real training loop does: the
+    program differs from an undonated one (buffers are updated in place, copies disappear).
+    Call the result with `workload.fresh_args()` (or a train step's new state), never twice
+    with the same donated arguments.
+
+    Args:
+      workload: an `xlafuse.models.Workload`.
+      variant: a preset name, a Variant or a dict of XLA options.
+      measure: for a variant with process flags (compiled in a child process), what the child
+        measures too, so the cell costs one child; ignored in-process.
+
+    Raises:
+      UnknownPassError, ValueError: as `compile_variant`.
+    """
+    jit_kwargs = {"donate_argnums": workload.donate_argnums} if workload.donate_argnums else {}
+    return compile_variant(workload.fn, workload.fresh_args(), {}, variant, jit_kwargs, measure)
+
+
+def compile_variant(
+    fn: Callable,
+    args: Sequence,
+    kwargs: dict,
+    variant,
+    jit_kwargs: dict,
+    measure: MeasureRequest | None = None,
+):
     """Lower `fn` afresh for `args` and compile it under `variant`.
 
     Raises:
@@ -92,9 +157,7 @@ def compile_variant(fn: Callable, args: Sequence, kwargs: dict, variant, jit_kwa
     backend = jax.default_backend()
     options = variant.compiler_options(backend)
     if variant.process_flags:
-        from xlafuse.child import compile_in_child
-
-        return compile_in_child(fn, args, kwargs, variant, backend, options, jit_kwargs)
+        return _compile_in_child(fn, args, kwargs, variant, backend, options, jit_kwargs, measure)
     start = time.perf_counter()
     lowered = jax.jit(fn, **jit_kwargs).lower(*args, **kwargs)
     lower_s = time.perf_counter() - start
@@ -110,6 +173,45 @@ def compile_variant(fn: Callable, args: Sequence, kwargs: dict, variant, jit_kwa
         raise
     compile_s = time.perf_counter() - start
     return CompiledVariant(variant, backend, compiled, compiled.as_text(), lower_s, compile_s)
+
+
+def _compile_in_child(fn, args, kwargs, variant, backend, options, jit_kwargs, measure):
+    """`compile_variant` for a variant with process flags: one child compiles, runs, measures.
+
+    Calling the result starts a new child per call (slow: for checking outputs, not timing);
+    timings of such a variant come from `measured`, taken inside the one child.
+    """
+    exported, blob = child.export_function(fn, args, kwargs, jit_kwargs)
+    donate = tuple(jit_kwargs.get("donate_argnums", ()) or ())
+    request = None
+    if measure is not None:
+        request = {
+            "settings": dataclasses.asdict(measure.settings),
+            "train": measure.train,
+            "profile_calls": measure.profile_calls,
+        }
+
+    def run(*call_args, **call_kwargs):
+        leaves = jax.tree.leaves((call_args, call_kwargs))
+        result = child.run_exported(blob, leaves, options, variant.process_flags, donate)
+        return jax.tree.unflatten(exported.out_tree, result["out_leaves"])
+
+    leaves = jax.tree.leaves((tuple(args), kwargs))
+    first = child.run_exported(blob, leaves, options, variant.process_flags, donate, request)
+    outputs = jax.tree.unflatten(exported.out_tree, first["out_leaves"])
+    measured = None
+    if request is not None:
+        measured = ChildMeasurement(outputs, first["timing"], first["profile"])
+    return CompiledVariant(
+        variant,
+        backend,
+        None,
+        first["hlo_text"],
+        first["lower_s"],
+        first["compile_s"],
+        run,
+        measured,
+    )
 
 
 def _signature(args: Sequence, kwargs: dict) -> tuple:

@@ -301,11 +301,10 @@ def _summarize(path: Path) -> ModuleSummary:
 
 def _inspect_workload(name, size, mode, variant, overrides) -> InspectResult:
     from xlafuse import models
-    from xlafuse.compile import compile_variant
+    from xlafuse.compile import compile_workload
 
     work = models.build(name, size=size, mode=mode, **overrides)
-    jit_kwargs = {"donate_argnums": work.donate_argnums} if work.donate_argnums else {}
-    compiled = compile_variant(work.fn, work.args, {}, variant, jit_kwargs)
+    compiled = compile_workload(work, variant)
     hlo = parse_hlo(compiled.hlo_text, f"workload {name}")
     report = analyze_module(hlo)
     if report.backend is None:

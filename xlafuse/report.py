@@ -52,7 +52,7 @@ def render_markdown(
     lines = ["# xlafuse report", ""]
     if source is not None:
         lines += [f"Results: `{source}` ({len(records)} cells)", ""]
-    lines += _environment(records) + _ceilings(records)
+    lines += _environment(records) + _ceilings(records) + [READING_NOTES, ""]
     for key, group in _by_workload(records).items():
         lines += [f"## {key}", "", *_table(group), ""]
     lines += _errors(records)
@@ -110,8 +110,23 @@ def _by_workload(records: Sequence[CellResult]) -> dict[str, list[CellResult]]:
 
 _COLUMNS = (
     "variant", "kernels", "real fusions", "modeled MB", "median ms", "p10-p90 ms", "speedup",
-    "GB/s", "% copy ceiling", "TFLOP/s", "compile s", "numerics",
+    "95% CI", "device speedup", "host ms/call", "GB/s", "% copy ceiling", "TFLOP/s",
+    "compile s", "numerics",
 )  # fmt: skip
+
+READING_NOTES = (
+    "How to read the tables: a speedup is the reference's median time per call over the "
+    "variant's, with its 95% bootstrap interval; its verdict is `same` when the interval "
+    "contains 1.0 or the change is under 3%, else `faster` or `slower`. In-process variants are "
+    "timed in alternation with the reference (paired), so a drift of the machine affects both. "
+    "The device speedup compares per-call kernel time from a profiler trace (GPU). `host ms/call` "
+    "is the host time to issue one call of a pipelined burst; a cell marked HOST-BOUND has a "
+    "pipelined time above 1.15x its device time: its wall-clock speedup measures the host, not "
+    "the kernels. Numerics (`xlafuse.numerics`): each output element within `atol + rtol x "
+    "|ref|` (float32 1e-4/1e-5, bfloat16 5e-2/1e-2, float16 1e-2/1e-3, atol relative to the "
+    "output's largest magnitude); a train step is judged by its loss, gradient, batch "
+    "statistics and updated parameters."
+)
 
 
 def _table(group: Sequence[CellResult]) -> list[str]:
@@ -134,7 +149,10 @@ def _row(r: CellResult) -> list[str]:
         _fmt(r.modeled_bytes, 1e-6),
         _fmt(r.time_median_s, 1e3, ".3g"),
         spread,
-        _fmt(r.speedup_vs_reference, 1, ".2f", "x"),
+        speedup_text(r.speedup_vs_reference, r.speedup_verdict),
+        _interval(r.speedup_ci),
+        speedup_text(r.device_speedup, r.device_speedup_verdict),
+        _fmt(r.host_s_per_call, 1e3, ".3g") + (" HOST-BOUND" if r.host_bound else ""),
         _fmt(r.achieved_bytes_per_s, 1e-9),
         _fmt(r.pct_of_copy_ceiling, 1, ".1f", "%"),
         _fmt(r.tflops, 1, ".3g"),
@@ -143,14 +161,28 @@ def _row(r: CellResult) -> list[str]:
     ]
 
 
+def speedup_text(speedup: float | None, verdict: str | None) -> str:
+    """`0.98x (same)`; without a verdict just `0.98x`; `-` without a speedup."""
+    if speedup is None:
+        return "-"
+    return f"{speedup:.2f}x" + (f" ({verdict})" if verdict else "")
+
+
+def _interval(ci: Sequence[float] | None) -> str:
+    return f"{ci[0]:.2f}-{ci[1]:.2f}" if ci else "-"
+
+
 def _numerics(r: CellResult) -> str:
     if r.variant == r.reference:
         return "reference"
+    if r.reference_error:
+        return f"not checked: {r.reference_error}"
     if r.within_tolerance is None:
         return "-"
     if r.within_tolerance:
         return "ok"
-    return f"FLAGGED ({r.max_abs_diff:.2g})"
+    part = f" in {r.numerics_worst_part}" if r.numerics_worst_part else ""
+    return f"FLAGGED ({r.max_abs_diff:.2g}{part})"
 
 
 def _fmt(value: Any, scale: float = 1, spec: str = "", suffix: str = "") -> str:

@@ -35,12 +35,19 @@ class CellResult:
     peak_memory_bytes (argument + output + temp - alias).
     Timing: time_median_s, time_p10_s, time_p90_s, iters, pipelined_s_per_call; on GPU with
     profiling, device_time_s and device_kernels_per_call.
-    Derived: speedup_vs_reference (reference median / this median; 1.0 for the reference),
+    Derived: speedup_vs_reference (reference median / this median; 1.0 for the reference)
+    with speedup_ci (95% bootstrap interval), speedup_verdict ("faster", "slower", "same": see
+    `xlafuse.measure.stats`) and speedup_basis (paired: timed in alternation with the
+    reference; unpaired: apart); on GPU with profiling, device_speedup, device_speedup_ci and
+    device_speedup_verdict from per-call kernel time; host_s_per_call (host time to issue one
+    pipelined call) and host_bound (pipelined time > 1.15 x device time);
     items_per_s (per wall median), achieved_bytes_per_s and tflops (modeled bytes or flops per
     second of `rate_basis`: device_time_s where profiled, else pipelined_s_per_call on a GPU,
     else time_median_s), pct_of_copy_ceiling.
-    Numerics against the reference: max_abs_diff, max_rel_diff, within_tolerance (of the
-    outputs; of the loss for a train step).
+    Numerics against the reference (`xlafuse.numerics`, one rule for `run` and `compare`):
+    max_abs_diff, max_rel_diff, within_tolerance (forward outputs; for a train step the loss,
+    gradient, batch statistics and updated parameters), numerics_worst_part; reference_error
+    when the reference could not be compiled again on resume (then no numerics check).
     Cold start (with `measure.cold_start`, fresh processes): import_s, cold_compile_s (empty
     persistent cache), warm_compile_s (filled cache), cache_hit, cache_entries, cache_speedup,
     first_call_s, steady_call_s, aot_export_s, aot_load_s (deserialize + compile + first call).
@@ -90,6 +97,14 @@ class CellResult:
     device_time_s: float | None = None
     device_kernels_per_call: float | None = None
     speedup_vs_reference: float | None = None
+    speedup_ci: tuple[float, float] | None = None
+    speedup_verdict: str | None = None
+    speedup_basis: str | None = None
+    device_speedup: float | None = None
+    device_speedup_ci: tuple[float, float] | None = None
+    device_speedup_verdict: str | None = None
+    host_s_per_call: float | None = None
+    host_bound: bool | None = None
     items_per_s: float | None = None
     rate_basis: str | None = None
     achieved_bytes_per_s: float | None = None
@@ -101,6 +116,8 @@ class CellResult:
     max_abs_diff: float | None = None
     max_rel_diff: float | None = None
     within_tolerance: bool | None = None
+    numerics_worst_part: str | None = None
+    reference_error: str | None = None
     import_s: float | None = None
     cold_compile_s: float | None = None
     warm_compile_s: float | None = None

@@ -22,17 +22,24 @@ from typing import Any
 
 import jax
 
+from xlafuse import models
 from xlafuse import results as results_lib
-from xlafuse.compile import compile_variant
+from xlafuse.compile import MeasureRequest, compile_workload
 from xlafuse.config import ExperimentConfig, VariantConfig, WorkloadConfig, load_config
 from xlafuse.errors import XlafuseError
 from xlafuse.measure import timing
 from xlafuse.measure.calibrate import Ceilings, calibrate
-from xlafuse.measure.profile import profile_device_time
-from xlafuse.numerics import compare_outputs
+from xlafuse.measure.coldstart import measure_cold_start
+from xlafuse.measure.profile import DeviceProfile, profile_device_time
+from xlafuse.measure.stats import speedup_interval
+from xlafuse.numerics import host_outputs, judge_workload
+from xlafuse.report import speedup_text, write_report
 from xlafuse.results import CellResult, append_result, cell_id
 
 PROFILE_CALLS = 10
+HOST_BOUND = 1.15  # pipelined time above this x device time: the host sets the pace
+PAIRED = "paired wall clock (timed in alternation with the reference)"
+UNPAIRED = "unpaired wall clock (timed apart from the reference)"
 
 
 @dataclasses.dataclass
@@ -50,10 +57,23 @@ class _Run:
 
 @dataclasses.dataclass
 class _Reference:
-    """The reference variant's outputs (on the host) and its record, for the other cells."""
+    """What the other cells of a workload need from its reference variant.
 
+    Attributes:
+      compiled: its compiled program (timed in alternation with each other variant).
+      outputs: its outputs on the host (`numerics.host_outputs`), for the numerics check.
+      timing: its own Timing (for unpaired speedups).
+      profile: its DeviceProfile (for device-time speedups).
+      record: its record (this run's or an earlier run's).
+      error: why it could not be compiled again on resume (None when it could).
+    """
+
+    compiled: Any = None
     outputs: Any = None
+    timing: timing.Timing | None = None
+    profile: DeviceProfile | None = None
     record: CellResult | None = None
+    error: str | None = None
 
 
 def run_experiment(
@@ -189,8 +209,6 @@ def _run_workload(run: _Run, w: WorkloadConfig, cells, done, advance) -> None:
     """Every pending variant of one workload, the reference first."""
     if not cells:
         return
-    from xlafuse import models
-
     try:
         workload = models.build(w.name, w.size, w.mode, w.dtype, **w.overrides)
     except Exception as err:
@@ -201,71 +219,160 @@ def _run_workload(run: _Run, w: WorkloadConfig, cells, done, advance) -> None:
     for variant in cells:
         if variant.name == run.config.reference:
             continue
-        record, _ = _cell(run, w, variant, workload, reference)
+        record = _cell(run, w, variant, workload, reference)
         _finish(run, record, reference.record, advance)
     del workload, reference
     gc.collect()
 
 
 def _reference(run: _Run, w, workload, cells, done, advance) -> _Reference:
-    """Run the reference cell, or (already recorded) only compile and call it for its outputs."""
+    """Run the reference cell or, when it is already recorded, compile it again.
+
+    Either way the other cells get its compiled program (they are timed in alternation with
+    it) and its outputs (their numerics are judged against them). When compiling it again
+    fails, the error is kept and written into every other cell's record.
+    """
     name = run.config.reference
+    variant = run.config.variant(name)
     if any(v.name == name for v in cells):
-        record, outputs = _cell(run, w, run.config.variant(name), workload, _Reference())
+        reference = _Reference()
+        record = _cell(run, w, variant, workload, reference)
         _finish(run, record, None, advance)
-        return _Reference(outputs, record)
-    record = done.get(_cell_id(w, name, run.backend))
+        return dataclasses.replace(reference, record=record)
+    reference = _Reference(record=done.get(_cell_id(w, name, run.backend)))
     try:
-        compiled = compile_variant(
-            workload.fn, workload.args, {}, run.config.variant(name).resolve(), {}
-        )
-        outputs = _checked_outputs(workload, compiled(*workload.args))
-    except Exception:
-        outputs = None
-    return _Reference(outputs, record)
+        compiled = compile_workload(workload, variant.resolve(), _measure_request(run, workload))
+        outputs = _first_outputs(compiled, workload)
+    except Exception as err:
+        message = f"{type(err).__name__}: {(str(err).strip() or '').splitlines()[:1]}"
+        return dataclasses.replace(reference, error=f"recompiling the reference failed: {message}")
+    return dataclasses.replace(reference, compiled=compiled, outputs=outputs)
 
 
-def _cell(run: _Run, w, variant: VariantConfig, workload, reference: _Reference):
-    """Measure one cell; returns (record, outputs on the host or None)."""
+def _cell(run: _Run, w, variant: VariantConfig, workload, reference: _Reference) -> CellResult:
+    """Measure one cell; fills `reference` when this cell is the reference."""
     start = time.perf_counter()
     try:
-        fields, outputs = _measure(run, variant, workload, reference)
+        fields = _measure(run, variant, workload, reference)
     except Exception as err:  # one cell's failure must not end the sweep
         gc.collect()
-        return _error_record(run, w, variant, workload, err), None
+        return _error_record(run, w, variant, workload, err)
     fields["wall_s"] = time.perf_counter() - start
-    return _record(run, w, variant, workload, "ok", fields), outputs
+    return _record(run, w, variant, workload, "ok", fields)
 
 
-def _measure(run: _Run, variant: VariantConfig, workload, reference: _Reference):
-    compiled = compile_variant(workload.fn, workload.args, {}, variant.resolve(), {})
+def _measure_request(run: _Run, workload) -> MeasureRequest:
+    settings = timing.TimingSettings.from_config(run.config.timing)
+    profile_calls = PROFILE_CALLS if run.config.measure.profile else 0
+    return MeasureRequest(settings, workload.mode == "train", profile_calls)
+
+
+def _first_outputs(compiled, workload):
+    """One call's outputs on the host, in the form the numerics rule compares."""
+    if compiled.measured is not None:
+        return host_outputs(workload, compiled.measured.outputs)
+    return host_outputs(workload, compiled(*workload.fresh_args()))
+
+
+def _measure(run: _Run, variant: VariantConfig, workload, reference: _Reference) -> dict:
+    is_reference = variant.name == run.config.reference
+    compiled = compile_workload(workload, variant.resolve(), _measure_request(run, workload))
     fields = {"lower_s": compiled.lower_s, "compile_s": compiled.compile_s}
     fields.update(_report_fields(compiled.report))
     fields.update(_analysis_fields(compiled))
-    outputs = _checked_outputs(workload, compiled(*workload.args))
-    if reference.outputs is not None:
-        diff = compare_outputs(reference.outputs, outputs, compute_dtype=workload.dtype)
+    outputs = _first_outputs(compiled, workload)
+    if is_reference:
+        reference.compiled, reference.outputs = compiled, outputs
+    elif reference.outputs is not None:
+        diff = judge_workload(workload, reference.outputs, outputs)
         fields.update(
             max_abs_diff=diff.max_abs_diff,
             max_rel_diff=diff.max_rel_diff,
             within_tolerance=diff.within_tolerance,
+            numerics_worst_part=diff.worst_part,
         )
-    advance = timing.thread_state if workload.mode == "train" else timing.same_args
-    settings = timing.TimingSettings.from_config(run.config.timing)
-    measured = timing.measure(compiled, workload.args, settings, advance)
-    fields.update(dataclasses.asdict(measured))
-    if run.config.measure.profile:
-        profile = profile_device_time(compiled, workload.args, PROFILE_CALLS, advance)
-        if profile is not None:
-            fields["device_time_s"] = profile.device_time_s
-            fields["device_kernels_per_call"] = profile.device_kernels_per_call
+    if reference.error:
+        fields["reference_error"] = reference.error
+    measured, speedup, profile = _time(run, compiled, workload, reference, is_reference)
+    fields.update(measured.to_dict())
+    if is_reference:
+        reference.timing, reference.profile = measured, profile
+    if speedup is not None:
+        result, basis = speedup
+        fields.update(
+            speedup_vs_reference=result.speedup,
+            speedup_ci=list(result.ci),
+            speedup_verdict=result.verdict,
+            speedup_basis=basis,
+        )
+    if profile is not None:
+        fields["device_time_s"] = profile.device_time_s
+        fields["device_kernels_per_call"] = profile.device_kernels_per_call
+        fields.update(_device_speedup(profile, reference.profile, is_reference))
     if run.config.measure.cold_start:
         fields.update(_cold_start_fields(workload, variant))
-    is_reference = variant.name == run.config.reference
-    fields.update(_derived(run, workload, fields, None if is_reference else reference.record))
+    fields.update(_derived(run, workload, fields))
     if is_reference:
         fields["speedup_vs_reference"] = 1.0
-    return fields, outputs
+    return fields
+
+
+def _time(run: _Run, compiled, workload, reference: _Reference, is_reference: bool):
+    """(Timing, Speedup or None, DeviceProfile or None) of one cell.
+
+    In-process variants are timed in alternation with the reference's program (`measure_pair`):
+    a paired speedup. A variant measured in its child process, or a cell whose reference could
+    not be compiled, is timed alone; its speedup then compares with the reference cell's own
+    samples (unpaired).
+    """
+    request = _measure_request(run, workload)
+    advance = timing.thread_state if request.train else timing.same_args
+    if compiled.measured is not None:
+        measured = timing.Timing(**compiled.measured.timing)
+        profile = compiled.measured.profile
+        profile = DeviceProfile.from_dict(profile) if profile else None
+    else:
+        pair = not is_reference and reference.compiled is not None
+        pair = pair and reference.compiled.measured is None
+        if pair:
+            measured, speedup = timing.measure_pair(
+                reference.compiled,
+                workload.fresh_args(),
+                compiled,
+                workload.fresh_args(),
+                request.settings,
+                advance,
+            )
+            return measured, (speedup, PAIRED), _profile(compiled, workload, request, advance)
+        measured = timing.measure(compiled, workload.fresh_args(), request.settings, advance)
+        profile = _profile(compiled, workload, request, advance)
+    speedup = None
+    ref_timing = reference.timing
+    if not is_reference and ref_timing is not None and ref_timing.samples_s:
+        speedup = (speedup_interval(ref_timing.samples_s, measured.samples_s), UNPAIRED)
+    return measured, speedup, profile
+
+
+def _profile(compiled, workload, request: MeasureRequest, advance):
+    if not request.profile_calls:
+        return None
+    return profile_device_time(compiled, workload.fresh_args(), request.profile_calls, advance)
+
+
+def _device_speedup(profile, reference_profile, is_reference: bool) -> dict[str, Any]:
+    """Device-time speedup with its interval (per-call kernel times, unpaired) and host-bound."""
+    fields: dict[str, Any] = {}
+    if is_reference or reference_profile is None:
+        return fields
+    ref, own = reference_profile.per_call_s, profile.per_call_s
+    if ref and own and min(ref) > 0 and min(own) > 0:
+        result = speedup_interval(ref, own)
+        fields.update(
+            device_speedup=result.speedup,
+            device_speedup_ci=list(result.ci),
+            device_speedup_verdict=result.verdict,
+        )
+    return fields
 
 
 _COLD_START_KEYS = (
@@ -276,24 +383,8 @@ _COLD_START_KEYS = (
 
 def _cold_start_fields(workload, variant: VariantConfig) -> dict[str, Any]:
     """Cold/warm-cache compile and AOT load of this cell, measured in fresh processes."""
-    from xlafuse.measure.coldstart import measure_cold_start
-
     measured = measure_cold_start(workload, variant.resolve()).to_dict()
     return {key: measured[key] for key in _COLD_START_KEYS}
-
-
-def _checked_outputs(workload, outputs):
-    """What the numeric check compares, copied to the host.
-
-    A train step is judged by its loss. Its updated state is not compared: AdamW's first step
-    divides each gradient by its own magnitude, so a gradient that is rounding noise in both
-    variants moves a parameter by up to the learning rate either way, which would flag every
-    fused-vs-unfused pair without any real difference.
-    """
-    if workload.mode == "train":
-        _, loss = outputs
-        return jax.device_get(loss)
-    return jax.device_get(outputs)
 
 
 def _report_fields(report) -> dict[str, Any]:
@@ -321,8 +412,13 @@ def _analysis_fields(compiled) -> dict[str, Any]:
     return fields
 
 
-def _derived(run: _Run, workload, fields, reference: CellResult | None) -> dict[str, Any]:
-    """Rates from the measured times: items/s, bandwidth, % of the copy ceiling, TFLOP/s."""
+def _derived(run: _Run, workload, fields) -> dict[str, Any]:
+    """Rates from the measured times: items/s, bandwidth, % of the copy ceiling, TFLOP/s.
+
+    A cell is `host_bound` when its pipelined time per call exceeds HOST_BOUND x its device
+    time: the host (Python, dispatch), not the GPU, sets its pace, so its wall-clock speedups
+    measure the host.
+    """
     wall = fields["time_median_s"]
     basis, seconds = _rate_basis(run.backend, fields)
     derived: dict[str, Any] = {
@@ -336,8 +432,9 @@ def _derived(run: _Run, workload, fields, reference: CellResult | None) -> dict[
             derived["pct_of_copy_ceiling"] = 100.0 * derived["achieved_bytes_per_s"] / ceiling
     if workload.flops and seconds:
         derived["tflops"] = workload.flops / seconds / 1e12
-    if reference is not None and reference.ok and reference.time_median_s and wall:
-        derived["speedup_vs_reference"] = reference.time_median_s / wall
+    device, pipelined = fields.get("device_time_s"), fields.get("pipelined_s_per_call")
+    if device and pipelined:
+        derived["host_bound"] = pipelined > HOST_BOUND * device
     return derived
 
 
@@ -408,8 +505,13 @@ def cell_line(record: CellResult, reference: CellResult | None = None) -> str:
     if reference is not None and reference.kernels is not None and record.kernels is not None:
         kernels += f" ({record.kernels - reference.kernels:+d})"
     parts = [name, record.variant, kernels, f"{record.time_median_s * 1e3:.3g} ms"]
-    if record.speedup_vs_reference is not None:
-        parts.append(f"{record.speedup_vs_reference:.2f}x")
+    if record.variant != record.reference and record.speedup_vs_reference is not None:
+        parts.append(speedup_text(record.speedup_vs_reference, record.speedup_verdict))
+    if record.device_speedup is not None:
+        device = speedup_text(record.device_speedup, record.device_speedup_verdict)
+        parts.append(f"device {device}")
+    if record.host_bound:
+        parts.append("HOST-BOUND")
     if record.within_tolerance is False:
         parts.append(f"numerics FLAGGED (max abs diff {record.max_abs_diff:.2g})")
     parts.append("ok")
@@ -433,8 +535,6 @@ def _selected_records(
 def _write_report(results_path: Path, out_dir: Path, say) -> None:
     if not results_path.exists():
         return
-    from xlafuse.report import write_report
-
     say(f"report: {write_report(results_path, out_dir)}")
 
 

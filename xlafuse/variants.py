@@ -45,6 +45,9 @@ class Variant:
       options: other per-compile XLA options (key -> value; booleans as bool).
       process_flags: XLA_FLAGS that must be set before the backend starts (child process).
       backends: the backends it applies to.
+      backend_passes: more passes to switch off on one backend only (backend -> names).
+      backend_options: more options for one backend only (backend -> key -> value).
+      remains: what this variant cannot switch off, and why (for `xlafuse variants`, reports).
     """
 
     name: str
@@ -53,9 +56,24 @@ class Variant:
     options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     process_flags: tuple[str, ...] = ()
     backends: tuple[str, ...] = BACKENDS
+    backend_passes: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
+    backend_options: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
+    remains: str = ""
 
     def __post_init__(self):
         object.__setattr__(self, "options", MappingProxyType(dict(self.options)))
+        passes = {b: tuple(p) for b, p in self.backend_passes.items()}
+        options = {b: MappingProxyType(dict(o)) for b, o in self.backend_options.items()}
+        object.__setattr__(self, "backend_passes", MappingProxyType(passes))
+        object.__setattr__(self, "backend_options", MappingProxyType(options))
+
+    def passes_for(self, backend: str) -> tuple[str, ...]:
+        """The passes this variant switches off on `backend`."""
+        return _merge(self.disable_passes, self.backend_passes.get(backend, ()))
+
+    def options_for(self, backend: str) -> dict[str, Any]:
+        """The options (besides disabled passes) this variant sets on `backend`."""
+        return {**self.options, **self.backend_options.get(backend, {})}
 
     def applies_to(self, backend: str) -> bool:
         """Whether this variant makes sense on `backend` ("cpu" or "gpu")."""
@@ -76,9 +94,9 @@ class Variant:
                 f"variant {self.name!r} applies to {', '.join(self.backends)} only, "
                 f"not to the {backend!r} backend"
             )
-        validate_passes(self.disable_passes, backend)
-        options = dict(self.options)
-        passes = _merge(env_disabled_passes(), self.disable_passes)
+        validate_passes(self.passes_for(backend), backend)
+        options = self.options_for(backend)
+        passes = _merge(env_disabled_passes(), self.passes_for(backend))
         if passes:
             options[DISABLE_PASSES] = ",".join(passes)
         return options
@@ -92,7 +110,23 @@ class Variant:
             "options": dict(self.options),
             "process_flags": list(self.process_flags),
             "backends": list(self.backends),
+            "backend_passes": {b: list(p) for b, p in self.backend_passes.items()},
+            "backend_options": {b: dict(o) for b, o in self.backend_options.items()},
+            "remains": self.remains,
         }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Variant:
+        """The Variant that `to_dict` described (unknown keys are an error)."""
+        fields = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - fields)
+        if unknown:
+            raise ValueError(f"unknown Variant keys {unknown}; accepted: {sorted(fields)}")
+        data = dict(data)
+        for key in ("disable_passes", "process_flags", "backends"):
+            if key in data:
+                data[key] = tuple(data[key])
+        return cls(**data)
 
 
 _PRESETS: dict[str, Variant] = {}
@@ -105,11 +139,37 @@ def register(variant: Variant) -> Variant:
 
 
 register(Variant("default", "XLA as shipped: every fusion pass on"))
+# Every pass that makes a fusion, per backend. "fusion" is the backend's fusion pipeline;
+# fusion-wrapper (single-op `wrapped_*` fusions, not real fusions) is mandatory and stays on.
+# CPU: dot-library-rewriter makes the YNNPACK library fusions (kCustom __ynn_fusion).
+# GPU (measured on the H200, jax 0.11.2): without these, the GPT-2 small train step kept 36 Triton
+# GEMM fusions (triton-gemm-rewriter: switched off through xla_gpu_enable_triton_gemm) and 12
+# Triton softmax fusions; cuDNN's fused convolutions, sort+iota and dynamic-slice fusions are
+# made by rewriters outside the pipeline too.
+NO_FUSION_PASSES = {
+    "cpu": ("fusion", "dot-library-rewriter"),
+    "gpu": (
+        "fusion",
+        "triton-softmax-rewriter",
+        "cudnn-fused-convolution-rewriter",
+        "sort-iota-fusion",
+        "dynamic-slice-fusion-rewriter-v2",
+    ),
+}
+NO_FUSION_OPTIONS = {"gpu": {"xla_gpu_enable_triton_gemm": False}}
+
 register(
     Variant(
         "no-fusion",
-        "the backend's fusion pipeline off (fusion-wrapper, which is mandatory, stays on)",
-        disable_passes=("fusion",),
+        "every fusion-making pass off, library fusions included (fusion-wrapper, which is "
+        "mandatory, stays on: its single-op wrapped_* fusions are not real fusions)",
+        backend_passes=NO_FUSION_PASSES,
+        backend_options=NO_FUSION_OPTIONS,
+        remains=(
+            "library calls stay library calls: a cuBLAS GEMM (gpu) or an Eigen/oneDNN dot (cpu) "
+            "is one kernel however it is called, and cuBLASLt may still apply a bias or "
+            "activation epilogue inside its own kernel (gpu)"
+        ),
     )
 )
 register(
@@ -151,8 +211,11 @@ def compose(*parts: str | Variant, name: str | None = None) -> Variant:
     """
     variants = [get(p) for p in parts]
     options: dict[str, Any] = {}
+    backend_options: dict[str, dict[str, Any]] = {}
     for v in variants:
         options.update(v.options)
+        for b, opts in v.backend_options.items():
+            backend_options.setdefault(b, {}).update(opts)
     backends = tuple(b for b in BACKENDS if all(v.applies_to(b) for v in variants))
     return Variant(
         name=name or "+".join(v.name for v in variants),
@@ -161,6 +224,11 @@ def compose(*parts: str | Variant, name: str | None = None) -> Variant:
         options=options,
         process_flags=tuple(f for v in variants for f in v.process_flags),
         backends=backends,
+        backend_passes={
+            b: _merge(*(v.backend_passes.get(b, ()) for v in variants)) for b in BACKENDS
+        },
+        backend_options=backend_options,
+        remains="; ".join(v.remains for v in variants if v.remains),
     )
 
 

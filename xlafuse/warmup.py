@@ -128,7 +128,8 @@ def _targets(fn_or_workloads, args, jit_kwargs):
         workload = item if _is_workload(item) else _build(workload_spec(item))
         label = f"{workload.name}/{workload.size}/{workload.mode}"
         # No donation: the runner and the cold-start children compile this way (same cache key).
-        yield label, workload.fn, workload.args, {}
+        donate = {"donate_argnums": workload.donate_argnums} if workload.donate_argnums else {}
+        yield label, workload.fn, workload.args, donate  # as `compile_workload` compiles it
 
 
 def _is_workload(obj: Any) -> bool:

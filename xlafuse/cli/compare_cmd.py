@@ -23,11 +23,10 @@ def register(subparsers) -> None:
 
 def run(args) -> int:
     from xlafuse import models
-    from xlafuse.compare import compare
+    from xlafuse.compare import compare_workload
 
     workload = models.build(args.workload, size=args.size, mode=args.mode)
     names = [v.strip() for v in args.variants.split(",") if v.strip()]
-    label = f"{workload.name}/{workload.size}/{workload.mode}"
-    table = compare(workload.fn, *workload.args, variants=names, label=label)
+    table = compare_workload(workload, variants=names)
     print(json.dumps(table.to_dict(), indent=1) if args.json else table)
     return 0

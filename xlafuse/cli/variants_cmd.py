@@ -35,6 +35,8 @@ def run(args) -> int:
             print(f"  {key}={value!r}")
         if not row["options"]:
             print("  (no options: XLA as shipped)")
+        if row["remains"]:
+            print(f"  cannot be switched off: {row['remains']}")
     return 0
 
 
@@ -43,13 +45,14 @@ def _describe(variant: variants.Variant, backend: str) -> dict:
     if applies:
         options = variant.compiler_options(backend)
     else:  # not validated: its passes belong to another backend's XLA
-        options = dict(variant.options)
-        if variant.disable_passes:
-            options[variants.DISABLE_PASSES] = ",".join(variant.disable_passes)
+        options = variant.options_for(backend)
+        if variant.passes_for(backend):
+            options[variants.DISABLE_PASSES] = ",".join(variant.passes_for(backend))
     return {
         "name": variant.name,
         "description": variant.description,
         "applies": applies,
         "backends": list(variant.backends),
         "options": options,
+        "remains": variant.remains,
     }

@@ -65,7 +65,7 @@ def _seconds_per_call(fn, *args, repeats: int, calls: int = CALLS_PER_BURST) -> 
     kernel that itself takes about 0.1 ms, and understate the bandwidth severalfold.
     """
     jax.block_until_ready(fn(*args))  # compile and warm up, untimed
-    seconds, _ = time_pipelined(fn, args, calls, repeats)
+    seconds, _, _ = time_pipelined(fn, args, calls, repeats)
     return seconds
 
 

@@ -25,14 +25,15 @@ _HITS = "/jax/compilation_cache/cache_hits"
 _MISSES = "/jax/compilation_cache/cache_misses"
 
 
-def per_call_seconds(compiled, args, calls: int, on_first=None) -> list[float]:
-    """Seconds of each of `calls` synchronized calls of `compiled(*args)` (same arguments).
+def per_call_seconds(compiled, args, calls: int, on_first=None, train=False) -> list[float]:
+    """Seconds of each of `calls` synchronized calls of `compiled(*args)`.
 
     Args:
-      compiled: a `jax.stages.Compiled` that does not donate its arguments.
-      args: the positional arguments.
+      compiled: a `jax.stages.Compiled`.
+      args: the positional arguments (a train step's donated state is consumed).
       calls: how many calls to time.
       on_first: called with the first call's output.
+      train: each call's first output is the next call's first argument (a train step).
     """
     import jax
 
@@ -43,6 +44,8 @@ def per_call_seconds(compiled, args, calls: int, on_first=None) -> list[float]:
         seconds.append(time.perf_counter() - start)
         if on_first is not None and len(seconds) == 1:
             on_first(out)
+        if train:
+            args = (out[0], *args[1:])
     return seconds
 
 
@@ -62,14 +65,7 @@ def _build(spec: dict[str, Any]):
 def _variant(spec: dict[str, Any]):
     from xlafuse.variants import Variant
 
-    return Variant(
-        name=spec["name"],
-        description=spec.get("description", ""),
-        disable_passes=tuple(spec.get("disable_passes", ())),
-        options=spec.get("options", {}),
-        process_flags=tuple(spec.get("process_flags", ())),
-        backends=tuple(spec.get("backends", ("cpu", "gpu"))),
-    )
+    return Variant.from_dict(spec)
 
 
 def _flat(fn, treedef):
@@ -105,10 +101,10 @@ def _phase_jit(request: dict[str, Any], import_s: float) -> dict[str, Any]:
     workload = _build(request["workload"])
     build_s = time.perf_counter() - start
     options = _variant(request["variant"]).compiler_options(jax.default_backend())
-    args = workload.args
+    args = workload.fresh_args()
     aot_export_s = _export(workload, request["export_to"])
-    # No donation: the runner compiles this way, so a warm-up serves both (the key differs).
-    jitted = jax.jit(workload.fn)
+    # Donated as the runner compiles it (`compile_workload`), so a warm-up serves both.
+    jitted = jax.jit(workload.fn, donate_argnums=workload.donate_argnums)
     start = time.perf_counter()
     lowered = jitted.lower(*args)
     lower_s = time.perf_counter() - start
@@ -123,6 +119,7 @@ def _phase_jit(request: dict[str, Any], import_s: float) -> dict[str, Any]:
         args,
         1 + request["steady_calls"],
         on_first=lambda out: _save_outputs(request["outputs_to"], out),
+        train=workload.mode == "train",
     )
     return {
         "backend": jax.default_backend(),

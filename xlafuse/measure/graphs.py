@@ -127,6 +127,8 @@ def _build(spec: Any):
 
 
 def _measure_row(workload, label: str, variant_name: str, settings) -> GraphsRow:
+    import jax
+
     from xlafuse.compile import compile_variant
     from xlafuse.measure import timing
     from xlafuse.variants import get
@@ -138,7 +140,7 @@ def _measure_row(workload, label: str, variant_name: str, settings) -> GraphsRow
         workload=label,
         variant=variant.name,
         graphs=variant.options.get(_GRAPHS_OFF, None) != "",
-        fusion="fusion" not in variant.disable_passes,
+        fusion="fusion" not in variant.passes_for(jax.default_backend()),
         kernels=_kernels(compiled),
         time_median_s=measured.time_median_s,
         time_p10_s=measured.time_p10_s,

@@ -31,12 +31,26 @@ class DeviceProfile:
       device_kernels_per_call: kernels launched per call.
       calls: calls traced.
       top_kernels: (name, seconds per call) of the longest kernels, longest first.
+      per_call_s: kernel seconds of each traced call, in order (empty when the kernels could
+        not be split into calls: their count is not a multiple of `calls`).
     """
 
     device_time_s: float
     device_kernels_per_call: float
     calls: int
     top_kernels: tuple[tuple[str, float], ...] = ()
+    per_call_s: tuple[float, ...] = ()
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> DeviceProfile:
+        """From `to_dict()` output (JSON turns tuples into lists)."""
+        return cls(
+            device_time_s=data["device_time_s"],
+            device_kernels_per_call=data["device_kernels_per_call"],
+            calls=data["calls"],
+            top_kernels=tuple((str(n), float(t)) for n, t in data.get("top_kernels", ())),
+            per_call_s=tuple(data.get("per_call_s", ())),
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form."""
@@ -96,21 +110,37 @@ def read_trace(path: str | Path, calls: int) -> DeviceProfile | None:
     kernels = list(_gpu_kernel_events(data.planes))
     if not kernels:
         return None
+    return summarize_kernels(kernels, calls)
+
+
+def summarize_kernels(kernels: list[tuple[str, int, int]], calls: int) -> DeviceProfile:
+    """The DeviceProfile of (name, start_ns, duration_ns) kernel events from `calls` calls.
+
+    Every call of one program launches the same kernels, so the events, in start order, split
+    into `calls` equal groups: one per call.
+    """
     by_name: dict[str, int] = {}
-    for name, duration_ns in kernels:
+    for name, _, duration_ns in kernels:
         by_name[name] = by_name.get(name, 0) + duration_ns
     total_ns = sum(by_name.values())
     top = sorted(by_name.items(), key=lambda kv: -kv[1])[:10]
+    per_call: tuple[float, ...] = ()
+    if calls and len(kernels) % calls == 0:
+        ordered = sorted(kernels, key=lambda k: k[1])
+        size = len(kernels) // calls
+        groups = [ordered[i * size : (i + 1) * size] for i in range(calls)]
+        per_call = tuple(sum(k[2] for k in group) * 1e-9 for group in groups)
     return DeviceProfile(
         device_time_s=total_ns * 1e-9 / calls,
         device_kernels_per_call=len(kernels) / calls,
         calls=calls,
         top_kernels=tuple((name, ns * 1e-9 / calls) for name, ns in top),
+        per_call_s=per_call,
     )
 
 
 def _gpu_kernel_events(planes: Iterable[Any]):
-    """(name, duration_ns) of every event on a "Stream" line of a "/device:GPU:N" plane."""
+    """(name, start_ns, duration_ns) of every event on a "Stream" line of a GPU plane."""
     for plane in planes:
         if not plane.name.startswith(GPU_PLANE_PREFIX):
             continue
@@ -118,4 +148,4 @@ def _gpu_kernel_events(planes: Iterable[Any]):
             if "Stream" not in line.name:
                 continue
             for event in line.events:
-                yield event.name, int(event.duration_ns)
+                yield event.name, int(event.start_ns), int(event.duration_ns)

@@ -8,6 +8,11 @@ Two figures, as in gpt-fast's `generate.py` and JAX's benchmarking advice:
 
 The first call (which may compile, or fill caches) is never timed. For train steps, `advance`
 feeds each call's new state into the next call, so no donated or stale buffer is reused.
+
+A speedup compares two programs timed in alternation (`measure_pair`): rounds of a few calls of
+one, then of the other, the order swapped every round, so a drift of the machine (another
+process, clocks, thermals) affects both alike. Rounds go on until the speedup's verdict is
+decided (`xlafuse.measure.stats`) or the pair's budget, `PAIR_BUDGET` x `min_time_s`, is spent.
 """
 
 from __future__ import annotations
@@ -20,6 +25,11 @@ from typing import Any
 
 import jax
 import numpy as np
+
+from xlafuse.measure.stats import Speedup, speedup_interval
+
+PAIR_BUDGET = 4  # a pair may take up to this many times min_time_s when its verdict is close
+ROUND_SHARE = 0.05  # one round of a pair takes about this share of min_time_s
 
 Clock = Callable[[], float]
 Advance = Callable[[tuple, Any], tuple]
@@ -62,6 +72,9 @@ class Timing:
       pipelined_s_per_call: median over bursts of (burst seconds / calls in the burst).
       pipelined_iters: calls per pipelined burst.
       warmup_iters: untimed calls made first.
+      host_s_per_call: host seconds to issue one call of a pipelined burst (median over bursts):
+        when it is close to `pipelined_s_per_call`, the host, not the device, sets the pace.
+      samples_s: the per-call seconds behind the median (not written to records).
     """
 
     time_median_s: float
@@ -72,10 +85,14 @@ class Timing:
     pipelined_s_per_call: float | None
     pipelined_iters: int
     warmup_iters: int
+    host_s_per_call: float | None = None
+    samples_s: tuple[float, ...] = dataclasses.field(default=(), repr=False)
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-able form."""
-        return dataclasses.asdict(self)
+        """JSON-able form, without the raw samples."""
+        out = dataclasses.asdict(self)
+        del out["samples_s"]
+        return out
 
 
 def same_args(args: tuple, out: Any) -> tuple:
@@ -129,25 +146,27 @@ def time_pipelined(
     repeats: int,
     advance: Advance = same_args,
     clock: Clock = time.perf_counter,
-) -> tuple[float, tuple]:
+) -> tuple[float, float, tuple]:
     """Issue `calls` calls back to back, sync once at the end; median over `repeats` bursts.
 
     Only the last output is waited for: one device stream runs calls in order, and holding every
     output alive would multiply memory use for large workloads.
 
     Returns:
-      (median seconds per call, the args for the next call).
+      (median seconds per call, median host seconds to issue one call, the args for the next
+      call).
     """
-    per_call = []
+    per_call, host = [], []
     for _ in range(repeats):
         t0 = clock()
         out = None
         for _ in range(calls):
             out = fn(*args)
             args = advance(args, out)
+        host.append((clock() - t0) / calls)
         jax.block_until_ready(out)
         per_call.append((clock() - t0) / calls)
-    return statistics.median(per_call), args
+    return statistics.median(per_call), statistics.median(host), args
 
 
 def summarize(samples: Sequence[float]) -> tuple[float, float, float, float]:
@@ -168,7 +187,7 @@ def measure(
 
     Args:
       fn: the compiled function; `fn(*args)`.
-      args: its arguments.
+      args: its arguments (a donating `fn` consumes them: pass copies).
       settings: when to stop.
       advance: `(args, out) -> next args`; `thread_state` for train steps.
       clock: seconds as a float (injectable for tests).
@@ -178,8 +197,12 @@ def measure(
     """
     args = warm_up(fn, tuple(args), settings.warmup, advance)
     samples, args = time_latency(fn, args, settings, advance, clock)
+    return _with_pipelined(fn, args, samples, settings, advance, clock)
+
+
+def _with_pipelined(fn, args, samples, settings, advance, clock) -> Timing:
     calls = max(settings.min_iters, min(len(samples), settings.max_iters))
-    pipelined, _ = time_pipelined(fn, args, calls, settings.repeats, advance, clock)
+    pipelined, host, _ = time_pipelined(fn, args, calls, settings.repeats, advance, clock)
     median, p10, p90, fastest = summarize(samples)
     return Timing(
         time_median_s=median,
@@ -190,4 +213,66 @@ def measure(
         pipelined_s_per_call=pipelined,
         pipelined_iters=calls,
         warmup_iters=max(1, settings.warmup),
+        host_s_per_call=host,
+        samples_s=tuple(samples),
     )
+
+
+def measure_pair(
+    reference: Callable,
+    reference_args: Sequence,
+    fn: Callable,
+    args: Sequence,
+    settings: TimingSettings = TimingSettings(),
+    advance: Advance = same_args,
+    clock: Clock = time.perf_counter,
+) -> tuple[Timing, Speedup]:
+    """Time `fn` against `reference` in alternating rounds; return fn's Timing and the speedup.
+
+    Args:
+      reference: the reference's compiled function.
+      reference_args: its arguments (copies, if it donates them).
+      fn: the compiled function to judge.
+      args: its arguments (copies, if it donates them).
+      settings: min_time_s, min_iters and max_iters apply to `fn`'s samples; the pair goes on
+        past min_time_s, up to PAIR_BUDGET x min_time_s, while the verdict is undecided.
+      advance: `(args, out) -> next args`, for both.
+      clock: seconds as a float (injectable for tests).
+
+    Returns:
+      (fn's Timing, including its pipelined figures; the speedup of fn over the reference with
+      its interval and verdict).
+    """
+    reference_args = warm_up(reference, tuple(reference_args), settings.warmup, advance)
+    args = warm_up(fn, tuple(args), settings.warmup, advance)
+    t0 = clock()
+    out = jax.block_until_ready(fn(*args))
+    estimate = max(clock() - t0, 1e-7)
+    args = advance(args, out)
+    per_round = int(min(100, max(1, ROUND_SHARE * settings.min_time_s / estimate)))
+    sides = {"reference": ([], reference, reference_args), "fn": ([], fn, args)}
+    start, rounds, result = clock(), 0, None
+    while True:
+        order = ("reference", "fn") if rounds % 2 == 0 else ("fn", "reference")
+        for side in order:
+            samples, f, a = sides[side]
+            for _ in range(per_round):
+                t = clock()
+                out = jax.block_until_ready(f(*a))
+                samples.append(clock() - t)
+                a = advance(a, out)
+            sides[side] = (samples, f, a)
+        rounds += 1
+        ref_samples, fn_samples = sides["reference"][0], sides["fn"][0]
+        elapsed = clock() - start
+        if len(fn_samples) >= settings.max_iters:
+            break
+        if len(fn_samples) < settings.min_iters or elapsed < settings.min_time_s:
+            continue
+        result = speedup_interval(ref_samples, fn_samples)
+        if result.decided or elapsed >= PAIR_BUDGET * settings.min_time_s:
+            break
+    if result is None or result.samples != (len(ref_samples), len(fn_samples)):
+        result = speedup_interval(ref_samples, fn_samples)
+    samples, f, a = sides["fn"]
+    return _with_pipelined(f, a, samples, settings, advance, clock), result

@@ -12,8 +12,11 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from flax import nnx
+
+ADAM_B1 = 0.9  # optax.adamw's default first-moment decay, which the zoo uses
 
 Apply = Callable[..., jax.Array]
 Loss = Callable[[jax.Array, jax.Array], jax.Array]
@@ -38,6 +41,41 @@ def forward_fn(graphdef: nnx.GraphDef, apply: Apply) -> Callable[..., jax.Array]
         return apply(nnx.merge(graphdef, state), *inputs)
 
     return fn
+
+
+def flat_state_fn(fn: Callable[..., Any], tree: Any, returns_state: bool) -> Callable[..., Any]:
+    """`fn(state, *rest)` as a function of the state's flat list of leaves.
+
+    Args:
+        fn: `fn(state, *rest)`; with `returns_state`, it returns `(new_state, *outputs)` and the
+            new state has the same tree structure as `state`.
+        tree: the tree structure of `state` (`jax.tree.flatten(state)[1]`).
+        returns_state: whether the first output is a new state, to be returned flat too.
+
+    Returns:
+        `flat(leaves, *rest)`: `fn` with the state rebuilt from `leaves`.
+    """
+
+    def flat(leaves: list[jax.Array], *rest: Any) -> Any:
+        out = fn(jax.tree.unflatten(tree, leaves), *rest)
+        if not returns_state:
+            return out
+        new_state, *outputs = out
+        return (jax.tree.leaves(new_state), *outputs)
+
+    flat.__name__ = getattr(fn, "__name__", "fn")
+    return flat
+
+
+def gradient_of_first_step(opt_state: Any, b1: float = ADAM_B1) -> Any:
+    """The gradient of an Adam-family optimizer's first step, from its state; None without one.
+
+    After one step from zeros, the first moment `mu` is `(1 - b1) * gradient`.
+    """
+    for part in jax.tree.leaves(opt_state, is_leaf=lambda x: hasattr(x, "mu")):
+        if hasattr(part, "mu"):
+            return jax.tree.map(lambda m: np.asarray(m) / (1.0 - b1), part.mu)
+    return None
 
 
 def init_train_state(

@@ -66,11 +66,14 @@ class Workload:
     """A named model at one size and mode, ready to hand to `xlafuse.compile`.
 
     Call it as `fn(*args)`. In forward mode with parameters, `fn(params, *inputs)` where `params`
-    is the model's `nnx.State` (parameters, plus BatchNorm running statistics for resnet50); for
-    parameter-free workloads `fn(*inputs)`. In train mode `fn(train_state, batch)` returns
-    `(new_train_state, loss)`; `train_state` is a dict with "params", "opt_state" (optax AdamW) and
-    "batch_stats", `batch` a dict with "inputs" (a tuple) and "targets". The train state may be
-    donated: `donate_argnums` says which arguments.
+    is the flat list of the model's `nnx.State` leaves (parameters, plus BatchNorm running
+    statistics for resnet50); for parameter-free workloads `fn(*inputs)`. In train mode
+    `fn(train_state, batch)` returns `(new_train_state, loss)`; `train_state` is the flat list of
+    leaves of a dict with "params", "opt_state" (optax AdamW) and "batch_stats", `batch` a dict
+    with "inputs" (a tuple) and "targets". `structured_state(leaves)` rebuilds the dict. States
+    are flat lists because jit flattens a list in C++, while an `nnx.State` costs milliseconds of
+    Python per call. The train state is donated (`donate_argnums`), as in a real training loop:
+    call `fresh_args()` for arguments that a donating call may consume.
 
     Attributes:
         name: registered workload name.
@@ -84,7 +87,8 @@ class Workload:
         items_unit: "elements", "rows", "tokens" or "images".
         flops: analytic FLOPs per call (train: 3x forward), or None where no standard count exists.
         config: the resolved size configuration with overrides applied (JSON-able).
-        donate_argnums: argument positions that may be donated to the compiled function.
+        donate_argnums: argument positions donated to the compiled function (the train state).
+        state_tree: the tree structure of the flat state in `args[0]` (None without parameters).
     """
 
     name: str
@@ -99,6 +103,27 @@ class Workload:
     flops: int | None
     config: Mapping[str, Any]
     donate_argnums: tuple[int, ...] = ()
+    state_tree: Any = None
+
+    def structured_state(self, leaves: Any = None) -> Any:
+        """The state as a pytree (`nnx.State`, or the train-state dict) from its flat leaves.
+
+        Args:
+            leaves: flat leaves (e.g. a train step's new state); `args[0]` when None.
+
+        Raises:
+            ValueError: the workload has no parameters.
+        """
+        if self.state_tree is None:
+            raise ValueError(f"workload {self.name!r} has no parameters, so no state")
+        return jax.tree.unflatten(self.state_tree, self.args[0] if leaves is None else leaves)
+
+    def fresh_args(self) -> tuple[Any, ...]:
+        """`args` with every donated argument copied: a donating call may consume the copies."""
+        return tuple(
+            jax.tree.map(jnp.copy, a) if i in self.donate_argnums else a
+            for i, a in enumerate(self.args)
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """Returns the description the experiment runner records: JSON-able, no arrays."""

@@ -1,0 +1,107 @@
+"""Is a speedup real? A 95% bootstrap interval for a ratio of medians, and a verdict.
+
+A speedup is `reference time / variant time`, both medians of per-call samples. Its interval is
+the percentile bootstrap: resample each set of samples with replacement, take the ratio of the two
+medians, repeat, and keep the 2.5th and 97.5th percentiles. The verdict:
+
+- `same` when the interval contains 1.0, or the speedup is within 3% of 1.0 (a change too small
+  to matter even when it is real);
+- `faster` when the whole interval is above 1.0, `slower` when it is below.
+
+`decided` says whether more samples could still change the verdict: the interval lies entirely
+on one side of every decision boundary (1.0, and 1 +- 3%). The timing code keeps sampling until
+the verdict is decided or its time budget runs out.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+SAME_WITHIN = 0.03
+CONFIDENCE = 0.95
+RESAMPLES = 2000
+VERDICTS = ("faster", "slower", "same")
+
+
+@dataclasses.dataclass(frozen=True)
+class Speedup:
+    """A speedup with its interval.
+
+    Attributes:
+      speedup: reference median / variant median (> 1: the variant is faster).
+      ci: (low, high) 95% bootstrap interval of the speedup.
+      verdict: "faster", "slower" or "same".
+      decided: whether more samples could no longer change the verdict.
+      samples: (reference samples, variant samples) it was computed from.
+    """
+
+    speedup: float
+    ci: tuple[float, float]
+    verdict: str
+    decided: bool
+    samples: tuple[int, int] = (0, 0)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form."""
+        return {
+            "speedup": self.speedup,
+            "ci": list(self.ci),
+            "verdict": self.verdict,
+            "decided": self.decided,
+            "samples": list(self.samples),
+        }
+
+    def __str__(self) -> str:
+        return f"{self.speedup:.2f}x ({self.verdict})"
+
+
+def verdict(speedup: float, ci: tuple[float, float]) -> str:
+    """`same`, `faster` or `slower` for a speedup and its interval (rule in the module doc)."""
+    low, high = ci
+    if low <= 1.0 <= high or abs(speedup - 1.0) < SAME_WITHIN:
+        return "same"
+    return "faster" if low > 1.0 else "slower"
+
+
+def is_decided(ci: tuple[float, float]) -> bool:
+    """True when no decision boundary (1.0, 1 +- 3%) lies inside the interval."""
+    low, high = ci
+    boundaries = (1.0 - SAME_WITHIN, 1.0, 1.0 + SAME_WITHIN)
+    return not any(low < b < high for b in boundaries)
+
+
+def speedup_interval(
+    reference_s: Sequence[float],
+    variant_s: Sequence[float],
+    resamples: int = RESAMPLES,
+    seed: int = 0,
+) -> Speedup:
+    """The speedup of `variant_s` over `reference_s` (per-call seconds) with its interval.
+
+    Args:
+      reference_s: per-call seconds of the reference.
+      variant_s: per-call seconds of the variant.
+      resamples: bootstrap resamples.
+      seed: the resampling seed (fixed: the same samples give the same interval).
+
+    Raises:
+      ValueError: an empty sample set or a non-positive time.
+    """
+    ref = np.asarray(reference_s, dtype=np.float64)
+    var = np.asarray(variant_s, dtype=np.float64)
+    if ref.size == 0 or var.size == 0:
+        raise ValueError("a speedup interval needs at least one sample on each side")
+    if (ref <= 0).any() or (var <= 0).any():
+        raise ValueError("per-call times must be positive")
+    point = float(np.median(ref) / np.median(var))
+    rng = np.random.default_rng(seed)
+    ref_medians = np.median(rng.choice(ref, size=(resamples, ref.size)), axis=1)
+    var_medians = np.median(rng.choice(var, size=(resamples, var.size)), axis=1)
+    tail = (1.0 - CONFIDENCE) / 2 * 100
+    low, high = np.percentile(ref_medians / var_medians, [tail, 100 - tail])
+    ci = (float(min(low, point)), float(max(high, point)))
+    return Speedup(point, ci, verdict(point, ci), is_decided(ci), (ref.size, var.size))
