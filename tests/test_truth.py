@@ -1,0 +1,207 @@
+"""One program, one truth: every entry point measures the same compiled program, no-fusion means
+no fusion, one numerics rule, process-flag cells measured in one child, speedups with verdicts."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from xlafuse import child, models, runner, variants
+from xlafuse.compare import compare_workload
+from xlafuse.compile import compile_workload
+from xlafuse.config import parse_config
+from xlafuse.inspect import inspect_target
+from xlafuse.measure import stats, timing
+from xlafuse.measure.calibrate import calibrate
+from xlafuse.numerics import compare_train_steps, host_outputs, judge_workload
+
+FAST_TIMING = {"warmup": 1, "min_time_s": 0, "min_iters": 3, "max_iters": 3, "repeats": 1}
+TRAINABLE = models.available("train")
+EVERY_CELL = [(name, "forward") for name in models.available()] + [
+    (name, "train") for name in TRAINABLE
+]
+
+
+def _slow_if_resnet(cells):
+    return [pytest.param(*c, marks=pytest.mark.slow) if c[0] == "resnet50" else c for c in cells]
+
+
+@pytest.fixture(autouse=True)
+def fast_calibration(monkeypatch):
+    monkeypatch.setattr(
+        runner, "calibrate", lambda backend=None: calibrate(backend, 1 << 20, matmul_size=64)
+    )
+
+
+def _run(tmp_path, workloads, variant_names=("default", "no-fusion")):
+    config = parse_config(
+        {
+            "experiment": {"name": "t", "output": str(tmp_path), "variants": list(variant_names)},
+            "workloads": workloads,
+            "timing": FAST_TIMING,
+        },
+        backend=jax.default_backend(),
+    )
+    return runner.run_experiment(config, progress=False)
+
+
+@pytest.mark.parametrize("name", [n for n in TRAINABLE if n != "resnet50"])
+def test_run_compare_and_inspect_count_the_same_kernels(tmp_path, name):
+    (record,) = _run(tmp_path, [{"name": name, "mode": "train"}], ("default",))
+    workload = models.build(name, "tiny", "train")
+    row = compare_workload(workload, ["default"]).rows[0]
+    inspected = inspect_target(workload=name, mode="train").report
+    assert record.kernels == row.kernels == inspected.kernels
+    assert record.modeled_bytes == row.modeled_bytes == inspected.modeled_bytes
+
+
+def test_train_state_is_donated():
+    workload = models.build("mlp", "tiny", "train")
+    hlo = compile_workload(workload, "default").hlo_text
+    # XLA marks donated parameters that alias outputs in the module header.
+    assert "input_output_alias=" in hlo.split("\n", 1)[0]
+    state = workload.args[0]
+    compiled = compile_workload(workload, "default")
+    compiled(*workload.fresh_args())
+    assert not any(leaf.is_deleted() for leaf in state)  # the workload's own args survive
+
+
+@pytest.mark.parametrize(("name", "mode"), _slow_if_resnet(EVERY_CELL))
+def test_no_fusion_leaves_no_real_fusion_and_agrees(name, mode):
+    workload = models.build(name, "tiny", mode)
+    table = compare_workload(workload, ["default", "no-fusion"])
+    unfused = table.row("no-fusion")
+    assert unfused.real_fusions == 0
+    assert unfused.within_tolerance, unfused
+
+
+def test_run_and_compare_give_one_verdict(tmp_path):
+    cells = [{"name": "mlp", "mode": "train"}, {"name": "softmax"}, {"name": "attention"}]
+    records = _run(tmp_path, cells)
+    for record in records:
+        if record.variant != "no-fusion":
+            continue
+        workload = models.build(record.workload, "tiny", record.mode)
+        row = compare_workload(workload, ["default", "no-fusion"]).row("no-fusion")
+        assert row.within_tolerance == record.within_tolerance
+        assert row.max_abs_diff == pytest.approx(record.max_abs_diff, rel=1e-6, abs=1e-12)
+        assert row.kernels == record.kernels
+
+
+def test_train_step_rule_judges_loss_gradient_and_parameters():
+    lr = 1e-3
+    grad = {"w": np.array([1.0, -2.0, 1e-6], np.float32)}
+    params = {"w": np.array([0.5, 0.5, 0.5], np.float32)}
+    base = {"loss": np.float32(1.0), "gradient": grad, "batch_stats": {}, "params": params}
+    # The third gradient is zero within tolerance: its sign is noise, so its parameter may end
+    # up 2 x lr away (Adam's first step moves it by +-lr).
+    flipped = dict(base, params={"w": np.array([0.5, 0.5, 0.5 + 2 * lr], np.float32)})
+    assert compare_train_steps(base, flipped, "float32", lr).within_tolerance
+    # A clear gradient gets no such allowance.
+    moved = dict(base, params={"w": np.array([0.5 + 2 * lr, 0.5, 0.5], np.float32)})
+    verdict = compare_train_steps(base, moved, "float32", lr)
+    assert not verdict.within_tolerance and verdict.worst_part == "params"
+    # A wrong gradient is caught whatever the parameters do.
+    wrong = dict(base, gradient={"w": np.array([1.0, 2.0, 1e-6], np.float32)})
+    verdict = compare_train_steps(base, wrong, "float32", lr)
+    assert not verdict.within_tolerance and verdict.worst_part == "gradient"
+    # The loss is judged at the compute dtype's tolerance.
+    off = dict(base, loss=np.float32(1.001))
+    assert not compare_train_steps(base, off, "float32", lr).within_tolerance
+    assert compare_train_steps(base, off, "bfloat16", lr).within_tolerance
+
+
+def test_judge_workload_flags_a_perturbed_train_step():
+    workload = models.build("mlp", "tiny", "train")
+    compiled = compile_workload(workload, "default")
+    reference = host_outputs(workload, compiled(*workload.fresh_args()))
+    assert judge_workload(workload, reference, reference).within_tolerance
+    leaves, loss = compiled(*workload.fresh_args())
+    params = jax.tree.leaves(workload.structured_state(leaves)["params"])
+    position = next(i for i, leaf in enumerate(leaves) if leaf is params[0])
+    leaves = [leaf + 0.1 if i == position else leaf for i, leaf in enumerate(leaves)]
+    verdict = judge_workload(workload, reference, host_outputs(workload, (leaves, loss)))
+    assert not verdict.within_tolerance and verdict.worst_part == "params"
+
+
+def test_process_flag_variant_is_measured_in_one_child_per_cell(tmp_path, monkeypatch):
+    flags = variants.Variant("fast-math-off", process_flags=("--xla_cpu_enable_fast_math=false",))
+    monkeypatch.setitem(variants._PRESETS, flags.name, flags)
+    starts = {"n": 0}
+    real = child.subprocess.run
+
+    def counting(*args, **kwargs):
+        if args and "xlafuse.child" in args[0]:
+            starts["n"] += 1
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(child.subprocess, "run", counting)
+    records = _run(tmp_path, [{"name": "mul_add_relu"}], ("default", "fast-math-off"))
+    default, in_child = records
+    assert starts["n"] == 1
+    assert in_child.kernels == default.kernels
+    assert in_child.within_tolerance is True
+    assert in_child.iters == FAST_TIMING["max_iters"]
+    assert in_child.speedup_basis == runner.UNPAIRED
+    # Timed in the child, not as a process start per call (which takes about a second).
+    assert in_child.time_median_s < 0.05
+
+
+def test_speedup_interval_on_known_samples():
+    rng = np.random.default_rng(1)
+    same = 1e-3 * (1 + 0.05 * rng.standard_normal(400))
+    other = 1e-3 * (1 + 0.05 * rng.standard_normal(400))
+    result = stats.speedup_interval(same, other)
+    assert result.verdict == "same"
+    assert result.ci[0] <= 1.0 <= result.ci[1]
+    faster = stats.speedup_interval(same, same / 2)
+    assert faster.speedup == pytest.approx(2.0)
+    assert faster.verdict == "faster" and faster.decided
+    assert faster.ci[0] > 1.9 and faster.ci[1] < 2.1
+    slower = stats.speedup_interval(same, same * 1.5)
+    assert slower.verdict == "slower" and slower.speedup == pytest.approx(1 / 1.5)
+    # The same samples give the same interval (fixed resampling seed).
+    assert stats.speedup_interval(same, other) == result
+
+
+def test_verdict_rule():
+    assert stats.verdict(1.02, (1.01, 1.03)) == "same"  # real, but under 3%
+    assert stats.verdict(1.20, (0.95, 1.40)) == "same"  # the interval contains 1.0
+    assert stats.verdict(1.20, (1.10, 1.30)) == "faster"
+    assert stats.verdict(0.80, (0.70, 0.90)) == "slower"
+    assert stats.is_decided((1.04, 1.30)) and stats.is_decided((0.98, 0.99))
+    assert not stats.is_decided((1.01, 1.05))
+    with pytest.raises(ValueError, match="at least one sample"):
+        stats.speedup_interval([], [1.0])
+
+
+class PairClock:
+    """A fake clock: calls of `slow` take 2 ms, calls of `fast` 1 ms."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+    def slow(self, x):
+        self.now += 2e-3
+        return x
+
+    def fast(self, x):
+        self.now += 1e-3
+        return x
+
+
+def test_measure_pair_alternates_and_stops_when_decided():
+    clock = PairClock()
+    settings = timing.TimingSettings(warmup=1, min_time_s=0.1, min_iters=5, max_iters=10_000)
+    measured, speedup = timing.measure_pair(
+        clock.slow, (jnp.zeros(1),), clock.fast, (jnp.zeros(1),), settings, clock=clock
+    )
+    assert speedup.speedup == pytest.approx(2.0)
+    assert speedup.verdict == "faster" and speedup.decided
+    assert measured.time_median_s == pytest.approx(1e-3)
+    assert measured.iters == speedup.samples[1] == speedup.samples[0]
+    # Decided at the first check after min_time_s: far below the PAIR_BUDGET x min_time_s cap.
+    assert clock.now < timing.PAIR_BUDGET * settings.min_time_s
