@@ -85,7 +85,8 @@ def profile_device_time(
 
 
 def _trace_and_read(fn, args, calls, advance, folder: Path) -> DeviceProfile | None:
-    jax.block_until_ready(fn(*args))
+    out = jax.block_until_ready(fn(*args))
+    args = advance(args, out)  # a train step donated its state: go on with the new one
     with jax.profiler.trace(str(folder)):
         out = None
         for _ in range(calls):
