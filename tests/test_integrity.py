@@ -1,0 +1,214 @@
+"""Runs that cannot be fooled: result identity, torn files, locks, early output checks, stdout."""
+
+import dataclasses
+import io
+import json
+import os
+
+import pytest
+
+from xlafuse import results as results_lib
+from xlafuse import runner
+from xlafuse.cli import main
+from xlafuse.config import VariantConfig, parse_config
+from xlafuse.errors import XlafuseError
+from xlafuse.results import append_result, load_results
+
+FAST_TIMING = {"warmup": 1, "min_time_s": 0, "min_iters": 2, "max_iters": 2, "repeats": 1}
+
+
+def _config(out, workloads=({"name": "mul_add_relu"},), variants=("default",), **timing):
+    return parse_config(
+        {
+            "experiment": {"name": "t", "output": str(out), "variants": list(variants)},
+            "workloads": list(workloads),
+            "timing": {**FAST_TIMING, **timing},
+            "measure": {"calibrate": False},
+        },
+        backend="cpu",
+    )
+
+
+@pytest.fixture
+def no_calibration(monkeypatch):
+    """Fails the test if the runner calibrates (that is: starts measuring)."""
+
+    def calibrate(*args, **kwargs):
+        raise AssertionError("calibrated before the output folder was checked")
+
+    monkeypatch.setattr(runner, "calibrate", calibrate)
+
+
+def test_resume_under_other_timing_settings_is_refused(tmp_path):
+    runner.run_experiment(_config(tmp_path), progress=False)
+    with pytest.raises(XlafuseError) as info:
+        runner.run_experiment(_config(tmp_path, repeats=5), progress=False)
+    message = str(info.value)
+    assert "\n" not in message
+    assert "holds results measured under other settings (timing.repeats: 1 in the file, 5 now)" in (
+        message
+    )
+    assert "pass --fresh to move that file aside and start over, or write to another --out" in (
+        message
+    )
+    assert len((tmp_path / "results.jsonl").read_text().splitlines()) == 1
+    # --fresh is the way out.
+    (record,) = runner.run_experiment(_config(tmp_path, repeats=5), fresh=True, progress=False)
+    assert record.settings["timing"]["repeats"] == 5
+
+
+def test_records_carry_every_setting_that_changes_a_measurement(tmp_path):
+    inline = {"name": "nf", "xla_disable_hlo_passes": "fusion"}
+    records = runner.run_experiment(_config(tmp_path, variants=("default", inline)), progress=False)
+    settings = records[1].settings
+    assert set(settings) == {
+        "experiment", "reference", "backend", "device_kind", "timing", "measure", "XLA_FLAGS",
+        "jax", "jaxlib", "xlafuse", "variant",
+    }  # fmt: skip
+    assert settings["variant"] == {"disable_passes": ["fusion"], "options": {}, "process_flags": []}
+    assert settings["measure"] == {"profile": False, "calibrate": False, "cold_start": False}
+    assert records[0].settings["variant"]["disable_passes"] == []
+
+
+def test_resume_with_a_variant_of_the_same_name_but_other_options_is_refused(tmp_path):
+    first = {"name": "x", "xla_disable_hlo_passes": "fusion"}
+    runner.run_experiment(_config(tmp_path, variants=("default", first)), progress=False)
+    changed = {"name": "x", "xla_cpu_enable_fast_math": True}
+    with pytest.raises(XlafuseError, match=r"variant 'x': .*\"fusion\".* in the file, .*now"):
+        runner.run_experiment(_config(tmp_path, variants=("default", changed)), progress=False)
+
+
+def test_resume_into_another_experiment_is_refused_by_the_cli(tmp_path, capsys):
+    runner.run_experiment(_config(tmp_path), progress=False)
+    path = tmp_path / "other.toml"
+    path.write_text(
+        '[experiment]\nname = "other"\nvariants = ["default"]\n[[workloads]]\nname = "mul_add_relu"\n'
+        "[timing]\nwarmup = 1\nmin_time_s = 0\nmin_iters = 2\nmax_iters = 2\nrepeats = 1\n"
+        "[measure]\ncalibrate = false\n"
+    )
+    assert main(["run", str(path), "--out", str(tmp_path), "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert 'experiment: "t" in the file, "other" now' in err
+
+
+def test_records_without_settings_are_not_reused(tmp_path):
+    old = {"workload": "mul_add_relu", "size": "tiny", "mode": "forward", "dtype": "float32"}
+    old |= {"variant": "default", "backend": "cpu", "device_kind": "cpu", "status": "ok"}
+    old["cell_id"] = "mul_add_relu/tiny/forward/auto/{}/default/cpu"
+    append_result(tmp_path / "results.jsonl", old)
+    with pytest.raises(XlafuseError, match=r"records no settings \(older xlafuse\)"):
+        runner.run_experiment(_config(tmp_path), progress=False)
+
+
+def test_a_torn_last_line_is_moved_aside_and_no_record_is_lost(tmp_path):
+    runner.run_experiment(_config(tmp_path), progress=False)
+    path = tmp_path / "results.jsonl"
+    torn = b'{"workload": "gelu", "size": "ti'
+    with open(path, "ab") as f:
+        f.write(torn)
+    workloads = ({"name": "mul_add_relu"}, {"name": "gelu"})
+    records = runner.run_experiment(_config(tmp_path, workloads), progress=False)
+    assert [r.workload for r in records] == ["mul_add_relu", "gelu"]
+    lines = path.read_text().splitlines()
+    assert [json.loads(line)["workload"] for line in lines] == ["mul_add_relu", "gelu"]
+    (aside,) = tmp_path.glob("results.torn-*.txt")
+    assert aside.read_bytes() == torn
+
+
+def test_append_starts_a_new_line_after_torn_bytes(tmp_path):
+    path = tmp_path / "r.jsonl"
+    path.write_bytes(b'{"workload": "a"')
+    append_result(path, {"workload": "b"})
+    assert path.read_text().splitlines() == ['{"workload": "a"', '{"workload": "b"}']
+
+
+def test_a_second_run_into_a_held_folder_names_the_holder(tmp_path, no_calibration):
+    with results_lib.lock_folder(tmp_path), pytest.raises(XlafuseError) as info:
+        runner.run_experiment(_config(tmp_path), progress=False)
+    assert str(info.value) == (
+        f"output folder {str(tmp_path)!r} is in use by another xlafuse run (PID {os.getpid()}); "
+        "wait for it to end or pass another --out"
+    )
+    assert not (tmp_path / "results.jsonl").exists()
+    # Released on exit: the folder can be used again.
+    with results_lib.lock_folder(tmp_path) as lock:
+        assert lock.read_text() == f"{os.getpid()}\n"
+
+
+@pytest.mark.parametrize(
+    "out, message",
+    [
+        ("", "the output folder is an empty name; give a folder, e.g. --out results/x"),
+        ("afile", "output folder '{tmp}/afile' is a file, not a folder"),
+        ("afile/sub", "cannot create output folder '{tmp}/afile/sub': '{tmp}/afile' is a file"),
+    ],
+)
+def test_output_folder_is_checked_before_anything_runs(tmp_path, no_calibration, out, message):
+    (tmp_path / "afile").write_text("x")
+    target = str(tmp_path / out) if out else ""
+    config = dataclasses.replace(_config(tmp_path), measure=runner.ExperimentConfig.measure)
+    with pytest.raises(XlafuseError) as info:
+        runner.run_experiment(config, out=target, progress=False)
+    assert str(info.value) == message.format(tmp=tmp_path)
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders")
+def test_read_only_output_folder_is_one_line_exit_2(tmp_path, capsys, monkeypatch):
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    folder.chmod(0o500)
+    monkeypatch.setattr(runner, "calibrate", lambda *a: pytest.fail("calibrated"))
+    config = tmp_path / "c.toml"
+    config.write_text('[[workloads]]\nname = "gelu"\n')
+    assert main(["run", str(config), "--out", str(folder)]) == 2
+    assert capsys.readouterr().err == (
+        f"xlafuse run: error: cannot write to output folder '{folder}': Permission denied\n"
+    )
+
+
+def test_an_uncreatable_output_folder_is_one_line_exit_2(tmp_path, capsys):
+    config = tmp_path / "c.toml"
+    config.write_text('[[workloads]]\nname = "gelu"\n')
+    assert main(["run", str(config), "--out", "/proc/xlafuse-cannot-be-here"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(
+        "xlafuse run: error: cannot write to output folder '/proc/xlafuse-cannot-be-here': "
+    )
+    assert len(err.splitlines()) == 1
+
+
+class _ClosedStdout(io.StringIO):
+    """A stdout whose reader went away after the first line (`xlafuse run ... | head -1`)."""
+
+    def write(self, text):
+        if self.getvalue():
+            raise BrokenPipeError(32, "Broken pipe")
+        return super().write(text)
+
+
+@pytest.mark.parametrize("progress", [False, True], ids=["lines", "progress-bar"])
+def test_a_closed_stdout_stops_the_printing_not_the_sweep(tmp_path, monkeypatch, progress):
+    stdout = _ClosedStdout()
+    monkeypatch.setattr("sys.stdout", stdout)
+    workloads = ({"name": "mul_add_relu"}, {"name": "gelu"})
+    records = runner.run_experiment(
+        _config(tmp_path, workloads, variants=("default", "no-fusion")), progress=progress
+    )
+    assert [r.status for r in records] == ["ok"] * 4
+    assert len(load_results(tmp_path / "results.jsonl")) == 4
+    assert stdout.getvalue().startswith("t: 4 cells to run on cpu")
+    assert "mul_add_relu" not in stdout.getvalue()  # nothing printed once the reader left
+    assert (tmp_path / "report.md").exists()
+
+
+def test_variant_config_error_cells_still_resume(tmp_path):
+    # A variant XLA rejects at compile (built past validation) is an error cell, run again later.
+    config = _config(tmp_path)
+    bad = VariantConfig("bad", None, {"xla_no_such_option": True})
+    config = dataclasses.replace(config, variants=(*config.variants, bad))
+    records = runner.run_experiment(config, progress=False)
+    assert [r.status for r in records] == ["ok", "error"]
+    assert set(results_lib.finished_cells(tmp_path / "results.jsonl")) == {
+        "mul_add_relu/tiny/forward/auto/{}/default/cpu"
+    }
