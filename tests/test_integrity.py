@@ -212,3 +212,64 @@ def test_variant_config_error_cells_still_resume(tmp_path):
     assert set(results_lib.finished_cells(tmp_path / "results.jsonl")) == {
         "mul_add_relu/tiny/forward/auto/{}/default/cpu"
     }
+
+
+@pytest.fixture(scope="module")
+def results_folder(tmp_path_factory):
+    out = tmp_path_factory.mktemp("results")
+    runner.run_experiment(_config(out, variants=("default", "no-fusion")), progress=False)
+    return out
+
+
+def test_report_on_a_folder_reads_its_results(results_folder, tmp_path, capsys):
+    assert main(["report", str(results_folder), "--out", str(tmp_path)]) == 0
+    assert capsys.readouterr().out == f"{tmp_path / 'report.md'}\n"
+    assert "(2 cells)" in (tmp_path / "report.md").read_text()
+
+
+def test_report_says_how_many_lines_it_skipped_and_where(results_folder, tmp_path, capsys):
+    path = tmp_path / "results.jsonl"
+    lines = (results_folder / "results.jsonl").read_text().splitlines()
+    path.write_text(f'{lines[0]}\n[1, 2, 3]\n{lines[1]}\n{{"workload": "x", "si\n')
+    assert main(["report", str(path)]) == 0
+    err = capsys.readouterr().err
+    assert err.startswith(
+        f"{path}: skipped 2 lines that are not a record (lines 2, 4: not a cell record "
+        "(a record is a JSON object, not list))"
+    )
+    text = (tmp_path / "report.md").read_text()
+    assert "(2 cells)" in text and "skipped 2 lines" in text
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (
+            b'[experiment]\nname = "x"\n',
+            "is not a results file (JSON lines from `xlafuse run`): none of its 2 lines is a "
+            "record (line 1: not valid JSON (Expecting value: line 1 column 2 (char 1)))",
+        ),
+        (
+            b"[1, 2, 3]\n",
+            "is not a results file (JSON lines from `xlafuse run`): none of its 1 lines is a "
+            "record (line 1: not a cell record (a record is a JSON object, not list))",
+        ),
+        (b"\x89PNG\r\n\x1a\n\xf1", "is not a results file: not UTF-8 text (byte 0x89 at offset 0)"),
+    ],
+    ids=["toml", "json-array", "binary"],
+)
+def test_report_on_a_file_that_is_not_results_is_one_line(tmp_path, capsys, content, message):
+    path = tmp_path / "input"
+    path.write_bytes(content)
+    assert main(["report", str(path)]) == 2
+    captured = capsys.readouterr()
+    assert captured.err == f"xlafuse report: error: {path} {message}\n"
+    assert captured.out == ""
+    assert not (tmp_path / "report.md").exists()
+
+
+def test_report_on_a_folder_without_results(tmp_path, capsys):
+    assert main(["report", str(tmp_path)]) == 2
+    assert capsys.readouterr().err == (
+        f"xlafuse report: error: folder {str(tmp_path)!r} has no results.jsonl\n"
+    )

@@ -13,7 +13,7 @@ from typing import Any
 
 from xlafuse.measure.graphs import SKIP_NOTE as GRAPHS_SKIPPED
 from xlafuse.report_coldstart import coldstart_plot, coldstart_section, graphs_section
-from xlafuse.results import CellResult, latest_per_cell, load_results
+from xlafuse.results import CellResult, latest_per_cell, read_results
 
 SPEEDUP_PNG = "speedup.png"
 KERNELS_PNG = "kernels_vs_time.png"
@@ -25,33 +25,38 @@ def write_report(results_path: str | Path, out_dir: str | Path | None = None) ->
     """Write `report.md` and its PNG plots for a results file.
 
     Args:
-      results_path: the JSONL file of cell records.
+      results_path: the JSONL file of cell records, or a folder holding results.jsonl.
       out_dir: where to write; the results file's folder when None.
 
     Returns:
       The path of report.md.
 
     Raises:
-      FileNotFoundError: no such results file.
+      XlafuseError: no such file, or not a results file (`xlafuse.results.read_results`).
     """
-    results_path = Path(results_path)
-    out_dir = Path(out_dir) if out_dir is not None else results_path.parent
+    data = read_results(results_path)
+    out_dir = Path(out_dir) if out_dir is not None else data.path.parent
     out_dir.mkdir(parents=True, exist_ok=True)
-    records = latest_per_cell(load_results(results_path))
+    records = latest_per_cell(data.records)
     plots = write_plots(records, out_dir)
-    text = render_markdown(records, results_path, plots)
+    text = render_markdown(records, data.path, plots, data.skipped_note())
     path = out_dir / "report.md"
     path.write_text(text, encoding="utf-8")
     return path
 
 
 def render_markdown(
-    records: Sequence[CellResult], source: Path | None = None, plots: Iterable[str] = ()
+    records: Sequence[CellResult],
+    source: Path | None = None,
+    plots: Iterable[str] = (),
+    skipped: str | None = None,
 ) -> str:
-    """The report as markdown text."""
+    """The report as markdown text (`skipped`: a note on lines of the file that were skipped)."""
     lines = ["# xlafuse report", ""]
     if source is not None:
         lines += [f"Results: `{source}` ({len(records)} cells)", ""]
+    if skipped:
+        lines += [f"_{skipped}_", ""]
     lines += _environment(records) + _ceilings(records)
     for key, group in _by_workload(records).items():
         lines += [f"## {key}", "", *_table(group), ""]
