@@ -5,6 +5,7 @@ import io
 import json
 import os
 
+import jax
 import pytest
 
 from xlafuse import results as results_lib
@@ -273,3 +274,49 @@ def test_report_on_a_folder_without_results(tmp_path, capsys):
     assert capsys.readouterr().err == (
         f"xlafuse report: error: folder {str(tmp_path)!r} has no results.jsonl\n"
     )
+
+
+def _has_gpu():
+    try:
+        return bool(jax.devices("gpu"))
+    except RuntimeError:
+        return False
+
+
+@pytest.mark.skipif(_has_gpu(), reason="needs a machine without a GPU")
+def test_passes_of_a_backend_that_is_not_here_is_one_line(capsys):
+    assert main(["passes", "--backend", "gpu"]) == 2
+    assert capsys.readouterr().err == (
+        "xlafuse passes: error: backend 'gpu' is not present here (JAX's backend is 'cpu'); "
+        "its passes can only be listed where it runs\n"
+    )
+
+
+def test_pass_cache_is_keyed_by_backend_platform_version_and_jaxlib(tmp_path, monkeypatch):
+    import hashlib
+
+    import jaxlib
+
+    from xlafuse import passes
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(passes, "_probe_passes", lambda backend: frozenset({"probed"}))
+    passes.known_passes.cache_clear()
+    try:
+        assert passes.known_passes("cpu") == {"probed"}
+        version = jax.devices("cpu")[0].client.platform_version
+        digest = hashlib.sha256(version.encode()).hexdigest()[:10]
+        (path,) = (tmp_path / "xlafuse").iterdir()
+        assert path.name == f"passes-cpu-{digest}-jaxlib{jaxlib.__version__}.json"
+        assert json.loads(path.read_text()) == {
+            "backend": "cpu",
+            "platform_version": version,
+            "jaxlib": jaxlib.__version__,
+            "passes": ["probed"],
+        }
+        # A file whose key does not match (written by another stack) is not trusted.
+        path.write_text(json.dumps({"backend": "gpu", "passes": ["stale"]}))
+        passes.known_passes.cache_clear()
+        assert passes.known_passes("cpu") == {"probed"}
+    finally:
+        passes.known_passes.cache_clear()
