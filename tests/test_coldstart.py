@@ -64,10 +64,21 @@ def test_warmup_cli_compiles_every_cell_of_a_config(tmp_path, capsys):
         '[[workloads]]\nname = "mlp"\nsize = "tiny"\n'
     )
     assert main(["warmup", str(config), "--cache", str(tmp_path / "cache")]) == 0
-    out = capsys.readouterr().out
-    assert "compiled mlp/tiny/forward @ default" in out
-    assert "compiled mlp/tiny/forward @ no-fusion" in out
+    out = capsys.readouterr().out.splitlines()
+    assert out[:2] == [
+        "compiled  mlp/tiny/forward @ default",
+        "compiled  mlp/tiny/forward @ no-fusion",
+    ]
+    assert out[2].startswith("0 of 2 cells were cache hits; ")
     assert coldstart.cache_entry_count(tmp_path / "cache") >= 2
+    # Run again: every cell comes from the folder, and it says so.
+    assert main(["warmup", str(config), "--cache", str(tmp_path / "cache")]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[:2] == [
+        "cache hit mlp/tiny/forward @ default",
+        "cache hit mlp/tiny/forward @ no-fusion",
+    ]
+    assert out[2].startswith("2 of 2 cells were cache hits; 0 new cache entries")
 
 
 def test_coldstart_cli_rejects_a_cache_that_is_a_file(tmp_path, capsys):
