@@ -320,3 +320,76 @@ def test_pass_cache_is_keyed_by_backend_platform_version_and_jaxlib(tmp_path, mo
         assert passes.known_passes("cpu") == {"probed"}
     finally:
         passes.known_passes.cache_clear()
+
+
+def test_progress_steps_draw_on_a_terminal_only():
+    from xlafuse.cli._progress import steps
+
+    terminal = io.StringIO()
+    with steps(total=2, stream=terminal, force=True) as step:
+        step("building gpt2/tiny/train")
+        step("compiling [ops=16] @ no-fusion")
+    drawn = terminal.getvalue()
+    assert "[1/2] building gpt2/tiny/train" in drawn
+    assert "[2/2] compiling [ops=16] @ no-fusion" in drawn
+    piped = io.StringIO()
+    with steps(total=2, stream=piped) as step:
+        step("building")
+    assert piped.getvalue() == ""
+
+
+@pytest.fixture
+def terminal_stderr(monkeypatch):
+    """Makes the commands believe stderr is a terminal; returns what they drew there."""
+    from xlafuse.cli import _progress
+
+    drawn = io.StringIO()
+    real = _progress.steps
+    monkeypatch.setattr(
+        _progress, "steps", lambda total=None: real(total, stream=drawn, force=True)
+    )
+    return drawn
+
+
+@pytest.mark.parametrize(
+    "argv, shown",
+    [
+        (
+            ["compare", "mul_add_relu", "--json"],
+            [
+                "[1/2] building mul_add_relu/tiny/forward",
+                "[2/2] mul_add_relu/tiny/forward: "
+                "compiling, running and comparing default, no-fusion",
+            ],
+        ),
+        (
+            ["inspect", "--workload", "mul_add_relu", "--json"],
+            ["[1/1] building and compiling mul_add_relu/tiny/forward @ default"],
+        ),
+        (
+            ["diff", "--workload", "mul_add_relu", "--json"],
+            ["[1/1] building and compiling mul_add_relu/tiny/forward @ default and @ no-fusion"],
+        ),
+    ],
+    ids=["compare", "inspect", "diff"],
+)
+def test_compiling_commands_show_their_step_on_a_terminal(terminal_stderr, capsys, argv, shown):
+    assert main(argv) == 0
+    for line in shown:
+        assert line in terminal_stderr.getvalue()
+    json.loads(capsys.readouterr().out)  # stdout stays clean JSON
+
+
+def test_coldstart_shows_each_child_on_a_terminal(terminal_stderr, monkeypatch):
+    from xlafuse.measure import coldstart
+
+    def measure(*args, on_step=None, **kwargs):
+        on_step("cold start: new process, empty cache (import, build, compile, calls)")
+        raise XlafuseError("stopped after the first step")
+
+    monkeypatch.setattr(coldstart, "measure_cold_start", measure)
+    assert main(["coldstart", "--workload", "mlp"]) == 2
+    assert (
+        "[1/3] mlp/tiny/forward @ default: cold start: new process, empty cache"
+        in terminal_stderr.getvalue()
+    )

@@ -23,11 +23,15 @@ def register(subparsers) -> None:
 
 def run(args) -> int:
     from xlafuse import models
+    from xlafuse.cli._progress import steps
     from xlafuse.compare import compare
 
-    workload = models.build(args.workload, size=args.size, mode=args.mode)
     names = [v.strip() for v in args.variants.split(",") if v.strip()]
-    label = f"{workload.name}/{workload.size}/{workload.mode}"
-    table = compare(workload.fn, *workload.args, variants=names, label=label)
+    label = f"{args.workload}/{args.size}/{args.mode}"
+    with steps(total=2) as step:
+        step(f"building {label}")
+        workload = models.build(args.workload, size=args.size, mode=args.mode)
+        step(f"{label}: compiling, running and comparing {', '.join(names)}")
+        table = compare(workload.fn, *workload.args, variants=names, label=label)
     print(json.dumps(table.to_dict(), indent=1) if args.json else table)
     return 0
