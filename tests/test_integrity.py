@@ -393,3 +393,15 @@ def test_coldstart_shows_each_child_on_a_terminal(terminal_stderr, monkeypatch):
         "[1/3] mlp/tiny/forward @ default: cold start: new process, empty cache"
         in terminal_stderr.getvalue()
     )
+
+
+def test_readme_quickstart_claim_is_machine_checked():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_quickstart.py"
+    spec = importlib.util.spec_from_file_location("bench_quickstart", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    # benchmarks/bench_quickstart.py times the command and compares with this figure.
+    assert bench.readme_claim_s() == 25.0
