@@ -90,6 +90,12 @@ def test_coldstart_cli_rejects_a_cache_that_is_a_file(tmp_path, capsys):
     )
     with pytest.raises(XlafuseError, match="a part of its path is a file"):
         coldstart.measure_cold_start("mlp", cache_dir=cache / "sub")
+    config = tmp_path / "c.toml"
+    config.write_text('[[workloads]]\nname = "mlp"\n')
+    assert main(["warmup", str(config), "--cache", str(cache)]) == 2
+    assert capsys.readouterr().err == (
+        f"xlafuse warmup: error: cache {str(cache)!r} is a file; --cache takes a folder\n"
+    )
 
 
 def test_coldstart_cli_rejects_an_unknown_workload_before_any_child(capsys):

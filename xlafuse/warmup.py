@@ -18,7 +18,12 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from xlafuse.measure.coldstart import cache_entry_count, persistent_cache, workload_spec
+from xlafuse.measure.coldstart import (
+    cache_entry_count,
+    check_cache_dir,
+    persistent_cache,
+    workload_spec,
+)
 
 CACHE_HIT_EVENT = "/jax/compilation_cache/cache_hits"
 
@@ -82,9 +87,11 @@ def warmup(
     Raises:
       ValueError: a variant that needs process-wide XLA flags (it cannot be compiled here), or
         one that does not apply to this backend.
+      XlafuseError: `cache_dir` cannot serve as a cache folder (a file, or not writable).
     """
     from xlafuse.variants import get
 
+    check_cache_dir(cache_dir)
     resolved = [get(v) for v in variants]
     for variant in resolved:
         if variant.process_flags:
