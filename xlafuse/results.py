@@ -207,8 +207,15 @@ def run_settings(config: Any, backend: str, device_kind: str) -> dict[str, Any]:
 
 
 def variant_settings(variant: Any) -> dict[str, Any]:
-    """A config variant resolved to what XLA gets: disabled passes, options, process flags."""
-    resolved = variant.resolve()
+    """A config variant resolved to what XLA gets: disabled passes, options, process flags.
+
+    A variant that no longer resolves (a preset gone from the registry) is recorded by its
+    config form, so an error record can still be written.
+    """
+    try:
+        resolved = variant.resolve()
+    except ValueError:
+        return {"unresolved": _plain(variant.to_dict())}
     return {
         "disable_passes": list(resolved.disable_passes),
         "options": _plain(resolved.options),
