@@ -13,6 +13,7 @@ import pytest
 
 from xlafuse import compare_outputs
 from xlafuse.cli import main
+from xlafuse.errors import XlafuseError
 from xlafuse.measure import coldstart, graphs
 from xlafuse.measure.coldstart import run_aot_load, run_start, workload_spec
 from xlafuse.report_coldstart import coldstart_section, graphs_section
@@ -32,6 +33,8 @@ def test_warmup_fills_cache_and_a_new_process_hits_it(tmp_path):
 
     assert run.cache_hit and run.cache_hits == 1
     assert run.cache_misses == 0
+    # Imports timed from a bare interpreter (jax + flax + xlafuse: seconds, never ~0.2 ms).
+    assert run.import_s > 0.01
     assert run.cache_entries == summary.entries_after  # nothing new had to be written
 
 
@@ -47,6 +50,7 @@ def test_aot_export_round_trips_in_a_new_process(tmp_path):
     aot_load_s = run_aot_load(GPT2_TRAIN, "default", exported, outputs_to=aot_out)
 
     assert run.aot_export_s > 0 and aot_load_s > 0
+    assert run.import_s > 0.01  # timed in the child before `import jax`
     assert run.cache_entries == 0 and not run.cache_hit  # no cache folder given
     expected, got = (pickle.loads(p.read_bytes()) for p in (jit_out, aot_out))
     assert len(got) == len(expected) > 2  # new params, optimizer state, loss
@@ -60,10 +64,38 @@ def test_warmup_cli_compiles_every_cell_of_a_config(tmp_path, capsys):
         '[[workloads]]\nname = "mlp"\nsize = "tiny"\n'
     )
     assert main(["warmup", str(config), "--cache", str(tmp_path / "cache")]) == 0
-    out = capsys.readouterr().out
-    assert "compiled mlp/tiny/forward @ default" in out
-    assert "compiled mlp/tiny/forward @ no-fusion" in out
+    out = capsys.readouterr().out.splitlines()
+    assert out[:2] == [
+        "compiled  mlp/tiny/forward @ default",
+        "compiled  mlp/tiny/forward @ no-fusion",
+    ]
+    assert out[2].startswith("0 of 2 cells were cache hits; ")
     assert coldstart.cache_entry_count(tmp_path / "cache") >= 2
+    # Run again: every cell comes from the folder, and it says so.
+    assert main(["warmup", str(config), "--cache", str(tmp_path / "cache")]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[:2] == [
+        "cache hit mlp/tiny/forward @ default",
+        "cache hit mlp/tiny/forward @ no-fusion",
+    ]
+    assert out[2].startswith("2 of 2 cells were cache hits; 0 new cache entries")
+
+
+def test_coldstart_cli_rejects_a_cache_that_is_a_file(tmp_path, capsys):
+    cache = tmp_path / "cache"
+    cache.write_text("not a folder")
+    assert main(["coldstart", "--workload", "mlp", "--cache", str(cache)]) == 2
+    assert capsys.readouterr().err == (
+        f"xlafuse coldstart: error: cache {str(cache)!r} is a file; --cache takes a folder\n"
+    )
+    with pytest.raises(XlafuseError, match="a part of its path is a file"):
+        coldstart.measure_cold_start("mlp", cache_dir=cache / "sub")
+    config = tmp_path / "c.toml"
+    config.write_text('[[workloads]]\nname = "mlp"\n')
+    assert main(["warmup", str(config), "--cache", str(cache)]) == 2
+    assert capsys.readouterr().err == (
+        f"xlafuse warmup: error: cache {str(cache)!r} is a file; --cache takes a folder\n"
+    )
 
 
 def test_coldstart_cli_rejects_an_unknown_workload_before_any_child(capsys):

@@ -165,3 +165,66 @@ def test_missing_config_file_names_the_shipped_ones(capsys):
     err = capsys.readouterr().err
     assert err.startswith("xlafuse run: error: config file 'configs/nope.toml' not found")
     assert "quickstart.toml" in err
+
+
+def test_variant_options_and_override_values_are_checked_before_running():
+    problems = _problems(
+        {
+            "experiment": {
+                "variants": [
+                    "default",
+                    {"name": "x", "disable_passes": ["fusion"]},
+                    {"name": "y", "xla_no_such_option": True},
+                    {"name": "z", "xla_cpu_enable_fast_math": "yes"},
+                    {"name": "ok", "xla_disable_hlo_passes": ["fusion"]},
+                ]
+            },
+            "workloads": [
+                {"name": "chain", "overrides": {"ops": -3}},
+                {"name": "transformer_block", "overrides": {"heads": 3}},
+            ],
+        }
+    )
+    assert [p.strip() for p in problems] == [
+        "workloads[0].overrides.ops: override ops=-3 for workload 'chain': need an integer >= 1",
+        "workloads[1].overrides.heads: workload 'transformer_block': heads=3 must divide "
+        "d_model=64 evenly",
+        "experiment.variants[1].disable_passes: must be a string, a boolean or a number, not an "
+        "array ['fusion'] (an XLA option takes one value; several passes go in "
+        'xla_disable_hlo_passes = "a,b")',
+        "experiment.variants[2]: XLA rejects the options of variant 'y': No such compile option: "
+        "'xla_no_such_option'",
+        "experiment.variants[3]: XLA rejects the options of variant 'z': While setting option "
+        "xla_cpu_enable_fast_math, 'yes' is not a valid bool value.",
+    ]
+
+
+def test_cli_rejects_a_list_valued_variant_before_any_cell(tmp_path, capsys):
+    from xlafuse.cli import main
+
+    path = tmp_path / "c.toml"
+    path.write_text(
+        '[experiment]\nvariants = ["default", {name = "x", xla_cpu_enable_fast_math = [true]}]\n'
+        '[[workloads]]\nname = "gelu"\n'
+    )
+    assert main(["run", str(path), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "experiment.variants[1].xla_cpu_enable_fast_math: must be a string" in err
+    assert not (tmp_path / "out" / "results.jsonl").exists()
+
+
+def test_a_folder_or_a_binary_file_as_config_is_one_line(tmp_path, capsys):
+    from xlafuse.cli import main
+
+    assert main(["run", str(tmp_path)]) == 2
+    assert capsys.readouterr().err == (
+        f"xlafuse run: error: config {str(tmp_path)!r} is a folder; give a TOML file, "
+        "e.g. configs/quickstart.toml\n"
+    )
+    binary = tmp_path / "c.toml"
+    binary.write_bytes(b"[experiment]\nname = \xf1\x00\x01\n")
+    assert main(["run", str(binary)]) == 2
+    assert capsys.readouterr().err == (
+        f"xlafuse run: error: {binary}: not a TOML config: not UTF-8 text (byte 0xf1 at "
+        "offset 20)\n"
+    )

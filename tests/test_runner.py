@@ -1,5 +1,6 @@
 """The experiment runner on a CPU: records, report, resume, error cells, truncated files."""
 
+import dataclasses
 import json
 
 import jax
@@ -7,7 +8,7 @@ import pytest
 
 from xlafuse import runner
 from xlafuse.cli import main
-from xlafuse.config import parse_config
+from xlafuse.config import VariantConfig, parse_config
 from xlafuse.errors import XlafuseError
 from xlafuse.measure.calibrate import calibrate
 from xlafuse.results import REQUIRED_KEYS, append_result, finished_cells, load_results
@@ -163,10 +164,10 @@ def test_failing_cells_are_recorded_and_the_sweep_goes_on(tmp_path, monkeypatch)
         return real_build(name, *args, **kwargs)
 
     monkeypatch.setattr(models, "build", build)
-    bad = {"name": "bad-option", "xla_no_such_option": True}
-    config = _config(
-        tmp_path, workloads=[{"name": "cos_relu"}, {"name": "gelu"}], variants=("default", bad)
-    )
+    config = _config(tmp_path, workloads=[{"name": "cos_relu"}, {"name": "gelu"}])
+    # Past validation (which rejects it): XLA refuses the option when the cell compiles.
+    bad = VariantConfig("bad-option", None, {"xla_no_such_option": True})
+    config = dataclasses.replace(config, variants=(config.variants[0], bad))
     records = runner.run_experiment(config, progress=False)
     status = {(r.workload, r.variant): (r.status, r.error) for r in records}
     assert status["cos_relu", "default"] == (
@@ -232,16 +233,16 @@ def test_cli_run_config_error_lists_every_problem(tmp_path, capsys):
 def test_cli_run_and_report(tmp_path, capsys):
     path = tmp_path / "c.toml"
     path.write_text(
-        '[experiment]\nvariants = ["default", {name = "bad", xla_no_such_option = true}]\n'
+        '[experiment]\nvariants = ["default", {name = "nf", xla_disable_hlo_passes = "fusion"}]\n'
         '[[workloads]]\nname = "gelu"\n'
         "[timing]\nwarmup = 1\nmin_time_s = 0\nmin_iters = 2\nmax_iters = 2\nrepeats = 1\n"
         "[measure]\ncalibrate = false\n"
     )
     out = tmp_path / "out"
-    assert main(["run", str(path), "--out", str(out), "--no-progress"]) == 1
+    assert main(["run", str(path), "--out", str(out), "--no-progress"]) == 0
     captured = capsys.readouterr()
     assert "gelu/tiny/forward  default  kernels" in captured.out
-    assert "1 of 2 cells errored" in captured.err
+    assert "gelu/tiny/forward  nf  kernels" in captured.out
     assert main(["report", str(out / "results.jsonl"), "--out", str(tmp_path / "r")]) == 0
     assert (tmp_path / "r" / "report.md").exists()
 

@@ -30,14 +30,17 @@ A config names the workloads, the fusion variants and how to measure them::
     cold_start = false                      # per cell: cold/warm compile, AOT load (child processes)
 
 Validation collects every problem (unknown keys with "did you mean", wrong types, unknown
-workloads, sizes, modes, dtypes, overrides and variants, GPU-only things on a CPU backend) and
-raises one `XlafuseError` that lists them one per line, each prefixed with its TOML location.
+workloads, sizes, modes, dtypes, overrides and variants, override values the workload's builder
+rejects, GPU-only things on a CPU backend, variant options the running XLA rejects: each variant
+is compiled once on a trivial function) and raises one `XlafuseError` that lists them one per
+line, each prefixed with its TOML location.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import hashlib
 import json
 import tomllib
@@ -213,12 +216,21 @@ def load_config(path: str | Path, backend: str | None = None) -> ExperimentConfi
       XlafuseError: no such file, invalid TOML, or every problem found, one per line.
     """
     path = Path(path)
+    if path.is_dir():
+        raise XlafuseError(
+            f"config {str(path)!r} is a folder; give a TOML file, e.g. configs/quickstart.toml"
+        )
     if not path.is_file():
         shipped = ", ".join(sorted(p.name for p in Path("configs").glob("*.toml")))
         hint = f" (configs/ here has: {shipped})" if shipped else ""
         raise XlafuseError(f"config file {str(path)!r} not found{hint}")
     try:
-        data = tomllib.loads(path.read_text())
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as err:
+        raise XlafuseError(
+            f"{path}: not a TOML config: not UTF-8 text (byte {err.object[err.start]:#04x} at "
+            f"offset {err.start})"
+        ) from None
     except tomllib.TOMLDecodeError as err:
         raise XlafuseError(f"{path}: not valid TOML: {err}") from err
     return parse_config(data, backend=backend, source=path)
@@ -360,9 +372,25 @@ def _parse_workload(problems, where, item, backend) -> WorkloadConfig | None:
     # A workload meant for other backends only is still checked, as it would be on the first.
     check_on = backend if backend in backends else backends[0]
     _check_workload(problems, where, name, size, mode, overrides, check_on)
+    if len(problems.items) == before and check_on == jax.default_backend():
+        # Builders may ask the running backend (cudnn needs a GPU): only check where it runs.
+        _check_build(problems, where, name, size, mode, dtype, overrides)
     if len(problems.items) != before:
         return None
     return WorkloadConfig(name, size, mode, dtype, overrides, backends)
+
+
+def _check_build(problems, where, name, size, mode, dtype, overrides) -> None:
+    """Override values the workload's builder rejects (`ops = -3`), found without any array."""
+    try:
+        from xlafuse.models.registry import recipe
+    except ImportError:
+        return
+    try:
+        recipe(name, size, mode, dtype, **overrides)
+    except ValueError as err:
+        at = f".overrides.{next(iter(overrides))}" if len(overrides) == 1 else ".overrides"
+        problems.add(f"{where}{at if overrides else ''}", str(err).strip().splitlines()[0])
 
 
 def _parse_backends(problems, where, value) -> tuple[str, ...]:
@@ -475,7 +503,10 @@ def _parse_variant(problems, where, item) -> VariantConfig | None:
         options = {k: v for k, v in item.items() if k not in _INLINE_VARIANT_META}
         if not options:
             problems.add(where, "an inline variant needs at least one XLA option besides its name")
-        return VariantConfig(name, None, options) if name and options else None
+        valid = all(
+            [_check_option_value(problems, f"{where}.{k}", k, v) for k, v in options.items()]
+        )
+        return VariantConfig(name, None, options) if name and options and valid else None
     if not isinstance(item, str):
         problems.add(where, f"must be a preset name or a table, not {_type_name(item)}")
         return None
@@ -485,6 +516,22 @@ def _parse_variant(problems, where, item) -> VariantConfig | None:
         problems.add(where, str(err))
         return None
     return VariantConfig(item, item)
+
+
+def _check_option_value(problems, where, key, value) -> bool:
+    """An XLA option takes one string, boolean or number (a pass list may also be an array)."""
+    from xlafuse.variants import DISABLE_PASSES
+
+    if isinstance(value, str | bool | int | float):
+        return True
+    if key == DISABLE_PASSES and isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return True
+    problems.add(
+        where,
+        f"must be a string, a boolean or a number, not {_type_name(value)} {value!r} (an XLA "
+        f'option takes one value; several passes go in {DISABLE_PASSES} = "a,b")',
+    )
+    return False
 
 
 def _parse_reference(problems, value, variants) -> str:
@@ -516,11 +563,39 @@ def _check_variant_applies(problems, where, config: VariantConfig, backend) -> b
     if backend != jax.default_backend():
         return True  # pass names can only be checked against the XLA that will run them
     try:
-        variant.compiler_options(backend)
+        options = variant.compiler_options(backend)
     except ValueError as err:
         problems.add(where, str(err))
         return False
+    rejected = xla_rejects(options)
+    if rejected:
+        problems.add(where, f"XLA rejects the options of variant {config.name!r}: {rejected}")
+        return False
     return True
+
+
+def xla_rejects(options: Mapping[str, Any]) -> str | None:
+    """Why the running XLA rejects per-compile `options` (None if it takes them).
+
+    Keys and values are checked the only sure way: by compiling a trivial function with them
+    (about 20 ms; once per distinct set of options in a process).
+    """
+    if not options:
+        return None
+    return _xla_rejects(json.dumps(dict(options), sort_keys=True))
+
+
+@functools.cache
+def _xla_rejects(options_json: str) -> str | None:
+    import jax.numpy as jnp
+
+    lowered = jax.jit(lambda x: x + 1).lower(jnp.ones((), jnp.float32))
+    try:
+        lowered.compile(compiler_options=json.loads(options_json))
+    except Exception as err:  # XLA raises JaxRuntimeError (INVALID_ARGUMENT) or TypeError
+        text = str(err).strip() or type(err).__name__
+        return text.splitlines()[0].removeprefix("INVALID_ARGUMENT: ")
+    return None
 
 
 def _flat_table(problems, section: str, value, cls, kind_of):

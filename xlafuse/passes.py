@@ -7,13 +7,16 @@ log switched on (`TF_CPP_VMODULE=hlo_pass_pipeline=1` must be set before XLA sta
 child), and every "HLO pass NAME" and "Running HLO pass pipeline on module M: NAME" line is
 collected. Pipeline names count too: disabling a pipeline ("fusion" on the GPU) disables its passes.
 
-The list is cached in memory and on disk (`$XDG_CACHE_HOME/xlafuse/`, one file per backend and
-jaxlib version), so the probe runs once per machine and version.
+The list is cached in memory and on disk (`$XDG_CACHE_HOME/xlafuse/`, one file per backend,
+platform version (the CUDA/driver stack of a GPU plugin) and jaxlib version), so the probe runs
+once per machine and version. A backend JAX does not see here is an error, never a guess: the
+probe would otherwise list the CPU's passes under the GPU's name.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import os
 import re
@@ -23,6 +26,8 @@ from pathlib import Path
 
 import jax
 import jaxlib
+
+from xlafuse.errors import XlafuseError
 
 # Substrings that mark a pass as fusion-related (for `xlafuse passes` and error messages).
 _FUSION_MARKERS = (
@@ -54,9 +59,26 @@ jax.jit(probe).lower(x, w).compile()
 """
 
 
-def _cache_file(backend: str) -> Path:
+def platform_version(backend: str) -> str:
+    """The PJRT platform version of `backend` here (on a GPU: the plugin's CUDA stack).
+
+    Raises:
+      XlafuseError: JAX has no such backend on this machine.
+    """
+    try:
+        device = jax.devices(backend)[0]
+    except RuntimeError:
+        raise XlafuseError(
+            f"backend {backend!r} is not present here (JAX's backend is "
+            f"{jax.default_backend()!r}); its passes can only be listed where it runs"
+        ) from None
+    return str(device.client.platform_version)
+
+
+def _cache_file(backend: str, version: str) -> Path:
     root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "xlafuse"
-    return root / f"passes-{backend}-jaxlib{jaxlib.__version__}.json"
+    digest = hashlib.sha256(version.encode()).hexdigest()[:10]
+    return root / f"passes-{backend}-{digest}-jaxlib{jaxlib.__version__}.json"
 
 
 def _probe_passes(backend: str) -> frozenset[str]:
@@ -97,18 +119,23 @@ def known_passes(backend: str | None = None) -> frozenset[str]:
       The names, as accepted by `xla_disable_hlo_passes`.
 
     Raises:
+      XlafuseError: the backend is not present here.
       RuntimeError: the probe process failed (its last log line is in the message).
     """
     backend = backend or jax.default_backend()
-    path = _cache_file(backend)
+    version = platform_version(backend)
+    path = _cache_file(backend, version)
+    key = {"backend": backend, "platform_version": version, "jaxlib": jaxlib.__version__}
     try:
-        return frozenset(json.loads(path.read_text())["passes"])
-    except (OSError, ValueError, KeyError):
+        cached = json.loads(path.read_text())
+        if all(cached.get(k) == v for k, v in key.items()):
+            return frozenset(cached["passes"])
+    except (OSError, ValueError, KeyError, AttributeError):
         pass
     names = _probe_passes(backend)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        payload = {"backend": backend, "jaxlib": jaxlib.__version__, "passes": sorted(names)}
+        payload = {**key, "passes": sorted(names)}
         path.write_text(json.dumps(payload, indent=1))
     except OSError:
         pass  # a read-only home only costs a probe per process

@@ -12,8 +12,13 @@ from pathlib import Path
 from typing import Any
 
 from xlafuse.measure.graphs import SKIP_NOTE as GRAPHS_SKIPPED
-from xlafuse.report_coldstart import coldstart_plot, coldstart_section, graphs_section
-from xlafuse.results import CellResult, latest_per_cell, load_results
+from xlafuse.report_coldstart import (
+    coldstart_plot,
+    coldstart_section,
+    graphs_section,
+    workload_label,
+)
+from xlafuse.results import CellResult, latest_per_cell, read_results
 
 SPEEDUP_PNG = "speedup.png"
 KERNELS_PNG = "kernels_vs_time.png"
@@ -25,33 +30,38 @@ def write_report(results_path: str | Path, out_dir: str | Path | None = None) ->
     """Write `report.md` and its PNG plots for a results file.
 
     Args:
-      results_path: the JSONL file of cell records.
+      results_path: the JSONL file of cell records, or a folder holding results.jsonl.
       out_dir: where to write; the results file's folder when None.
 
     Returns:
       The path of report.md.
 
     Raises:
-      FileNotFoundError: no such results file.
+      XlafuseError: no such file, or not a results file (`xlafuse.results.read_results`).
     """
-    results_path = Path(results_path)
-    out_dir = Path(out_dir) if out_dir is not None else results_path.parent
+    data = read_results(results_path)
+    out_dir = Path(out_dir) if out_dir is not None else data.path.parent
     out_dir.mkdir(parents=True, exist_ok=True)
-    records = latest_per_cell(load_results(results_path))
+    records = latest_per_cell(data.records)
     plots = write_plots(records, out_dir)
-    text = render_markdown(records, results_path, plots)
+    text = render_markdown(records, data.path, plots, data.skipped_note())
     path = out_dir / "report.md"
     path.write_text(text, encoding="utf-8")
     return path
 
 
 def render_markdown(
-    records: Sequence[CellResult], source: Path | None = None, plots: Iterable[str] = ()
+    records: Sequence[CellResult],
+    source: Path | None = None,
+    plots: Iterable[str] = (),
+    skipped: str | None = None,
 ) -> str:
-    """The report as markdown text."""
+    """The report as markdown text (`skipped`: a note on lines of the file that were skipped)."""
     lines = ["# xlafuse report", ""]
     if source is not None:
         lines += [f"Results: `{source}` ({len(records)} cells)", ""]
+    if skipped:
+        lines += [f"_{skipped}_", ""]
     lines += _environment(records) + _ceilings(records) + [READING_NOTES, ""]
     for key, group in _by_workload(records).items():
         lines += [f"## {key}", "", *_table(group), ""]
@@ -59,6 +69,10 @@ def render_markdown(
     lines += _cold_start_and_graphs(records)
     if plots:
         lines += ["## Plots", ""] + [f"![{p}]({p})" for p in plots] + [""]
+        above = roofline_points_above([r for r in records if r.ok])
+        if ROOFLINE_PNG in plots and above:
+            names = ", ".join(f"{_label(r)} {r.variant}" for r in above)
+            lines += [f"Roofline: {_above_note(len(above))} ({names})", ""]
     return "\n".join(lines)
 
 
@@ -226,7 +240,13 @@ def write_plots(records: Sequence[CellResult], out_dir: Path) -> list[str]:
 
 
 def _label(r: CellResult) -> str:
-    return f"{r.workload}/{r.size}/{r.mode}"
+    """`chain[ops=16]/tiny/forward`: the overrides stay, they tell two chains apart."""
+    return workload_label(r.to_dict())
+
+
+def _device(records: Sequence[CellResult]) -> str:
+    r = records[0]
+    return f"{r.device_kind}, {r.backend}" if r.device_kind != r.backend else r.backend
 
 
 def _plot_speedup(records: Sequence[CellResult], path: Path) -> bool:
@@ -239,16 +259,25 @@ def _plot_speedup(records: Sequence[CellResult], path: Path) -> bool:
     workloads = list(dict.fromkeys(_label(r) for r in rows))
     variants = list(dict.fromkeys(r.variant for r in rows))
     width = 0.8 / len(variants)
-    fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(workloads) * len(variants) / 2), 4.5))
+    fig, ax = plt.subplots(figsize=(max(6.5, 0.9 * len(workloads) * len(variants) / 2 + 2), 5))
     x = np.arange(len(workloads))
     for i, variant in enumerate(variants):
         values = {_label(r): r.speedup_vs_reference for r in rows if r.variant == variant}
         heights = [values.get(w, 0.0) for w in workloads]
-        ax.bar(x + i * width, heights, width, label=variant)
+        bars = ax.bar(x + i * width, heights, width, label=variant)
+        ax.bar_label(bars, fmt="%.2f", fontsize=7)
     ax.axhline(1.0, color="black", linewidth=0.8)
     ax.set_xticks(x + width * (len(variants) - 1) / 2, workloads, rotation=30, ha="right")
-    ax.set_ylabel(f"speedup vs {rows[0].reference} (x)")
-    ax.legend()
+    reference = rows[0].reference
+    ax.set_ylim(0, max(r.speedup_vs_reference for r in rows) * 1.12)
+    ax.set_xlabel("workload / size / mode")
+    ax.set_ylabel(f"speedup vs {reference} (x)")
+    ax.set_title(
+        f"Speedup over {reference} = {reference} median time / variant median time"
+        f"\n({_device(rows)})",
+        fontsize=10,
+    )
+    ax.legend(title="variant", loc="upper left", bbox_to_anchor=(1.01, 1))
     return _save(fig, path)
 
 
@@ -258,18 +287,27 @@ def _plot_kernels(records: Sequence[CellResult], path: Path) -> bool:
     rows = [r for r in records if r.kernels]
     if not rows:
         return False
-    fig, ax = plt.subplots(figsize=(6.5, 4.5))
+    fig, ax = plt.subplots(figsize=(8, 5.5))
     for variant in dict.fromkeys(r.variant for r in rows):
         chosen = [r for r in rows if r.variant == variant]
         ax.scatter(
             [r.kernels for r in chosen], [r.time_median_s * 1e3 for r in chosen], label=variant
         )
+    for workload in dict.fromkeys(_label(r) for r in rows):
+        same = [r for r in rows if _label(r) == workload]
+        # A workload's variants joined by a line; the label sits at its first (reference) point.
+        ax.plot([r.kernels for r in same], [r.time_median_s * 1e3 for r in same], "-", c="0.8")
+        ax.annotate(workload, (same[0].kernels, same[0].time_median_s * 1e3), **_NOTE)
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.set_xlabel("kernels per call")
-    ax.set_ylabel("median time per call (ms)")
-    ax.legend()
+    ax.set_xlabel("kernels per call (count, log scale)")
+    ax.set_ylabel("median time per call (ms, log scale)")
+    ax.set_title(f"Kernels per call vs time per call ({_device(rows)})")
+    ax.legend(title="variant (a line joins one workload's variants)", fontsize=8)
     return _save(fig, path)
+
+
+_NOTE = {"fontsize": 7, "xytext": (4, 3), "textcoords": "offset points"}
 
 
 def _plot_roofline(records: Sequence[CellResult], path: Path) -> bool:
@@ -279,33 +317,89 @@ def _plot_roofline(records: Sequence[CellResult], path: Path) -> bool:
     rows = [r for r in records if r.flops and r.modeled_bytes and r.tflops]
     if not rows:
         return False
-    fig, ax = plt.subplots(figsize=(6.5, 4.5))
+    fig, ax = plt.subplots(figsize=(8, 6))
     for variant in dict.fromkeys(r.variant for r in rows):
         chosen = [r for r in rows if r.variant == variant]
         ax.scatter(
             [r.flops / r.modeled_bytes for r in chosen],
             [r.tflops * 1e12 for r in chosen],
             label=variant,
+            zorder=3,
         )
+    # Points of one family crowd together: each workload gets a number at its points, and the
+    # legend says which workload a number stands for.
+    for number, workload in enumerate(dict.fromkeys(_label(r) for r in rows), start=1):
+        same = [r for r in rows if _label(r) == workload]
+        points = [(r.flops / r.modeled_bytes, r.tflops * 1e12) for r in same]
+        ax.plot(*zip(*points, strict=True), "-", c="0.8", zorder=1)
+        for point in points:
+            ax.annotate(str(number), point, **_NOTE)
+        ax.plot([], [], " ", label=f"{number}: {workload}")
     intensity = [r.flops / r.modeled_bytes for r in rows]
-    xs = np.logspace(np.log10(min(intensity) / 10), np.log10(max(intensity) * 10), 100)
-    copy = next((r.copy_ceiling_bytes_per_s for r in rows if r.copy_ceiling_bytes_per_s), None)
+    xs = np.logspace(np.log10(min(intensity) / 10), np.log10(max(intensity) * 10), 200)
+    copy = next((r for r in rows if r.copy_ceiling_bytes_per_s), None)
     peak = next((r.matmul_ceiling_flops_per_s for r in rows if r.matmul_ceiling_flops_per_s), None)
-    if copy:
-        ys = xs * copy if peak is None else np.minimum(xs * copy, peak)
-        ax.plot(xs, ys, "k--", linewidth=1, label="measured ceilings")
+    if copy is not None:
+        ys = xs * copy.copy_ceiling_bytes_per_s
+        under = ys <= peak if peak else ys > 0
+        ax.plot(xs[under], ys[under], "k--", linewidth=1, label=_copy_label(copy))
+    if peak:
+        flat = xs * copy.copy_ceiling_bytes_per_s >= peak if copy is not None else xs > 0
+        ax.plot(
+            xs[flat], [peak] * int(flat.sum()), "k:", linewidth=1.2,
+            label=f"matmul ceiling {peak / 1e12:.3g} TFLOP/s (measured: large square matmul)",
+        )  # fmt: skip
+    above = roofline_points_above(rows)
+    if above:
+        fig.text(0.01, 0.01, _above_note(len(above)), fontsize=7, wrap=True, va="bottom")
+        fig.subplots_adjust(bottom=0.2)
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("arithmetic intensity (FLOP / modeled byte)")
-    ax.set_ylabel("achieved FLOP/s")
-    ax.legend()
-    return _save(fig, path)
+    basis = rows[0].rate_basis or "time_median_s"
+    ax.set_ylabel(f"achieved FLOP/s (analytic FLOPs / {basis})")
+    ax.set_title(f"Roofline under the measured ceilings ({_device(rows)})")
+    ax.legend(fontsize=7, loc="upper left", title="variant, ceiling, workload", title_fontsize=7)
+    return _save(fig, path, tight=not above)
 
 
-def _save(fig, path: Path) -> bool:
+def _copy_label(r: CellResult) -> str:
+    basis = r.copy_ceiling_basis or "pipelined_s_per_call"
+    return (
+        f"copy ceiling {r.copy_ceiling_bytes_per_s / 1e9:.3g} GB/s "
+        f"(measured: x + 1, read + write, per {basis})"
+    )
+
+
+def roofline_points_above(records: Sequence[CellResult]) -> list[CellResult]:
+    """The cells whose achieved FLOP/s lie above the measured roofline at their intensity."""
+    above = []
+    for r in records:
+        if not (r.flops and r.modeled_bytes and r.tflops and r.copy_ceiling_bytes_per_s):
+            continue
+        roof = r.flops / r.modeled_bytes * r.copy_ceiling_bytes_per_s
+        if r.matmul_ceiling_flops_per_s:
+            roof = min(roof, r.matmul_ceiling_flops_per_s)
+        if r.tflops * 1e12 > roof:
+            above.append(r)
+    return above
+
+
+def _above_note(count: int) -> str:
+    return (
+        f"{count} point{'s lie' if count > 1 else ' lies'} above the measured ceilings: modeled "
+        "bytes count every kernel's inputs and outputs once in main memory, but arrays that fit "
+        "in the caches (tiny sizes) never go there, and the copy ceiling writes one byte per byte "
+        "read, which is slower than mostly reading. Such a point means 'faster than main memory "
+        "allows', i.e. cache-resident, not a measuring error."
+    )
+
+
+def _save(fig, path: Path, tight: bool = True) -> bool:
     import matplotlib.pyplot as plt
 
-    fig.tight_layout()
+    if tight:
+        fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return True

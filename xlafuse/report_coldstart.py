@@ -107,15 +107,30 @@ def coldstart_plot(records: Iterable[Any], path: str | Path) -> bool:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    labels = [f"{_workload_label(r)}\n{r.get('variant')}" for r in rows]
+    labels = [f"{workload_label(r)}\n{r.get('variant')}" for r in rows]
     xs = range(len(rows))
-    fig, ax = plt.subplots(figsize=(max(4, 1.6 * len(rows)), 3.5))
-    ax.bar([x - 0.2 for x in xs], [r.get("cold_compile_s") or 0 for r in rows], 0.4, label="cold")
-    ax.bar([x + 0.2 for x in xs], [r["warm_compile_s"] for r in rows], 0.4, label="warm cache")
+    fig, ax = plt.subplots(figsize=(max(8, 1.6 * len(rows) + 3), 4))
+    ax.bar(
+        [x - 0.2 for x in xs],
+        [r.get("cold_compile_s") or 0 for r in rows],
+        0.4,
+        label="cold (empty cache, new process)",
+    )
+    ax.bar(
+        [x + 0.2 for x in xs],
+        [r["warm_compile_s"] for r in rows],
+        0.4,
+        label="warm (filled cache, new process)",
+    )
     ax.set_yscale("log")
-    ax.set_ylabel("compile seconds")
+    ax.set_ylabel("compile time (s, log scale)")
+    ax.set_xlabel("workload / size / mode, variant")
     ax.set_xticks(list(xs), labels, fontsize=7)
-    ax.legend()
+    backend = rows[0].get("backend", "")
+    ax.set_title(f"Compile time, empty vs filled persistent cache ({backend})", fontsize=10)
+    for bars in ax.containers:
+        ax.bar_label(bars, fmt="%.3g s", fontsize=7)
+    ax.legend(title="compile", fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -132,7 +147,7 @@ def _has_cold_fields(record: Mapping[str, Any]) -> bool:
     return any(record.get(k) is not None for k in COLD_FIELDS)
 
 
-def _workload_label(record: Mapping[str, Any]) -> str:
+def workload_label(record: Mapping[str, Any]) -> str:
     workload = record.get("workload")
     if isinstance(workload, Mapping):
         record = {**record, **workload, "workload": workload.get("name")}
@@ -146,7 +161,7 @@ def _cold_row(r: Mapping[str, Any]) -> list[str]:
     cold, warm, steady = r.get("cold_compile_s"), r.get("warm_compile_s"), r.get("steady_call_s")
     hit = r.get("cache_hit")
     return [
-        _workload_label(r),
+        workload_label(r),
         str(r.get("variant", "")),
         _fmt(cold, ".3f"),
         _fmt(warm, ".3f"),
@@ -169,11 +184,11 @@ def _graph_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
         and r.get("variant") in GRAPH_FLAGS
         and r.get("time_median_s") is not None
     ]
-    with_off = {_workload_label(r) for r in cells if not GRAPH_FLAGS[r["variant"]][0]}
+    with_off = {workload_label(r) for r in cells if not GRAPH_FLAGS[r["variant"]][0]}
     for r in cells:
-        if _workload_label(r) in with_off:
+        if workload_label(r) in with_off:
             graphs, fusion = GRAPH_FLAGS[r["variant"]]
-            rows.append({**r, "workload": _workload_label(r), "graphs": graphs, "fusion": fusion})
+            rows.append({**r, "workload": workload_label(r), "graphs": graphs, "fusion": fusion})
     return rows
 
 

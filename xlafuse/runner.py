@@ -15,6 +15,8 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import gc
+import os
+import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -53,6 +55,7 @@ class _Run:
     env: dict[str, Any]
     ceilings: Ceilings | None
     say: Callable[[str], None]
+    settings: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass
@@ -98,32 +101,40 @@ def run_experiment(
       The latest record of every selected cell, earlier runs' included, in sweep order.
 
     Raises:
-      XlafuseError: an invalid config, or `only`/`variants` naming nothing in it.
+      XlafuseError: an invalid config, `only`/`variants` naming nothing in it, an output
+        folder that cannot be written, one that another run holds, or a results file there
+        written under other settings (resuming would mix them).
     """
     if not isinstance(config, ExperimentConfig):
         config = load_config(config)
     config = select(config, only, variants)
     backend = jax.default_backend()
     config = _for_backend(config, backend, print)
-    out_dir = Path(out) if out is not None else config.output
+    out_dir = results_lib.prepare_output(out if out is not None else config.output)
     results_path = out_dir / results_lib.RESULTS_FILE
-    if fresh:
-        _move_aside(results_path)
-    done = results_lib.finished_cells(results_path)
-    plan = [(w, _todo(config, w, backend, done)) for w in config.workloads]
-    todo = sum(len(cells) for _, cells in plan)
-    with _Reporter(progress, todo) as reporter:
-        if todo:
-            run = _start(config, results_path, backend, reporter.say, todo, len(done))
-            try:
-                for workload_config, cells in plan:
-                    _run_workload(run, workload_config, cells, done, reporter.advance)
-            finally:
+    settings = results_lib.run_settings(config, backend, jax.devices()[0].device_kind)
+    with results_lib.lock_folder(out_dir):
+        if fresh:
+            _move_aside(results_path)
+        torn = results_lib.repair_tail(results_path)
+        results_lib.check_resumable(results_path, settings, config.variants)
+        done = results_lib.finished_cells(results_path)
+        plan = [(w, _todo(config, w, backend, done)) for w in config.workloads]
+        todo = sum(len(cells) for _, cells in plan)
+        with _Reporter(progress, todo) as reporter:
+            if torn is not None:
+                reporter.say(f"a torn last line of {results_path} was moved aside to {torn}")
+            if todo:
+                run = _start(config, results_path, settings, reporter.say, todo, len(done))
+                try:
+                    for workload_config, cells in plan:
+                        _run_workload(run, workload_config, cells, done, reporter.advance)
+                finally:
+                    _write_report(results_path, out_dir, reporter.say)
+            else:
+                cells = len(config.workloads) * len(config.variants)
+                reporter.say(f"all {cells} cells already in {results_path}; nothing to run")
                 _write_report(results_path, out_dir, reporter.say)
-        else:
-            cells = len(config.workloads) * len(config.variants)
-            reporter.say(f"all {cells} cells already in {results_path}; nothing to run")
-            _write_report(results_path, out_dir, reporter.say)
     return _selected_records(config, results_path, backend)
 
 
@@ -181,13 +192,11 @@ def _todo(config, w: WorkloadConfig, backend: str, done) -> list[VariantConfig]:
 
 
 def _move_aside(path: Path) -> None:
-    if path.exists():
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        path.rename(path.with_name(f"{path.stem}.{stamp}.jsonl.old"))
+    results_lib.move_aside(path)
 
 
-def _start(config, results_path, backend, say, todo: int, skipped: int) -> _Run:
-    device_kind = jax.devices()[0].device_kind
+def _start(config, results_path, settings, say, todo: int, skipped: int) -> _Run:
+    backend, device_kind = settings["backend"], settings["device_kind"]
     say(
         f"{config.name}: {todo} cells to run on {backend} ({device_kind})"
         + (f", {skipped} already done" if skipped else "")
@@ -202,7 +211,7 @@ def _start(config, results_path, backend, say, todo: int, skipped: int) -> _Run:
             + (f", matmul {flops / 1e12:.2f} TFLOP/s" if flops else "")
         )
     env = results_lib.environment(config.config_hash())
-    return _Run(config, results_path, backend, device_kind, env, ceilings, say)
+    return _Run(config, results_path, backend, device_kind, env, ceilings, say, settings)
 
 
 def _run_workload(run: _Run, w: WorkloadConfig, cells, done, advance) -> None:
@@ -476,6 +485,7 @@ def _identity(run: _Run, w: WorkloadConfig, variant: VariantConfig, workload) ->
         "copy_ceiling_basis": ceilings.copy_basis if ceilings else None,
         "matmul_ceiling_flops_per_s": ceilings.matmul_flops_per_s if ceilings else None,
         "env": run.env,
+        "settings": results_lib.cell_settings(run.settings, variant),
     }
 
 
@@ -546,6 +556,7 @@ class _Reporter:
         self._total = total
         self._progress = None
         self._task = None
+        self._closed = False  # stdout went away (`| head`): stop printing, not the sweep
 
     def __enter__(self) -> _Reporter:
         if self._enabled:
@@ -566,6 +577,7 @@ class _Reporter:
                 TextColumn("ETA"),
                 TimeRemainingColumn(),
                 transient=True,
+                console=_console(),
             )
             self._progress.__enter__()
             self._task = self._progress.add_task("cells", total=self._total)
@@ -576,11 +588,40 @@ class _Reporter:
             self._progress.__exit__(*exc)
 
     def say(self, line: str) -> None:
-        if self._progress is not None:
-            self._progress.console.print(line, markup=False, highlight=False)
-        else:
-            print(line, flush=True)
+        if self._closed:
+            return
+        try:
+            if self._progress is not None:
+                self._progress.console.print(line, markup=False, highlight=False)
+            else:
+                print(line, flush=True)
+        except BrokenPipeError:
+            self._closed = True
+            _silence_stdout()
 
     def advance(self) -> None:
         if self._progress is not None:
             self._progress.advance(self._task)
+
+
+def _console():
+    """A rich console that goes quiet when stdout closes (rich's default exits the process)."""
+    from rich.console import Console
+
+    class _Console(Console):
+        def on_broken_pipe(self) -> None:
+            self.quiet = True
+            _silence_stdout()
+
+    return _Console()
+
+
+def _silence_stdout() -> None:
+    """Point a closed stdout at /dev/null so later writes and the exit flush do not fail."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fd)
+    os.close(devnull)

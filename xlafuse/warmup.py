@@ -11,13 +11,21 @@ exactly as the measurements and the runner compile, so the cache keys match.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from xlafuse.measure.coldstart import cache_entry_count, persistent_cache, workload_spec
+from xlafuse.measure.coldstart import (
+    cache_entry_count,
+    check_cache_dir,
+    persistent_cache,
+    workload_spec,
+)
+
+CACHE_HIT_EVENT = "/jax/compilation_cache/cache_hits"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,6 +39,8 @@ class WarmupSummary:
       entries_after: cache entries in the folder after (building the inputs also compiles small
         helper functions, which are cached too).
       compile_s: seconds spent in the compiles (zero-ish for entries already in the folder).
+      cache_hits: the labels of `compiled` whose executable came from the folder (counted from
+        JAX's persistent-cache hit events, not guessed from times).
     """
 
     cache_dir: str
@@ -38,6 +48,7 @@ class WarmupSummary:
     entries_before: int
     entries_after: int
     compile_s: float
+    cache_hits: tuple[str, ...] = ()
 
     @property
     def entries_written(self) -> int:
@@ -48,6 +59,7 @@ class WarmupSummary:
         """JSON-able form, with `entries_written`."""
         out = dataclasses.asdict(self)
         out["compiled"] = list(self.compiled)
+        out["cache_hits"] = list(self.cache_hits)
         out["entries_written"] = self.entries_written
         return out
 
@@ -75,9 +87,11 @@ def warmup(
     Raises:
       ValueError: a variant that needs process-wide XLA flags (it cannot be compiled here), or
         one that does not apply to this backend.
+      XlafuseError: `cache_dir` cannot serve as a cache folder (a file, or not writable).
     """
     from xlafuse.variants import get
 
+    check_cache_dir(cache_dir)
     resolved = [get(v) for v in variants]
     for variant in resolved:
         if variant.process_flags:
@@ -87,13 +101,36 @@ def warmup(
             )
     before = cache_entry_count(cache_dir)
     labels: list[str] = []
+    hits: list[str] = []
     compile_s = 0.0
-    with persistent_cache(cache_dir) as folder:
+    with persistent_cache(cache_dir) as folder, _cache_hit_counter() as counted:
         for label, fn, fn_args, kwargs in _targets(fn_or_workloads, args, jit_kwargs):
             for variant in resolved:
+                hits_before = counted["hits"]
                 compile_s += _compile(fn, fn_args, kwargs, variant)
                 labels.append(f"{label} @ {variant.name}")
-    return WarmupSummary(str(folder), tuple(labels), before, cache_entry_count(folder), compile_s)
+                if counted["hits"] > hits_before:
+                    hits.append(labels[-1])
+    after = cache_entry_count(folder)
+    return WarmupSummary(str(folder), tuple(labels), before, after, compile_s, tuple(hits))
+
+
+@contextlib.contextmanager
+def _cache_hit_counter():
+    """Counts JAX's persistent-cache hit events in the block (`counted["hits"]`)."""
+    from jax._src import monitoring  # the only place these events are published
+
+    counted = {"hits": 0}
+
+    def on_event(event: str, **kwargs) -> None:
+        if event == CACHE_HIT_EVENT:
+            counted["hits"] += 1
+
+    monitoring.register_event_listener(on_event)
+    try:
+        yield counted
+    finally:
+        monitoring.unregister_event_listener(on_event)
 
 
 def warmup_config(config: Any, cache_dir: str | os.PathLike) -> WarmupSummary:

@@ -31,13 +31,22 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from xlafuse.measure.coldstart import measure_cold_start
+    from xlafuse.cli._progress import steps
+    from xlafuse.measure import coldstart
 
     spec = {"name": args.workload, "size": args.size, "mode": args.mode, "dtype": args.dtype}
     _check(spec, args.variant)
-    result = measure_cold_start(
-        spec, args.variant, cache_dir=args.cache, steady_calls=args.calls, aot=not args.no_aot
-    )
+    label = f"{args.workload}/{args.size}/{args.mode} @ {args.variant}"
+    warm = args.cache is not None and coldstart.cache_entry_count(args.cache) > 0
+    with steps(total=(1 if warm else 2) if args.no_aot else 3) as step:
+        result = coldstart.measure_cold_start(
+            spec,
+            args.variant,
+            cache_dir=args.cache,
+            steady_calls=args.calls,
+            aot=not args.no_aot,
+            on_step=lambda line: step(f"{label}: {line}"),
+        )
     print(json.dumps(result.to_dict(), indent=1) if args.json else format_result(result))
     return 0
 

@@ -23,10 +23,14 @@ def register(subparsers) -> None:
 
 def run(args) -> int:
     from xlafuse import models
+    from xlafuse.cli._progress import steps
     from xlafuse.compare import compare_workload
 
-    workload = models.build(args.workload, size=args.size, mode=args.mode)
     names = [v.strip() for v in args.variants.split(",") if v.strip()]
-    table = compare_workload(workload, variants=names)
+    label = f"{args.workload}/{args.size}/{args.mode}"
+    with steps(total=1 + len(names)) as step:
+        step(f"building {label}")
+        workload = models.build(args.workload, size=args.size, mode=args.mode)
+        table = compare_workload(workload, variants=names, on_step=step)
     print(json.dumps(table.to_dict(), indent=1) if args.json else table)
     return 0

@@ -28,7 +28,13 @@ def register(subparsers) -> None:
 
 def run(args) -> int:
     """Diffs A and B and prints the text or JSON."""
+    from xlafuse.cli._progress import steps
+
     variants = tuple(v.strip() for v in args.variants.split(",") if v.strip())
-    diff = diff_targets(args.a, args.b, args.workload, variants, args.size, args.mode)
+    with steps(total=1) as step:
+        if args.workload:
+            label = f"{args.workload}/{args.size}/{args.mode}"
+            step(f"building and compiling {label} @ {' and @ '.join(variants)}")
+        diff = diff_targets(args.a, args.b, args.workload, variants, args.size, args.mode)
     print(json.dumps(diff.to_dict(), indent=1) if args.json else render_diff(diff, args.top))
     return 0

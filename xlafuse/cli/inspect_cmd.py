@@ -32,14 +32,19 @@ def register(subparsers) -> None:
 
 def run(args) -> int:
     """Inspects the target and prints the text report or JSON; writes DOT/SVG when asked."""
-    result = inspect_lib.inspect_target(
-        path=args.target,
-        module=args.module,
-        workload=args.workload,
-        size=args.size,
-        mode=args.mode,
-        variant=args.variant,
-    )
+    from xlafuse.cli._progress import steps
+
+    with steps(total=1) as step:
+        if args.workload:
+            step(f"building and compiling {args.workload}/{args.size}/{args.mode} @ {args.variant}")
+        result = inspect_lib.inspect_target(
+            path=args.target,
+            module=args.module,
+            workload=args.workload,
+            size=args.size,
+            mode=args.mode,
+            variant=args.variant,
+        )
     if args.dot or args.svg:
         _write_graph(result, args.dot, args.svg)
     if args.json:

@@ -16,7 +16,9 @@ def register(subparsers) -> None:
         "(names accepted by xla_disable_hlo_passes).",
     )
     p.add_argument("--all", action="store_true", help="every pass, not only fusion-related ones")
-    p.add_argument("--backend", help="cpu or gpu (default: JAX's default backend)")
+    p.add_argument(
+        "--backend", choices=("cpu", "gpu"), help="cpu or gpu (default: JAX's default backend)"
+    )
     p.set_defaults(func=run)
 
 

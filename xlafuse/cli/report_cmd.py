@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 
 def register(subparsers) -> None:
@@ -12,14 +13,18 @@ def register(subparsers) -> None:
         help="write report.md and PNG plots from a results file",
         description="Render a results JSONL (from `xlafuse run`) as markdown tables and plots.",
     )
-    parser.add_argument("results", help="the results file (results.jsonl)")
+    parser.add_argument("results", help="the results file (results.jsonl) or its folder")
     parser.add_argument("--out", help="output folder (default: the results file's folder)")
     parser.set_defaults(func=report)
 
 
 def report(args: argparse.Namespace) -> int:
-    """Write the report and print its path."""
+    """Write the report and print its path; say on stderr which lines were not records."""
     from xlafuse.report import write_report
+    from xlafuse.results import read_results
 
+    note = read_results(args.results).skipped_note()
+    if note:
+        print(note, file=sys.stderr)
     print(write_report(args.results, args.out))
     return 0

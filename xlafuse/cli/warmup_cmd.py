@@ -25,8 +25,9 @@ def run(args) -> int:
         print(json.dumps(summary.to_dict(), indent=1))
         return 0
     for label in summary.compiled:
-        print(f"compiled {label}")
+        print(f"{'cache hit' if label in summary.cache_hits else 'compiled '} {label}")
     print(
+        f"{len(summary.cache_hits)} of {len(summary.compiled)} cells were cache hits; "
         f"{summary.entries_written} new cache entries in {summary.cache_dir} "
         f"({summary.entries_after} in all; {summary.compile_s:.2f} s compiling)"
     )

@@ -5,7 +5,8 @@ and a first (slower) call. The persistent compilation cache (`jax_compilation_ca
 compile into a disk read when an earlier process compiled the same module with the same options;
 ahead-of-time export (`jax.export`) removes tracing and lowering from the serving process.
 
-Every figure comes from a child process (`python -m xlafuse.measure.coldstart_child`), because
+Every figure comes from a child process (a bare `python -c` running
+`xlafuse.measure.coldstart_child.BOOTSTRAP`, which times the imports first), because
 JAX keeps compiled executables in memory: timing a second compile in this process would time a
 lookup. Three children make one `ColdStartResult`:
 
@@ -29,15 +30,15 @@ import os
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from xlafuse.child import child_env
+from xlafuse.errors import XlafuseError
 
 CACHE_ENTRY_SUFFIX = "-cache"  # jax's LRU file cache writes KEY-cache (and KEY-atime) files
 DEFAULT_STEADY_CALLS = 10
-_CHILD_MODULE = "xlafuse.measure.coldstart_child"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -295,6 +296,7 @@ def measure_cold_start(
     cache_dir: str | os.PathLike | None = None,
     steady_calls: int = DEFAULT_STEADY_CALLS,
     aot: bool = True,
+    on_step: Callable[[str], None] | None = None,
 ) -> ColdStartResult:
     """Measure the cold start of a workload under a variant, in two or three fresh processes.
 
@@ -306,29 +308,38 @@ def measure_cold_start(
         warm, and `cold_compile_s` is None.
       steady_calls: calls whose median is `steady_call_s`.
       aot: also measure export and the AOT load in a third process.
+      on_step: called with a short line before each child process starts (for progress).
 
     Returns:
       The ColdStartResult.
 
     Raises:
+      XlafuseError: `cache_dir` cannot serve as a cache folder (a file, or not writable).
       RuntimeError: a child failed.
     """
     name = _variant_dict(variant)["name"]
+    if cache_dir is not None:
+        check_cache_dir(cache_dir)
+    step = on_step or (lambda line: None)
     with tempfile.TemporaryDirectory(prefix="xlafuse-coldstart-") as tmp:
         folder = Path(cache_dir) if cache_dir is not None else Path(tmp) / "cache"
         exported = Path(tmp) / "exported.bin" if aot else None
         cold = None
         if cache_entry_count(folder) == 0:
+            step("cold start: new process, empty cache (import, build, compile, calls)")
             cold = run_start(workload, variant, folder, steady_calls, export_to=exported)
+        step("warm start: new process, filled cache")
         warm = run_start(workload, variant, folder, steady_calls)
         first = cold or warm
         aot_load_s = None
         if aot and cold is None:
             # The warm child did not export: do it now, without a cache (not timed against it).
+            step("export: new process, no cache")
             first = dataclasses.replace(
                 first, aot_export_s=run_start(workload, variant, None, 1, exported).aot_export_s
             )
         if aot:
+            step("AOT load: new process, deserialize + compile + first call")
             aot_load_s = run_aot_load(workload, variant, exported)
     return ColdStartResult(
         workload=workload_spec(workload),
@@ -348,6 +359,33 @@ def measure_cold_start(
     )
 
 
+def check_cache_dir(cache_dir: str | os.PathLike) -> Path:
+    """Create a persistent-cache folder if needed and check that entries can be written there.
+
+    JAX itself ignores a cache folder it cannot use (every compile would be cold, silently).
+
+    Raises:
+      XlafuseError: a file, a path through a file, or a folder that cannot be written.
+    """
+    folder = Path(cache_dir)
+    if folder.exists() and not folder.is_dir():
+        raise XlafuseError(f"cache {str(folder)!r} is a file; --cache takes a folder")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe = folder / f".xlafuse-write-test-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except (FileExistsError, NotADirectoryError):
+        raise XlafuseError(
+            f"cache {str(folder)!r} cannot be created: a part of its path is a file"
+        ) from None
+    except OSError as err:
+        raise XlafuseError(
+            f"cache {str(folder)!r} cannot be written: {err.strerror or type(err).__name__}"
+        ) from None
+    return folder
+
+
 def _variant_dict(variant: Any) -> dict[str, Any]:
     from xlafuse.variants import get
 
@@ -360,8 +398,10 @@ def _run_child(request: dict[str, Any]) -> dict[str, Any]:
         folder = Path(tmp)
         (folder / "request.json").write_text(json.dumps(request))
         flags = tuple(request["variant"].get("process_flags", ()))
+        from xlafuse.measure.coldstart_child import BOOTSTRAP
+
         proc = subprocess.run(
-            [sys.executable, "-m", _CHILD_MODULE, str(folder)],
+            [sys.executable, "-c", BOOTSTRAP, str(folder)],
             env=child_env(flags),
             capture_output=True,
             text=True,

@@ -1,8 +1,9 @@
 """The child process of the cold-start measurements (internal).
 
-Run as `python -m xlafuse.measure.coldstart_child FOLDER`: reads FOLDER/request.json, writes
-FOLDER/result.json. The clock for `import_s` starts before JAX is imported, so this module imports
-nothing heavy at the top. Phases:
+Started by `xlafuse.measure.coldstart` as `python -c BOOTSTRAP FOLDER`: reads FOLDER/request.json,
+writes FOLDER/result.json. `import_s` is timed by BOOTSTRAP in a bare interpreter, from before
+`import jax` to after `import flax`, `xlafuse` and its models: `python -m` on this module would
+import the `xlafuse` package (hence JAX) before any code here could start a clock. Phases:
 
 - "jit": [cache settings] -> build -> lower -> compile -> first call -> steady calls [-> export];
 - "aot": build (for the inputs only) -> deserialize + compile + first call of an export.
@@ -10,16 +11,24 @@ nothing heavy at the top. Phases:
 
 from __future__ import annotations
 
+import json
+import pickle
+import statistics
 import time
+from pathlib import Path
+from typing import Any
 
-_START = time.perf_counter()
-
-import json  # noqa: E402
-import pickle  # noqa: E402
-import statistics  # noqa: E402
-import sys  # noqa: E402
-from pathlib import Path  # noqa: E402
-from typing import Any  # noqa: E402
+# Run by a bare `python -c` with the request folder as argv[1]; times what a serving process
+# imports before it can compile, then hands over to `main`.
+BOOTSTRAP = """\
+import sys, time
+start = time.perf_counter()
+import jax, flax
+import xlafuse, xlafuse.models
+import_s = time.perf_counter() - start
+from xlafuse.measure.coldstart_child import main
+main(sys.argv[1], import_s)
+"""
 
 _HITS = "/jax/compilation_cache/cache_hits"
 _MISSES = "/jax/compilation_cache/cache_misses"
@@ -181,19 +190,14 @@ def _phase_aot(request: dict[str, Any], import_s: float) -> dict[str, Any]:
     return {"backend": jax.default_backend(), "import_s": import_s, "aot_load_s": aot_load_s}
 
 
-def main(folder: str) -> None:
-    """Serve one request from `folder` (request.json -> result.json)."""
+def main(folder: str, import_s: float) -> None:
+    """Serve one request from `folder` (request.json -> result.json).
+
+    Args:
+      folder: the request folder.
+      import_s: seconds the bootstrap spent importing jax, flax and xlafuse.
+    """
     request = json.loads((Path(folder) / "request.json").read_text())
-    import flax  # noqa: F401  (part of what a serving process imports)
-    import jax  # noqa: F401
-
-    import xlafuse.models  # noqa: F401
-
-    import_s = time.perf_counter() - _START
     phase = {"jit": _phase_jit, "aot": _phase_aot}[request["phase"]]
     result = phase(request, import_s)
     (Path(folder) / "result.json").write_text(json.dumps(result))
-
-
-if __name__ == "__main__":
-    main(sys.argv[1])

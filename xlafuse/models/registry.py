@@ -187,6 +187,19 @@ def build(
     )
 
 
+def recipe(
+    name: str, size: str = "tiny", mode: str = "forward", dtype: Any = None, **overrides: Any
+) -> Recipe:
+    """Returns the workload's Recipe without making any array: checks a configuration cheaply.
+
+    Raises:
+        UnknownNameError: as for `build`.
+        ValueError: an override value that the workload cannot use (the builder's message).
+    """
+    workload_spec, cfg = _resolve(name, size, mode, overrides)
+    return workload_spec.builder(cfg, _context(workload_spec, mode, dtype))
+
+
 def param_count(name: str, size: str = "tiny", **overrides: Any) -> int:
     """Returns the exact number of parameters of a workload, without allocating them.
 

@@ -1,0 +1,114 @@
+"""Every plot says what it shows: title, axis units, workload and variant names, ceilings' basis."""
+
+import pytest
+
+from xlafuse import report, report_coldstart
+from xlafuse.results import CellResult
+
+COPY = 5.0e9  # bytes/s
+PEAK = 2.0e11  # FLOP/s
+
+
+def _cell(workload, variant, kernels, median_s, flops=None, tflops=None, **extra):
+    return CellResult(
+        workload=workload, size="tiny", mode="forward", dtype="float32", variant=variant,
+        backend="cpu", device_kind="cpu", cell_id=f"{workload}{extra}/{variant}",
+        kernels=kernels, time_median_s=median_s, speedup_vs_reference=1e-3 / median_s,
+        flops=flops, modeled_bytes=1_000_000 if flops else None, tflops=tflops,
+        rate_basis="time_median_s", copy_ceiling_bytes_per_s=COPY,
+        copy_ceiling_basis="pipelined_s_per_call", matmul_ceiling_flops_per_s=PEAK, **extra,
+    )  # fmt: skip
+
+
+RECORDS = [
+    _cell("chain", "default", 1, 1e-3, overrides={"ops": 16}),
+    _cell("chain", "no-fusion", 20, 2e-3, overrides={"ops": 16}),
+    # intensity 2 FLOP/byte: the roof is 1e10 FLOP/s; 0.02 TFLOP/s is above it, 0.005 below.
+    _cell("mlp", "default", 10, 1e-3, flops=2_000_000, tflops=0.02),
+    _cell("mlp", "no-fusion", 40, 3e-3, flops=2_000_000, tflops=0.005),
+]
+
+
+@pytest.fixture
+def figures(monkeypatch):
+    """The figures the plot functions save, by file name."""
+    saved = {}
+
+    def save(fig, path, tight=True):
+        saved[path.name] = fig
+        return True
+
+    monkeypatch.setattr(report, "_save", save)
+    return saved
+
+
+def _texts(fig):
+    ax = fig.axes[0]
+    legend = ax.get_legend()
+    return {
+        "title": ax.get_title(),
+        "x": ax.get_xlabel(),
+        "y": ax.get_ylabel(),
+        "legend": [t.get_text() for t in legend.get_texts()] if legend else [],
+        "notes": [t.get_text() for t in ax.texts] + [t.get_text() for t in fig.texts],
+        "ticks": [t.get_text() for t in ax.get_xticklabels()],
+    }
+
+
+def test_speedup_plot_keeps_override_labels(figures, tmp_path):
+    report.write_plots(RECORDS, tmp_path)
+    texts = _texts(figures["speedup.png"])
+    assert texts["title"] == (
+        "Speedup over default = default median time / variant median time\n(cpu)"
+    )
+    assert texts["y"] == "speedup vs default (x)"
+    assert texts["ticks"] == ["chain[ops=16]/tiny/forward", "mlp/tiny/forward"]
+    assert texts["legend"] == ["default", "no-fusion"]
+
+
+def test_kernels_plot_names_every_workload_and_variant(figures, tmp_path):
+    report.write_plots(RECORDS, tmp_path)
+    texts = _texts(figures["kernels_vs_time.png"])
+    assert texts["title"] == "Kernels per call vs time per call (cpu)"
+    assert texts["x"] == "kernels per call (count, log scale)"
+    assert texts["y"] == "median time per call (ms, log scale)"
+    assert texts["legend"] == ["default", "no-fusion"]
+    assert texts["notes"] == ["chain[ops=16]/tiny/forward", "mlp/tiny/forward"]
+
+
+def test_roofline_draws_the_measured_ceilings_and_explains_points_above(figures, tmp_path):
+    report.write_plots(RECORDS, tmp_path)
+    texts = _texts(figures["roofline.png"])
+    assert texts["title"] == "Roofline under the measured ceilings (cpu)"
+    assert texts["x"] == "arithmetic intensity (FLOP / modeled byte)"
+    assert texts["y"] == "achieved FLOP/s (analytic FLOPs / time_median_s)"
+    assert texts["legend"] == [
+        "default",
+        "no-fusion",
+        "1: mlp/tiny/forward",
+        "copy ceiling 5 GB/s (measured: x + 1, read + write, per pipelined_s_per_call)",
+        "matmul ceiling 0.2 TFLOP/s (measured: large square matmul)",
+    ]
+    assert texts["notes"][:2] == ["1", "1"]
+    assert texts["notes"][2].startswith("1 point lies above the measured ceilings: modeled bytes")
+    assert [r.variant for r in report.roofline_points_above(RECORDS)] == ["default"]
+    markdown = report.render_markdown(RECORDS, plots=["roofline.png"])
+    assert "Roofline: 1 point lies above the measured ceilings" in markdown
+    assert markdown.rstrip().endswith("(mlp/tiny/forward default)")
+
+
+def test_cold_start_plot_has_title_units_and_labels(monkeypatch, tmp_path):
+    import matplotlib.figure
+
+    saved = []
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", lambda fig, *a, **k: saved.append(fig))
+    rows = [{**RECORDS[0].to_dict(), "cold_compile_s": 0.3, "warm_compile_s": 0.01}]
+    assert report_coldstart.coldstart_plot(rows, tmp_path / "c.png")
+    texts = _texts(saved[0])
+    assert texts["title"] == "Compile time, empty vs filled persistent cache (cpu)"
+    assert texts["y"] == "compile time (s, log scale)"
+    assert texts["ticks"] == ["chain[ops=16]/tiny/forward\ndefault"]
+    assert texts["legend"] == [
+        "cold (empty cache, new process)",
+        "warm (filled cache, new process)",
+    ]
