@@ -1,0 +1,664 @@
+"""Validate xlafuse's kernel list and traffic model against Nsight Compute, kernel by kernel.
+
+For one cell (workload x variant) on a GPU:
+
+1. a child process compiles the program with a persistent compilation cache (so the next process
+   compiles nothing: XLA's GEMM autotuning under ncu takes minutes), calls it, traces a few calls
+   with `jax.profiler` for the device time per kernel name, and reads the device's L2 size;
+2. a second child runs under `ncu` (`xlafuse.measure.ncu.NCU_FLAGS`): it compiles (a cache hit),
+   calls the program twice unprofiled, then profiles ONE call between `cuProfilerStart` and
+   `cuProfilerStop`, and writes the optimized HLO it ran;
+3. `compare_kernels` joins ncu's launches to the HLO's kernels (`xlafuse.hlo.analyze_hlo`) and
+   judges them.
+
+What is judged (`KernelRow.verdict`, `ValidationResult.ok`):
+
+* counts: kernels in the HLO == kernels ncu saw (a while loop's body counts once in the HLO but
+  launches once per iteration: such programs fail this check, by design of the count);
+* bytes: DRAM bytes read + written within `BYTES_TOLERANCE` (10%) of the modeled bytes, judged
+  only for kernels whose modeled bytes are at least `L2_FACTOR` (4) times the L2 size: a smaller
+  kernel's data may stay in L2 (hits, or writes not yet evicted), so it is listed, not judged;
+* time: ncu's duration within `TIME_TOLERANCE` (5%) of the profiler's, for the whole call, and
+  per kernel for the kernels whose bytes are judged (microsecond kernels are listed, not judged).
+
+The join (`join_kernels`), in three passes over ncu's launches: (1) by name: XLA names a kernel
+after its fusion, "." mangled to "_" (`wrapped_multiply.1` runs as `wrapped_multiply_1`);
+(2) reused kernels: XLA compiles identical fusions once and launches the first one's kernel, so
+`wrapped_add.1` may run as `wrapped_add`: a launch whose name is taken pairs with the next
+unmatched HLO kernel of the same base name (numeric suffix removed); (3) library kernels
+(cuBLAS/cuDNN: `sm90_xmma_gemm_...`, `nvjet_...`, `cutlass...`) pair, in launch order, with the
+library calls (custom-calls, cuDNN fusions) that lie between the neighbouring matched kernels; a
+second library launch in the same gap (e.g. a split-K reduction) counts as another launch of the
+same call. What is left is reported as unmatched.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from xlafuse.errors import XlafuseError
+from xlafuse.measure.ncu import NcuKernel, find_ncu, ncu_command, parse_ncu_csv
+
+BYTES_TOLERANCE = 0.10
+TIME_TOLERANCE = 0.05
+L2_FACTOR = 4
+# The H200's L2 as the issue states it; used only when the device cannot be asked.
+DEFAULT_L2_BYTES = 60_000_000
+DEFAULT_PROFILE_CALLS = 5
+DEFAULT_TIMEOUT_S = 600.0
+_CHILD_MODULE = "xlafuse.measure.validate_child"
+_SUFFIX = re.compile(r"(?:[._]\d+)+$")
+
+# How a row's HLO kernel and ncu launch(es) were paired.
+BY_NAME = "name"
+REUSED = "reused kernel"
+LIBRARY = "library"
+UNMATCHED = "-"
+
+OK = "ok"
+NOT_JUDGED = "L2, not judged"
+
+
+@dataclasses.dataclass(frozen=True)
+class ModeledKernel:
+    """A kernel of the optimized HLO, as the join needs it.
+
+    Attributes:
+      name: the HLO instruction name (`loop_add_fusion`, `wrapped_broadcast.1`, `custom-call.0`).
+      modeled_bytes: bytes the traffic model says it moves (inputs + outputs).
+      library: True for library calls (cuBLAS/cuDNN custom-calls, cuDNN fusions), whose GPU
+        kernels carry the library's names.
+      kind: the kernel's kind (`kLoop`, `kInput`, `kCustom`, `custom-call`, ...), for the table.
+    """
+
+    name: str
+    modeled_bytes: int
+    library: bool = False
+    kind: str = ""
+
+    @classmethod
+    def from_kernel_info(cls, info: Any) -> ModeledKernel:
+        """From an `xlafuse.hlo.KernelInfo`."""
+        sub_kind = info.sub_kind or ""
+        library = (info.opcode == "custom-call" and "triton" not in sub_kind) or (
+            "cudnn" in sub_kind
+        )
+        return cls(info.name, info.bytes_in + info.bytes_out, library, info.kind)
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelRow:
+    """One HLO kernel and the ncu launch(es) paired with it (or one unpaired side).
+
+    Attributes:
+      name: the HLO kernel's name; None for an ncu launch that matched no HLO kernel.
+      kind: the HLO kernel's kind ("" when unmatched).
+      match: how the pair was made: "name", "reused kernel", "library" or "-" (unmatched).
+      ncu_names: kernel names of the paired launches (usually one).
+      launch_ids: ncu launch IDs of the paired launches.
+      modeled_bytes: the traffic model's bytes; None for an unmatched ncu launch.
+      dram_read_bytes: ncu's DRAM bytes read (summed over the launches); None without a launch.
+      dram_write_bytes: ncu's DRAM bytes written; None without a launch.
+      ncu_time_s: ncu's duration in seconds (summed over the launches); None without a launch.
+      profiler_time_s: the profiler's device time of these launches: its per-call time of the
+        kernel name divided among that name's launches; None when not profiled.
+      judged: whether the bytes (and this row's time) are judged: modeled bytes >= L2_FACTOR x L2.
+    """
+
+    name: str | None
+    kind: str
+    match: str
+    ncu_names: tuple[str, ...]
+    launch_ids: tuple[int, ...]
+    modeled_bytes: int | None
+    dram_read_bytes: int | None
+    dram_write_bytes: int | None
+    ncu_time_s: float | None
+    profiler_time_s: float | None = None
+    judged: bool = False
+
+    @property
+    def dram_bytes(self) -> int | None:
+        """DRAM bytes read plus written; None without a launch."""
+        if self.dram_read_bytes is None or self.dram_write_bytes is None:
+            return None
+        return self.dram_read_bytes + self.dram_write_bytes
+
+    @property
+    def bytes_error(self) -> float | None:
+        """dram_bytes / modeled_bytes - 1; None when either side is missing or zero."""
+        if self.dram_bytes is None or not self.modeled_bytes:
+            return None
+        return self.dram_bytes / self.modeled_bytes - 1
+
+    @property
+    def time_error(self) -> float | None:
+        """ncu_time_s / profiler_time_s - 1; None when either is missing or zero."""
+        if self.ncu_time_s is None or not self.profiler_time_s:
+            return None
+        return self.ncu_time_s / self.profiler_time_s - 1
+
+    @property
+    def verdict(self) -> str:
+        """ "ok", "L2, not judged", or what is wrong ("no ncu launch", "not in the HLO",
+        "bytes off", "time off"; several joined by ", ")."""
+        if self.name is None:
+            return "not in the HLO"
+        if not self.launch_ids:
+            return "no ncu launch"
+        if not self.judged:
+            return NOT_JUDGED
+        wrong = []
+        if self.bytes_error is not None and abs(self.bytes_error) > BYTES_TOLERANCE:
+            wrong.append("bytes off")
+        if self.time_error is not None and abs(self.time_error) > TIME_TOLERANCE:
+            wrong.append("time off")
+        return ", ".join(wrong) or OK
+
+    @property
+    def ok(self) -> bool:
+        """True when the verdict is "ok" or "L2, not judged"."""
+        return self.verdict in (OK, NOT_JUDGED)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form, with the derived fields."""
+        out = dataclasses.asdict(self)
+        out.update(
+            ncu_names=list(self.ncu_names),
+            launch_ids=list(self.launch_ids),
+            dram_bytes=self.dram_bytes,
+            bytes_error=self.bytes_error,
+            time_error=self.time_error,
+            verdict=self.verdict,
+        )
+        return out
+
+
+@dataclasses.dataclass(frozen=True)
+class ValidationResult:
+    """One cell validated against ncu.
+
+    Attributes:
+      rows: one KernelRow per HLO kernel in launch order, then the unmatched HLO kernels.
+      hlo_kernels: kernels in the optimized HLO.
+      ncu_kernels: launches ncu profiled in the one call.
+      l2_bytes: the L2 size the "judged" threshold used (the device's when it could be asked).
+      profiler_time_s: the profiler's device time of one call; None when not profiled.
+      workload: the workload spec (name, size, mode, dtype, seed, overrides); {} when not given.
+      variant: the variant's name ("" when not given).
+      compiled_under_ncu: True when the process under ncu missed the compilation cache (it then
+        compiled, and autotuned, under ncu); None when unknown.
+      same_program: whether the warm-up and the profiled process compiled the same optimized HLO;
+        None when unknown.
+      error: why the cell could not be validated (a child failed); None when it was.
+    """
+
+    rows: tuple[KernelRow, ...]
+    hlo_kernels: int
+    ncu_kernels: int
+    l2_bytes: int = DEFAULT_L2_BYTES
+    profiler_time_s: float | None = None
+    workload: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    variant: str = ""
+    compiled_under_ncu: bool | None = None
+    same_program: bool | None = None
+    error: str | None = None
+
+    @property
+    def label(self) -> str:
+        """`name[overrides]/size/mode` of the workload ("" when not given)."""
+        w = self.workload
+        if not w:
+            return ""
+        extra = ",".join(f"{k}={v}" for k, v in sorted((w.get("overrides") or {}).items()))
+        name = f"{w['name']}[{extra}]" if extra else w["name"]
+        dtype = f"/{w['dtype']}" if w.get("dtype") else ""
+        return f"{name}/{w.get('size', 'tiny')}/{w.get('mode', 'forward')}{dtype}"
+
+    @property
+    def kernels_equal(self) -> bool:
+        """Whether the HLO's kernel count equals ncu's launch count."""
+        return self.hlo_kernels == self.ncu_kernels
+
+    @property
+    def judged_min_bytes(self) -> int:
+        """Modeled bytes from which a kernel's bytes are judged: L2_FACTOR x l2_bytes."""
+        return L2_FACTOR * self.l2_bytes
+
+    @property
+    def ncu_time_s(self) -> float:
+        """Sum of ncu's kernel durations: the device time of the one profiled call."""
+        return sum(r.ncu_time_s or 0.0 for r in self.rows)
+
+    @property
+    def time_error(self) -> float | None:
+        """ncu_time_s / profiler_time_s - 1; None when not profiled."""
+        if not self.profiler_time_s:
+            return None
+        return self.ncu_time_s / self.profiler_time_s - 1
+
+    @property
+    def unmatched_hlo(self) -> tuple[str, ...]:
+        """HLO kernels that no ncu launch was paired with."""
+        return tuple(r.name for r in self.rows if r.name is not None and not r.launch_ids)
+
+    @property
+    def unmatched_ncu(self) -> tuple[str, ...]:
+        """ncu kernel names that were paired with no HLO kernel."""
+        return tuple(n for r in self.rows if r.name is None for n in r.ncu_names)
+
+    @property
+    def judged(self) -> int:
+        """Rows whose bytes are judged."""
+        return sum(r.judged and bool(r.launch_ids) for r in self.rows)
+
+    @property
+    def judged_ok(self) -> int:
+        """Judged rows whose verdict is "ok"."""
+        return sum(r.judged and r.verdict == OK for r in self.rows)
+
+    @property
+    def ok(self) -> bool:
+        """Counts equal, everything matched, every row ok, whole-call time within tolerance."""
+        time_ok = self.time_error is None or abs(self.time_error) <= TIME_TOLERANCE
+        return (
+            self.error is None and self.kernels_equal and time_ok and all(r.ok for r in self.rows)
+        )
+
+    @property
+    def verdict(self) -> str:
+        """ "ok", or the failed checks joined by ", "."""
+        if self.ok:
+            return OK
+        if self.error is not None:
+            return f"failed: {self.error}"
+        wrong = []
+        if not self.kernels_equal:
+            wrong.append(f"kernels {self.hlo_kernels} in HLO vs {self.ncu_kernels} in ncu")
+        if self.unmatched_hlo or self.unmatched_ncu:
+            wrong.append(f"{len(self.unmatched_hlo) + len(self.unmatched_ncu)} unmatched")
+        off = Counter(r.verdict for r in self.rows if r.launch_ids and r.name and not r.ok)
+        wrong.extend(f"{n} {verdict}" for verdict, n in off.items())
+        if self.time_error is not None and abs(self.time_error) > TIME_TOLERANCE:
+            wrong.append("call time off")
+        return "; ".join(wrong)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form, with the derived checks."""
+        return {
+            "workload": dict(self.workload),
+            "label": self.label,
+            "variant": self.variant,
+            "ok": self.ok,
+            "verdict": self.verdict,
+            "hlo_kernels": self.hlo_kernels,
+            "ncu_kernels": self.ncu_kernels,
+            "kernels_equal": self.kernels_equal,
+            "unmatched_hlo": list(self.unmatched_hlo),
+            "unmatched_ncu": list(self.unmatched_ncu),
+            "l2_bytes": self.l2_bytes,
+            "judged_min_bytes": self.judged_min_bytes,
+            "judged": self.judged,
+            "judged_ok": self.judged_ok,
+            "ncu_time_s": self.ncu_time_s,
+            "profiler_time_s": self.profiler_time_s,
+            "time_error": self.time_error,
+            "compiled_under_ncu": self.compiled_under_ncu,
+            "same_program": self.same_program,
+            "error": self.error,
+            "tolerances": {
+                "bytes": BYTES_TOLERANCE,
+                "time": TIME_TOLERANCE,
+                "l2_factor": L2_FACTOR,
+            },
+            "rows": [r.to_dict() for r in self.rows],
+        }
+
+
+def modeled_kernels(hlo: Any) -> list[ModeledKernel]:
+    """The kernels of optimized HLO (text, a path, or a FusionReport) as ModeledKernels."""
+    from xlafuse.hlo import analyze_hlo
+
+    report = hlo if hasattr(hlo, "kernel_details") else analyze_hlo(hlo)
+    return [ModeledKernel.from_kernel_info(k) for k in report.kernel_details]
+
+
+def mangle(name: str) -> str:
+    """An HLO name as a GPU kernel name: "." is not allowed in PTX identifiers, XLA writes "_"."""
+    return name.replace(".", "_").replace("-", "_")
+
+
+def base_name(name: str) -> str:
+    """A kernel name without its numeric suffixes: `wrapped_add.2`, `wrapped_add_2` -> `wrapped_add`."""
+    return _SUFFIX.sub("", mangle(name))
+
+
+def join_kernels(
+    modeled: Sequence[ModeledKernel | tuple], measured: Sequence[NcuKernel]
+) -> list[tuple[int | None, list[int], str]]:
+    """Pair HLO kernels with ncu launches (see the module docstring for the three passes).
+
+    Args:
+      modeled: the HLO's kernels in program order: ModeledKernels, or tuples
+        `(name, modeled_bytes[, library])`.
+      measured: ncu's launches in launch order.
+
+    Returns:
+      `(modeled index or None, [measured indices], match)` per pair, in launch order, then the
+      unmatched HLO kernels as `(index, [], "-")` in program order.
+    """
+    kernels = [_modeled(k) for k in modeled]
+    pair: dict[int, int] = {}  # measured index -> modeled index
+    how: dict[int, str] = {}
+    taken: set[int] = set()
+    # Pass 1: exact (mangled) names; pass 2: reused kernels, by base name, in program order.
+    for key, label in ((mangle, BY_NAME), (base_name, REUSED)):
+        for j, launch in enumerate(measured):
+            if j in pair:
+                continue
+            want = key(launch.name)
+            i = next(
+                (i for i, k in enumerate(kernels) if i not in taken and key(k.name) == want), None
+            )
+            if i is not None:
+                pair[j], how[j] = i, label
+                taken.add(i)
+    _pair_library(kernels, measured, pair, how, taken)
+    out: list[tuple[int | None, list[int], str]] = []
+    rows: dict[int, int] = {}  # modeled index -> position in out
+    for j in range(len(measured)):
+        i = pair.get(j)
+        if i is None:
+            out.append((None, [j], UNMATCHED))
+        elif i in rows:
+            out[rows[i]][1].append(j)
+        else:
+            rows[i] = len(out)
+            out.append((i, [j], how[j]))
+    out.extend((i, [], UNMATCHED) for i in range(len(kernels)) if i not in taken)
+    return out
+
+
+def _pair_library(kernels, measured, pair, how, taken) -> None:
+    """Pass 3: leftover launches -> library calls between the neighbouring matched kernels."""
+    anchors = sorted(pair.items())  # (measured index, modeled index), launch order
+    last_in_gap: dict[tuple[int, int], int] = {}
+    for j in range(len(measured)):
+        if j in pair:
+            continue
+        before = max((i for jj, i in anchors if jj < j), default=-1)
+        after = min((i for jj, i in anchors if jj > j), default=len(kernels))
+        gap = (before, after)
+        i = next(
+            (i for i in range(before + 1, after) if i not in taken and kernels[i].library),
+            None,
+        )
+        if i is not None:
+            taken.add(i)
+            last_in_gap[gap] = i
+        elif gap in last_in_gap:
+            i = last_in_gap[gap]  # one more launch of the same library call
+        else:
+            continue
+        pair[j], how[j] = i, LIBRARY
+
+
+def compare_kernels(
+    modeled: Sequence[ModeledKernel | tuple],
+    measured: Sequence[NcuKernel],
+    profiler_kernel_s: Mapping[str, float] | None = None,
+    l2_bytes: int | None = None,
+    **fields: Any,
+) -> ValidationResult:
+    """Join and judge: the per-kernel table of one profiled call.
+
+    Args:
+      modeled: the HLO's kernels in program order (ModeledKernels or `(name, bytes[, library])`).
+      measured: ncu's launches of ONE call, in launch order.
+      profiler_kernel_s: the profiler's device seconds per call for each GPU kernel name (as
+        ncu names them); None when not profiled.
+      l2_bytes: the device's L2 size; None means DEFAULT_L2_BYTES.
+      **fields: other ValidationResult fields (workload, variant, compiled_under_ncu, ...).
+
+    Returns:
+      The ValidationResult.
+    """
+    kernels = [_modeled(k) for k in modeled]
+    l2 = int(l2_bytes or DEFAULT_L2_BYTES)
+    launches_per_name = Counter(k.name for k in measured)
+    rows = []
+    for i, js, match in join_kernels(kernels, measured):
+        kernel = kernels[i] if i is not None else None
+        launches = [measured[j] for j in js]
+        rows.append(_row(kernel, launches, match, profiler_kernel_s, launches_per_name, l2))
+    profiler_time_s = sum(profiler_kernel_s.values()) if profiler_kernel_s else None
+    return ValidationResult(
+        rows=tuple(rows),
+        hlo_kernels=len(kernels),
+        ncu_kernels=len(measured),
+        l2_bytes=l2,
+        profiler_time_s=profiler_time_s,
+        **fields,
+    )
+
+
+def _row(kernel, launches, match, profiler_kernel_s, launches_per_name, l2) -> KernelRow:
+    profiler = None
+    if profiler_kernel_s is not None and launches:
+        profiler = sum(
+            profiler_kernel_s.get(k.name, 0.0) / launches_per_name[k.name] for k in launches
+        )
+    return KernelRow(
+        name=kernel.name if kernel else None,
+        kind=kernel.kind if kernel else "",
+        match=match,
+        ncu_names=tuple(dict.fromkeys(k.name for k in launches)),
+        launch_ids=tuple(k.launch_id for k in launches),
+        modeled_bytes=kernel.modeled_bytes if kernel else None,
+        dram_read_bytes=sum(k.dram_read_bytes for k in launches) if launches else None,
+        dram_write_bytes=sum(k.dram_write_bytes for k in launches) if launches else None,
+        ncu_time_s=sum(k.time_s for k in launches) if launches else None,
+        profiler_time_s=profiler or None,
+        judged=kernel is not None and kernel.modeled_bytes >= L2_FACTOR * l2,
+    )
+
+
+def _modeled(kernel: ModeledKernel | tuple) -> ModeledKernel:
+    if isinstance(kernel, ModeledKernel):
+        return kernel
+    if isinstance(kernel, tuple) and len(kernel) in (2, 3):
+        return ModeledKernel(str(kernel[0]), int(kernel[1]), bool(kernel[2:] and kernel[2]))
+    raise TypeError(
+        f"a modeled kernel is a ModeledKernel or (name, modeled_bytes[, library]), not {kernel!r}"
+    )
+
+
+def validate_cell(
+    workload: Any,
+    variant: Any = "default",
+    *,
+    cache_dir: str | os.PathLike | None = None,
+    ncu: str | None = None,
+    profile_calls: int = DEFAULT_PROFILE_CALLS,
+    keep: str | os.PathLike | None = None,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+) -> ValidationResult:
+    """Profile one call of a workload under ncu and judge the HLO's kernels against it.
+
+    Args:
+      workload: a name, a spec dict (name, size, mode, dtype, seed, overrides), a WorkloadConfig
+        or a Workload (see `xlafuse.measure.coldstart.workload_spec`).
+      variant: a preset name, "a+b", a Variant or a dict of XLA options.
+      cache_dir: the persistent compilation cache to warm and read; a temporary one when None.
+      ncu: the ncu executable; None looks for $XLAFUSE_NCU, then `ncu` on PATH.
+      profile_calls: calls traced with `jax.profiler` for the device time (0: none).
+      keep: a folder to keep ncu's raw output (`*.ncu.csv`) and the optimized HLO (`*.hlo.txt`).
+      timeout_s: seconds each child may take.
+
+    Returns:
+      The ValidationResult.
+
+    Raises:
+      XlafuseError: ncu is missing, or the child sees no GPU.
+      RuntimeError: a child failed or ran past `timeout_s` (its last error line is in the message).
+    """
+    from xlafuse.measure.coldstart import workload_spec
+    from xlafuse.variants import get
+
+    ncu_path = find_ncu(ncu)
+    spec = workload_spec(workload)
+    chosen = get(variant)
+    request = {"workload": spec, "variant": chosen.to_dict(), "profile_calls": int(profile_calls)}
+    flags = tuple(chosen.process_flags)
+    with tempfile.TemporaryDirectory(prefix="xlafuse-validate-") as tmp:
+        folder = Path(tmp)
+        request["cache_dir"] = str(Path(cache_dir) if cache_dir else folder / "cache")
+        warm = _run_child({**request, "phase": "warm"}, folder / "warm", flags, timeout_s)
+        if warm["backend"] != "gpu":
+            raise XlafuseError(
+                f"no GPU: JAX in a child process has only the {warm['backend']!r} backend "
+                "(xlafuse validate needs an NVIDIA GPU and Nsight Compute)"
+            )
+        program = [sys.executable, "-m", _CHILD_MODULE, str(folder / "ncu")]
+        profiled, csv_text = _run_child(
+            {**request, "phase": "ncu"},
+            folder / "ncu",
+            flags,
+            timeout_s,
+            ncu_command(ncu_path, program),
+        )
+        hlo_text = (folder / "ncu" / "optimized.hlo.txt").read_text()
+        if keep is not None:
+            _keep(Path(keep), spec, chosen.name, csv_text, hlo_text)
+        return compare_kernels(
+            modeled_kernels(hlo_text),
+            parse_ncu_csv(csv_text),
+            warm.get("profiler_kernel_s"),
+            warm.get("l2_bytes"),
+            workload=spec,
+            variant=chosen.name,
+            compiled_under_ncu=profiled["cache_hits"] == 0,
+            same_program=hlo_text == (folder / "warm" / "optimized.hlo.txt").read_text(),
+        )
+
+
+def validate_config(
+    config: Any,
+    only: Sequence[str] | None = None,
+    variants: Sequence[str] | None = None,
+    say=None,
+    **kwargs: Any,
+) -> list[ValidationResult]:
+    """Validate every GPU cell (workload x variant) of an experiment config, one after another.
+
+    Args:
+      config: an `xlafuse.config.ExperimentConfig`.
+      only: workload names or labels to validate; all when None.
+      variants: variant names to validate; all when None (the reference is not added).
+      say: called with one progress line per cell; None for silence.
+      **kwargs: passed to `validate_cell` (cache_dir, ncu, profile_calls, keep, timeout_s).
+
+    Returns:
+      One ValidationResult per cell; a cell whose child failed has `error` set.
+
+    Raises:
+      XlafuseError: `only` or `variants` names nothing in the config; ncu is missing; no GPU.
+    """
+    workloads = [w for w in config.workloads if w.applies_to("gpu")]
+    if only:
+        _check_names("workload", only, [w.name for w in workloads] + [w.label for w in workloads])
+        workloads = [w for w in workloads if w.name in only or w.label in only]
+    chosen = list(config.variants)
+    if variants:
+        _check_names("variant", variants, [v.name for v in chosen])
+        chosen = [v for v in chosen if v.name in variants]
+    find_ncu(kwargs.get("ncu"))  # fail before the first cell, not after a child
+    results = []
+    for w in workloads:
+        for v in chosen:
+            if say:
+                say(f"validate {w.label} {v.name}")
+            variant = dataclasses.replace(v.resolve(), name=v.name)
+            try:
+                results.append(validate_cell(w.to_dict(), variant, **kwargs))
+            except RuntimeError as err:
+                results.append(_failed(w.to_dict(), v.name, str(err)))
+    return results
+
+
+def _failed(workload: Mapping[str, Any], variant: str, message: str) -> ValidationResult:
+    from xlafuse.measure.coldstart import workload_spec
+
+    return ValidationResult(
+        rows=(), hlo_kernels=0, ncu_kernels=0, workload=workload_spec(workload),
+        variant=variant, error=message,
+    )  # fmt: skip
+
+
+def _check_names(kind: str, names: Iterable[str], accepted: list[str]) -> None:
+    import difflib
+
+    for name in names:
+        if name not in accepted:
+            close = difflib.get_close_matches(name, accepted, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise XlafuseError(
+                f"no {kind} {name!r} among the config's GPU cells{hint}; "
+                f"it has: {', '.join(dict.fromkeys(accepted))}"
+            )
+
+
+def _run_child(request, folder: Path, flags, timeout_s, argv=None):
+    """Run the child on `request` in `folder`, directly or (argv) under ncu.
+
+    Returns:
+      The child's result dict; with `argv`, the pair (result dict, ncu's stdout).
+    """
+    from xlafuse.child import child_env
+
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "request.json").write_text(json.dumps(request))
+    command = argv or [sys.executable, "-m", _CHILD_MODULE, str(folder)]
+    what = f"{request['phase']} child ({request['workload']['name']}, {request['variant']['name']})"
+    try:
+        proc = subprocess.run(
+            command, env=child_env(flags), capture_output=True, text=True, timeout=timeout_s
+        )
+    except subprocess.TimeoutExpired:
+        raise RuntimeError(f"validate {what} ran past {timeout_s:g} s and was stopped") from None
+    result_path = folder / "result.json"
+    if proc.returncode != 0 or not result_path.exists():
+        raise RuntimeError(f"validate {what} failed (exit {proc.returncode}): {_last_error(proc)}")
+    result = json.loads(result_path.read_text())
+    return (result, proc.stdout) if argv else result
+
+
+def _last_error(proc: subprocess.CompletedProcess) -> str:
+    """ncu's own ==ERROR== line if any, else the last line of stderr."""
+    text = f"{proc.stdout}\n{proc.stderr}"
+    errors = [ln.strip() for ln in text.splitlines() if ln.startswith("==ERROR==")]
+    lines = [ln.strip() for ln in proc.stderr.splitlines() if ln.strip()]
+    return (errors or lines or ["no output"])[-1]
+
+
+def _keep(folder: Path, spec: Mapping[str, Any], variant: str, csv_text: str, hlo: str) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    stem = file_stem(spec, variant)
+    (folder / f"{stem}.ncu.csv").write_text(csv_text)
+    (folder / f"{stem}.hlo.txt").write_text(hlo)
+
+
+def file_stem(workload: Mapping[str, Any], variant: str) -> str:
+    """A file-name stem for a cell, e.g. `chain-ops=8-full-forward.no-fusion`."""
+    label = ValidationResult((), 0, 0, workload=workload).label
+    return re.sub(r"[^A-Za-z0-9_.=+-]+", "-", f"{label}.{variant}").strip("-")
