@@ -44,12 +44,11 @@ def register(subparsers) -> None:
 
 def run(args) -> int:
     """Validate the chosen cells; print the tables (or JSON); write files with --out."""
-    from xlafuse.measure.ncu import find_ncu
-    from xlafuse.measure.validate import validate_cell, validate_config
+    from xlafuse.measure.validate import require_tools, validate_cell, validate_config
     from xlafuse.report_validation import format_text, write_validation
 
     _check_usage(args)
-    find_ncu(args.ncu)
+    require_tools(args.ncu)
     kwargs = {
         "cache_dir": args.cache,
         "ncu": args.ncu,

@@ -34,6 +34,7 @@ same call. What is left is reported as unmatched.
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import json
 import os
@@ -483,6 +484,29 @@ def _modeled(kernel: ModeledKernel | tuple) -> ModeledKernel:
     )
 
 
+def require_tools(ncu: str | None = None) -> str:
+    """The ncu executable, once ncu and the CUDA driver are both there.
+
+    Args:
+      ncu: the ncu executable; None looks for $XLAFUSE_NCU, then `ncu` on PATH.
+
+    Raises:
+      XlafuseError: one line naming everything that is missing.
+    """
+    missing, path = [], None
+    try:
+        path = find_ncu(ncu)
+    except XlafuseError as err:
+        missing.append(str(err))
+    try:
+        ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        missing.append("no NVIDIA driver: libcuda.so.1 cannot be loaded (a GPU is needed)")
+    if missing:
+        raise XlafuseError("; ".join(missing))
+    return path
+
+
 def validate_cell(
     workload: Any,
     variant: Any = "default",
@@ -509,13 +533,13 @@ def validate_cell(
       The ValidationResult.
 
     Raises:
-      XlafuseError: ncu is missing, or the child sees no GPU.
+      XlafuseError: ncu or the CUDA driver is missing, or the child sees no GPU.
       RuntimeError: a child failed or ran past `timeout_s` (its last error line is in the message).
     """
     from xlafuse.measure.coldstart import workload_spec
     from xlafuse.variants import get
 
-    ncu_path = find_ncu(ncu)
+    ncu_path = require_tools(ncu)
     spec = workload_spec(workload)
     chosen = get(variant)
     request = {"workload": spec, "variant": chosen.to_dict(), "profile_calls": int(profile_calls)}
@@ -572,7 +596,8 @@ def validate_config(
       One ValidationResult per cell; a cell whose child failed has `error` set.
 
     Raises:
-      XlafuseError: `only` or `variants` names nothing in the config; ncu is missing; no GPU.
+      XlafuseError: `only` or `variants` names nothing in the config; ncu or the CUDA driver is
+        missing; no GPU.
     """
     workloads = [w for w in config.workloads if w.applies_to("gpu")]
     if only:
@@ -582,7 +607,7 @@ def validate_config(
     if variants:
         _check_names("variant", variants, [v.name for v in chosen])
         chosen = [v for v in chosen if v.name in variants]
-    find_ncu(kwargs.get("ncu"))  # fail before the first cell, not after a child
+    require_tools(kwargs.get("ncu"))  # fail before the first cell, not after a child
     results = []
     for w in workloads:
         for v in chosen:
