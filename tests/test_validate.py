@@ -318,7 +318,13 @@ def test_cli_usage_errors_exit_2(argv, message, capsys):
 def test_config_selection_names_what_the_config_has():
     from xlafuse.config import load_config
 
-    config = load_config(Path(__file__).parents[1] / "configs" / "pointwise.toml", backend="gpu")
+    config = load_config(Path(__file__).parents[1] / "configs" / "validation.toml", backend="gpu")
+    assert [w.label for w in config.workloads] == [
+        "chain[ops=8]/full/forward", "mul_add_relu/full/forward", "cos_relu/full/forward",
+        "gelu/full/forward", "transformer_block/full/forward", "gpt2/small/forward",
+        "resnet50/full/forward",
+    ]  # fmt: skip
+    assert [v.name for v in config.variants] == ["default", "no-fusion"]
     with pytest.raises(XlafuseError, match=r"no workload 'gelo' .*\(did you mean 'gelu'\?\)"):
         validate.validate_config(config, only=["gelo"])
     with pytest.raises(XlafuseError, match=r"no variant 'no-fusoin' .*did you mean 'no-fusion'"):
@@ -344,7 +350,7 @@ def test_validate_one_gib_chain_on_the_gpu(variant, kernels, tmp_path):
     assert (result.hlo_kernels, result.ncu_kernels) == (kernels, kernels)
     assert result.judged == kernels
     assert all(abs(r.bytes_error) <= 0.10 for r in result.rows), format_text([result])
-    assert result.compiled_under_ncu is False and result.same_program is True
+    assert result.compiled_under_ncu is False  # the warm-up filled the cache: no compile under ncu
     assert result.ok, format_text([result])
 
 

@@ -72,7 +72,7 @@ def run(args) -> int:
         }
         results = [validate_cell(spec, v, **kwargs) for v in args.variants or ["default"]]
     if args.out:
-        command = "xlafuse validate " + " ".join(shlex.quote(a) for a in sys.argv[2:])
+        command = "xlafuse " + " ".join(shlex.quote(a) for a in sys.argv[1:] if a != "--debug")
         write_validation(results, args.out, command)
     print(
         json.dumps([r.to_dict() for r in results], indent=1) if args.json else format_text(results)

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import gzip
 import json
 import os
 import re
@@ -526,7 +527,8 @@ def validate_cell(
       cache_dir: the persistent compilation cache to warm and read; a temporary one when None.
       ncu: the ncu executable; None looks for $XLAFUSE_NCU, then `ncu` on PATH.
       profile_calls: calls traced with `jax.profiler` for the device time (0: none).
-      keep: a folder to keep ncu's raw output (`*.ncu.csv`) and the optimized HLO (`*.hlo.txt`).
+      keep: a folder to keep ncu's raw output (`STEM.ncu.csv`) and the optimized HLO it ran
+        (`STEM.hlo.txt.gz`), STEM from `file_stem`: the table can be rebuilt from the two.
       timeout_s: seconds each child may take.
 
     Returns:
@@ -680,7 +682,7 @@ def _keep(folder: Path, spec: Mapping[str, Any], variant: str, csv_text: str, hl
     folder.mkdir(parents=True, exist_ok=True)
     stem = file_stem(spec, variant)
     (folder / f"{stem}.ncu.csv").write_text(csv_text)
-    (folder / f"{stem}.hlo.txt").write_text(hlo)
+    (folder / f"{stem}.hlo.txt.gz").write_bytes(gzip.compress(hlo.encode(), mtime=0))
 
 
 def file_stem(workload: Mapping[str, Any], variant: str) -> str:
