@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import subprocess
 from pathlib import Path
 
 import jax
@@ -352,6 +353,36 @@ def test_validate_one_gib_chain_on_the_gpu(variant, kernels, tmp_path):
     assert all(abs(r.bytes_error) <= 0.10 for r in result.rows), format_text([result])
     assert result.compiled_under_ncu is False  # the warm-up filled the cache: no compile under ncu
     assert result.ok, format_text([result])
+
+
+def test_child_errors_name_the_exception_not_jax_notes():
+    stderr = (
+        "Traceback (most recent call last):\n  File x\nValueError: cols must be positive\n"
+        "--------------------\nFor simplicity, JAX has removed its internal frames.\n"
+    )
+    proc = subprocess.CompletedProcess([], 1, stdout="", stderr=stderr)
+    assert validate._last_error(proc) == "ValueError: cols must be positive"
+    ncu = subprocess.CompletedProcess([], 1, stdout="==ERROR== ERR_NVGPUCTRPERM\n", stderr="x\n")
+    assert validate._last_error(ncu) == "==ERROR== ERR_NVGPUCTRPERM"
+
+
+def test_nothing_profiled_is_a_failed_cell_with_ncus_words():
+    text = "==PROF== Connected to process 1\n==WARNING== No kernels were profiled.\n"
+    with pytest.raises(
+        RuntimeError, match=r"chain, default: no ncu CSV .*ncu said: ==WARNING== No"
+    ):
+        validate._measured(text, CHAIN, "default")
+
+
+def test_failed_cell_is_not_ok_and_says_why():
+    failed = validate._failed(CHAIN, "no-fusion", "warm child failed (exit 1): ValueError: x")
+    assert (failed.ok, failed.verdict) == (
+        False,
+        "failed: warm child failed (exit 1): ValueError: x",
+    )
+    md = render_markdown([failed])
+    assert "| chain[ops=8]/full/forward | no-fusion | 0 / 0 | - | - | - | failed: warm" in md
+    assert "- failed: warm child failed (exit 1): ValueError: x" in md
 
 
 def _fake_launches(names):

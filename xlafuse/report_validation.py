@@ -58,8 +58,8 @@ def summary_lines(result: ValidationResult) -> list[str]:
         f"- bytes: {result.judged_ok} of {result.judged} judged kernels within "
         f"{BYTES_TOLERANCE:.0%} (judged: modeled bytes >= {threshold})",
         time,
-        f"- compiled under ncu: {compiled[result.compiled_under_ncu]}; same optimized HLO as the "
-        f"warm-up: {same[result.same_program]}",
+        f"- compiled under ncu: {compiled[result.compiled_under_ncu]}; same kernels as the "
+        f"warm-up: {same[result.same_kernels]}",
     ]
 
 

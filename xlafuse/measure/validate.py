@@ -60,6 +60,7 @@ DEFAULT_PROFILE_CALLS = 5
 DEFAULT_TIMEOUT_S = 600.0
 _CHILD_MODULE = "xlafuse.measure.validate_child"
 _SUFFIX = re.compile(r"(?:[._]\d+)+$")
+_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit)\b")
 
 # How a row's HLO kernel and ncu launch(es) were paired.
 BY_NAME = "name"
@@ -200,7 +201,8 @@ class ValidationResult:
       variant: the variant's name ("" when not given).
       compiled_under_ncu: True when the process under ncu missed the compilation cache (it then
         compiled, and autotuned, under ncu); None when unknown.
-      same_program: whether the warm-up and the profiled process compiled the same optimized HLO;
+      same_kernels: whether the warm-up and the profiled process compiled the same kernels (names,
+        kinds, modeled bytes; the HLO text differs in metadata numbering after a cache load);
         None when unknown.
       error: why the cell could not be validated (a child failed); None when it was.
     """
@@ -213,7 +215,7 @@ class ValidationResult:
     workload: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     variant: str = ""
     compiled_under_ncu: bool | None = None
-    same_program: bool | None = None
+    same_kernels: bool | None = None
     error: str | None = None
 
     @property
@@ -316,7 +318,7 @@ class ValidationResult:
             "profiler_time_s": self.profiler_time_s,
             "time_error": self.time_error,
             "compiled_under_ncu": self.compiled_under_ncu,
-            "same_program": self.same_program,
+            "same_kernels": self.same_kernels,
             "error": self.error,
             "tolerances": {
                 "bytes": BYTES_TOLERANCE,
@@ -566,15 +568,16 @@ def validate_cell(
         hlo_text = (folder / "ncu" / "optimized.hlo.txt").read_text()
         if keep is not None:
             _keep(Path(keep), spec, chosen.name, csv_text, hlo_text)
+        modeled = modeled_kernels(hlo_text)
         return compare_kernels(
-            modeled_kernels(hlo_text),
-            parse_ncu_csv(csv_text),
+            modeled,
+            _measured(csv_text, spec, chosen.name),
             warm.get("profiler_kernel_s"),
             warm.get("l2_bytes"),
             workload=spec,
             variant=chosen.name,
             compiled_under_ncu=profiled["cache_hits"] == 0,
-            same_program=hlo_text == (folder / "warm" / "optimized.hlo.txt").read_text(),
+            same_kernels=modeled == modeled_kernels(folder / "warm" / "optimized.hlo.txt"),
         )
 
 
@@ -670,12 +673,30 @@ def _run_child(request, folder: Path, flags, timeout_s, argv=None):
     return (result, proc.stdout) if argv else result
 
 
+def _measured(csv_text: str, spec: Mapping[str, Any], variant: str) -> tuple[NcuKernel, ...]:
+    """ncu's launches; a child that profiled nothing is a failed cell, not a usage error."""
+    try:
+        return parse_ncu_csv(csv_text)
+    except XlafuseError as err:
+        said = [
+            ln.strip()
+            for ln in csv_text.splitlines()
+            if ln.startswith(("==WARNING==", "==ERROR=="))
+        ]
+        tail = f"; ncu said: {said[-1]}" if said else ""
+        raise RuntimeError(f"ncu output of {spec['name']}, {variant}: {err}{tail}") from None
+
+
 def _last_error(proc: subprocess.CompletedProcess) -> str:
-    """ncu's own ==ERROR== line if any, else the last line of stderr."""
+    """ncu's own ==ERROR== line, else the exception line of the traceback, else the last line.
+
+    JAX appends a note after its filtered tracebacks, so the last line is often not the error.
+    """
     text = f"{proc.stdout}\n{proc.stderr}"
     errors = [ln.strip() for ln in text.splitlines() if ln.startswith("==ERROR==")]
     lines = [ln.strip() for ln in proc.stderr.splitlines() if ln.strip()]
-    return (errors or lines or ["no output"])[-1]
+    raised = [ln for ln in lines if _EXCEPTION_LINE.match(ln)]
+    return (errors or raised or lines or ["no output"])[-1]
 
 
 def _keep(folder: Path, spec: Mapping[str, Any], variant: str, csv_text: str, hlo: str) -> None:
