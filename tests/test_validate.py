@@ -20,17 +20,17 @@ import pytest
 
 from xlafuse.cli import main
 from xlafuse.errors import XlafuseError
-from xlafuse.measure import validate, validate_child
+from xlafuse.measure import validate, validate_child, validate_run
 from xlafuse.measure.ncu import NCU_FLAGS, ncu_command, parse_ncu_csv, to_bytes, to_seconds
 from xlafuse.measure.validate import (
     ModeledKernel,
     base_name,
     compare_kernels,
-    file_stem,
     join_kernels,
     mangle,
     modeled_kernels,
 )
+from xlafuse.measure.validate_run import file_stem
 from xlafuse.report_validation import format_text, render_markdown, write_validation
 
 NCU_DATA = Path(__file__).parent / "data" / "ncu"
@@ -290,7 +290,7 @@ def test_file_stem_names_the_cell():
 def test_cli_without_ncu_or_driver_exits_2_with_one_line(monkeypatch, tmp_path, capsys):
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.delenv("XLAFUSE_NCU", raising=False)
-    monkeypatch.setattr(validate.ctypes, "CDLL", _no_library)
+    monkeypatch.setattr(validate_run.ctypes, "CDLL", _no_library)
     assert main(["validate", "--workload", "chain", "--overrides", "ops=8"]) == 2
     err = capsys.readouterr().err
     assert err == (
@@ -327,16 +327,16 @@ def test_config_selection_names_what_the_config_has():
     ]  # fmt: skip
     assert [v.name for v in config.variants] == ["default", "no-fusion"]
     with pytest.raises(XlafuseError, match=r"no workload 'gelo' .*\(did you mean 'gelu'\?\)"):
-        validate.validate_config(config, only=["gelo"])
+        validate_run.validate_config(config, only=["gelo"])
     with pytest.raises(XlafuseError, match=r"no variant 'no-fusoin' .*did you mean 'no-fusion'"):
-        validate.validate_config(config, variants=["no-fusoin"])
+        validate_run.validate_config(config, variants=["no-fusoin"])
 
 
 @pytest.mark.skipif(jax.default_backend() == "gpu", reason="checks the answer of a GPU-less child")
 def test_child_without_gpu_says_so(monkeypatch, tmp_path):
-    monkeypatch.setattr(validate, "require_tools", lambda ncu=None: "/bin/true")
+    monkeypatch.setattr(validate_run, "require_tools", lambda ncu=None: "/bin/true")
     with pytest.raises(XlafuseError, match=r"^no GPU: JAX in a child process has only the 'cpu'"):
-        validate.validate_cell(CHAIN, "default", cache_dir=tmp_path)
+        validate_run.validate_cell(CHAIN, "default", cache_dir=tmp_path)
     request = {"phase": "warm", "workload": CHAIN, "variant": {"name": "default"}}
     (tmp_path / "request.json").write_text(json.dumps(request))
     validate_child.main(str(tmp_path))
@@ -347,7 +347,7 @@ def test_child_without_gpu_says_so(monkeypatch, tmp_path):
 @pytest.mark.skipif(shutil.which("ncu") is None, reason="needs Nsight Compute (ncu) on PATH")
 @pytest.mark.parametrize(("variant", "kernels"), [("default", 1), ("no-fusion", 12)])
 def test_validate_one_gib_chain_on_the_gpu(variant, kernels, tmp_path):
-    result = validate.validate_cell(CHAIN, variant, cache_dir=tmp_path / "cache")
+    result = validate_run.validate_cell(CHAIN, variant, cache_dir=tmp_path / "cache")
     assert (result.hlo_kernels, result.ncu_kernels) == (kernels, kernels)
     assert result.judged == kernels
     assert all(abs(r.bytes_error) <= 0.10 for r in result.rows), format_text([result])
@@ -361,9 +361,9 @@ def test_child_errors_name_the_exception_not_jax_notes():
         "--------------------\nFor simplicity, JAX has removed its internal frames.\n"
     )
     proc = subprocess.CompletedProcess([], 1, stdout="", stderr=stderr)
-    assert validate._last_error(proc) == "ValueError: cols must be positive"
+    assert validate_run._last_error(proc) == "ValueError: cols must be positive"
     ncu = subprocess.CompletedProcess([], 1, stdout="==ERROR== ERR_NVGPUCTRPERM\n", stderr="x\n")
-    assert validate._last_error(ncu) == "==ERROR== ERR_NVGPUCTRPERM"
+    assert validate_run._last_error(ncu) == "==ERROR== ERR_NVGPUCTRPERM"
 
 
 def test_nothing_profiled_is_a_failed_cell_with_ncus_words():
@@ -371,11 +371,11 @@ def test_nothing_profiled_is_a_failed_cell_with_ncus_words():
     with pytest.raises(
         RuntimeError, match=r"chain, default: no ncu CSV .*ncu said: ==WARNING== No"
     ):
-        validate._measured(text, CHAIN, "default")
+        validate_run._measured(text, CHAIN, "default")
 
 
 def test_failed_cell_is_not_ok_and_says_why():
-    failed = validate._failed(CHAIN, "no-fusion", "warm child failed (exit 1): ValueError: x")
+    failed = validate_run._failed(CHAIN, "no-fusion", "warm child failed (exit 1): ValueError: x")
     assert (failed.ok, failed.verdict) == (
         False,
         "failed: warm child failed (exit 1): ValueError: x",

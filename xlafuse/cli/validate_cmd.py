@@ -44,7 +44,7 @@ def register(subparsers) -> None:
 
 def run(args) -> int:
     """Validate the chosen cells; print the tables (or JSON); write files with --out."""
-    from xlafuse.measure.validate import require_tools, validate_cell, validate_config
+    from xlafuse.measure.validate_run import require_tools, validate_cell, validate_config
     from xlafuse.report_validation import format_text, write_validation
 
     _check_usage(args)
