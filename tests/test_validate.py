@@ -283,6 +283,16 @@ def test_markdown_and_json_carry_the_figures(tmp_path):
     assert render_markdown([fused]).count("## ") == 1
 
 
+def test_summary_names_at_most_eight_unmatched_kernels():
+    result = compare_kernels(NO_FUSION_KERNELS, _fake_launches(["mystery"]))
+    line = format_text([result]).splitlines()[1]
+    assert line.endswith(
+        "unmatched: wrapped_broadcast, wrapped_broadcast.1, wrapped_broadcast.2, "
+        "wrapped_broadcast.3, wrapped_multiply, wrapped_add, wrapped_maximum, wrapped_add.1, "
+        "... 5 more (see the table)"
+    )
+
+
 def test_file_stem_names_the_cell():
     assert file_stem(CHAIN, "no-fusion") == "chain-ops=8-full-forward.no-fusion"
 

@@ -19,6 +19,7 @@ _COLUMNS = (
     "DRAM write MB", "DRAM vs model", "ncu us", "profiler us", "ncu vs profiler", "verdict",
 )  # fmt: skip
 _NUMERIC = frozenset(range(5, 12))
+_LISTED = 8  # unmatched kernels named in a cell's summary line
 
 
 def kernel_cells(index: int, row: KernelRow) -> list[str]:
@@ -46,6 +47,8 @@ def summary_lines(result: ValidationResult) -> list[str]:
         return [f"- failed: {result.error}"]
     equal = "equal" if result.kernels_equal else "NOT equal"
     unmatched = [*result.unmatched_hlo, *(f"{n} (ncu)" for n in result.unmatched_ncu)]
+    if len(unmatched) > _LISTED:
+        unmatched = [*unmatched[:_LISTED], f"... {len(unmatched) - _LISTED} more (see the table)"]
     threshold = f"{L2_FACTOR} x {_mb(result.l2_bytes)} MB L2 = {_mb(result.judged_min_bytes)} MB"
     time = f"- time of the call: ncu {_us(result.ncu_time_s)} us"
     if result.profiler_time_s:

@@ -9,6 +9,9 @@ FOLDER/result.json and FOLDER/optimized.hlo.txt. Phases:
 - "ncu" (run under ncu with `--profile-from-start off`): compile (a cache hit), call twice
   unprofiled, then profile ONE call between `cuProfilerStart` and `cuProfilerStop`.
 
+Train steps thread their state from call to call (`xlafuse.measure.timing.thread_state`), so the
+children stay right when the compile path donates it.
+
 The variant's process flags are already in this process's XLA_FLAGS (the parent sets them), so the
 compile happens here, not in a grandchild.
 """
@@ -50,13 +53,16 @@ def _phase_warm(request: dict[str, Any], folder: Path) -> dict[str, Any]:
 
     if jax.default_backend() != "gpu":
         return {"backend": jax.default_backend()}
+    from xlafuse.measure.timing import warm_up
+
     workload, variant = _build(request)
     compiled = _compile(workload, variant)
-    jax.block_until_ready(compiled(*workload.args))
+    advance = _advance(workload)
+    args = warm_up(compiled, workload.args, 1, advance)
     (folder / "optimized.hlo.txt").write_text(compiled.hlo_text)
     return {
         "backend": "gpu",
-        "profiler_kernel_s": _profile(compiled, workload.args, request["profile_calls"]),
+        "profiler_kernel_s": _profile(compiled, args, advance, request["profile_calls"]),
         "l2_bytes": _l2_bytes(),
     }
 
@@ -65,22 +71,30 @@ def _phase_ncu(request: dict[str, Any], folder: Path) -> dict[str, Any]:
     import jax
 
     from xlafuse.measure.coldstart_child import _HITS, _listen
+    from xlafuse.measure.timing import warm_up
 
     workload, variant = _build(request)
     events = _listen()
     compiled = _compile(workload, variant)
     hits = events.get(_HITS, 0)
-    for _ in range(2):
-        jax.block_until_ready(compiled(*workload.args))
+    args = warm_up(compiled, workload.args, 2, _advance(workload))
     driver = _driver()
     _check(driver.cuProfilerStart(), "cuProfilerStart")
-    jax.block_until_ready(compiled(*workload.args))
+    jax.block_until_ready(compiled(*args))
     _check(driver.cuProfilerStop(), "cuProfilerStop")
     (folder / "optimized.hlo.txt").write_text(compiled.hlo_text)
     return {"backend": jax.default_backend(), "cache_hits": hits}
 
 
-def _profile(compiled, args, calls: int) -> dict[str, float] | None:
+def _advance(workload):
+    """How one call's output makes the next call's arguments (a train step threads its state,
+    so a donated buffer is never passed twice)."""
+    from xlafuse.measure.timing import same_args, thread_state
+
+    return thread_state if workload.mode == "train" else same_args
+
+
+def _profile(compiled, args, advance, calls: int) -> dict[str, float] | None:
     """Device seconds per call of each kernel name over `calls` traced calls; None if none."""
     if calls <= 0:
         return None
@@ -94,6 +108,7 @@ def _profile(compiled, args, calls: int) -> dict[str, float] | None:
             out = None
             for _ in range(calls):
                 out = compiled(*args)
+                args = advance(args, out)
             jax.block_until_ready(out)
         files = sorted(Path(tmp).rglob("*.xplane.pb"), key=lambda p: p.stat().st_mtime)
         if not files:
