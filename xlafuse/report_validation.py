@@ -104,8 +104,8 @@ def render_markdown(results: Sequence[ValidationResult], command: str | None = N
     if command:
         lines += ["```bash", command, "```", ""]
     lines += [
-        "| cell | variant | kernels HLO / ncu | judged within 10% | worst bytes error | "
-        "ncu vs profiler | verdict |",
+        f"| cell | variant | kernels HLO / ncu | judged within {BYTES_TOLERANCE:.0%} | "
+        "worst bytes error | ncu vs profiler | verdict |",
         "|---|---|---|---|---|---|---|",
     ]
     lines += [_summary_row(r) for r in results]

@@ -170,7 +170,8 @@ class ValidationResult:
     """One cell validated against ncu.
 
     Attributes:
-      rows: one KernelRow per HLO kernel in launch order, then the unmatched HLO kernels.
+      rows: in launch order, one KernelRow per HLO kernel that launches were paired with and one
+        per unpaired launch; then the HLO kernels no launch was paired with, in program order.
       hlo_kernels: kernels in the optimized HLO.
       ncu_kernels: launches ncu profiled in the one call.
       l2_bytes: the L2 size the "judged" threshold used (the device's when it could be asked).
