@@ -203,6 +203,15 @@ def test_unknown_xla_kernel_name_stays_unmatched(samples):
     assert result.kernels_equal and not result.ok
 
 
+def test_suffixed_kernel_names_pair_with_their_own_fusion():
+    # Program order differs from launch order here: a base-name pairing would swap them.
+    modeled = [("gemm_fusion_dot.12", 8), ("gemm_fusion_dot.11", 8), ("gemm_fusion_dot.1", 8)]
+    launches = _fake_launches(["gemm_fusion_dot_11_0", "gemm_fusion_dot_1_0", "gemm_fusion_dot_12"])
+    assert join_kernels(modeled, launches) == [
+        (1, [0], "name + suffix"), (2, [1], "name + suffix"), (0, [2], "name"),
+    ]  # fmt: skip
+
+
 def test_join_accepts_name_bytes_tuples_and_rejects_others():
     pairs = join_kernels([("a.1", 8), ("gemm", 8, True)], _fake_launches(["a_1", "sm90_gemm"]))
     assert pairs == [(0, [0], "name"), (1, [1], "library")]

@@ -12,11 +12,12 @@ both on a GPU. What is judged (`KernelRow.verdict`, `ValidationResult.ok`):
 * time: ncu's duration within `TIME_TOLERANCE` (5%) of the profiler's, for the whole call, and
   per kernel for the kernels whose bytes are judged (microsecond kernels are listed, not judged).
 
-The join (`join_kernels`), in three passes over ncu's launches: (1) by name: XLA names a kernel
+The join (`join_kernels`), in four passes over ncu's launches: (1) by name: XLA names a kernel
 after its fusion, "." mangled to "_" (`wrapped_multiply.1` runs as `wrapped_multiply_1`);
-(2) reused kernels: XLA compiles identical fusions once and launches the first one's kernel, so
+(2) by name with a suffix (`gemm_fusion_dot_11_0` for `gemm_fusion_dot.11`, the longest name);
+(3) reused kernels: XLA compiles identical fusions once and launches the first one's kernel, so
 `wrapped_add.1` may run as `wrapped_add`: a launch whose name is taken pairs with the next
-unmatched HLO kernel of the same base name (numeric suffix removed); (3) library kernels
+unmatched HLO kernel of the same base name (numeric suffix removed); (4) library kernels
 (cuBLAS/cuDNN: `sm90_xmma_gemm_...`, `nvjet_...`, `cutlass...`) pair, in launch order, with the
 library calls (custom-calls, cuDNN fusions) that lie between the neighbouring matched kernels; a
 second library launch in the same gap (e.g. a split-K reduction) counts as another launch of the
@@ -42,6 +43,7 @@ _SUFFIX = re.compile(r"(?:[._]\d+)+$")
 
 # How a row's HLO kernel and ncu launch(es) were paired.
 BY_NAME = "name"
+SUFFIXED = "name + suffix"
 REUSED = "reused kernel"
 LIBRARY = "library"
 UNMATCHED = "-"
@@ -84,7 +86,8 @@ class KernelRow:
     Attributes:
       name: the HLO kernel's name; None for an ncu launch that matched no HLO kernel.
       kind: the HLO kernel's kind ("" when unmatched).
-      match: how the pair was made: "name", "reused kernel", "library" or "-" (unmatched).
+      match: how the pair was made: "name", "name + suffix", "reused kernel", "library" or
+        "-" (unmatched).
       ncu_names: kernel names of the paired launches (usually one).
       launch_ids: ncu launch IDs of the paired launches.
       modeled_bytes: the traffic model's bytes; None for an unmatched ncu launch.
@@ -329,7 +332,7 @@ def base_name(name: str) -> str:
 def join_kernels(
     modeled: Sequence[ModeledKernel | tuple], measured: Sequence[NcuKernel]
 ) -> list[tuple[int | None, list[int], str]]:
-    """Pair HLO kernels with ncu launches (see the module docstring for the three passes).
+    """Pair HLO kernels with ncu launches (see the module docstring for the four passes).
 
     Args:
       modeled: the HLO's kernels in program order: ModeledKernels, or tuples
@@ -344,15 +347,12 @@ def join_kernels(
     pair: dict[int, int] = {}  # measured index -> modeled index
     how: dict[int, str] = {}
     taken: set[int] = set()
-    # Pass 1: exact (mangled) names; pass 2: reused kernels, by base name, in program order.
-    for key, label in ((mangle, BY_NAME), (base_name, REUSED)):
+    for label, find in ((BY_NAME, _same_name), (SUFFIXED, _prefixed), (REUSED, _same_base)):
         for j, launch in enumerate(measured):
             if j in pair:
                 continue
-            want = key(launch.name)
-            i = next(
-                (i for i, k in enumerate(kernels) if i not in taken and key(k.name) == want), None
-            )
+            free = [(i, k) for i, k in enumerate(kernels) if i not in taken]
+            i = find(launch.name, free)
             if i is not None:
                 pair[j], how[j] = i, label
                 taken.add(i)
@@ -372,8 +372,26 @@ def join_kernels(
     return out
 
 
+def _same_name(name: str, free: list[tuple[int, ModeledKernel]]) -> int | None:
+    """Pass 1: the HLO kernel whose mangled name is the launch's name."""
+    return next((i for i, k in free if mangle(k.name) == name), None)
+
+
+def _prefixed(name: str, free: list[tuple[int, ModeledKernel]]) -> int | None:
+    """Pass 2: the HLO kernel whose mangled name, plus "_", starts the launch's name (the
+    longest such): a kernel name with a suffix, e.g. `gemm_fusion_dot_11_0`."""
+    found = [(len(k.name), -i, i) for i, k in free if name.startswith(mangle(k.name) + "_")]
+    return max(found)[2] if found else None
+
+
+def _same_base(name: str, free: list[tuple[int, ModeledKernel]]) -> int | None:
+    """Pass 3: the first HLO kernel, in program order, with the launch's base name."""
+    base = base_name(name)
+    return next((i for i, k in free if base_name(k.name) == base), None)
+
+
 def _pair_library(kernels, measured, pair, how, taken) -> None:
-    """Pass 3: leftover launches -> library calls between the neighbouring matched kernels."""
+    """Pass 4: leftover launches -> library calls between the neighbouring matched kernels."""
     anchors = sorted(pair.items())  # (measured index, modeled index), launch order
     last_in_gap: dict[tuple[int, int], int] = {}
     for j in range(len(measured)):
