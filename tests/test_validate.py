@@ -394,7 +394,14 @@ def test_nothing_profiled_is_a_failed_cell_with_ncus_words():
 
 
 def test_failed_cell_is_not_ok_and_says_why():
-    failed = validate_run._failed(CHAIN, "no-fusion", "warm child failed (exit 1): ValueError: x")
+    failed = validate.ValidationResult(
+        (),
+        0,
+        0,
+        workload=CHAIN,
+        variant="no-fusion",
+        error="warm child failed (exit 1): ValueError: x",
+    )
     assert (failed.ok, failed.verdict) == (
         False,
         "failed: warm child failed (exit 1): ValueError: x",
@@ -402,6 +409,34 @@ def test_failed_cell_is_not_ok_and_says_why():
     md = render_markdown([failed])
     assert "| chain[ops=8]/full/forward | no-fusion | 0 / 0 | - | - | - | failed: warm" in md
     assert "- failed: warm child failed (exit 1): ValueError: x" in md
+
+
+def test_a_failed_cell_does_not_stop_the_others(monkeypatch):
+    stopped = "validate ncu child (chain, no-fusion) ran past 600 s and was stopped"
+
+    def fake_cell(spec, variant, **kwargs):
+        if variant.name == "no-fusion":
+            raise RuntimeError(stopped)
+        measured = parse_ncu_csv(_csv("default"))
+        return compare_kernels(DEFAULT_KERNELS, measured, workload=spec, variant=variant.name)
+
+    monkeypatch.setattr(validate_run, "require_tools", lambda ncu=None: "/bin/true")
+    monkeypatch.setattr(validate_run, "validate_cell", fake_cell)
+    said = []
+    results = validate_run.validate_cells([(CHAIN, "no-fusion"), (CHAIN, "default")], said.append)
+    assert [r.verdict for r in results] == [f"failed: {stopped}", "ok"]
+    assert said == [
+        "validate chain[ops=8]/full/forward no-fusion",
+        "validate chain[ops=8]/full/forward default",
+    ]
+
+
+def test_child_past_its_timeout_is_stopped(tmp_path):
+    request = {"phase": "warm", "workload": CHAIN, "variant": {"name": "default"}}
+    with pytest.raises(
+        RuntimeError, match=r"^validate warm child \(chain, default\) ran past 0.01 s"
+    ):
+        validate_run._run_child(request, tmp_path, (), 0.01)
 
 
 def _fake_launches(names):

@@ -44,7 +44,7 @@ def register(subparsers) -> None:
 
 def run(args) -> int:
     """Validate the chosen cells; print the tables (or JSON); write files with --out."""
-    from xlafuse.measure.validate_run import require_tools, validate_cell, validate_config
+    from xlafuse.measure.validate_run import require_tools, validate_cells, validate_config
     from xlafuse.report_validation import format_text, write_validation
 
     _check_usage(args)
@@ -56,11 +56,11 @@ def run(args) -> int:
         "timeout_s": args.timeout,
         "keep": f"{args.out}/ncu" if args.out else None,
     }
+    say = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
     if args.config:
         from xlafuse.config import load_config
 
         config = load_config(args.config, backend="gpu")
-        say = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
         results = validate_config(config, args.only, args.variants, say=say, **kwargs)
     else:
         spec = {
@@ -70,7 +70,8 @@ def run(args) -> int:
             "dtype": args.dtype,
             "overrides": _overrides(args.overrides),
         }
-        results = [validate_cell(spec, v, **kwargs) for v in args.variants or ["default"]]
+        cells = [(spec, v) for v in args.variants or ["default"]]
+        results = validate_cells(cells, say=say, **kwargs)
     if args.out:
         command = "xlafuse " + " ".join(shlex.quote(a) for a in sys.argv[1:] if a != "--debug")
         write_validation(results, args.out, command)

@@ -164,27 +164,46 @@ def validate_config(
     if variants:
         _check_names("variant", variants, [v.name for v in chosen])
         chosen = [v for v in chosen if v.name in variants]
-    require_tools(kwargs.get("ncu"))  # fail before the first cell, not after a child
-    results = []
-    for w in workloads:
-        for v in chosen:
-            if say:
-                say(f"validate {w.label} {v.name}")
-            variant = dataclasses.replace(v.resolve(), name=v.name)
-            try:
-                results.append(validate_cell(w.to_dict(), variant, **kwargs))
-            except RuntimeError as err:
-                results.append(_failed(w.to_dict(), v.name, str(err)))
-    return results
+    cells = [
+        (w.to_dict(), dataclasses.replace(v.resolve(), name=v.name))
+        for w in workloads
+        for v in chosen
+    ]
+    return validate_cells(cells, say, **kwargs)
 
 
-def _failed(workload: Mapping[str, Any], variant: str, message: str) -> ValidationResult:
+def validate_cells(
+    cells: Iterable[tuple[Any, Any]], say=None, **kwargs: Any
+) -> list[ValidationResult]:
+    """Validate (workload, variant) cells one after another; a failed child fails its cell only.
+
+    Args:
+      cells: (workload, variant) pairs, each as `validate_cell` takes them.
+      say: called with one progress line per cell; None for silence.
+      **kwargs: passed to `validate_cell`.
+
+    Returns:
+      One ValidationResult per cell; a cell whose child failed or timed out has `error` set.
+
+    Raises:
+      XlafuseError: ncu or the CUDA driver is missing (checked before the first cell); no GPU.
+    """
     from xlafuse.measure.coldstart import workload_spec
+    from xlafuse.variants import get
 
-    return ValidationResult(
-        rows=(), hlo_kernels=0, ncu_kernels=0, workload=workload_spec(workload),
-        variant=variant, error=message,
-    )  # fmt: skip
+    require_tools(kwargs.get("ncu"))
+    results = []
+    for workload, variant in cells:
+        spec, chosen = workload_spec(workload), get(variant)
+        if say:
+            say(f"validate {ValidationResult((), 0, 0, workload=spec).label} {chosen.name}")
+        try:
+            results.append(validate_cell(spec, chosen, **kwargs))
+        except RuntimeError as err:
+            results.append(
+                ValidationResult((), 0, 0, workload=spec, variant=chosen.name, error=str(err))
+            )
+    return results
 
 
 def _check_names(kind: str, names: Iterable[str], accepted: list[str]) -> None:
