@@ -136,7 +136,7 @@ def compile_workload(workload, variant, measure: MeasureRequest | None = None) -
       UnknownPassError, ValueError: as `compile_variant`.
     """
     jit_kwargs = {"donate_argnums": workload.donate_argnums} if workload.donate_argnums else {}
-    return compile_variant(workload.fn, workload.fresh_args(), {}, variant, jit_kwargs, measure)
+    return compile_variant(workload.fn, workload.args, {}, variant, jit_kwargs, measure)
 
 
 def compile_variant(

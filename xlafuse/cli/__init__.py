@@ -24,6 +24,7 @@ _COMMANDS = (
     "passes",
     "warmup",
     "coldstart",
+    "validate",
 )
 
 USAGE_ERROR = 2

@@ -1,0 +1,123 @@
+"""`xlafuse validate`: kernels and modeled bytes checked against Nsight Compute, kernel by kernel."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+
+from xlafuse.errors import XlafuseError
+
+SOME_CELLS_OFF = 1
+
+
+def register(subparsers) -> None:
+    """Add the `validate` subcommand."""
+    p = subparsers.add_parser(
+        "validate",
+        help="profile one call per cell under ncu; compare kernels, bytes and time (GPU)",
+        description="Run cells under Nsight Compute and judge xlafuse's kernel list and traffic "
+        "model per kernel. Cells come from a CONFIG or from --workload. Exit 0: every cell ok; "
+        "1: some cell is off; 2: bad arguments, or no ncu or no GPU.",
+    )
+    p.add_argument("config", nargs="?", help="an experiment config (.toml): its GPU cells")
+    p.add_argument("--only", nargs="+", metavar="WORKLOAD", help="with CONFIG: these workloads")
+    p.add_argument("--workload", help="one workload instead of a CONFIG, e.g. chain")
+    p.add_argument("--size", default="tiny", help="with --workload: tiny, small or full")
+    p.add_argument("--mode", default="forward", help="with --workload: forward or train")
+    p.add_argument("--dtype", default=None, help="with --workload: float32, bfloat16, float16")
+    p.add_argument(
+        "--overrides",
+        action="append",
+        metavar="K=V[,K=V]",
+        help="with --workload: size-table or option overrides, e.g. ops=8",
+    )
+    p.add_argument("--variants", type=_names, help="comma-separated variants (default: all)")
+    p.add_argument("--cache", metavar="DIR", help="compilation cache to warm and keep")
+    p.add_argument("--ncu", metavar="PATH", help="the ncu executable (default: ncu on PATH)")
+    p.add_argument("--profile-calls", type=int, default=5, help="calls traced for device time")
+    p.add_argument("--timeout", type=float, default=600.0, help="seconds per child process")
+    p.add_argument("--out", metavar="DIR", help="write validation.md, validation.json, ncu/")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    """Validate the chosen cells; print the tables (or JSON); write files with --out."""
+    from xlafuse.measure.validate_run import require_tools, validate_cells, validate_config
+    from xlafuse.report_validation import format_text, write_validation
+
+    _check_usage(args)
+    require_tools(args.ncu)
+    kwargs = {
+        "cache_dir": args.cache,
+        "ncu": args.ncu,
+        "profile_calls": args.profile_calls,
+        "timeout_s": args.timeout,
+        "keep": f"{args.out}/ncu" if args.out else None,
+    }
+    say = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
+    if args.config:
+        from xlafuse.config import load_config
+
+        config = load_config(args.config, backend="gpu")
+        results = validate_config(config, args.only, args.variants, say=say, **kwargs)
+    else:
+        spec = {
+            "name": args.workload,
+            "size": args.size,
+            "mode": args.mode,
+            "dtype": args.dtype,
+            "overrides": _overrides(args.overrides),
+        }
+        cells = [(spec, v) for v in args.variants or ["default"]]
+        results = validate_cells(cells, say=say, **kwargs)
+    if args.out:
+        command = "xlafuse " + " ".join(shlex.quote(a) for a in sys.argv[1:] if a != "--debug")
+        write_validation(results, args.out, command)
+    print(
+        json.dumps([r.to_dict() for r in results], indent=1) if args.json else format_text(results)
+    )
+    return 0 if all(r.ok for r in results) else SOME_CELLS_OFF
+
+
+def _check_usage(args) -> None:
+    if bool(args.config) == bool(args.workload):
+        raise XlafuseError("give either a CONFIG or --workload NAME (one of them, not both)")
+    with_workload = ("overrides", "dtype")
+    if args.config and any(getattr(args, k) for k in with_workload):
+        raise XlafuseError("--overrides and --dtype go with --workload, not with a CONFIG")
+    if args.workload and args.only:
+        raise XlafuseError("--only selects workloads of a CONFIG; with --workload, leave it out")
+    if args.workload:
+        from xlafuse import variants
+        from xlafuse.models.registry import _resolve  # validates names; builds nothing
+
+        _resolve(args.workload, args.size, args.mode, _overrides(args.overrides))
+        for name in args.variants or ["default"]:
+            variants.get(name)
+
+
+def _names(text: str) -> list[str]:
+    return [n.strip() for n in text.split(",") if n.strip()]
+
+
+def _overrides(texts: list[str] | None) -> dict:
+    """`--overrides a=1,b=2 --overrides c=x` -> {"a": 1, "b": 2, "c": "x"}."""
+    out = {}
+    for item in _names(",".join(texts or ())):
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise XlafuseError(f"override {item!r} is not KEY=VALUE (e.g. ops=8)")
+        out[key.strip()] = _value(value.strip())
+    return out
+
+
+def _value(text: str):
+    """An override value: an int, a float, true/false, or else the string."""
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return {"true": True, "false": False}.get(text.lower(), text)

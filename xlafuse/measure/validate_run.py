@@ -1,0 +1,283 @@
+"""Run `xlafuse validate` cells on a GPU: a warm-up child, a child under ncu, then the judgement.
+
+For one cell (workload x variant):
+
+1. a child process compiles the program with a persistent compilation cache (so the next process
+   compiles nothing: XLA's GEMM autotuning under ncu takes minutes), calls it, traces a few calls
+   with `jax.profiler` for the device time per kernel name, and reads the device's L2 size;
+2. a second child runs under `ncu` (`xlafuse.measure.ncu.NCU_FLAGS`): it compiles (a cache hit),
+   calls the program twice unprofiled, then profiles ONE call between `cuProfilerStart` and
+   `cuProfilerStop`, and writes the optimized HLO it ran;
+3. `xlafuse.measure.validate.compare_kernels` joins ncu's launches to that HLO's kernels and
+   judges them.
+
+The parent never starts a JAX backend: the GPU stays free for the children.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import gzip
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from xlafuse.errors import XlafuseError
+from xlafuse.measure.ncu import NcuKernel, find_ncu, ncu_command, parse_ncu_csv
+from xlafuse.measure.validate import ValidationResult, compare_kernels, modeled_kernels
+
+DEFAULT_PROFILE_CALLS = 5
+DEFAULT_TIMEOUT_S = 600.0
+_CHILD_MODULE = "xlafuse.measure.validate_child"
+_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit)\b")
+
+
+def require_tools(ncu: str | None = None) -> str:
+    """The ncu executable, once ncu and the CUDA driver are both there.
+
+    Args:
+      ncu: the ncu executable; None looks for $XLAFUSE_NCU, then `ncu` on PATH.
+
+    Raises:
+      XlafuseError: one line naming everything that is missing.
+    """
+    missing, path = [], None
+    try:
+        path = find_ncu(ncu)
+    except XlafuseError as err:
+        missing.append(str(err))
+    try:
+        ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        missing.append("no NVIDIA driver: libcuda.so.1 cannot be loaded (a GPU is needed)")
+    if missing:
+        raise XlafuseError("; ".join(missing))
+    return path
+
+
+def validate_cell(
+    workload: Any,
+    variant: Any = "default",
+    *,
+    cache_dir: str | os.PathLike | None = None,
+    ncu: str | None = None,
+    profile_calls: int = DEFAULT_PROFILE_CALLS,
+    keep: str | os.PathLike | None = None,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+) -> ValidationResult:
+    """Profile one call of a workload under ncu and judge the HLO's kernels against it.
+
+    Args:
+      workload: a name, a spec dict (name, size, mode, dtype, seed, overrides), a WorkloadConfig
+        or a Workload (see `xlafuse.measure.coldstart.workload_spec`).
+      variant: a preset name, "a+b", a Variant or a dict of XLA options.
+      cache_dir: the persistent compilation cache to warm and read; a temporary one when None.
+      ncu: the ncu executable; None looks for $XLAFUSE_NCU, then `ncu` on PATH.
+      profile_calls: calls traced with `jax.profiler` for the device time (0: none).
+      keep: a folder to keep ncu's raw output (`STEM.ncu.csv`) and the optimized HLO it ran
+        (`STEM.hlo.txt.gz`), STEM from `file_stem`: the table can be rebuilt from the two.
+      timeout_s: seconds each child may take.
+
+    Returns:
+      The ValidationResult.
+
+    Raises:
+      XlafuseError: ncu or the CUDA driver is missing, or the child sees no GPU.
+      RuntimeError: a child failed or ran past `timeout_s` (its last error line is in the message).
+    """
+    from xlafuse.measure.coldstart import workload_spec
+    from xlafuse.variants import get
+
+    ncu_path = require_tools(ncu)
+    spec = workload_spec(workload)
+    chosen = get(variant)
+    request = {"workload": spec, "variant": chosen.to_dict(), "profile_calls": int(profile_calls)}
+    flags = tuple(chosen.process_flags)
+    with tempfile.TemporaryDirectory(prefix="xlafuse-validate-") as tmp:
+        folder = Path(tmp)
+        request["cache_dir"] = str(Path(cache_dir) if cache_dir else folder / "cache")
+        warm = _run_child({**request, "phase": "warm"}, folder / "warm", flags, timeout_s)
+        if warm["backend"] != "gpu":
+            raise XlafuseError(
+                f"no GPU: JAX in a child process has only the {warm['backend']!r} backend "
+                "(xlafuse validate needs an NVIDIA GPU and Nsight Compute)"
+            )
+        program = [sys.executable, "-m", _CHILD_MODULE, str(folder / "ncu")]
+        profiled, csv_text = _run_child(
+            {**request, "phase": "ncu"},
+            folder / "ncu",
+            flags,
+            timeout_s,
+            ncu_command(ncu_path, program),
+        )
+        hlo_text = (folder / "ncu" / "optimized.hlo.txt").read_text()
+        if keep is not None:
+            _keep(Path(keep), spec, chosen.name, csv_text, hlo_text)
+        modeled = modeled_kernels(hlo_text)
+        return compare_kernels(
+            modeled,
+            _measured(csv_text, spec, chosen.name),
+            warm.get("profiler_kernel_s"),
+            warm.get("l2_bytes"),
+            workload=spec,
+            variant=chosen.name,
+            compiled_under_ncu=profiled["cache_hits"] == 0,
+            same_kernels=modeled == modeled_kernels(folder / "warm" / "optimized.hlo.txt"),
+        )
+
+
+def validate_config(
+    config: Any,
+    only: Sequence[str] | None = None,
+    variants: Sequence[str] | None = None,
+    say=None,
+    **kwargs: Any,
+) -> list[ValidationResult]:
+    """Validate every GPU cell (workload x variant) of an experiment config, one after another.
+
+    Args:
+      config: an `xlafuse.config.ExperimentConfig`.
+      only: workload names or labels to validate; all when None.
+      variants: variant names to validate; all when None (the reference is not added).
+      say: called with one progress line per cell; None for silence.
+      **kwargs: passed to `validate_cell` (cache_dir, ncu, profile_calls, keep, timeout_s).
+
+    Returns:
+      One ValidationResult per cell; a cell whose child failed has `error` set.
+
+    Raises:
+      XlafuseError: `only` or `variants` names nothing in the config; ncu or the CUDA driver is
+        missing; no GPU.
+    """
+    workloads = [w for w in config.workloads if w.applies_to("gpu")]
+    if only:
+        _check_names("workload", only, [w.name for w in workloads] + [w.label for w in workloads])
+        workloads = [w for w in workloads if w.name in only or w.label in only]
+    chosen = list(config.variants)
+    if variants:
+        _check_names("variant", variants, [v.name for v in chosen])
+        chosen = [v for v in chosen if v.name in variants]
+    cells = [
+        (w.to_dict(), dataclasses.replace(v.resolve(), name=v.name))
+        for w in workloads
+        for v in chosen
+    ]
+    return validate_cells(cells, say, **kwargs)
+
+
+def validate_cells(
+    cells: Iterable[tuple[Any, Any]], say=None, **kwargs: Any
+) -> list[ValidationResult]:
+    """Validate (workload, variant) cells one after another; a failed child fails its cell only.
+
+    Args:
+      cells: (workload, variant) pairs, each as `validate_cell` takes them.
+      say: called with one progress line per cell; None for silence.
+      **kwargs: passed to `validate_cell`.
+
+    Returns:
+      One ValidationResult per cell; a cell whose child failed or timed out has `error` set.
+
+    Raises:
+      XlafuseError: ncu or the CUDA driver is missing (checked before the first cell); no GPU.
+    """
+    from xlafuse.measure.coldstart import workload_spec
+    from xlafuse.variants import get
+
+    require_tools(kwargs.get("ncu"))
+    results = []
+    for workload, variant in cells:
+        spec, chosen = workload_spec(workload), get(variant)
+        if say:
+            say(f"validate {ValidationResult((), 0, 0, workload=spec).label} {chosen.name}")
+        try:
+            results.append(validate_cell(spec, chosen, **kwargs))
+        except RuntimeError as err:
+            results.append(
+                ValidationResult((), 0, 0, workload=spec, variant=chosen.name, error=str(err))
+            )
+    return results
+
+
+def _check_names(kind: str, names: Iterable[str], accepted: list[str]) -> None:
+    import difflib
+
+    for name in names:
+        if name not in accepted:
+            close = difflib.get_close_matches(name, accepted, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise XlafuseError(
+                f"no {kind} {name!r} among the config's GPU cells{hint}; "
+                f"it has: {', '.join(dict.fromkeys(accepted))}"
+            )
+
+
+def _run_child(request, folder: Path, flags, timeout_s, argv=None):
+    """Run the child on `request` in `folder`, directly or (argv) under ncu.
+
+    Returns:
+      The child's result dict; with `argv`, the pair (result dict, ncu's stdout).
+    """
+    from xlafuse.child import child_env
+
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "request.json").write_text(json.dumps(request))
+    command = argv or [sys.executable, "-m", _CHILD_MODULE, str(folder)]
+    what = f"{request['phase']} child ({request['workload']['name']}, {request['variant']['name']})"
+    try:
+        proc = subprocess.run(
+            command, env=child_env(flags), capture_output=True, text=True, timeout=timeout_s
+        )
+    except subprocess.TimeoutExpired:
+        raise RuntimeError(f"validate {what} ran past {timeout_s:g} s and was stopped") from None
+    result_path = folder / "result.json"
+    if proc.returncode != 0 or not result_path.exists():
+        raise RuntimeError(f"validate {what} failed (exit {proc.returncode}): {_last_error(proc)}")
+    result = json.loads(result_path.read_text())
+    return (result, proc.stdout) if argv else result
+
+
+def _measured(csv_text: str, spec: Mapping[str, Any], variant: str) -> tuple[NcuKernel, ...]:
+    """ncu's launches; a child that profiled nothing is a failed cell, not a usage error."""
+    try:
+        return parse_ncu_csv(csv_text)
+    except XlafuseError as err:
+        said = [
+            ln.strip()
+            for ln in csv_text.splitlines()
+            if ln.startswith(("==WARNING==", "==ERROR=="))
+        ]
+        tail = f"; ncu said: {said[-1]}" if said else ""
+        raise RuntimeError(f"ncu output of {spec['name']}, {variant}: {err}{tail}") from None
+
+
+def _last_error(proc: subprocess.CompletedProcess) -> str:
+    """ncu's own ==ERROR== line, else the exception line of the traceback, else the last line.
+
+    JAX appends a note after its filtered tracebacks, so the last line is often not the error.
+    """
+    text = f"{proc.stdout}\n{proc.stderr}"
+    errors = [ln.strip() for ln in text.splitlines() if ln.startswith("==ERROR==")]
+    lines = [ln.strip() for ln in proc.stderr.splitlines() if ln.strip()]
+    raised = [ln for ln in lines if _EXCEPTION_LINE.match(ln)]
+    return (errors or raised or lines or ["no output"])[-1]
+
+
+def _keep(folder: Path, spec: Mapping[str, Any], variant: str, csv_text: str, hlo: str) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    stem = file_stem(spec, variant)
+    (folder / f"{stem}.ncu.csv").write_text(csv_text)
+    (folder / f"{stem}.hlo.txt.gz").write_bytes(gzip.compress(hlo.encode(), mtime=0))
+
+
+def file_stem(workload: Mapping[str, Any], variant: str) -> str:
+    """A file-name stem for a cell, e.g. `chain-ops=8-full-forward.no-fusion`."""
+    label = ValidationResult((), 0, 0, workload=workload).label
+    return re.sub(r"[^A-Za-z0-9_.=+-]+", "-", f"{label}.{variant}").strip("-")

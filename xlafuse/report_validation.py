@@ -1,0 +1,172 @@
+"""Render `xlafuse validate` results: a terminal table, and `validation.md` + `validation.json`."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+from xlafuse.measure.validate import (
+    BYTES_TOLERANCE,
+    L2_FACTOR,
+    TIME_TOLERANCE,
+    KernelRow,
+    ValidationResult,
+)
+
+_COLUMNS = (
+    "#", "HLO kernel", "kind", "ncu kernel", "match", "modeled MB", "DRAM read MB",
+    "DRAM write MB", "DRAM vs model", "ncu us", "profiler us", "ncu vs profiler", "verdict",
+)  # fmt: skip
+_NUMERIC = frozenset(range(5, 12))
+_LISTED = 8  # unmatched kernels named in a cell's summary line
+
+
+def kernel_cells(index: int, row: KernelRow) -> list[str]:
+    """The table cells of one kernel row, in `_COLUMNS` order."""
+    return [
+        str(index),
+        row.name or "-",
+        row.kind or "-",
+        " + ".join(row.ncu_names) or "-",
+        row.match,
+        _mb(row.modeled_bytes),
+        _mb(row.dram_read_bytes),
+        _mb(row.dram_write_bytes),
+        _pct(row.bytes_error),
+        _us(row.ncu_time_s),
+        _us(row.profiler_time_s),
+        _pct(row.time_error),
+        row.verdict,
+    ]
+
+
+def summary_lines(result: ValidationResult) -> list[str]:
+    """The lines under a cell's heading: counts, bytes, time, how the program was compiled."""
+    if result.error is not None:
+        return [f"- failed: {result.error}"]
+    equal = "equal" if result.kernels_equal else "NOT equal"
+    unmatched = [*result.unmatched_hlo, *(f"{n} (ncu)" for n in result.unmatched_ncu)]
+    if len(unmatched) > _LISTED:
+        unmatched = [*unmatched[:_LISTED], f"... {len(unmatched) - _LISTED} more (see the table)"]
+    threshold = f"{L2_FACTOR} x {_mb(result.l2_bytes)} MB L2 = {_mb(result.judged_min_bytes)} MB"
+    time = f"- time of the call: ncu {_us(result.ncu_time_s)} us"
+    if result.profiler_time_s:
+        time += f", profiler {_us(result.profiler_time_s)} us ({_pct(result.time_error)})"
+    compiled = {True: "yes (cache miss)", False: "no (cache hit)", None: "unknown"}
+    same = {True: "yes", False: "NO", None: "unknown"}
+    return [
+        f"- kernels: {result.hlo_kernels} in the HLO, {result.ncu_kernels} launched under ncu "
+        f"({equal}); unmatched: {', '.join(unmatched) or 'none'}",
+        f"- bytes: {result.judged_ok} of {result.judged} judged kernels within "
+        f"{BYTES_TOLERANCE:.0%} (judged: modeled bytes >= {threshold})",
+        time,
+        f"- compiled under ncu: {compiled[result.compiled_under_ncu]}; same kernels as the "
+        f"warm-up: {same[result.same_kernels]}",
+    ]
+
+
+def format_text(results: Sequence[ValidationResult]) -> str:
+    """A plain-text table per cell, for the terminal."""
+    blocks = []
+    for result in results:
+        head = f"{result.label}  variant {result.variant}: {result.verdict}"
+        lines = [head, *(line[2:] for line in summary_lines(result))]
+        if result.rows:
+            table = [list(_COLUMNS)] + [kernel_cells(i, r) for i, r in enumerate(result.rows, 1)]
+            widths = [max(len(row[c]) for row in table) for c in range(len(_COLUMNS))]
+            lines += [
+                "  ".join(
+                    cell.rjust(w) if c in _NUMERIC else cell.ljust(w)
+                    for c, (cell, w) in enumerate(zip(row, widths, strict=True))
+                ).rstrip()
+                for row in table
+            ]
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks)
+
+
+def render_markdown(results: Sequence[ValidationResult], command: str | None = None) -> str:
+    """`validation.md`: what is judged, a summary table, then every cell's kernel table."""
+    lines = [
+        "# Validation against Nsight Compute",
+        "",
+        "One call of each cell profiled under `ncu` (`dram__bytes_read.sum`, "
+        "`dram__bytes_write.sum`, `gpu__time_duration.sum`; `--clock-control none`), after a "
+        "warm-up process filled the compilation cache. Judged: kernel counts equal; DRAM bytes "
+        f"read + written within {BYTES_TOLERANCE:.0%} of the modeled bytes for kernels whose "
+        f"modeled bytes are at least {L2_FACTOR}x the L2 (smaller kernels are listed, not "
+        "judged: their data may stay in L2); ncu's time within "
+        f"{TIME_TOLERANCE:.0%} of the profiler's device time, for the call and for the judged "
+        "kernels.",
+        "",
+    ]
+    if command:
+        lines += ["```bash", command, "```", ""]
+    lines += [
+        f"| cell | variant | kernels HLO / ncu | judged within {BYTES_TOLERANCE:.0%} | "
+        "worst bytes error | ncu vs profiler | verdict |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    lines += [_summary_row(r) for r in results]
+    for result in results:
+        lines += ["", f"## {result.label}, {result.variant}: {result.verdict}", ""]
+        lines += summary_lines(result)
+        if result.rows:
+            lines += ["", _md_row(_COLUMNS), _md_row(_align())]
+            lines += [_md_row(kernel_cells(i, r)) for i, r in enumerate(result.rows, 1)]
+    return "\n".join(lines) + "\n"
+
+
+def write_validation(
+    results: Sequence[ValidationResult], out_dir: str | Path, command: str | None = None
+) -> tuple[Path, Path]:
+    """Write `validation.md` and `validation.json` into `out_dir` (created if missing).
+
+    Returns:
+      The two paths.
+    """
+    folder = Path(out_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    md, js = folder / "validation.md", folder / "validation.json"
+    md.write_text(render_markdown(results, command))
+    payload = {"command": command, "cells": [r.to_dict() for r in results]}
+    js.write_text(json.dumps(payload, indent=1) + "\n")
+    return md, js
+
+
+def _summary_row(result: ValidationResult) -> str:
+    errors = [r.bytes_error for r in result.rows if r.judged and r.bytes_error is not None]
+    worst = max(errors, key=abs) if errors else None
+    judged = f"{result.judged_ok} of {result.judged}" if result.error is None else "-"
+    return _md_row(
+        [
+            result.label,
+            result.variant,
+            f"{result.hlo_kernels} / {result.ncu_kernels}",
+            judged,
+            _pct(worst),
+            _pct(result.time_error),
+            result.verdict,
+        ]
+    )
+
+
+def _align() -> list[str]:
+    return ["---:" if c in _NUMERIC or c == 0 else "---" for c in range(len(_COLUMNS))]
+
+
+def _md_row(cells: Sequence[str]) -> str:
+    return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
+
+
+def _mb(value: int | None) -> str:
+    return "-" if value is None else f"{value / 1e6:,.1f}"
+
+
+def _us(value: float | None) -> str:
+    return "-" if value is None else f"{value * 1e6:,.1f}"
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value * 100:+.1f}%"
