@@ -528,8 +528,9 @@ def diff_targets(
     variants: tuple[str, str] | None = None,
     size: str = "tiny",
     mode: str = "forward",
+    reference: str | Path | None = None,
 ):
-    """Inspects two HLO files, or one workload under two variants, and diffs them.
+    """Diffs two HLO files, or one workload under two variants (see `xlafuse.hlo.diff`).
 
     Args:
         a: the first HLO file (with `b`).
@@ -538,6 +539,7 @@ def diff_targets(
         variants: two variant names, e.g. ("default", "no-fusion").
         size: the workload size.
         mode: the workload mode.
+        reference: with files, the program's unoptimized HLO (else B is traced to A).
 
     Returns:
         The `xlafuse.hlo.diff.FusionDiff` of A to B.
@@ -545,26 +547,30 @@ def diff_targets(
     Raises:
         XlafuseError: a missing or extra target, or anything `inspect_target` rejects.
     """
-    from xlafuse.hlo.diff import diff_reports
+    from xlafuse.explain import diff_workload
+    from xlafuse.hlo.diff import diff_modules
 
     if workload is not None:
-        if a is not None or b is not None:
+        if a is not None or b is not None or reference is not None:
             raise XlafuseError("give two HLO files, or --workload with --variants, not both")
         if not variants or len(variants) != 2:
             raise XlafuseError(f"--variants needs two names like default,no-fusion; got {variants}")
-        results = [
-            inspect_target(workload=workload, size=size, mode=mode, variant=v) for v in variants
-        ]
-        labels = tuple(variants)
-    else:
-        if a is None or b is None:
-            raise XlafuseError("give two HLO files A B, or --workload NAME --variants V1,V2")
-        results = [inspect_target(path=p) for p in (a, b)]
-        labels = (Path(a).name, Path(b).name)
-        for result in results:
-            if result.report is None:
-                raise XlafuseError(
-                    f"diff compares two HLO files; {result.target!r} is a dump folder "
-                    "(give one of its *after_optimizations.txt files)"
-                )
-    return diff_reports(results[0].report, results[1].report, labels=labels)
+        return diff_workload(workload, tuple(variants), size, mode)
+    if a is None or b is None:
+        raise XlafuseError("give two HLO files A B, or --workload NAME --variants V1,V2")
+    for path in (a, b):
+        if Path(path).is_dir():
+            raise XlafuseError(
+                f"diff compares two HLO files; {str(path)!r} is a dump folder "
+                "(give one of its *after_optimizations.txt files)"
+            )
+        if not Path(path).exists():
+            raise XlafuseError(f"no such file or folder: {str(path)!r}; {ACCEPTED}")
+    paths = [p for p in (reference, a, b) if p is not None]
+    modules = [load_module(p) for p in paths]
+    texts = [Path(p).read_text() for p in paths]
+    if reference is None:
+        modules.insert(0, None)
+        texts.insert(0, None)
+    labels = (Path(a).name, Path(b).name)
+    return diff_modules(modules[1], modules[2], labels, modules[0], tuple(texts))

@@ -1,0 +1,190 @@
+"""`xlafuse explain` and `xlafuse diff --workload`: get the HLO they need, then call `xlafuse.hlo`.
+
+A target is a workload (lowered once for the unoptimized module, `Lowered.as_text("hlo",
+debug_info=True)`, then compiled under each variant; on the GPU the compile also writes XLA's
+priority-fusion dump to a temporary folder) or an `--xla_dump_to` folder holding one module's
+`*.before_optimizations.txt`, `*after_optimizations.txt` and `*.priority_fusion_dump.txt`.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from xlafuse.errors import XlafuseError
+from xlafuse.hlo.diff import FusionDiff, diff_modules
+from xlafuse.hlo.explain import Boundary, Explanation, explain_module, removed_boundaries
+from xlafuse.hlo.parse import parse_hlo
+from xlafuse.hlo.priority_dump import (
+    DUMP_SUFFIX,
+    PriorityDump,
+    find_priority_dump,
+    read_priority_dump,
+)
+
+DUMP_OPTIONS = {"xla_dump_hlo_pass_re": "priority-fusion"}
+
+
+@dataclass(frozen=True)
+class CompiledHlo:
+    """One program's unoptimized HLO and its optimized HLO under some variants.
+
+    Attributes:
+        label: what was compiled ("workload mlp (tiny, forward)" or a folder).
+        backend: "cpu" or "gpu".
+        unoptimized: HLO text before optimization.
+        optimized: variant -> optimized HLO text.
+        dumps: variant -> its priority-fusion dump (GPU compiles; absent elsewhere).
+    """
+
+    label: str
+    backend: str
+    unoptimized: str
+    optimized: dict[str, str]
+    dumps: dict[str, PriorityDump] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ExplainReport:
+    """What `explain_target` found.
+
+    Attributes:
+        target: what was explained.
+        backend: "cpu", "gpu" or None (unknown, from a folder).
+        variant: the variant explained (None for a folder).
+        explanation: its boundaries, reasons and fusion steps.
+        against: the variant compared with, if any (e.g. "no-fusion").
+        removed: boundaries of `against` that `variant` fused away, largest first.
+    """
+
+    target: str
+    backend: str | None
+    variant: str | None
+    explanation: Explanation
+    against: str | None = None
+    removed: tuple[Boundary, ...] = ()
+
+
+def compile_workload(
+    workload: str, variants: tuple[str, ...], size: str = "tiny", mode: str = "forward"
+) -> CompiledHlo:
+    """Lowers a workload once and compiles it under each variant (dumping on the GPU).
+
+    Raises:
+        UnknownNameError: an unknown workload, size, mode or variant.
+    """
+    import jax
+
+    from xlafuse import models
+    from xlafuse.compile import compile_variant
+    from xlafuse.variants import get as get_variant
+
+    work = models.build(workload, size=size, mode=mode)
+    jit_kwargs = {"donate_argnums": work.donate_argnums} if work.donate_argnums else {}
+    backend = jax.default_backend()
+    chosen = {v: get_variant(v) for v in variants}  # unknown names fail before any compile
+    unoptimized = (
+        jax.jit(work.fn, **jit_kwargs).lower(*work.args).as_text(dialect="hlo", debug_info=True)
+    )
+    optimized, dumps = {}, {}
+    for name, variant in chosen.items():
+        if backend != "gpu" or variant.process_flags:
+            optimized[name] = compile_variant(work.fn, work.args, {}, variant, jit_kwargs).hlo_text
+            continue
+        with tempfile.TemporaryDirectory(prefix="xlafuse-explain-") as folder:
+            options = {**variant.compiler_options(backend), **DUMP_OPTIONS, "xla_dump_to": folder}
+            lowered = jax.jit(work.fn, **jit_kwargs).lower(*work.args)
+            optimized[name] = lowered.compile(compiler_options=options).as_text()
+            found = sorted(Path(folder).glob(f"*{DUMP_SUFFIX}"))
+            if found:
+                dumps[name] = read_priority_dump(found[-1])
+    return CompiledHlo(
+        f"workload {workload} ({size}, {mode})", backend, unoptimized, optimized, dumps
+    )
+
+
+def explain_target(
+    folder: str | Path | None = None,
+    module: str | None = None,
+    workload: str | None = None,
+    variant: str = "default",
+    against: str | None = "no-fusion",
+    size: str = "tiny",
+    mode: str = "forward",
+) -> ExplainReport:
+    """Explains a dump folder's module, or a workload under `variant` (compared with `against`).
+
+    Raises:
+        XlafuseError: no target or both; a folder without the three files; unknown names.
+        FileNotFoundError: a missing folder.
+        HloParseError: unreadable HLO.
+    """
+    if (folder is None) == (workload is None):
+        raise XlafuseError("give a dump folder or --workload NAME (exactly one)")
+    if folder is not None:
+        return _explain_folder(Path(folder), module)
+    variants = (variant,) if against in (None, "", variant) else (variant, against)
+    hlo = compile_workload(workload, variants, size, mode)
+    unopt = parse_hlo(hlo.unoptimized, f"{hlo.label} (unoptimized)")
+
+    def explain(v: str) -> Explanation:
+        text = hlo.optimized[v]
+        return explain_module(
+            unopt, parse_hlo(text, f"{hlo.label} ({v})"), hlo.dumps.get(v), hlo.unoptimized, text
+        )
+
+    main = explain(variant)
+    other = explain(variants[1]) if len(variants) == 2 else None
+    removed = removed_boundaries(main, other) if other else ()
+    return ExplainReport(hlo.label, hlo.backend, variant, main, other and variants[1], removed)
+
+
+def _explain_folder(folder: Path, module: str | None) -> ExplainReport:
+    if not folder.is_dir():
+        raise FileNotFoundError(
+            f"no such folder: {str(folder)!r} (expected an --xla_dump_to folder)"
+        )
+    try:
+        dump_path = find_priority_dump(folder, module)
+    except ValueError as err:
+        raise XlafuseError(str(err)) from None
+    prefix = dump_path.name[: -len(DUMP_SUFFIX)]
+    before = folder / f"{prefix}.before_optimizations.txt"
+    after = sorted(folder.glob(f"{prefix}.*after_optimizations.txt"))
+    if not before.is_file() or not after:
+        raise XlafuseError(
+            f"folder {str(folder)!r} has {dump_path.name} but not {prefix}.before_optimizations.txt "
+            f"and {prefix}.*after_optimizations.txt; dump with xla_dump_to and the default "
+            "xla_dump_hlo_as_text"
+        )
+    u_text, o_text = before.read_text(), after[0].read_text()
+    explanation = explain_module(
+        parse_hlo(u_text, str(before)),
+        parse_hlo(o_text, str(after[0])),
+        read_priority_dump(dump_path),
+        u_text,
+        o_text,
+    )
+    return ExplainReport(f"{folder} (module {prefix})", "gpu", None, explanation)
+
+
+def diff_workload(
+    workload: str, variants: tuple[str, str], size: str = "tiny", mode: str = "forward"
+) -> FusionDiff:
+    """One workload under two variants, both traced to its unoptimized module."""
+    hlo = compile_workload(workload, variants, size, mode)
+    texts = (hlo.unoptimized, hlo.optimized[variants[0]], hlo.optimized[variants[1]])
+    ref, a, b = (parse_hlo(t, f"{hlo.label}") for t in texts)
+    return diff_modules(a, b, variants, ref, texts)
+
+
+def missed_fusions(unoptimized_text: str, optimized_text: str) -> Explanation:
+    """The boundaries of one compiled cell, for the run report (see `missed_fusions_markdown`)."""
+    return explain_module(
+        parse_hlo(unoptimized_text, "unoptimized"),
+        parse_hlo(optimized_text, "optimized"),
+        None,
+        unoptimized_text,
+        optimized_text,
+    )
