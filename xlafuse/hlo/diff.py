@@ -5,9 +5,9 @@ module of the program when given (both variants lower the same program), else A 
 kernel of A and a kernel of B are linked when they hold the same reference instruction; the
 connected sets of linked kernels are the groups. So every kernel of A and every kernel of B is
 in exactly one group (a kernel holding nothing traced is a group of its own), and the groups'
-byte differences add up to the modeled-bytes difference of the modules exactly. A kernel of A
-and one of B that are each alone (all their instructions lost on the way from the unoptimized
-module) are linked when B's kernel holds an instruction of A's kernel (B traced to A).
+byte differences add up to the modeled-bytes difference of the modules exactly. A kernel left
+alone that way (all its instructions lost on the way from the unoptimized module) joins the
+group of the kernel on the other side that holds one of its instructions (B traced to A).
 
 A group is "same" (one kernel each side, same bytes), "changed" (one each side, bytes differ),
 "split" (one kernel of A, several of B), "fused" (several of A, one of B), "regrouped" (several
@@ -199,15 +199,16 @@ def _groups(lineage_a, lineage_b, bytes_a, bytes_b, extra=()) -> tuple[KernelGro
             other = find(("b", tb.kernel))
             if other != root:
                 parent[other] = root
-    # Kernels whose instructions were all lost on the way from the unoptimized module may
-    # still be the same kernel in A and B: link those, and only those, directly.
+    # A kernel whose instructions were all lost on the way from the unoptimized module may still
+    # hold the same instructions as a kernel on the other side: link it, and only it, directly.
     sizes: dict[tuple[str, str], int] = {}
     for n in nodes:
         sizes[find(n)] = sizes.get(find(n), 0) + 1
     alone = {n for n in nodes if sizes[find(n)] == 1}
     for ka, kb in extra:
-        if ("a", ka) in alone and ("b", kb) in alone and find(("b", kb)) == ("b", kb):
-            parent[("b", kb)] = find(("a", ka))
+        ra, rb = find(("a", ka)), find(("b", kb))
+        if ra != rb and (("a", ka) in alone or ("b", kb) in alone):
+            parent[rb] = ra
     members: dict[tuple[str, str], list[tuple[str, str]]] = {}
     for n in nodes:
         members.setdefault(find(n), []).append(n)

@@ -3,7 +3,7 @@
 The reference is normally the unoptimized module of the same program (`Lowered.as_text("hlo",
 debug_info=True)`, or a dumped `*.before_optimizations.txt`); it may also be another optimized
 module (then its fused bodies are its instructions). Every reference instruction that computes
-something (not parameter, constant, tuple, get-tuple-element) gets one `Trace`:
+something (not parameter, constant, tuple, get-tuple-element, call) gets one `Trace`:
 
 * status "kernel": a copy of it runs inside a kernel of the optimized module. When XLA
   duplicated it into several kernels, `holders` lists them all and `kernel` is the one that
@@ -21,7 +21,8 @@ How an optimized instruction is identified with a reference one (`Trace.how`), i
 2. "name": XLA keeps instruction names through its GPU passes, appending `.N` to clones
    (`tanh.1` -> `tanh.1.7`). The longest dot-prefix of the optimized name that names a reference
    instruction, if opcode, element count and `op_name` agree and the operands already identified
-   agree. Used only when the module keeps names: at least half of the instructions identified
+   agree (an unidentified reference operand that only carries a value on, unchanged in size, such
+   as `maximum(x, -inf)` that XLA drops, agrees when the value under it does). Used only when the module keeps names: at least half of the instructions identified
    by structure carry their reference name as a prefix (measured: the GPU does; the CPU with jax
    0.10.2 renumbers fused clones, `tanh.1` -> `tanh.0`, so names are not used there).
 3. "metadata": the one instruction on each side with this opcode, `op_name` and source line
@@ -198,7 +199,7 @@ class _Graph:
         kernels = {k.name for k in analyze_module(self.module).kernel_details}
         for comp in self.module.computations:
             for i in comp.instructions:
-                if i.opcode in ("fusion", "fusion-start"):
+                if i.opcode in ("fusion", "fusion-start", "call"):
                     for name in i.called_computations:
                         self.callers[name.lstrip("%")] = (i, comp)
         for comp in executed_computations(self.module):
@@ -215,7 +216,7 @@ class _Graph:
         self.instr[key] = instr
         self.operands[key] = tuple((comp.name, o) for o in instr.operands)
         self.kernel[key] = kernel
-        if instr.opcode not in NOT_TRACED and not (instr.opcode == "fusion" and kernel is None):
+        if instr.opcode not in NOT_TRACED and instr.opcode != "call":
             self.traced.append(key)
 
     def _add_body(self, comp: Computation, fusion: Instruction, kernel: str) -> None:
@@ -270,7 +271,9 @@ class _Graph:
             item = ("constant", _shape_sig(instr.shape), literal)
             vn = self._intern(item if literal is not None else ("opaque", self.module.name, key))
             src = key
-        elif op in ("fusion", "fusion-start") and self.kernel.get(key) is not None:
+        elif (
+            op in ("fusion", "fusion-start") and self.kernel.get(key) is not None
+        ) or op == "call":
             vn, src = self._fusion_value(key, instr)
         elif op == "get-tuple-element" and operands:
             vn, src = self._element(key, instr)
@@ -369,9 +372,7 @@ def _attrs(instr: Instruction) -> tuple:
     return tuple((k, instr.attributes[k]) for k in _KEY_ATTRS if k in instr.attributes)
 
 
-_PAYLOAD = re.compile(
-    r"^\s*(?:ROOT\s+)?%?([^\s=,(){}]+)\s*=.*?\b(parameter|constant)\((.*)\)", re.MULTILINE
-)
+_PAYLOAD = re.compile(r"^\s*(?:ROOT\s+)?%?([^\s=,(){}]+)\s*=.*?\b(?:parameter|constant)\(", re.M)
 _PARAM_NAME = re.compile(r"^param(?:eter)?_(\d+)(?:\.\d+)?$")
 
 
@@ -381,7 +382,14 @@ def literal_payloads(text: str) -> dict[str, str]:
     The parsed module does not keep parameter numbers or constant literals; value numbering
     needs both (a fused parameter N is the fusion's operand N; equal constants are one value).
     """
-    return {m.group(1): m.group(3).strip() for m in _PAYLOAD.finditer(text)}
+    out = {}
+    for m in _PAYLOAD.finditer(text):
+        depth, end = 1, m.end()
+        while end < len(text) and depth:
+            depth += {"(": 1, ")": -1}.get(text[end], 0)
+            end += 1
+        out[m.group(1)] = text[m.end() : end - 1].strip()
+    return out
 
 
 class _Matcher:
@@ -507,17 +515,39 @@ class _Matcher:
         if oi.op_name and ri.op_name and oi.op_name != ri.op_name:
             return False
         ops = [self.opt.source(k) for k in self.opt.operands[o]]
-        refs = [self.ref.source(k) for k in self.ref.operands[r]]
+        refs = [self._carriers(self.ref.source(k)) for k in self.ref.operands[r]]
         if len(ops) != len(refs):
             return False
         if oi.opcode in _COMMUTATIVE:
             known = [self.matched.get(k) for k in ops]
-            return all(not s or any(x in s for x in refs) for s in known)
-        for k, x in zip(ops, refs, strict=True):
+            return all(not s or any(s & x for x in refs) for s in known)
+        for k, xs in zip(ops, refs, strict=True):
             s = self.matched.get(k)
-            if s and x not in s and self.opt.vn.get(k) != self.ref.vn.get(x):
+            if s and not s & xs and self.opt.vn.get(k) not in {self.ref.vn.get(x) for x in xs}:
                 return False
         return True
+
+    def _carriers(self, r: Key) -> set[Key]:
+        """`r` and, while unidentified, what it carries on unchanged in size: XLA drops such ops
+        (`maximum(x, -inf)`), so the optimized operand is then the value under them."""
+        out = {r}
+        while not self.back.get(r):
+            instr = self.ref.instr.get(r)
+            if instr is None:
+                break
+            data = [
+                self.ref.source(k)
+                for k in self.ref.operands[r]
+                if self.ref.instr[self.ref.source(k)].opcode != "constant"
+                and not _constant_broadcast(self.ref, self.ref.source(k))
+            ]
+            if len(data) != 1 or self.ref.instr[data[0]].shape.num_elements != (
+                instr.shape.num_elements
+            ):
+                break
+            r = data[0]
+            out.add(r)
+        return out
 
     def trace(self, r: Key, kernel_order: tuple[str, ...]) -> Trace:
         instr = self.ref.instr[r]
@@ -535,6 +565,13 @@ class _Matcher:
         writers = [self.opt.kernel[o] for o in copies if o in self.opt.output]
         kernel = min(writers, key=lambda k: order.get(k, len(order))) if writers else holders[0]
         return Trace(instr.name, r[0], instr.opcode, "kernel", kernel, holders, names, how)
+
+
+def _constant_broadcast(graph: _Graph, key: Key) -> bool:
+    instr = graph.instr[key]
+    return instr.opcode == "broadcast" and all(
+        graph.instr[graph.source(k)].opcode == "constant" for k in graph.operands[key]
+    )
 
 
 def _is_prefix(reference: str, optimized: str) -> bool:
