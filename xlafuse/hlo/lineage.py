@@ -29,8 +29,14 @@ How an optimized instruction is identified with a reference one (`Trace.how`), i
    (first with the shape, then the element type and count, then neither), when exactly one is left unidentified on each side and
    the operands already identified agree.
 
-After each round of 2 and 3 the identified pairs are made equal values and step 1 runs again,
-so what follows a rewritten op is found by structure.
+4. "neighbours": the one unidentified reference instruction of this opcode and element count
+   that reads the values an optimized instruction reads (forward), or the operands in the same
+   places of a pair already identified (backward; for a commutative op only when one operand is
+   left on each side), when `op_name`s agree.
+
+After each round of 2, 3 and 4 the optimized graph is numbered again with each identified
+instruction given its reference's number, and step 1 runs again, so what follows a rewritten op
+is found by structure.
 """
 
 from __future__ import annotations
@@ -56,7 +62,7 @@ _KEY_ATTRS = (
     "dynamic_slice_sizes", "offset_dims", "collapsed_slice_dims", "start_index_map",
     "index_vector_dim", "slice_sizes", "is_stable", "largest", "k",
 )  # fmt: skip
-_ROUNDS = 6
+_ROUNDS = 40
 
 Key = tuple[str, str]  # (computation, instruction)
 
@@ -73,7 +79,7 @@ class Trace:
         kernel: the one kernel it is attributed to (status "kernel"), else None.
         holders: every kernel holding a copy of it, in the module's kernel order.
         optimized: the optimized instruction(s) identified with it.
-        how: "structure", "name" or "metadata"; None when lost.
+        how: "structure", "name", "metadata" or "neighbours"; None when lost.
     """
 
     instruction: str
@@ -189,9 +195,11 @@ class _Graph:
         self.kernel: dict[Key, str | None] = {}  # in a kernel body -> kernel; outside -> None
         self.output: set[Key] = set()  # instructions a kernel writes out
         self.traced: list[Key] = []  # computing instructions, in order
+        self.traced_set: set[Key] = set()
         self.callers: dict[str, tuple[Instruction, Computation]] = {}
         self.vn: dict[Key, int] = {}
-        self.alias: dict[int, int] = {}
+        self.override: dict[Key, int] = {}
+        self.entry = module.entry.name
         self._collect()
 
     # -- structure ------------------------------------------------------------------------
@@ -218,6 +226,7 @@ class _Graph:
         self.kernel[key] = kernel
         if instr.opcode not in NOT_TRACED and instr.opcode != "call":
             self.traced.append(key)
+            self.traced_set.add(key)
 
     def _add_body(self, comp: Computation, fusion: Instruction, kernel: str) -> None:
         self.instr[(comp.name, fusion.name)] = fusion
@@ -245,14 +254,10 @@ class _Graph:
             return None
 
     # -- value numbers --------------------------------------------------------------------
-    def find(self, v: int) -> int:
-        while self.alias.get(v, v) != v:
-            v = self.alias[v]
-        return v
-
-    def number(self, aliases: dict[int, int]) -> None:
-        """(Re)computes value numbers and sources, every shared alias applied."""
-        self.alias = aliases
+    def number(self, override: dict[Key, int]) -> None:
+        """(Re)computes value numbers and sources; `override` sets the numbers of identified
+        instructions (to their reference's), so what reads them is numbered in reference terms."""
+        self.override = override
         self.vn, self.src = {}, {}
         for key in self.instr:
             if key not in self.vn:
@@ -285,7 +290,7 @@ class _Graph:
                 values.sort()
             vn = self._intern((op, _shape_sig(instr.shape), _attrs(instr), tuple(values)))
             src = key
-        vn = self.find(vn)
+        vn = self.override.get(key, vn)
         self.vn[key], self.src[key] = vn, src
         return vn
 
@@ -300,7 +305,7 @@ class _Graph:
                     value = self._value(outer)
                     self.src[key] = self.src.get(outer, outer)
                     return value
-        if key[0] == self.module.entry.name:
+        if key[0] == self.entry:
             return self._intern(("entry-parameter", number))
         return self._intern(("parameter", self.module.name, key))
 
@@ -400,10 +405,10 @@ class _Matcher:
         self.matched: dict[Key, set[Key]] = defaultdict(set)  # optimized -> reference
         self.back: dict[Key, set[Key]] = defaultdict(set)  # reference -> optimized
         self.how: dict[Key, str] = {}  # reference -> how first identified
-        self.aliases: dict[int, int] = {}
         self.names_kept = False
 
     def run(self) -> None:
+        self.ref.number({})
         for round_ in range(_ROUNDS):
             self._renumber()
             new = self._by_structure()
@@ -413,27 +418,13 @@ class _Matcher:
                 new += self._by_name()
             for shape in ("dims", "elements", None):
                 new += self._by_metadata(shape)
+            new += self._by_neighbours()
             if not new:
                 break
 
     def _renumber(self) -> None:
-        """Numbers both graphs until every identified pair has one value number."""
-        for _ in range(4 * _ROUNDS):
-            self.ref.number(self.aliases)
-            self.opt.number(self.aliases)
-            changed = False
-            for o, rs in self.matched.items():
-                for r in rs:
-                    changed |= self._alias(self.opt.vn[o], self.ref.vn[r])
-            if not changed:
-                return
-
-    def _alias(self, a: int, b: int) -> bool:
-        lo, hi = sorted((self.ref.find(a), self.ref.find(b)))
-        if lo == hi:
-            return False
-        self.aliases[hi] = lo
-        return True
+        """Numbers the optimized graph, each identified instruction as its reference."""
+        self.opt.number({o: self.ref.vn[min(rs)] for o, rs in self.matched.items() if rs})
 
     def _pair(self, o: Key, r: Key, how: str) -> bool:
         if r in self.matched[o]:
@@ -501,6 +492,67 @@ class _Matcher:
             if len(os_) == 1 and len(rs) == 1 and self._agree(os_[0], rs[0]):
                 new += self._pair(os_[0], rs[0], "metadata")
         return new
+
+    def _by_neighbours(self) -> int:
+        """Forward: the one unidentified reference user, of this opcode, of the values an
+        instruction reads. Backward: the operands, in the same places, of an identified pair."""
+        if not hasattr(self, "_users"):
+            self._users: dict[Key, list[Key]] = defaultdict(list)
+            for r in self.ref.traced:
+                for k in self.ref.operands[r]:
+                    self._users[self.ref.source(k)].append(r)
+        new = 0
+        for o in self._unmatched_opt():
+            found: set[Key] | None = None
+            for k in self.opt.operands[o]:
+                rs = self.matched.get(self.opt.source(k))
+                if not rs:
+                    continue
+                users = {
+                    u
+                    for r in rs
+                    for u in self._users.get(r, ())
+                    if not self.back.get(u) and self._alike(o, u)
+                }
+                found = users if found is None else found & users
+            if found and len(found) == 1:
+                (u,) = found
+                if self._agree(o, u):
+                    new += self._pair(o, u, "neighbours")
+        for o, rs in list(self.matched.items()):
+            if len(rs) == 1:
+                new += self._operands_of(o, next(iter(rs)))
+        return new
+
+    def _operands_of(self, o: Key, r: Key) -> int:
+        ops = [self.opt.source(k) for k in self.opt.operands[o]]
+        refs = [self.ref.source(k) for k in self.ref.operands[r]]
+        if len(ops) != len(refs):
+            return 0
+        if self.opt.instr[o].opcode in _COMMUTATIVE:
+            ops = [k for k in ops if not self.matched.get(k)]
+            refs = [k for k in refs if not self.back.get(k)]
+            if len(ops) != 1 or len(refs) != 1:
+                return 0
+        new = 0
+        for a, b in zip(ops, refs, strict=True):
+            if (
+                a in self.opt.traced_set
+                and b in self.ref.traced_set
+                and not self.matched.get(a)
+                and not self.back.get(b)
+                and self._alike(a, b)
+            ):
+                new += self._pair(a, b, "neighbours")
+        return new
+
+    def _alike(self, o: Key, r: Key) -> bool:
+        oi, ri = self.opt.instr[o], self.ref.instr[r]
+        return (
+            oi.opcode == ri.opcode
+            and oi.shape.num_elements == ri.shape.num_elements
+            and not (oi.op_name and ri.op_name and oi.op_name != ri.op_name)
+        )
 
     def _unmatched_opt(self) -> list[Key]:
         return [o for o in self.opt.traced if not self.matched.get(o) and self.opt.source(o) == o]
