@@ -2,6 +2,7 @@
 
 import json
 
+import jax
 import pytest
 
 from xlafuse.cli import main
@@ -96,6 +97,7 @@ def test_text(capsys, samples):
     assert out.endswith("sum of the groups: +1428.16 MB (= the modeled bytes difference)\n")
 
 
+@pytest.mark.skipif(jax.default_backend() != "cpu", reason="CPU figures")
 def test_workload_mlp(capsys):
     code, out, _ = run(
         capsys, "diff", "--workload", "mlp", "--variants", "default,no-fusion", "--json"
@@ -147,3 +149,13 @@ def test_bad_input(capsys, samples, dump_folder, argv, message):
     assert code == 2 and out == ""
     assert err.startswith("xlafuse diff: error: ") and message in err
     assert err.count("\n") == 1
+
+
+@pytest.mark.gpu
+def test_gpu_workload_mlp_one_to_one(capsys):
+    code, out, _ = run(capsys, "diff", "--workload", "mlp", "--json")
+    got = json.loads(out)
+    assert code == 0 and got["reference"] == "unoptimized"
+    assert sum(g["bytes_delta"] for g in got["groups"]) == got["modeled_bytes"]["delta"]
+    every_b = [k for g in got["groups"] for k in g["kernels_b"]]
+    assert len(every_b) == len(set(every_b)) == got["kernels"]["b"]

@@ -2,6 +2,7 @@
 
 import json
 
+import jax
 import pytest
 
 from xlafuse.cli import main
@@ -215,6 +216,10 @@ def test_missed_fusions_markdown(samples):
     assert fused == ["No kernel boundary between ops of the program: nothing left to fuse."]
 
 
+ON_CPU = pytest.mark.skipif(jax.default_backend() != "cpu", reason="CPU figures")
+
+
+@ON_CPU
 def test_cpu_workload_mlp(capsys):
     code, out, _ = run(capsys, "explain", "--workload", "mlp", "--json")
     assert code == 0
@@ -229,6 +234,7 @@ def test_cpu_workload_mlp(capsys):
     assert ("integer_pow.2", "integer_pow.3") in removed and not removed & kept
 
 
+@ON_CPU
 def test_cpu_workload_text_says_no_reasons(capsys):
     code, out, _ = run(capsys, "explain", "--workload", "mul_add_relu", "--top", "2")
     assert code == 0
@@ -256,3 +262,13 @@ def test_bad_input(capsys, samples, dump_folder, argv, message):
     assert code == 2 and out == ""
     assert err.startswith("xlafuse explain: error: ") and message in err
     assert err.count("\n") == 1
+
+
+@pytest.mark.gpu
+def test_gpu_workload_gelu_has_reasons(capsys):
+    code, out, _ = run(capsys, "explain", "--workload", "gelu", "--json", "--against", "default")
+    got = json.loads(out)
+    assert code == 0 and got["has_dump"] is True
+    assert got["missing_names"] == []
+    assert got["lineage"]["names_kept"] is True
+    assert len(got["fusion_steps"]) >= 1
