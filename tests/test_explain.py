@@ -6,6 +6,7 @@ import jax
 import pytest
 
 from xlafuse.cli import main
+from xlafuse.explain import missed_fusions
 from xlafuse.explain_text import missed_fusions_markdown
 from xlafuse.hlo import parse_hlo
 from xlafuse.hlo.explain import explain_module
@@ -204,15 +205,23 @@ def test_cli_json(capsys, samples):
 
 def test_missed_fusions_markdown(samples):
     before, after, _ = files(samples, CHAIN)
-    lines = missed_fusions_markdown(before, after, top=2)
+    summary = missed_fusions(before, after, top=2)
+    assert (summary["boundaries"], summary["boundary_bytes"], summary["lost"]) == (
+        3,
+        2 * 2097152 + 4096,
+        11,
+    )
+    assert json.loads(json.dumps(summary)) == summary
+    lines = missed_fusions_markdown(summary)
     assert lines[0] == (
-        "Top 2 of 3 missed fusions (modeled bytes: the intermediate written and read back):"
+        "Top 2 of 3 missed fusions (modeled bytes: the intermediate written and read back; "
+        "11 of 25 instructions not traced):"
     )
     assert lines[4] == (
         "| 2.10 MB | `add.3` (loop_add_fusion, why_probe.py:6) | `sub.7` (fusion.7, why_probe.py:7) |"
     )
     assert len(lines) == 6
-    fused = missed_fusions_markdown(*files(samples, GELU)[:2])
+    fused = missed_fusions_markdown(missed_fusions(*files(samples, GELU)[:2]))
     assert fused == ["No kernel boundary between ops of the program: nothing left to fuse."]
 
 

@@ -179,12 +179,47 @@ def diff_workload(
     return diff_modules(a, b, variants, ref, texts)
 
 
-def missed_fusions(unoptimized_text: str, optimized_text: str) -> Explanation:
-    """The boundaries of one compiled cell, for the run report (see `missed_fusions_markdown`)."""
-    return explain_module(
+def missed_fusions(unoptimized_text: str, optimized_text: str, top: int = 5) -> dict:
+    """A small JSON-able summary of one compiled cell's largest kernel boundaries.
+
+    Meant to be recorded per result cell (default variant) and rendered by
+    `xlafuse.explain_text.missed_fusions_markdown`.
+
+    Args:
+        unoptimized_text: `Lowered.as_text(dialect="hlo", debug_info=True)` of the cell.
+        optimized_text: the cell's optimized HLO (`Compiled.as_text()`).
+        top: how many boundaries to keep, largest `boundary_bytes` first.
+
+    Returns:
+        {"schema": "xlafuse.missed_fusions/1", "boundaries": total count, "boundary_bytes":
+        their sum, "instructions": traced, "lost": untraced, "top": [{boundary_bytes, producer,
+        producer_kernel, producer_source, consumer, consumer_kernel, consumer_source, readers}]}.
+    """
+    e = explain_module(
         parse_hlo(unoptimized_text, "unoptimized"),
         parse_hlo(optimized_text, "optimized"),
         None,
         unoptimized_text,
         optimized_text,
     )
+    rows = [
+        {
+            "boundary_bytes": b.boundary_bytes,
+            "producer": b.producer,
+            "producer_kernel": b.producer_kernel,
+            "producer_source": b.producer_source,
+            "consumer": b.consumers[0],
+            "consumer_kernel": b.consumer_kernel,
+            "consumer_source": b.consumer_source,
+            "readers": b.readers,
+        }
+        for b in e.boundaries[:top]
+    ]
+    return {
+        "schema": "xlafuse.missed_fusions/1",
+        "boundaries": len(e.boundaries),
+        "boundary_bytes": sum(b.boundary_bytes for b in e.boundaries),
+        "instructions": len(e.lineage.traces),
+        "lost": e.lineage.counts()["lost"],
+        "top": rows,
+    }

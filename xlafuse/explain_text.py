@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from xlafuse.explain import ExplainReport, missed_fusions
+from xlafuse.explain import ExplainReport
 from xlafuse.hlo.diff import FusionDiff, KernelGroup
 from xlafuse.hlo.explain import Boundary, Explanation, ResolvedStep
 from xlafuse.inspect import format_bytes
@@ -168,34 +168,34 @@ def _step_line(s: ResolvedStep, e: Explanation) -> str:
     return text
 
 
-def missed_fusions_markdown(unoptimized_text: str, optimized_text: str, top: int = 5) -> list[str]:
-    """Markdown lines: the `top` largest kernel boundaries of one compiled cell.
+def missed_fusions_markdown(summary: dict, top: int = 5) -> list[str]:
+    """Markdown lines: one cell's largest kernel boundaries, from `xlafuse.explain.missed_fusions`.
 
     Args:
-        unoptimized_text: `Lowered.as_text(dialect="hlo", debug_info=True)` of the cell.
-        optimized_text: the cell's optimized HLO (`Compiled.as_text()`).
-        top: how many to list.
+        summary: the dict `missed_fusions(unoptimized_text, optimized_text)` returned.
+        top: how many rows to show (at most those the summary kept).
 
     Returns:
-        Lines of a markdown table (a header line, then one row each), or one line when the
-        cell has no boundary.
+        A title line, a blank line and a markdown table (one row per boundary), or one line
+        when the cell has no boundary.
     """
     check_top(top)
-    e = missed_fusions(unoptimized_text, optimized_text)
-    if not e.boundaries:
+    rows = summary["top"][:top]
+    if not rows:
         return ["No kernel boundary between ops of the program: nothing left to fuse."]
     lines = [
-        f"Top {min(top, len(e.boundaries))} of {len(e.boundaries)} missed fusions "
-        "(modeled bytes: the intermediate written and read back):",
+        f"Top {len(rows)} of {summary['boundaries']} missed fusions (modeled bytes: the "
+        f"intermediate written and read back; {summary['lost']} of {summary['instructions']} "
+        "instructions not traced):",
         "",
         "| bytes | producer (kernel, source) | consumer (kernel, source) |",
         "|---:|---|---|",
     ]
-    for b in e.boundaries[:top]:
+    for r in rows:
         lines.append(
-            f"| {format_bytes(b.boundary_bytes)} | `{b.producer}` ({b.producer_kernel}, "
-            f"{b.producer_source or '?'}) | `{b.consumers[0]}` ({b.consumer_kernel}, "
-            f"{b.consumer_source or '?'}) |"
+            f"| {format_bytes(r['boundary_bytes'])} | `{r['producer']}` ({r['producer_kernel']}, "
+            f"{r['producer_source'] or '?'}) | `{r['consumer']}` ({r['consumer_kernel']}, "
+            f"{r['consumer_source'] or '?'}) |"
         )
     return lines
 
