@@ -159,3 +159,13 @@ def test_gpu_workload_mlp_one_to_one(capsys):
     assert sum(g["bytes_delta"] for g in got["groups"]) == got["modeled_bytes"]["delta"]
     every_b = [k for g in got["groups"] for k in g["kernels_b"]]
     assert len(every_b) == len(set(every_b)) == got["kernels"]["b"]
+
+
+def test_reference_beside_a_dumped_file(capsys, samples):
+    chain = samples / "why" / "chain_module_1325"
+    a = chain / "module_1325.jit_f.sm_9.0a_gpu_after_optimizations.txt"
+    code, out, _ = run(capsys, "diff", a, a, "--json")
+    got = json.loads(out)
+    assert code == 0 and got["reference"] == "unoptimized"
+    assert got["lineage"]["a"] == {"kernel": 14, "outside": 0, "lost": 11}
+    assert [g["kind"] for g in got["groups"]] == ["same"] * 4

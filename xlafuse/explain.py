@@ -169,6 +169,19 @@ def _explain_folder(folder: Path, module: str | None) -> ExplainReport:
     return ExplainReport(f"{folder} (module {prefix})", "gpu", None, explanation)
 
 
+def reference_beside(path: str | Path) -> Path | None:
+    """The `*.before_optimizations.txt` of a dumped module file's own module, if it is there.
+
+    `module_0012.jit_f.sm_9.0a_gpu_after_optimizations.txt` -> `module_0012.jit_f.before_optimizations.txt`.
+    """
+    path = Path(path)
+    parts = path.name.split(".")
+    if len(parts) < 3 or not path.name.endswith("after_optimizations.txt"):
+        return None
+    found = path.with_name(f"{parts[0]}.{parts[1]}.before_optimizations.txt")
+    return found if found.is_file() else None
+
+
 def diff_workload(
     workload: str, variants: tuple[str, str], size: str = "tiny", mode: str = "forward"
 ) -> FusionDiff:

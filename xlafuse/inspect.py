@@ -539,7 +539,8 @@ def diff_targets(
         variants: two variant names, e.g. ("default", "no-fusion").
         size: the workload size.
         mode: the workload mode.
-        reference: with files, the program's unoptimized HLO (else B is traced to A).
+        reference: with files, the program's unoptimized HLO; by default the dumped
+            `*.before_optimizations.txt` beside A, if any, else B is traced to A.
 
     Returns:
         The `xlafuse.hlo.diff.FusionDiff` of A to B.
@@ -547,7 +548,7 @@ def diff_targets(
     Raises:
         XlafuseError: a missing or extra target, or anything `inspect_target` rejects.
     """
-    from xlafuse.explain import diff_workload
+    from xlafuse.explain import diff_workload, reference_beside
     from xlafuse.hlo.diff import diff_modules
 
     if workload is not None:
@@ -566,6 +567,7 @@ def diff_targets(
             )
         if not Path(path).exists():
             raise XlafuseError(f"no such file or folder: {str(path)!r}; {ACCEPTED}")
+    reference = reference if reference is not None else reference_beside(a)
     paths = [p for p in (reference, a, b) if p is not None]
     modules = [load_module(p) for p in paths]
     texts = [Path(p).read_text() for p in paths]

@@ -21,7 +21,8 @@ def register(subparsers) -> None:
     p.add_argument("a", nargs="?", help="first HLO text file")
     p.add_argument("b", nargs="?", help="second HLO text file")
     p.add_argument(
-        "--reference", help="the unoptimized HLO of the program (*.before_optimizations.txt)"
+        "--reference",
+        help="the program's unoptimized HLO (default: the *.before_optimizations.txt beside A)",
     )
     p.add_argument("--workload", help="compile this workload under --variants instead")
     p.add_argument("--variants", default="default,no-fusion", help="V1,V2 (default,no-fusion)")
