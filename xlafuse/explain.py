@@ -22,6 +22,7 @@ from xlafuse.hlo.priority_dump import (
     find_priority_dump,
     read_priority_dump,
 )
+from xlafuse.inspect import ACCEPTED, load_module
 
 DUMP_OPTIONS = {"xla_dump_hlo_pass_re": "priority-fusion"}
 
@@ -236,3 +237,54 @@ def missed_fusions(unoptimized_text: str, optimized_text: str, top: int = 5) -> 
         "lost": e.lineage.counts()["lost"],
         "top": rows,
     }
+
+
+def diff_targets(
+    a: str | Path | None = None,
+    b: str | Path | None = None,
+    workload: str | None = None,
+    variants: tuple[str, str] | None = None,
+    size: str = "tiny",
+    mode: str = "forward",
+    reference: str | Path | None = None,
+):
+    """Diffs two HLO files, or one workload under two variants (see `xlafuse.hlo.diff`).
+
+    Args:
+        a: the first HLO file (with `b`).
+        b: the second HLO file.
+        workload: instead of files, a workload to compile under both `variants`.
+        variants: two variant names, e.g. ("default", "no-fusion").
+        size: the workload size.
+        mode: the workload mode.
+        reference: with files, the program's unoptimized HLO; by default the dumped
+            `*.before_optimizations.txt` beside A, if any, else B is traced to A.
+
+    Returns:
+        The `xlafuse.hlo.diff.FusionDiff` of A to B.
+
+    Raises:
+        XlafuseError: a missing or extra target, a folder, unknown names.
+        HloParseError: a file that is not HLO text.
+    """
+    if workload is not None:
+        if a is not None or b is not None or reference is not None:
+            raise XlafuseError("give two HLO files, or --workload with --variants, not both")
+        if not variants or len(variants) != 2:
+            raise XlafuseError(f"--variants needs two names like default,no-fusion; got {variants}")
+        return diff_workload(workload, tuple(variants), size, mode)
+    if a is None or b is None:
+        raise XlafuseError("give two HLO files A B, or --workload NAME --variants V1,V2")
+    for path in (a, b):
+        if Path(path).is_dir():
+            raise XlafuseError(
+                f"diff compares two HLO files; {str(path)!r} is a dump folder "
+                "(give one of its *after_optimizations.txt files)"
+            )
+        if not Path(path).exists():
+            raise XlafuseError(f"no such file or folder: {str(path)!r}; {ACCEPTED}")
+    reference = reference if reference is not None else reference_beside(a)
+    ref = load_module(reference) if reference is not None else None
+    texts = tuple(Path(p).read_text() if p is not None else None for p in (reference, a, b))
+    labels = (Path(a).name, Path(b).name)
+    return diff_modules(load_module(a), load_module(b), labels, ref, texts)

@@ -530,49 +530,7 @@ def diff_targets(
     mode: str = "forward",
     reference: str | Path | None = None,
 ):
-    """Diffs two HLO files, or one workload under two variants (see `xlafuse.hlo.diff`).
+    """Diffs two HLO files, or one workload under two variants: `xlafuse.explain.diff_targets`."""
+    from xlafuse.explain import diff_targets as diff
 
-    Args:
-        a: the first HLO file (with `b`).
-        b: the second HLO file.
-        workload: instead of files, a workload to compile under both `variants`.
-        variants: two variant names, e.g. ("default", "no-fusion").
-        size: the workload size.
-        mode: the workload mode.
-        reference: with files, the program's unoptimized HLO; by default the dumped
-            `*.before_optimizations.txt` beside A, if any, else B is traced to A.
-
-    Returns:
-        The `xlafuse.hlo.diff.FusionDiff` of A to B.
-
-    Raises:
-        XlafuseError: a missing or extra target, or anything `inspect_target` rejects.
-    """
-    from xlafuse.explain import diff_workload, reference_beside
-    from xlafuse.hlo.diff import diff_modules
-
-    if workload is not None:
-        if a is not None or b is not None or reference is not None:
-            raise XlafuseError("give two HLO files, or --workload with --variants, not both")
-        if not variants or len(variants) != 2:
-            raise XlafuseError(f"--variants needs two names like default,no-fusion; got {variants}")
-        return diff_workload(workload, tuple(variants), size, mode)
-    if a is None or b is None:
-        raise XlafuseError("give two HLO files A B, or --workload NAME --variants V1,V2")
-    for path in (a, b):
-        if Path(path).is_dir():
-            raise XlafuseError(
-                f"diff compares two HLO files; {str(path)!r} is a dump folder "
-                "(give one of its *after_optimizations.txt files)"
-            )
-        if not Path(path).exists():
-            raise XlafuseError(f"no such file or folder: {str(path)!r}; {ACCEPTED}")
-    reference = reference if reference is not None else reference_beside(a)
-    paths = [p for p in (reference, a, b) if p is not None]
-    modules = [load_module(p) for p in paths]
-    texts = [Path(p).read_text() for p in paths]
-    if reference is None:
-        modules.insert(0, None)
-        texts.insert(0, None)
-    labels = (Path(a).name, Path(b).name)
-    return diff_modules(modules[1], modules[2], labels, modules[0], tuple(texts))
+    return diff(a, b, workload, variants, size, mode, reference)

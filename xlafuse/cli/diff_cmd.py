@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
+from xlafuse.explain import diff_targets
 from xlafuse.explain_text import check_top, render_diff
-from xlafuse.inspect import diff_targets
 
 
 def register(subparsers) -> None:
