@@ -170,6 +170,10 @@ def test_cli_lists_every_ineligible_producer(capsys, samples, sample):
 def test_cli_chain_text(capsys, samples):
     code, out, _ = run(capsys, "explain", samples / "why" / CHAIN[0], "--top", "2")
     assert code == 0
+    assert (
+        "unoptimized instructions: 25; in kernels 14, outside kernels 0, lost 11 "
+        "(4 reshape, 3 broadcast, 1 dot, 1 maximum, ...)\n"
+    ) in out
     assert "kernel boundaries (missed fusions): 3, largest first\n" in out
     assert (
         "    2.10 MB  add.3 (loop_add_fusion, why_probe.py:6) -> sub.7 (fusion.7, why_probe.py:7)"
@@ -234,6 +238,12 @@ def test_cpu_workload_mlp(capsys):
     assert code == 0
     got = json.loads(out)
     assert got["has_dump"] is False
+    assert got["lineage"]["lost_by_opcode"] == {
+        "reshape": 12,
+        "broadcast": 7,
+        "divide": 2,
+        "reduce": 2,
+    }
     # default keeps 5 boundaries around the two YNN dots and the norm; no-fusion had 37.
     assert len(got["boundaries"]) == 5
     assert len(got["removed"]) == 32

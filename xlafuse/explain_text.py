@@ -78,7 +78,7 @@ def render_explain(report: ExplainReport, top: int | None = 10, kernel: str | No
         lines.append(f"variant: {report.variant}  backend: {report.backend}")
     lines.append(
         f"unoptimized instructions: {len(e.lineage.traces)}; in kernels {counts['kernel']}, "
-        f"outside kernels {counts['outside']}, lost {counts['lost']} (renamed or rewritten)"
+        f"outside kernels {counts['outside']}, lost {counts['lost']}{_lost(e.lineage)}"
     )
     if not e.has_dump:
         lines.append(f"reasons: {NO_REASONS}")
@@ -97,6 +97,15 @@ def render_explain(report: ExplainReport, top: int | None = 10, kernel: str | No
     if e.has_dump:
         lines.extend(_dump_lines(e))
     return "\n".join(lines)
+
+
+def _lost(lineage, limit: int = 4) -> str:
+    """ " (12 reshape, 7 broadcast, ...)": what XLA rewrote or removed past recognition."""
+    items = list(lineage.lost_by_opcode().items())
+    if not items:
+        return ""
+    shown = ", ".join(f"{n} {op}" for op, n in items[:limit])
+    return f" ({shown}{', ...' if len(items) > limit else ''})"
 
 
 def _more(lines: list[str], n: int, top: int | None) -> None:

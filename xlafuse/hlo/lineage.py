@@ -34,7 +34,8 @@ How an optimized instruction is identified with a reference one (`Trace.how`), i
    places of a pair already identified (backward; for a commutative op only when one operand is
    left on each side), when `op_name`s agree.
 
-After each round of 2, 3 and 4 the optimized graph is numbered again with each identified
+A computation called from several places (`call`) is numbered for one of them, so its
+instructions are found mostly by steps 2 to 4 there. After each round of 2, 3 and 4 the optimized graph is numbered again with each identified
 instruction given its reference's number, and step 1 runs again, so what follows a rewritten op
 is found by structure.
 """
@@ -142,6 +143,14 @@ class Lineage:
             out[t.status] += 1
         return out
 
+    def lost_by_opcode(self) -> dict[str, int]:
+        """Opcode -> how many lost traces have it, most first."""
+        counts: dict[str, int] = defaultdict(int)
+        for t in self.traces:
+            if t.status == "lost":
+                counts[t.opcode] += 1
+        return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-able dict: module names, counts, names_kept and the traces."""
         return {
@@ -149,6 +158,7 @@ class Lineage:
             "optimized": self.optimized,
             "names_kept": self.names_kept,
             "counts": self.counts(),
+            "lost_by_opcode": self.lost_by_opcode(),
             "traces": [t.to_dict() for t in self.traces],
         }
 
