@@ -527,43 +527,9 @@ def diff_targets(
     variants: tuple[str, str] | None = None,
     size: str = "tiny",
     mode: str = "forward",
+    reference: str | Path | None = None,
 ):
-    """Inspects two HLO files, or one workload under two variants, and diffs them.
+    """Diffs two HLO files, or one workload under two variants: `xlafuse.explain.diff_targets`."""
+    from xlafuse.explain import diff_targets as diff
 
-    Args:
-        a: the first HLO file (with `b`).
-        b: the second HLO file.
-        workload: instead of files, a workload to compile under both `variants`.
-        variants: two variant names, e.g. ("default", "no-fusion").
-        size: the workload size.
-        mode: the workload mode.
-
-    Returns:
-        The `xlafuse.hlo.diff.FusionDiff` of A to B.
-
-    Raises:
-        XlafuseError: a missing or extra target, or anything `inspect_target` rejects.
-    """
-    from xlafuse.hlo.diff import diff_reports
-
-    if workload is not None:
-        if a is not None or b is not None:
-            raise XlafuseError("give two HLO files, or --workload with --variants, not both")
-        if not variants or len(variants) != 2:
-            raise XlafuseError(f"--variants needs two names like default,no-fusion; got {variants}")
-        results = [
-            inspect_target(workload=workload, size=size, mode=mode, variant=v) for v in variants
-        ]
-        labels = tuple(variants)
-    else:
-        if a is None or b is None:
-            raise XlafuseError("give two HLO files A B, or --workload NAME --variants V1,V2")
-        results = [inspect_target(path=p) for p in (a, b)]
-        labels = (Path(a).name, Path(b).name)
-        for result in results:
-            if result.report is None:
-                raise XlafuseError(
-                    f"diff compares two HLO files; {result.target!r} is a dump folder "
-                    "(give one of its *after_optimizations.txt files)"
-                )
-    return diff_reports(results[0].report, results[1].report, labels=labels)
+    return diff(a, b, workload, variants, size, mode, reference)

@@ -20,6 +20,7 @@ _COMMANDS = (
     "compare",
     "inspect",
     "diff",
+    "explain",
     "variants",
     "passes",
     "warmup",

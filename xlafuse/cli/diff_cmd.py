@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from xlafuse.hlo.diff import render_diff
-from xlafuse.inspect import diff_targets
+from xlafuse.explain import diff_targets
+from xlafuse.explain_text import check_top, render_diff
 
 
 def register(subparsers) -> None:
@@ -13,15 +13,22 @@ def register(subparsers) -> None:
     p = subparsers.add_parser(
         "diff",
         help="what two compilations fused differently",
-        description="Diff two optimized HLO files, or one workload under two variants.",
+        description=(
+            "Diff two optimized HLO files, or one workload under two variants: every kernel of "
+            "A and B in exactly one group; the groups' byte differences add up to the total."
+        ),
     )
     p.add_argument("a", nargs="?", help="first HLO text file")
     p.add_argument("b", nargs="?", help="second HLO text file")
+    p.add_argument(
+        "--reference",
+        help="the program's unoptimized HLO (default: the *.before_optimizations.txt beside A)",
+    )
     p.add_argument("--workload", help="compile this workload under --variants instead")
     p.add_argument("--variants", default="default,no-fusion", help="V1,V2 (default,no-fusion)")
     p.add_argument("--size", default="tiny", help="workload size (default: tiny)")
     p.add_argument("--mode", default="forward", help="workload mode (default: forward)")
-    p.add_argument("--top", type=int, default=10, help="changes shown per direction (10)")
+    p.add_argument("--top", type=int, default=10, help="groups shown (10)")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=run)
 
@@ -30,11 +37,14 @@ def run(args) -> int:
     """Diffs A and B and prints the text or JSON."""
     from xlafuse.cli._progress import steps
 
+    check_top(args.top)
     variants = tuple(v.strip() for v in args.variants.split(",") if v.strip())
     with steps(total=1) as step:
         if args.workload:
             label = f"{args.workload}/{args.size}/{args.mode}"
             step(f"building and compiling {label} @ {' and @ '.join(variants)}")
-        diff = diff_targets(args.a, args.b, args.workload, variants, args.size, args.mode)
+        diff = diff_targets(
+            args.a, args.b, args.workload, variants, args.size, args.mode, args.reference
+        )
     print(json.dumps(diff.to_dict(), indent=1) if args.json else render_diff(diff, args.top))
     return 0

@@ -1,75 +1,100 @@
-"""What two compilations of one program fused differently (A -> B).
+"""What two compilations of one program fused differently (A -> B), kernel by kernel, exactly.
 
-Kernels are matched through their ops' metadata: each kernel holds a set of op keys, the distinct
-`op_name`s of its ops (e.g. "jit(f)/Block/LayerNorm_0/mul"), or, for a kernel without any, its
-source lines ("file.py:12"). Names repeat (two `add`s on one line share a key), so the match is
-by sets, not by identity:
+Both optimized modules are traced (`xlafuse.hlo.lineage`) to one reference: the unoptimized
+module of the program when given (both variants lower the same program), else A itself. A
+kernel of A and a kernel of B are linked when they hold the same reference instruction; the
+connected sets of linked kernels are the groups. So every kernel of A and every kernel of B is
+in exactly one group (a kernel holding nothing traced is a group of its own), and the groups'
+byte differences add up to the modeled-bytes difference of the modules exactly. A kernel left
+alone that way (all its instructions lost on the way from the unoptimized module) joins the
+group of the kernel on the other side that holds one of its instructions (B traced to A).
 
-* "split": a kernel of A holds keys that no single kernel of B holds together; its parts are the
-  B kernels made only of those keys, plus (greedily) kernels for keys still left. Typical for
-  default -> no-fusion.
-* "fused": the reverse, a kernel of B holding keys split over several kernels of A.
-
-Keys found on one side only (ops rewritten away, or renamed) are ignored. Changes are listed
-largest modeled-traffic change first; the traffic of the parts counts their whole kernels.
+A group is "same" (one kernel each side, same bytes), "changed" (one each side, bytes differ),
+"split" (one kernel of A, several of B), "fused" (several of A, one of B), "regrouped" (several
+each side), "only A" or "only B" (nothing traced links it: a kernel XLA added or whose
+instructions were lost).
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
-from xlafuse.hlo.fusion import FusionReport, KernelInfo, analyze_module
+from xlafuse.hlo.fusion import analyze_module
+from xlafuse.hlo.lineage import Lineage, trace_module
 from xlafuse.hlo.parse import HloModule
 
 
 @dataclass(frozen=True)
-class FusionChange:
-    """Ops one kernel holds together on one side and several kernels hold on the other.
+class KernelGroup:
+    """Kernels of A and of B that hold the same reference instructions.
 
     Attributes:
-        direction: "split" (together in A, apart in B) or "fused" (apart in A, together in B).
-        kernel: the kernel holding the ops together.
-        parts: the kernels holding them apart.
-        op_names: the op keys concerned.
-        together_bytes: modeled bytes of `kernel`.
-        apart_bytes: modeled bytes of the `parts`, summed.
+        kernels_a: the kernels of A, in A's order.
+        kernels_b: the kernels of B, in B's order.
+        bytes_a: modeled bytes of `kernels_a`, summed.
+        bytes_b: modeled bytes of `kernels_b`, summed.
+        instructions: how many reference instructions the group holds.
     """
 
-    direction: str
-    kernel: str
-    parts: tuple[str, ...]
-    op_names: tuple[str, ...]
-    together_bytes: int
-    apart_bytes: int
+    kernels_a: tuple[str, ...]
+    kernels_b: tuple[str, ...]
+    bytes_a: int
+    bytes_b: int
+    instructions: int
 
     @property
     def bytes_delta(self) -> int:
-        """Modeled bytes of B minus those of A for these ops."""
-        delta = self.apart_bytes - self.together_bytes
-        return delta if self.direction == "split" else -delta
+        """Modeled bytes of B minus those of A for this group."""
+        return self.bytes_b - self.bytes_a
+
+    @property
+    def kind(self) -> str:
+        """ "same", "changed", "split", "fused", "regrouped", "only A" or "only B"."""
+        na, nb = len(self.kernels_a), len(self.kernels_b)
+        if nb == 0:
+            return "only A"
+        if na == 0:
+            return "only B"
+        if na == nb == 1:
+            return "same" if self.bytes_a == self.bytes_b else "changed"
+        return "split" if na == 1 else "fused" if nb == 1 else "regrouped"
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-able dict of the fields plus `bytes_delta`."""
+        """JSON-able dict of the fields plus `kind` and `bytes_delta`."""
         out = {k: list(v) if isinstance(v, tuple) else v for k, v in self.__dict__.items()}
+        out["kind"] = self.kind
         out["bytes_delta"] = self.bytes_delta
         return out
 
 
 @dataclass(frozen=True)
 class FusionDiff:
-    """Counts of A and B, and the fusion changes from A to B (largest traffic change first)."""
+    """Counts of A and B, and every kernel in one group (largest byte change first).
+
+    Attributes:
+        label_a: what A is (a file name or a variant).
+        label_b: what B is.
+        reference: "unoptimized" when traced to the unoptimized module, else "A".
+        kernels_a, kernels_b, real_fusions_a, real_fusions_b, modeled_bytes_a,
+        modeled_bytes_b: the modules' counts.
+        groups: every group, largest |bytes_delta| first.
+        lineage_a: how the reference was traced to A.
+        lineage_b: the same for B.
+    """
 
     label_a: str
     label_b: str
+    reference: str
     kernels_a: int
     kernels_b: int
     real_fusions_a: int
     real_fusions_b: int
     modeled_bytes_a: int
     modeled_bytes_b: int
-    changes: tuple[FusionChange, ...] = ()
+    groups: tuple[KernelGroup, ...]
+    lineage_a: Lineage
+    lineage_b: Lineage
 
     @property
     def kernels_delta(self) -> int:
@@ -77,157 +102,133 @@ class FusionDiff:
         return self.kernels_b - self.kernels_a
 
     @property
-    def real_fusions_delta(self) -> int:
-        """Real fusions of B minus those of A."""
-        return self.real_fusions_b - self.real_fusions_a
-
-    @property
     def modeled_bytes_delta(self) -> int:
-        """Modeled bytes of B minus those of A."""
+        """Modeled bytes of B minus those of A (equals the sum of the groups' deltas)."""
         return self.modeled_bytes_b - self.modeled_bytes_a
 
     @property
-    def split(self) -> tuple[FusionChange, ...]:
-        """Fused in A, split in B."""
-        return tuple(c for c in self.changes if c.direction == "split")
-
-    @property
-    def fused(self) -> tuple[FusionChange, ...]:
-        """Split in A, fused in B."""
-        return tuple(c for c in self.changes if c.direction == "fused")
+    def changes(self) -> tuple[KernelGroup, ...]:
+        """The groups that are not "same"."""
+        return tuple(g for g in self.groups if g.kind != "same")
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-able dict: labels, a/b/delta for each count, the changes."""
-        out: dict[str, Any] = {"a": self.label_a, "b": self.label_b}
+        """JSON-able dict: labels, a/b/delta of each count, lineage counts, the groups."""
+        out: dict[str, Any] = {"a": self.label_a, "b": self.label_b, "reference": self.reference}
         for key in ("kernels", "real_fusions", "modeled_bytes"):
             a, b = getattr(self, f"{key}_a"), getattr(self, f"{key}_b")
             out[key] = {"a": a, "b": b, "delta": b - a}
-        out["split"] = [c.to_dict() for c in self.split]
-        out["fused"] = [c.to_dict() for c in self.fused]
+        out["lineage"] = {"a": self.lineage_a.counts(), "b": self.lineage_b.counts()}
+        out["groups"] = [g.to_dict() for g in self.groups]
         return out
 
 
-def diff_reports(
-    a: HloModule | FusionReport,
-    b: HloModule | FusionReport,
+def diff_modules(
+    a: HloModule,
+    b: HloModule,
     labels: tuple[str, str] = ("A", "B"),
+    reference: HloModule | None = None,
+    texts: tuple[str | None, str | None, str | None] = (None, None, None),
 ) -> FusionDiff:
-    """Compares two compilations of one program.
+    """Compares two optimized compilations of one program, kernel group by kernel group.
 
     Args:
-        a: the first module or its report.
+        a: the first optimized module.
         b: the second.
-        labels: what to call A and B in the text rendering.
+        labels: what to call A and B.
+        reference: the unoptimized module of the program; None traces B to A's instructions.
+        texts: the HLO texts of (reference, a, b) when known (more is identified by structure).
 
     Returns:
         The FusionDiff from A to B.
     """
-    ra, rb = _report(a), _report(b)
-    changes = _changes("split", ra.kernel_details, rb.kernel_details)
-    changes += _changes("fused", rb.kernel_details, ra.kernel_details)
-    changes.sort(key=lambda c: (-abs(c.bytes_delta), c.direction, c.kernel))
+    ref_text, a_text, b_text = texts
+    if reference is None:
+        reference, ref_text = a, a_text
+    lineage_a = trace_module(reference, a, ref_text, a_text)
+    lineage_b = trace_module(reference, b, ref_text, b_text)
+    ra, rb = analyze_module(a), analyze_module(b)
+    bytes_a = {k.name: k.bytes_in + k.bytes_out for k in ra.kernel_details}
+    bytes_b = {k.name: k.bytes_in + k.bytes_out for k in rb.kernel_details}
+    extra = () if reference is a else _direct_links(a, b, a_text, b_text)
+    groups = _groups(lineage_a, lineage_b, bytes_a, bytes_b, extra)
     return FusionDiff(
         label_a=labels[0],
         label_b=labels[1],
+        reference="A" if reference is a else "unoptimized",
         kernels_a=ra.kernels,
         kernels_b=rb.kernels,
         real_fusions_a=ra.real_fusions,
         real_fusions_b=rb.real_fusions,
         modeled_bytes_a=ra.modeled_bytes,
         modeled_bytes_b=rb.modeled_bytes,
-        changes=tuple(changes),
+        groups=groups,
+        lineage_a=lineage_a,
+        lineage_b=lineage_b,
     )
 
 
-def _report(x: HloModule | FusionReport) -> FusionReport:
-    if isinstance(x, FusionReport):
+def _direct_links(a, b, a_text, b_text) -> list[tuple[str, str]]:
+    """(A kernel, B kernel) pairs holding one of A's own instructions (B traced to A)."""
+    own = trace_module(a, a, a_text, a_text).by_name
+    links = []
+    for t in trace_module(a, b, a_text, b_text).traces:
+        home = own.get(t.instruction)
+        if t.kernel is not None and home is not None and home.kernel is not None:
+            links.append((home.kernel, t.kernel))
+    return links
+
+
+def _groups(lineage_a, lineage_b, bytes_a, bytes_b, extra=()) -> tuple[KernelGroup, ...]:
+    parent: dict[tuple[str, str], tuple[str, str]] = {}
+
+    def find(x):
+        while parent.setdefault(x, x) != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
         return x
-    if isinstance(x, HloModule):
-        return analyze_module(x)
-    raise TypeError(f"expected an HloModule or a FusionReport, got {type(x).__name__}")
 
-
-def op_keys(kernel: KernelInfo) -> frozenset[str]:
-    """The keys a kernel is matched by: its op names, else its source lines."""
-    return frozenset(kernel.op_names or kernel.source_lines)
-
-
-def _changes(direction, together, apart) -> list[FusionChange]:
-    """Kernels of `together` whose keys no single kernel of `apart` holds."""
-    holders: dict[str, list[KernelInfo]] = defaultdict(list)
-    for kernel in apart:
-        for key in op_keys(kernel):
-            holders[key].append(kernel)
-    found = []
-    for kernel in together:
-        keys = {k for k in op_keys(kernel) if k in holders}
-        if len(keys) < 2 or any(keys <= op_keys(h) for k in keys for h in holders[k]):
+    nodes = [("a", k) for k in lineage_a.kernels] + [("b", k) for k in lineage_b.kernels]
+    for n in nodes:
+        find(n)
+    for ta in lineage_a.traces:
+        tb = lineage_b.by_name.get(ta.instruction)
+        if ta.kernel is None:
             continue
-        parts = _cover(keys, holders)
-        found.append(
-            FusionChange(
-                direction=direction,
-                kernel=kernel.name,
-                parts=tuple(p.name for p in parts),
-                op_names=tuple(sorted(keys)),
-                together_bytes=_bytes(kernel),
-                apart_bytes=sum(_bytes(p) for p in parts),
+        root = find(("a", ta.kernel))
+        if tb is not None and tb.kernel is not None:
+            other = find(("b", tb.kernel))
+            if other != root:
+                parent[other] = root
+    # A kernel whose instructions were all lost on the way from the unoptimized module may still
+    # hold the same instructions as a kernel on the other side: link it, and only it, directly.
+    sizes: dict[tuple[str, str], int] = {}
+    for n in nodes:
+        sizes[find(n)] = sizes.get(find(n), 0) + 1
+    alone = {n for n in nodes if sizes[find(n)] == 1}
+    for ka, kb in extra:
+        ra, rb = find(("a", ka)), find(("b", kb))
+        if ra != rb and (("a", ka) in alone or ("b", kb) in alone):
+            parent[rb] = ra
+    members: dict[tuple[str, str], list[tuple[str, str]]] = {}
+    for n in nodes:
+        members.setdefault(find(n), []).append(n)
+    instructions: dict[tuple[str, str], int] = {}
+    for ta in lineage_a.traces:
+        if ta.kernel is not None:
+            r = find(("a", ta.kernel))
+            instructions[r] = instructions.get(r, 0) + 1
+    out = []
+    for root, group in members.items():
+        ka = tuple(k for side, k in group if side == "a")
+        kb = tuple(k for side, k in group if side == "b")
+        out.append(
+            KernelGroup(
+                ka,
+                kb,
+                sum(bytes_a.get(k, 0) for k in ka),
+                sum(bytes_b.get(k, 0) for k in kb),
+                instructions.get(root, 0),
             )
         )
-    return found
-
-
-def _cover(keys: set[str], holders: dict[str, list[KernelInfo]]) -> list[KernelInfo]:
-    """The kernels holding `keys`: every one made only of these keys, then greedily (most keys
-    first) others for keys still left, so a name shared with unrelated ops pulls in one kernel."""
-    candidates = list({id(h): h for k in sorted(keys) for h in holders[k]}.values())
-    chosen = [h for h in candidates if op_keys(h) <= keys]
-    left = keys - {k for h in chosen for k in op_keys(h)}
-    while left:
-        best = max(candidates, key=lambda h: (len(left & op_keys(h)), -_bytes(h)))
-        chosen.append(best)
-        left -= op_keys(best)
-    return chosen
-
-
-def _bytes(kernel: KernelInfo) -> int:
-    return kernel.bytes_in + kernel.bytes_out
-
-
-def render_diff(diff: FusionDiff, top: int | None = 10) -> str:
-    """Text: the three counts A -> B with deltas, then the changes, largest traffic first.
-
-    Args:
-        diff: from `diff_reports`.
-        top: show at most this many changes of each direction (None: all).
-    """
-    lines = [f"A: {diff.label_a}", f"B: {diff.label_b}"]
-    for key, fmt in (("kernels", str), ("real_fusions", str), ("modeled_bytes", _mb)):
-        a, b = getattr(diff, f"{key}_a"), getattr(diff, f"{key}_b")
-        lines.append(f"{key.replace('_', ' ')}: {fmt(a)} -> {fmt(b)} ({_signed(b - a, fmt)})")
-    for title, changes in (
-        ("fused in A, split in B", diff.split),
-        ("split in A, fused in B", diff.fused),
-    ):
-        lines.append(f"\n{title}: {len(changes)}")
-        lines.extend(_change_line(c) for c in changes[:top])
-        if top is not None and len(changes) > top:
-            lines.append(f"  ... {len(changes) - top} more")
-    return "\n".join(lines)
-
-
-def _change_line(change: FusionChange) -> str:
-    parts = ", ".join(change.parts[:4]) + (" ..." if len(change.parts) > 4 else "")
-    arrow = "->" if change.direction == "split" else "<-"
-    return (
-        f"  {change.kernel} {arrow} {len(change.parts)} kernels [{parts}]: "
-        f"{len(change.op_names)} op names, traffic {_signed(change.bytes_delta, _mb)}"
-    )
-
-
-def _mb(n: int) -> str:
-    return f"{n / 1e6:.2f} MB"
-
-
-def _signed(n: int, fmt) -> str:
-    return ("+" if n > 0 else "-" if n < 0 else "+") + fmt(abs(n))
+    out.sort(key=lambda g: (-abs(g.bytes_delta), (g.kernels_a or g.kernels_b)[0]))
+    return tuple(out)

@@ -1,0 +1,52 @@
+"""`xlafuse explain`: the kernel boundaries XLA left, why, and the bytes each costs."""
+
+from __future__ import annotations
+
+import json
+
+from xlafuse.explain import explain_target
+from xlafuse.explain_text import check_top, render_explain
+
+
+def register(subparsers) -> None:
+    """Adds the `explain` parser."""
+    p = subparsers.add_parser(
+        "explain",
+        help="why ops were not fused, and the bytes each boundary costs",
+        description=(
+            "Every producer-consumer edge of the unoptimized program that stayed a kernel "
+            "boundary: XLA's reason (GPU priority-fusion dump), the cost model's estimate, the "
+            "modeled bytes and the source lines. A target is a dump folder (before/after HLO and "
+            "*.priority_fusion_dump.txt) or --workload."
+        ),
+    )
+    p.add_argument("folder", nargs="?", help="an --xla_dump_to folder with a priority-fusion dump")
+    p.add_argument("--module", help="in the folder, the module whose file name contains this")
+    p.add_argument("--workload", help="compile this workload instead")
+    p.add_argument("--variant", default="default", help="variant explained (default)")
+    p.add_argument(
+        "--against", default="no-fusion", help="also list what --variant fused of this (no-fusion)"
+    )
+    p.add_argument("--size", default="tiny", help="workload size (default: tiny)")
+    p.add_argument("--mode", default="forward", help="workload mode (default: forward)")
+    p.add_argument("--kernel", help="show the fusion steps that built this kernel")
+    p.add_argument("--top", type=int, default=10, help="boundaries shown (10)")
+    p.add_argument("--json", action="store_true", help="print JSON with every boundary")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    """Explains the target and prints the text or JSON."""
+    check_top(args.top)
+    report = explain_target(
+        args.folder, args.module, args.workload, args.variant, args.against, args.size, args.mode
+    )
+    if args.json:
+        out = report.explanation.to_dict()
+        out["removed"] = [b.to_dict() for b in report.removed]
+        if args.kernel:
+            out["history"] = [s.step.to_dict() for s in report.explanation.history(args.kernel)]
+        print(json.dumps(out, indent=1))
+    else:
+        print(render_explain(report, args.top, args.kernel))
+    return 0

@@ -1,0 +1,292 @@
+"""`xlafuse explain` and `xlafuse diff --workload`: get the HLO they need, then call `xlafuse.hlo`.
+
+A target is a workload (lowered once for the unoptimized module, `Lowered.as_text("hlo",
+debug_info=True)`, then compiled under each variant; on the GPU the compile also writes XLA's
+priority-fusion dump to a temporary folder) or an `--xla_dump_to` folder holding one module's
+`*.before_optimizations.txt`, `*after_optimizations.txt` and `*.priority_fusion_dump.txt`.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from xlafuse.errors import XlafuseError
+from xlafuse.hlo.diff import FusionDiff, diff_modules
+from xlafuse.hlo.explain import Boundary, Explanation, explain_module, removed_boundaries
+from xlafuse.hlo.parse import parse_hlo
+from xlafuse.hlo.priority_dump import (
+    DUMP_SUFFIX,
+    PriorityDump,
+    find_priority_dump,
+    read_priority_dump,
+)
+from xlafuse.inspect import ACCEPTED, load_module
+
+DUMP_OPTIONS = {"xla_dump_hlo_pass_re": "priority-fusion"}
+
+
+@dataclass(frozen=True)
+class CompiledHlo:
+    """One program's unoptimized HLO and its optimized HLO under some variants.
+
+    Attributes:
+        label: what was compiled ("workload mlp (tiny, forward)" or a folder).
+        backend: "cpu" or "gpu".
+        unoptimized: HLO text before optimization.
+        optimized: variant -> optimized HLO text.
+        dumps: variant -> its priority-fusion dump (GPU compiles; absent elsewhere).
+    """
+
+    label: str
+    backend: str
+    unoptimized: str
+    optimized: dict[str, str]
+    dumps: dict[str, PriorityDump] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ExplainReport:
+    """What `explain_target` found.
+
+    Attributes:
+        target: what was explained.
+        backend: "cpu", "gpu" or None (unknown, from a folder).
+        variant: the variant explained (None for a folder).
+        explanation: its boundaries, reasons and fusion steps.
+        against: the variant compared with, if any (e.g. "no-fusion").
+        removed: boundaries of `against` that `variant` fused away, largest first.
+    """
+
+    target: str
+    backend: str | None
+    variant: str | None
+    explanation: Explanation
+    against: str | None = None
+    removed: tuple[Boundary, ...] = ()
+
+
+def compile_for_explain(
+    workload: str, variants: tuple[str, ...], size: str = "tiny", mode: str = "forward"
+) -> CompiledHlo:
+    """Lowers a workload once and compiles it under each variant (dumping on the GPU).
+
+    Raises:
+        UnknownNameError: an unknown workload, size, mode or variant.
+    """
+    import jax
+
+    from xlafuse import models
+    from xlafuse.compile import compile_workload
+    from xlafuse.variants import get as get_variant
+
+    work = models.build(workload, size=size, mode=mode)
+    jit_kwargs = {"donate_argnums": work.donate_argnums} if work.donate_argnums else {}
+    backend = jax.default_backend()
+    chosen = {v: get_variant(v) for v in variants}  # unknown names fail before any compile
+    unoptimized = (
+        jax.jit(work.fn, **jit_kwargs).lower(*work.args).as_text(dialect="hlo", debug_info=True)
+    )
+    optimized, dumps = {}, {}
+    for name, variant in chosen.items():
+        if backend != "gpu" or variant.process_flags:
+            optimized[name] = compile_workload(work, variant).hlo_text
+            continue
+        # The same program as `compile_workload` compiles (same jit arguments and options),
+        # with XLA's dump switched on: a dump does not change the program.
+        with tempfile.TemporaryDirectory(prefix="xlafuse-explain-") as folder:
+            options = {**variant.compiler_options(backend), **DUMP_OPTIONS, "xla_dump_to": folder}
+            lowered = jax.jit(work.fn, **jit_kwargs).lower(*work.args)
+            optimized[name] = lowered.compile(compiler_options=options).as_text()
+            found = sorted(Path(folder).glob(f"*{DUMP_SUFFIX}"))
+            if found:
+                dumps[name] = read_priority_dump(found[-1])
+    return CompiledHlo(
+        f"workload {workload} ({size}, {mode})", backend, unoptimized, optimized, dumps
+    )
+
+
+def explain_target(
+    folder: str | Path | None = None,
+    module: str | None = None,
+    workload: str | None = None,
+    variant: str = "default",
+    against: str | None = "no-fusion",
+    size: str = "tiny",
+    mode: str = "forward",
+) -> ExplainReport:
+    """Explains a dump folder's module, or a workload under `variant` (compared with `against`).
+
+    Raises:
+        XlafuseError: no target or both; a folder without the three files; unknown names.
+        FileNotFoundError: a missing folder.
+        HloParseError: unreadable HLO.
+    """
+    if (folder is None) == (workload is None):
+        raise XlafuseError("give a dump folder or --workload NAME (exactly one)")
+    if folder is not None:
+        return _explain_folder(Path(folder), module)
+    variants = (variant,) if against in (None, "", variant) else (variant, against)
+    hlo = compile_for_explain(workload, variants, size, mode)
+    unopt = parse_hlo(hlo.unoptimized, f"{hlo.label} (unoptimized)")
+
+    def explain(v: str) -> Explanation:
+        text = hlo.optimized[v]
+        return explain_module(
+            unopt, parse_hlo(text, f"{hlo.label} ({v})"), hlo.dumps.get(v), hlo.unoptimized, text
+        )
+
+    main = explain(variant)
+    other = explain(variants[1]) if len(variants) == 2 else None
+    removed = removed_boundaries(main, other) if other else ()
+    return ExplainReport(hlo.label, hlo.backend, variant, main, other and variants[1], removed)
+
+
+def _explain_folder(folder: Path, module: str | None) -> ExplainReport:
+    if not folder.is_dir():
+        raise FileNotFoundError(
+            f"no such folder: {str(folder)!r} (expected an --xla_dump_to folder)"
+        )
+    try:
+        dump_path = find_priority_dump(folder, module)
+    except ValueError as err:
+        raise XlafuseError(str(err)) from None
+    prefix = dump_path.name[: -len(DUMP_SUFFIX)]
+    before = folder / f"{prefix}.before_optimizations.txt"
+    after = sorted(folder.glob(f"{prefix}.*after_optimizations.txt"))
+    if not before.is_file() or not after:
+        raise XlafuseError(
+            f"folder {str(folder)!r} has {dump_path.name} but not {prefix}.before_optimizations.txt "
+            f"and {prefix}.*after_optimizations.txt; dump with xla_dump_to and the default "
+            "xla_dump_hlo_as_text"
+        )
+    u_text, o_text = before.read_text(), after[0].read_text()
+    explanation = explain_module(
+        parse_hlo(u_text, str(before)),
+        parse_hlo(o_text, str(after[0])),
+        read_priority_dump(dump_path),
+        u_text,
+        o_text,
+    )
+    return ExplainReport(f"{folder} (module {prefix})", "gpu", None, explanation)
+
+
+def reference_beside(path: str | Path) -> Path | None:
+    """The `*.before_optimizations.txt` of a dumped module file's own module, if it is there.
+
+    `module_0012.jit_f.sm_9.0a_gpu_after_optimizations.txt` -> `module_0012.jit_f.before_optimizations.txt`.
+    """
+    path = Path(path)
+    parts = path.name.split(".")
+    if len(parts) < 3 or not path.name.endswith("after_optimizations.txt"):
+        return None
+    found = path.with_name(f"{parts[0]}.{parts[1]}.before_optimizations.txt")
+    return found if found.is_file() else None
+
+
+def diff_workload(
+    workload: str, variants: tuple[str, str], size: str = "tiny", mode: str = "forward"
+) -> FusionDiff:
+    """One workload under two variants, both traced to its unoptimized module."""
+    hlo = compile_for_explain(workload, variants, size, mode)
+    texts = (hlo.unoptimized, hlo.optimized[variants[0]], hlo.optimized[variants[1]])
+    ref, a, b = (parse_hlo(t, f"{hlo.label}") for t in texts)
+    return diff_modules(a, b, variants, ref, texts)
+
+
+def missed_fusions(unoptimized_text: str, optimized_text: str, top: int = 5) -> dict:
+    """A small JSON-able summary of one compiled cell's largest kernel boundaries.
+
+    Meant to be recorded per result cell (default variant) and rendered by
+    `xlafuse.explain_text.missed_fusions_markdown`.
+
+    Args:
+        unoptimized_text: `Lowered.as_text(dialect="hlo", debug_info=True)` of the cell.
+        optimized_text: the cell's optimized HLO (`Compiled.as_text()`).
+        top: how many boundaries to keep, largest `boundary_bytes` first.
+
+    Returns:
+        {"schema": "xlafuse.missed_fusions/1", "boundaries": total count, "boundary_bytes":
+        their sum, "instructions": traced, "lost": untraced, "top": [{boundary_bytes, producer,
+        producer_kernel, producer_source, consumer, consumer_kernel, consumer_source, readers}]}.
+    """
+    e = explain_module(
+        parse_hlo(unoptimized_text, "unoptimized"),
+        parse_hlo(optimized_text, "optimized"),
+        None,
+        unoptimized_text,
+        optimized_text,
+    )
+    rows = [
+        {
+            "boundary_bytes": b.boundary_bytes,
+            "producer": b.producer,
+            "producer_kernel": b.producer_kernel,
+            "producer_source": b.producer_source,
+            "consumer": b.consumers[0],
+            "consumer_kernel": b.consumer_kernel,
+            "consumer_source": b.consumer_source,
+            "readers": b.readers,
+        }
+        for b in e.boundaries[:top]
+    ]
+    return {
+        "schema": "xlafuse.missed_fusions/1",
+        "boundaries": len(e.boundaries),
+        "boundary_bytes": sum(b.boundary_bytes for b in e.boundaries),
+        "instructions": len(e.lineage.traces),
+        "lost": e.lineage.counts()["lost"],
+        "top": rows,
+    }
+
+
+def diff_targets(
+    a: str | Path | None = None,
+    b: str | Path | None = None,
+    workload: str | None = None,
+    variants: tuple[str, str] | None = None,
+    size: str = "tiny",
+    mode: str = "forward",
+    reference: str | Path | None = None,
+):
+    """Diffs two HLO files, or one workload under two variants (see `xlafuse.hlo.diff`).
+
+    Args:
+        a: the first HLO file (with `b`).
+        b: the second HLO file.
+        workload: instead of files, a workload to compile under both `variants`.
+        variants: two variant names, e.g. ("default", "no-fusion").
+        size: the workload size.
+        mode: the workload mode.
+        reference: with files, the program's unoptimized HLO; by default the dumped
+            `*.before_optimizations.txt` beside A, if any, else B is traced to A.
+
+    Returns:
+        The `xlafuse.hlo.diff.FusionDiff` of A to B.
+
+    Raises:
+        XlafuseError: a missing or extra target, a folder, unknown names.
+        HloParseError: a file that is not HLO text.
+    """
+    if workload is not None:
+        if a is not None or b is not None or reference is not None:
+            raise XlafuseError("give two HLO files, or --workload with --variants, not both")
+        if not variants or len(variants) != 2:
+            raise XlafuseError(f"--variants needs two names like default,no-fusion; got {variants}")
+        return diff_workload(workload, tuple(variants), size, mode)
+    if a is None or b is None:
+        raise XlafuseError("give two HLO files A B, or --workload NAME --variants V1,V2")
+    for path in (a, b):
+        if Path(path).is_dir():
+            raise XlafuseError(
+                f"diff compares two HLO files; {str(path)!r} is a dump folder "
+                "(give one of its *after_optimizations.txt files)"
+            )
+        if not Path(path).exists():
+            raise XlafuseError(f"no such file or folder: {str(path)!r}; {ACCEPTED}")
+    reference = reference if reference is not None else reference_beside(a)
+    ref = load_module(reference) if reference is not None else None
+    texts = tuple(Path(p).read_text() if p is not None else None for p in (reference, a, b))
+    labels = (Path(a).name, Path(b).name)
+    return diff_modules(load_module(a), load_module(b), labels, ref, texts)
