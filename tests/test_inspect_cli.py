@@ -270,7 +270,9 @@ def test_variants_command(capsys):
     code, out, _ = run(capsys, "variants")
     assert code == 0 and out.startswith("backend: cpu\n")
     assert "default  (applies here)" in out
-    assert "no-fusion  (applies here)" in out and "xla_disable_hlo_passes='fusion'" in out
+    assert "no-fusion  (applies here)" in out
+    assert "xla_disable_hlo_passes='fusion,dot-library-rewriter'" in out
+    assert "cannot be switched off: library calls stay library calls" in out
     assert "no-gemm-fusion  (gpu only)" in out and "xla_gpu_enable_triton_gemm=False" in out
 
 

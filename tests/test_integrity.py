@@ -357,9 +357,9 @@ def terminal_stderr(monkeypatch):
         (
             ["compare", "mul_add_relu", "--json"],
             [
-                "[1/2] building mul_add_relu/tiny/forward",
-                "[2/2] mul_add_relu/tiny/forward: "
-                "compiling, running and comparing default, no-fusion",
+                "[1/3] building mul_add_relu/tiny/forward",
+                "[2/3] compiling mul_add_relu/tiny/forward under default",
+                "[3/3] compiling mul_add_relu/tiny/forward under no-fusion",
             ],
         ),
         (
