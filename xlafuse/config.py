@@ -543,7 +543,21 @@ def _parse_reference(problems, value, variants) -> str:
             f"{reference!r} is not one of the variants{_did_you_mean(reference, names)} "
             f"(variants: {', '.join(names)})",
         )
+    chosen = [v for v in variants if v.name == reference]
+    if chosen and _framework(chosen[0]) != "jax":
+        problems.add(
+            "experiment.reference",
+            f"{reference!r} runs PyTorch; the reference must be an XLA variant (e.g. 'default'): "
+            "torch cells are judged and timed against it",
+        )
     return reference
+
+
+def _framework(config: VariantConfig) -> str:
+    try:
+        return config.resolve().framework
+    except ValueError:
+        return "jax"
 
 
 def _check_variant_applies(problems, where, config: VariantConfig, backend) -> bool:
@@ -560,6 +574,13 @@ def _check_variant_applies(problems, where, config: VariantConfig, backend) -> b
             f"the backend is {backend!r}",
         )
         return False
+    if variant.framework != "jax":  # a PyTorch twin: no XLA options, but torch must be there
+        try:
+            variant.check_framework()
+        except ValueError as err:
+            problems.add(where, str(err))
+            return False
+        return True
     if backend != jax.default_backend():
         return True  # pass names can only be checked against the XLA that will run them
     try:

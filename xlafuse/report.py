@@ -18,6 +18,7 @@ from xlafuse.report_coldstart import (
     graphs_section,
     workload_label,
 )
+from xlafuse.report_torch import FRAMEWORKS_PNG, frameworks_plot, frameworks_section
 from xlafuse.results import CellResult, latest_per_cell, read_results
 
 SPEEDUP_PNG = "speedup.png"
@@ -81,7 +82,8 @@ def _cold_start_and_graphs(records: Sequence[CellResult]) -> list[str]:
     graphs = graphs_section(dicts)
     if not graphs and dicts and all(r["backend"] == "cpu" for r in dicts):
         graphs = f"## Graph capture (CUDA graphs)\n\n_{GRAPHS_SKIPPED}_\n"
-    return [s for s in (coldstart_section(dicts), graphs) if s]
+    sections = (coldstart_section(dicts), graphs, frameworks_section(dicts))
+    return [s for s in sections if s]
 
 
 def _environment(records: Sequence[CellResult]) -> list[str]:
@@ -233,10 +235,15 @@ def write_plots(records: Sequence[CellResult], out_dir: Path) -> list[str]:
         (KERNELS_PNG, _plot_kernels),
         (ROOFLINE_PNG, _plot_roofline),
         (COLD_START_PNG, coldstart_plot),
+        (FRAMEWORKS_PNG, _frameworks_plot),
     ):
         if plot(ok, out_dir / name):
             written.append(name)
     return written
+
+
+def _frameworks_plot(records: Sequence[CellResult], path: Path) -> bool:
+    return frameworks_plot([r.to_dict() for r in records], path)
 
 
 def _label(r: CellResult) -> str:

@@ -66,6 +66,11 @@ class CellResult:
     Cold start (with `measure.cold_start`, fresh processes): import_s, cold_compile_s (empty
     persistent cache), warm_compile_s (filled cache), cache_hit, cache_entries, cache_speedup,
     first_call_s, steady_call_s, aot_export_s, aot_load_s (deserialize + compile + first call).
+    Framework: framework ("jax", or "torch" for a PyTorch twin, `xlafuse.torch`) and
+    framework_version. Torch cells say what their counts mean: kernels_basis (profiler device
+    kernels on a GPU; on the CPU Inductor's generated kernel calls or eager's aten ops),
+    modeled_bytes_basis, generated_kernels (Inductor's kernels generated at compile), and
+    top_kernels ((name, seconds per call) of the longest device kernels, profiled on a GPU).
     status is "ok" or "error" (then `error` holds the message and most figures are None).
     settings: what the measurement depends on besides the cell's name (`cell_settings`); a
     results file holds records of one set of settings only (`check_resumable`).
@@ -146,6 +151,12 @@ class CellResult:
     cache_entries: int | None = None
     cache_speedup: float | None = None
     wall_s: float | None = None
+    framework: str = "jax"
+    framework_version: str | None = None
+    kernels_basis: str | None = None
+    modeled_bytes_basis: str | None = None
+    generated_kernels: int | None = None
+    top_kernels: tuple[tuple[str, float], ...] | None = None
     settings: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     env: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     schema_version: int = SCHEMA_VERSION
@@ -233,6 +244,13 @@ def variant_settings(variant: Any) -> dict[str, Any]:
         resolved = variant.resolve()
     except ValueError:
         return {"unresolved": _plain(variant.to_dict())}
+    if resolved.framework != "jax":
+        compile_kwargs = resolved.torch_compile
+        return {
+            "framework": resolved.framework,
+            "framework_version": resolved.framework_version(),
+            "torch_compile": None if compile_kwargs is None else _plain(compile_kwargs),
+        }
     return {
         "disable_passes": list(resolved.disable_passes),
         "options": _plain(resolved.options),

@@ -284,6 +284,14 @@ def _first_outputs(compiled, workload):
 
 
 def _measure(run: _Run, variant: VariantConfig, workload, reference: _Reference) -> dict:
+    resolved = variant.resolve()
+    if resolved.framework == "torch":  # the workload's PyTorch twin (xlafuse.torch)
+        from xlafuse.torch.measure import measure_cell
+
+        request = _measure_request(run, workload)
+        fields = measure_cell(workload, resolved, request, reference, run.config.measure.cold_start)
+        fields.update(_derived(run, workload, fields))
+        return fields
     is_reference = variant.name == run.config.reference
     compiled = compile_workload(workload, variant.resolve(), _measure_request(run, workload))
     fields = {"lower_s": compiled.lower_s, "compile_s": compiled.compile_s}
@@ -317,6 +325,7 @@ def _measure(run: _Run, variant: VariantConfig, workload, reference: _Reference)
     if profile is not None:
         fields["device_time_s"] = profile.device_time_s
         fields["device_kernels_per_call"] = profile.device_kernels_per_call
+        fields["top_kernels"] = [list(k) for k in profile.top_kernels]
         fields.update(_device_speedup(profile, reference.profile, is_reference))
     if run.config.measure.cold_start:
         fields.update(_cold_start_fields(workload, variant))
@@ -472,6 +481,7 @@ def _identity(run: _Run, w: WorkloadConfig, variant: VariantConfig, workload) ->
         "overrides": dict(w.overrides),
         "variant": variant.name,
         "variant_options": variant.to_dict(),
+        **_framework(variant),
         "reference": run.config.reference,
         "backend": run.backend,
         "device_kind": run.device_kind,
@@ -487,6 +497,15 @@ def _identity(run: _Run, w: WorkloadConfig, variant: VariantConfig, workload) ->
         "env": run.env,
         "settings": results_lib.cell_settings(run.settings, variant),
     }
+
+
+def _framework(variant: VariantConfig) -> dict[str, Any]:
+    """The framework a cell runs on and its version ("jax" for a variant that no longer resolves)."""
+    try:
+        resolved = variant.resolve()
+    except ValueError:
+        return {"framework": "jax", "framework_version": jax.__version__}
+    return {"framework": resolved.framework, "framework_version": resolved.framework_version()}
 
 
 def _record(run, w, variant, workload, status, fields) -> CellResult:

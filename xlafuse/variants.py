@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import importlib.metadata
+import importlib.util
 import os
 import shlex
 from collections.abc import Iterable, Mapping
@@ -32,6 +34,8 @@ from xlafuse.passes import fusion_passes, known_passes
 
 DISABLE_PASSES = "xla_disable_hlo_passes"
 BACKENDS = ("cpu", "gpu")
+FRAMEWORKS = ("jax", "torch")
+TORCH_INSTALL = 'pip install -e ".[torch]" (or pip install torch)'
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,6 +52,10 @@ class Variant:
       backend_passes: more passes to switch off on one backend only (backend -> names).
       backend_options: more options for one backend only (backend -> key -> value).
       remains: what this variant cannot switch off, and why (for `xlafuse variants`, reports).
+      framework: "jax" (XLA, the options above) or "torch" (the workload's PyTorch twin,
+        `xlafuse.torch`; no XLA options).
+      torch_compile: for a torch variant, the keyword arguments of `torch.compile` (`{}`: the
+        default Inductor), or None to run eagerly.
     """
 
     name: str
@@ -59,8 +67,17 @@ class Variant:
     backend_passes: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
     backend_options: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
     remains: str = ""
+    framework: str = "jax"
+    torch_compile: Mapping[str, Any] | None = None
 
     def __post_init__(self):
+        if self.framework not in FRAMEWORKS:
+            raise ValueError(
+                f"variant {self.name!r}: unknown framework {self.framework!r}; accepted: "
+                f"{', '.join(FRAMEWORKS)}"
+            )
+        if self.torch_compile is not None:
+            object.__setattr__(self, "torch_compile", MappingProxyType(dict(self.torch_compile)))
         object.__setattr__(self, "options", MappingProxyType(dict(self.options)))
         passes = {b: tuple(p) for b, p in self.backend_passes.items()}
         options = {b: MappingProxyType(dict(o)) for b, o in self.backend_options.items()}
@@ -79,10 +96,27 @@ class Variant:
         """Whether this variant makes sense on `backend` ("cpu" or "gpu")."""
         return backend in self.backends
 
+    def check_framework(self) -> None:
+        """Raise ValueError, in one line saying how to install it, when the framework is missing."""
+        if self.framework == "torch" and importlib.util.find_spec("torch") is None:
+            raise ValueError(
+                f"variant {self.name!r} runs PyTorch, which is not installed: {TORCH_INSTALL}"
+            )
+
+    def framework_version(self) -> str | None:
+        """The installed version of the variant's framework (None when it is not installed)."""
+        if self.framework == "jax":
+            return jax.__version__
+        try:
+            return importlib.metadata.version(self.framework)
+        except importlib.metadata.PackageNotFoundError:
+            return None
+
     def compiler_options(self, backend: str | None = None) -> dict[str, Any]:
         """The `compiler_options` dict for `Lowered.compile`, validated for `backend`.
 
         Passes disabled in the environment's XLA_FLAGS are merged in (XLA would drop them).
+        A torch variant has no XLA options: `{}`.
 
         Raises:
           ValueError: the variant does not apply to `backend`.
@@ -94,6 +128,8 @@ class Variant:
                 f"variant {self.name!r} applies to {', '.join(self.backends)} only, "
                 f"not to the {backend!r} backend"
             )
+        if self.framework != "jax":
+            return {}
         validate_passes(self.passes_for(backend), backend)
         options = self.options_for(backend)
         passes = _merge(env_disabled_passes(), self.passes_for(backend))
@@ -113,6 +149,8 @@ class Variant:
             "backend_passes": {b: list(p) for b, p in self.backend_passes.items()},
             "backend_options": {b: dict(o) for b, o in self.backend_options.items()},
             "remains": self.remains,
+            "framework": self.framework,
+            "torch_compile": None if self.torch_compile is None else dict(self.torch_compile),
         }
 
     @classmethod
@@ -210,6 +248,12 @@ def compose(*parts: str | Variant, name: str | None = None) -> Variant:
     Example: `compose("no-fusion", "no-cuda-graphs")`.
     """
     variants = [get(p) for p in parts]
+    torch_parts = [v.name for v in variants if v.framework != "jax"]
+    if torch_parts:
+        raise ValueError(
+            f"variants {', '.join(torch_parts)} run PyTorch and cannot be composed with others; "
+            "list them as variants of their own"
+        )
     options: dict[str, Any] = {}
     backend_options: dict[str, dict[str, Any]] = {}
     for v in variants:
@@ -308,3 +352,43 @@ def _merge(*lists: Iterable[str]) -> tuple[str, ...]:
 
 
 register(compose("no-fusion", "no-cuda-graphs", name="no-fusion-no-graphs"))
+
+
+# PyTorch twins of the workloads (`xlafuse.torch`): the same models and weights, run by torch.
+TORCH_REMAINS = "no XLA options: the workload's PyTorch twin runs instead (xlafuse.torch)"
+register(
+    Variant(
+        "torch-eager",
+        "the PyTorch twin, eager (one kernel or library call per aten op)",
+        framework="torch",
+        remains=TORCH_REMAINS,
+    )
+)
+register(
+    Variant(
+        "torch-inductor",
+        "the PyTorch twin under torch.compile (Inductor, default mode)",
+        framework="torch",
+        torch_compile={},
+        remains=TORCH_REMAINS,
+    )
+)
+register(
+    Variant(
+        "torch-inductor-max-autotune",
+        'the PyTorch twin under torch.compile(mode="max-autotune") (GEMM and kernel autotuning)',
+        framework="torch",
+        torch_compile={"mode": "max-autotune"},
+        remains=TORCH_REMAINS,
+    )
+)
+register(
+    Variant(
+        "torch-inductor-cudagraphs",
+        'the PyTorch twin under torch.compile(mode="reduce-overhead") (CUDA graphs)',
+        framework="torch",
+        torch_compile={"mode": "reduce-overhead"},
+        backends=("gpu",),
+        remains=TORCH_REMAINS,
+    )
+)

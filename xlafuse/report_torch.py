@@ -1,0 +1,193 @@
+"""The report's "XLA beside PyTorch" section and plot: the same workloads, both frameworks.
+
+Works on record dicts (`CellResult.to_dict()`), so it needs no torch. Per workload with at least
+one torch cell: a table of every variant (XLA and torch) side by side, then one line comparing
+XLA's `default` with `torch-inductor`: kernels per call, modeled bytes, time (device time where
+profiled, else the wall-clock median) and the longest kernels of each, where profiled. Kernel counts
+and bytes carry their basis: on a GPU both frameworks' kernels are profiler device kernels; on
+the CPU XLA counts kernels in its optimized HLO and torch counts Inductor's generated kernel calls
+(or eager's aten ops), so CPU counts compare programs, not launches.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+FRAMEWORKS_PNG = "xla_vs_torch.png"
+XLA_VARIANT = "default"
+TORCH_VARIANT = "torch-inductor"
+
+_COLUMNS = (
+    "framework", "variant", "kernels/call", "modeled MB", "median ms", "device ms",
+    "speedup vs ref", "device speedup", "compile s (cold / warm)", "numerics",
+)  # fmt: skip
+
+
+def _key(r: Mapping[str, Any]) -> str:
+    extra = ",".join(f"{k}={v}" for k, v in sorted((r.get("overrides") or {}).items()))
+    name = f"{r['workload']}{f'[{extra}]' if extra else ''}"
+    return f"{name} / {r['size']} / {r['mode']} / {r.get('dtype')}"
+
+
+def _groups(records: Sequence[Mapping[str, Any]]) -> dict[str, list[Mapping[str, Any]]]:
+    """Workloads that have a torch cell, each with all of its ok records."""
+    groups: dict[str, list[Mapping[str, Any]]] = {}
+    for r in records:
+        if r.get("status") == "ok":
+            groups.setdefault(_key(r), []).append(r)
+    return {k: g for k, g in groups.items() if any(_is_torch(r) for r in g)}
+
+
+def _is_torch(r: Mapping[str, Any]) -> bool:
+    return r.get("framework") == "torch"
+
+
+def frameworks_section(records: Sequence[Mapping[str, Any]]) -> str:
+    """The markdown section, or "" when no record ran a torch variant."""
+    groups = _groups(records)
+    if not groups:
+        return ""
+    lines = ["## XLA beside PyTorch (same models, same weights)", "", _BASIS_NOTE, ""]
+    for key, group in groups.items():
+        lines += [f"### {key}", "", "| " + " | ".join(_COLUMNS) + " |"]
+        lines.append("|" + "---|" * len(_COLUMNS))
+        lines += ["| " + " | ".join(_row(r)) + " |" for r in group]
+        lines += ["", *_verdict(group), ""]
+    bases = sorted({r["kernels_basis"] for g in groups.values() for r in g if r.get("kernels_basis")})
+    byte_bases = sorted(
+        {r["modeled_bytes_basis"] for g in groups.values() for r in g if r.get("modeled_bytes_basis")}
+    )
+    if bases or byte_bases:
+        lines += ["Torch bases: kernels — " + "; ".join(bases or ["-"])]
+        lines += ["; bytes — " + "; ".join(byte_bases or ["-"]), ""]
+    return "\n".join(lines)
+
+
+_BASIS_NOTE = (
+    "XLA rows count kernels in the optimized HLO (a GPU profile where profiled) and model bytes "
+    "from it; torch rows say their basis below. Speedups are against the XLA reference, timed "
+    "by the same functions and rules (paired in alternation where the reference is in process)."
+)
+
+
+def _row(r: Mapping[str, Any]) -> list[str]:
+    kernels = r.get("device_kernels_per_call") or r.get("kernels")
+    cold = r.get("cold_compile_s") or r.get("compile_s")
+    warm = r.get("warm_compile_s")
+    compile_text = _num(cold, spec=".3g") + (f" / {warm:.3g}" if warm is not None else "")
+    return [
+        r.get("framework") or "jax",
+        r["variant"],
+        _num(kernels, spec=".4g"),
+        _num(r.get("modeled_bytes"), 1e-6, ".4g"),
+        _num(r.get("time_median_s"), 1e3, ".4g"),
+        _num(r.get("device_time_s"), 1e3, ".4g"),
+        _speedup(r.get("speedup_vs_reference"), r.get("speedup_verdict")),
+        _speedup(r.get("device_speedup"), r.get("device_speedup_verdict")),
+        compile_text,
+        _numerics(r),
+    ]
+
+
+def _speedup(value: float | None, verdict: str | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.3g}x" + (f" ({verdict})" if verdict else "")
+
+
+def _numerics(r: Mapping[str, Any]) -> str:
+    if r.get("within_tolerance") is None:
+        return "reference" if r["variant"] == r.get("reference") else "-"
+    verdict = "ok" if r["within_tolerance"] else "FLAGGED"
+    return f"{verdict} (max abs {r.get('max_abs_diff') or 0:.2g})"
+
+
+def _num(value: Any, scale: float = 1.0, spec: str = "") -> str:
+    if value is None:
+        return "-"
+    return format(value * scale, spec)
+
+
+def _seconds(r: Mapping[str, Any]) -> tuple[float | None, str]:
+    if r.get("device_time_s"):
+        return r["device_time_s"], "device time"
+    return r.get("time_median_s"), "wall-clock median"
+
+
+def _verdict(group: Sequence[Mapping[str, Any]]) -> list[str]:
+    """One line: where XLA's default launches more kernels or moves more bytes than Inductor."""
+    xla = next((r for r in group if r["variant"] == XLA_VARIANT), None)
+    ind = next((r for r in group if r["variant"] == TORCH_VARIANT), None)
+    if xla is None or ind is None:
+        return []
+    parts = []
+    xk = xla.get("device_kernels_per_call") or xla.get("kernels")
+    ik = ind.get("device_kernels_per_call") or ind.get("kernels")
+    if xk is not None and ik is not None:
+        more = "more" if xk > ik else ("fewer" if xk < ik else "as many")
+        parts.append(f"XLA launches {xk:.4g} kernels per call, {more} than Inductor's {ik:.4g}")
+    xb, ib = xla.get("modeled_bytes"), ind.get("modeled_bytes")
+    if xb and ib:
+        parts.append(f"moves {xb / 1e6:.4g} MB vs {ib / 1e6:.4g} MB ({xb / ib:.2f}x)")
+    (xs, basis), (its, _) = _seconds(xla), _seconds(ind)
+    if xs and its:
+        parts.append(f"{basis} {xs * 1e3:.4g} ms vs {its * 1e3:.4g} ms (Inductor/XLA {its / xs:.2f}x)")
+    lines = [f"**{XLA_VARIANT} vs {TORCH_VARIANT}:** " + "; ".join(parts) + "."] if parts else []
+    for r in (xla, ind):
+        top = r.get("top_kernels")
+        if top:
+            shown = ", ".join(f"`{name[:60]}` {s * 1e6:.1f} us" for name, s in top[:3])
+            lines.append(f"Top kernels ({r['variant']}): {shown}.")
+    return lines
+
+
+def frameworks_plot(records: Sequence[Mapping[str, Any]], path: Path) -> bool:
+    """Speedup over the XLA reference per workload, XLA and torch variants side by side.
+
+    Device speedups where every plotted cell has one (GPU profiles), else wall clock.
+    Returns False (nothing written) when no workload has a torch cell.
+    """
+    groups = _groups(records)
+    rows = [r for g in groups.values() for r in g]
+    if not rows:
+        return False
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    device = all(r.get("device_speedup") is not None or r["variant"] == r.get("reference") for r in rows)
+    field = "device_speedup" if device else "speedup_vs_reference"
+    variants = list(dict.fromkeys(r["variant"] for r in rows))
+    workloads = list(groups)
+    width = 0.8 / len(variants)
+    fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(workloads) * len(variants) / 2), 4))
+    for i, variant in enumerate(variants):
+        values = []
+        for key in workloads:
+            r = next((x for x in groups[key] if x["variant"] == variant), None)
+            value = None if r is None else (1.0 if variant == r.get("reference") else r.get(field))
+            values.append(np.nan if value is None else value)
+        torch_variant = any(_is_torch(r) for r in rows if r["variant"] == variant)
+        ax.bar(
+            np.arange(len(workloads)) + i * width,
+            values,
+            width,
+            label=variant,
+            hatch="//" if torch_variant else None,
+        )
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.set_yscale("log")
+    ax.set_xticks(np.arange(len(workloads)) + width * (len(variants) - 1) / 2)
+    ax.set_xticklabels([k.replace(" / ", "\n") for k in workloads], fontsize=7)
+    basis = "device time" if device else "wall clock"
+    ax.set_ylabel(f"speedup vs XLA reference ({basis}, log)")
+    ax.set_title("XLA and PyTorch (hatched) on the same models")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True

@@ -1,0 +1,323 @@
+"""One torch cell of an experiment: the twin timed, counted and judged like an XLA cell.
+
+What each figure means here (recorded with its basis, `kernels_basis` and `modeled_bytes_basis`):
+- compile_s: the first call's seconds under `torch.compile` (Dynamo trace, AOTAutograd, Inductor
+  codegen, the C++ or Triton compile), with an empty Inductor cache folder: a cold compile. With
+  `measure.cold_start`, warm_compile_s is the first call after `torch._dynamo.reset()` with that
+  folder filled (Inductor's FX graph cache), cache_hit whether the FX graph cache answered.
+  Eager cells have no compile (compile_s None).
+- kernels per call: on a GPU, the device kernels the torch profiler sees per call (memcpy and
+  memset included, as XLA's profile counts them). On the CPU: for Inductor, the kernel calls in
+  its generated wrapper code (`cpp_fused_*` loops plus library `extern_kernels.*` / aten
+  fallbacks: each runs once per call); for eager, the non-view aten ops dispatched in one call
+  (each is one kernel, or one library call, of torch's CPU backend).
+- modeled_bytes: for Inductor, its own estimate (`GraphLowering.count_bytes`: the bytes each
+  generated kernel reads and writes, summed over the graphs of a call); for eager, the input and
+  output tensor bytes of every non-view aten op of one call.
+- timing: `xlafuse.measure.timing`, the XLA cells' functions and settings; paired with the XLA
+  reference (timed in alternation) when it is in this process, as for an XLA variant.
+- numerics: the first call (a train step from the Flax workload's initial state) against the
+  XLA reference's outputs, by `xlafuse.numerics.judge_workload`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import re
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from xlafuse.measure import timing
+from xlafuse.measure.profile import DeviceProfile
+from xlafuse.measure.stats import speedup_interval
+from xlafuse.numerics import judge_workload
+from xlafuse.torch.program import TorchProgram, build_program, host_outputs, synchronize
+
+PAIRED = "paired wall clock (timed in alternation with the reference)"
+UNPAIRED = "unpaired wall clock (timed apart from the reference)"
+TOP_KERNELS = 5
+_METRICS_LOG = "torch._inductor.compile_fx.__inductor_metrics"
+# A kernel call in Inductor's generated wrapper (CPU loops, Triton launches, library calls).
+_KERNEL_CALL = re.compile(
+    r"^\s+(?:cpp_fused_\w+|triton_\w+\.run|extern_kernels\.\w+|aten\.\w+(?:\.\w+)?"
+    r"|torch\.ops\.\w+\.\w+(?:\.\w+)?)\(",
+    re.MULTILINE,
+)
+
+BASIS = {
+    ("cpu", "eager"): "aten ops dispatched per call (non-view), CPU",
+    ("cpu", "inductor"): "kernel calls in Inductor's generated wrapper code, CPU",
+    ("cuda", "eager"): "device kernels per call, torch profiler",
+    ("cuda", "inductor"): "device kernels per call, torch profiler",
+}
+BYTES_BASIS = {
+    "eager": "input + output tensor bytes of each non-view aten op of one call",
+    "inductor": "Inductor's count_bytes: bytes read + written by each generated kernel",
+}
+
+
+def measure_cell(
+    workload: Any,
+    variant: Any,
+    request: Any,
+    reference: Any,
+    cold_start: bool = False,
+) -> dict[str, Any]:
+    """Measure a torch variant's cell; the runner's record fields.
+
+    Args:
+      workload: the `xlafuse.models.Workload`.
+      variant: the resolved `xlafuse.variants.Variant` (framework "torch").
+      request: the runner's `MeasureRequest` (timing settings, train, profile calls).
+      reference: the runner's reference holder (compiled XLA program, outputs, timing, profile).
+      cold_start: also compile again from Inductor's filled cache (warm_compile_s).
+
+    Returns:
+      Record fields: compile and kernel figures, numerics, timing, speedups, device profile.
+    """
+    torch._dynamo.reset()
+    kind = "eager" if variant.torch_compile is None else "inductor"
+    with _fresh_inductor_cache() as cache:
+        program = build_program(workload, variant.torch_compile)
+        fields: dict[str, Any] = {}
+        out, counted = _first_call(program, kind)
+        fields.update(counted)
+        outputs = host_outputs(program, workload, out)
+        if reference.outputs is not None:
+            diff = judge_workload(workload, reference.outputs, outputs)
+            fields.update(
+                max_abs_diff=diff.max_abs_diff,
+                max_rel_diff=diff.max_rel_diff,
+                within_tolerance=diff.within_tolerance,
+                numerics_worst_part=diff.worst_part,
+            )
+        if reference.error:
+            fields["reference_error"] = reference.error
+        fields.update(_count_eager(program, kind))
+        fields.update(_timed(program, workload, request, reference))
+        if request.profile_calls and program.device.type == "cuda":
+            fields.update(_profiled(program, request, reference))
+        if cold_start and kind == "inductor":
+            fields.update(_warm_compile(workload, variant, fields["compile_s"], cache))
+    return fields
+
+
+@contextlib.contextmanager
+def _fresh_inductor_cache() -> Iterator[str]:
+    """An empty Inductor (and Triton) cache folder for this cell, removed afterwards."""
+    old = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    folder = tempfile.mkdtemp(prefix="xlafuse-inductor-")
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = folder
+    try:
+        yield folder
+    finally:
+        if old is None:
+            os.environ.pop("TORCHINDUCTOR_CACHE_DIR", None)
+        else:
+            os.environ["TORCHINDUCTOR_CACHE_DIR"] = old
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _first_call(program: TorchProgram, kind: str) -> tuple[Any, dict[str, Any]]:
+    """The first call (the compile, under Inductor) with its outputs and Inductor's counts."""
+    if kind == "eager":
+        out = program.call(*program.args)
+        synchronize(program.device)
+        return out, {}
+    from torch._inductor import metrics
+    from torch._inductor.utils import run_and_get_code
+
+    metrics.reset()
+    start = time.perf_counter()
+    with _inductor_metrics():
+        out, codes = run_and_get_code(program.call, *program.args)
+        synchronize(program.device)
+    fields: dict[str, Any] = {"compile_s": time.perf_counter() - start}
+    fields["modeled_bytes"] = int(metrics.num_bytes_accessed) or None
+    fields["modeled_bytes_basis"] = BYTES_BASIS["inductor"] if fields["modeled_bytes"] else None
+    fields["generated_kernels"] = int(metrics.generated_kernel_count)
+    if program.device.type == "cpu":
+        fields["kernels"] = wrapper_kernel_calls(codes)
+        fields["kernels_basis"] = BASIS[("cpu", "inductor")]
+    return out, fields
+
+
+def wrapper_kernel_calls(codes: list[str]) -> int:
+    """Kernel calls in Inductor's generated wrapper modules (one per kernel launch per call)."""
+    total = 0
+    for code in codes:
+        body = code[code.find("def call(") :] if "def call(" in code else code
+        total += len(_KERNEL_CALL.findall(body))
+    return total
+
+
+@contextlib.contextmanager
+def _inductor_metrics() -> Iterator[None]:
+    """Let Inductor count each graph's bytes (it does so only when its metrics log is on)."""
+    log = logging.getLogger(_METRICS_LOG)
+    saved = (log.level, log.propagate)
+    handler = logging.NullHandler()
+    log.setLevel(logging.INFO)
+    log.propagate = False
+    log.addHandler(handler)
+    try:
+        yield
+    finally:
+        log.removeHandler(handler)
+        log.setLevel(saved[0])
+        log.propagate = saved[1]
+
+
+class _OpCounter(TorchDispatchMode):
+    """Counts the non-view aten ops dispatched and the bytes of their tensor operands."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops = 0
+        self.bytes = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if not func.is_view and func._schema.name not in ("aten::detach", "aten::alias"):
+            self.ops += 1
+            self.bytes += _tensor_bytes(args) + _tensor_bytes(kwargs) + _tensor_bytes(out)
+        return out
+
+
+def _tensor_bytes(tree: Any) -> int:
+    leaves = torch.utils._pytree.tree_leaves(tree)
+    return sum(t.numel() * t.element_size() for t in leaves if isinstance(t, torch.Tensor))
+
+
+def _count_eager(program: TorchProgram, kind: str) -> dict[str, Any]:
+    """Ops and bytes of one eager call (a kernel count on the CPU; bytes on every device)."""
+    if kind != "eager":
+        return {}
+    counter = _OpCounter()
+    with counter:
+        program.call(*program.args)
+    synchronize(program.device)
+    fields: dict[str, Any] = {
+        "modeled_bytes": counter.bytes,
+        "modeled_bytes_basis": BYTES_BASIS["eager"],
+    }
+    if program.device.type == "cpu":
+        fields["kernels"] = counter.ops
+        fields["kernels_basis"] = BASIS[("cpu", "eager")]
+    return fields
+
+
+def _advance(program: TorchProgram):
+    return timing.thread_state if program.train else timing.same_args
+
+
+def _timed(program: TorchProgram, workload, request, reference) -> dict[str, Any]:
+    """Timing (paired with the in-process XLA reference when there is one) and speedups."""
+    advance = _advance(program)
+    fields: dict[str, Any] = {}
+    ref = reference.compiled
+    if ref is not None and ref.measured is None:
+        ref_advance = timing.thread_state if request.train else timing.same_args
+        if ref_advance is not advance:  # pragma: no cover - both follow the workload's mode
+            raise ValueError("the reference and the torch twin advance differently")
+        measured, speedup = timing.measure_pair(
+            ref, workload.fresh_args(), program.call, program.args, request.settings, advance
+        )
+        basis = PAIRED
+    else:
+        measured = timing.measure(program.call, program.args, request.settings, advance)
+        speedup, basis = None, UNPAIRED
+        ref_timing = reference.timing
+        if ref_timing is not None and ref_timing.samples_s:
+            speedup = speedup_interval(ref_timing.samples_s, measured.samples_s)
+    fields.update(measured.to_dict())
+    if speedup is not None:
+        fields.update(
+            speedup_vs_reference=speedup.speedup,
+            speedup_ci=list(speedup.ci),
+            speedup_verdict=speedup.verdict,
+            speedup_basis=basis,
+        )
+    return fields
+
+
+def profile_device(program: TorchProgram, calls: int) -> DeviceProfile:
+    """Device kernels and their time per call from the torch profiler (CUDA only)."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    args, advance = program.args, _advance(program)
+    synchronize(program.device)
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            out = program.call(*args)
+            args = advance(args, out)
+        synchronize(program.device)
+    events = [e for e in prof.events() if e.device_type == DeviceType.CUDA]
+    events.sort(key=lambda e: e.time_range.start)
+    durations = [e.time_range.elapsed_us() * 1e-6 for e in events]
+    per_call: tuple[float, ...] = ()
+    if events and len(events) % calls == 0:
+        n = len(events) // calls
+        per_call = tuple(sum(durations[i * n : (i + 1) * n]) for i in range(calls))
+    totals: dict[str, float] = {}
+    for e, d in zip(events, durations, strict=True):
+        totals[e.name] = totals.get(e.name, 0.0) + d / calls
+    top = sorted(totals.items(), key=lambda kv: -kv[1])[:TOP_KERNELS]
+    return DeviceProfile(
+        device_time_s=sum(durations) / calls,
+        device_kernels_per_call=len(events) / calls,
+        calls=calls,
+        top_kernels=tuple(top),
+        per_call_s=per_call,
+    )
+
+
+def _profiled(program: TorchProgram, request, reference) -> dict[str, Any]:
+    profile = profile_device(program, request.profile_calls)
+    fields: dict[str, Any] = {
+        "device_time_s": profile.device_time_s,
+        "device_kernels_per_call": profile.device_kernels_per_call,
+        "top_kernels": [list(k) for k in profile.top_kernels],
+        "kernels": round(profile.device_kernels_per_call),
+        "kernels_basis": BASIS[("cuda", "eager")],
+    }
+    ref = reference.profile
+    if ref is not None and ref.per_call_s and profile.per_call_s:
+        if min(ref.per_call_s) > 0 and min(profile.per_call_s) > 0:
+            result = speedup_interval(ref.per_call_s, profile.per_call_s)
+            fields.update(
+                device_speedup=result.speedup,
+                device_speedup_ci=list(result.ci),
+                device_speedup_verdict=result.verdict,
+            )
+    return fields
+
+
+def _warm_compile(workload, variant, cold_s: float, cache: str) -> dict[str, Any]:
+    """The compile again, after `torch._dynamo.reset()`, from the filled cache folder."""
+    from torch._dynamo.utils import counters
+
+    del cache  # the folder is still TORCHINDUCTOR_CACHE_DIR: that is the point
+    torch._dynamo.reset()
+    hits = counters["inductor"]["fxgraph_cache_hit"]
+    program = build_program(workload, variant.torch_compile)
+    start = time.perf_counter()
+    program.call(*program.args)
+    synchronize(program.device)
+    warm = time.perf_counter() - start
+    hit = counters["inductor"]["fxgraph_cache_hit"] > hits
+    return {
+        "cold_compile_s": cold_s,
+        "warm_compile_s": warm,
+        "cache_hit": hit,
+        "cache_speedup": cold_s / warm if warm else None,
+    }
