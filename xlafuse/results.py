@@ -53,7 +53,8 @@ class CellResult:
     Derived: speedup_vs_reference (reference median / this median; 1.0 for the reference)
     with speedup_ci (95% bootstrap interval), speedup_verdict ("faster", "slower", "same": see
     `xlafuse.measure.stats`) and speedup_basis (paired: timed in alternation with the
-    reference; unpaired: apart); on GPU with profiling, device_speedup, device_speedup_ci and
+    reference; unpaired: apart), reference_time_median_s (the reference's median over the
+    same rounds when paired); on GPU with profiling, device_speedup, device_speedup_ci and
     device_speedup_verdict from per-call kernel time; host_s_per_call (host time to issue one
     pipelined call) and host_bound (pipelined time > 1.15 x device time);
     items_per_s (per wall median), achieved_bytes_per_s and tflops (modeled bytes or flops per
@@ -114,6 +115,7 @@ class CellResult:
     device_time_s: float | None = None
     device_kernels_per_call: float | None = None
     speedup_vs_reference: float | None = None
+    reference_time_median_s: float | None = None
     speedup_ci: tuple[float, float] | None = None
     speedup_verdict: str | None = None
     speedup_basis: str | None = None

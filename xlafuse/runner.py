@@ -40,7 +40,7 @@ from xlafuse.results import CellResult, append_result, cell_id
 
 PROFILE_CALLS = 10
 HOST_BOUND = 1.15  # pipelined time above this x device time: the host sets the pace
-PAIRED = "paired wall clock (timed in alternation with the reference)"
+PAIRED = "paired wall clock (rounds alternating with the reference; fastest call per round)"
 UNPAIRED = "unpaired wall clock (timed apart from the reference)"
 
 
@@ -307,8 +307,9 @@ def _measure(run: _Run, variant: VariantConfig, workload, reference: _Reference)
     if is_reference:
         reference.timing, reference.profile = measured, profile
     if speedup is not None:
-        result, basis = speedup
+        result, basis, reference_median = speedup
         fields.update(
+            reference_time_median_s=reference_median,
             speedup_vs_reference=result.speedup,
             speedup_ci=list(result.ci),
             speedup_verdict=result.verdict,
@@ -327,7 +328,7 @@ def _measure(run: _Run, variant: VariantConfig, workload, reference: _Reference)
 
 
 def _time(run: _Run, compiled, workload, reference: _Reference, is_reference: bool):
-    """(Timing, Speedup or None, DeviceProfile or None) of one cell.
+    """(Timing, (Speedup, basis, reference median) or None, DeviceProfile or None) of a cell.
 
     In-process variants are timed in alternation with the reference's program (`measure_pair`):
     a paired speedup. A variant measured in its child process, or a cell whose reference could
@@ -344,7 +345,7 @@ def _time(run: _Run, compiled, workload, reference: _Reference, is_reference: bo
         pair = not is_reference and reference.compiled is not None
         pair = pair and reference.compiled.measured is None
         if pair:
-            measured, speedup = timing.measure_pair(
+            measured, reference_timing, speedup = timing.measure_pair(
                 reference.compiled,
                 workload.fresh_args(),
                 compiled,
@@ -352,13 +353,15 @@ def _time(run: _Run, compiled, workload, reference: _Reference, is_reference: bo
                 request.settings,
                 advance,
             )
-            return measured, (speedup, PAIRED), _profile(compiled, workload, request, advance)
+            speedup_info = (speedup, PAIRED, reference_timing.time_median_s)
+            return measured, speedup_info, _profile(compiled, workload, request, advance)
         measured = timing.measure(compiled, workload.fresh_args(), request.settings, advance)
         profile = _profile(compiled, workload, request, advance)
     speedup = None
     ref_timing = reference.timing
     if not is_reference and ref_timing is not None and ref_timing.samples_s:
-        speedup = (speedup_interval(ref_timing.samples_s, measured.samples_s), UNPAIRED)
+        result = speedup_interval(ref_timing.samples_s, measured.samples_s)
+        speedup = (result, UNPAIRED, ref_timing.time_median_s)
     return measured, speedup, profile
 
 
