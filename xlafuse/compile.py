@@ -139,6 +139,16 @@ def compile_workload(workload, variant, measure: MeasureRequest | None = None) -
     return compile_variant(workload.fn, workload.args, {}, variant, jit_kwargs, measure)
 
 
+def unoptimized_hlo(workload) -> str:
+    """The workload's program before XLA's optimizations, as `compile_workload` lowers it.
+
+    HLO text with source locations (`debug_info=True`): what `xlafuse.explain` traces to kernels.
+    """
+    jit_kwargs = {"donate_argnums": workload.donate_argnums} if workload.donate_argnums else {}
+    lowered = jax.jit(workload.fn, **jit_kwargs).lower(*workload.args)
+    return lowered.as_text(dialect="hlo", debug_info=True)
+
+
 def compile_variant(
     fn: Callable,
     args: Sequence,

@@ -78,16 +78,14 @@ def compile_for_explain(
     import jax
 
     from xlafuse import models
-    from xlafuse.compile import compile_workload
+    from xlafuse.compile import compile_workload, unoptimized_hlo
     from xlafuse.variants import get as get_variant
 
     work = models.build(workload, size=size, mode=mode)
     jit_kwargs = {"donate_argnums": work.donate_argnums} if work.donate_argnums else {}
     backend = jax.default_backend()
     chosen = {v: get_variant(v) for v in variants}  # unknown names fail before any compile
-    unoptimized = (
-        jax.jit(work.fn, **jit_kwargs).lower(*work.args).as_text(dialect="hlo", debug_info=True)
-    )
+    unoptimized = unoptimized_hlo(work)
     optimized, dumps = {}, {}
     for name, variant in chosen.items():
         if backend != "gpu" or variant.process_flags:

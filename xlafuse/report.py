@@ -11,6 +11,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from xlafuse.explain_text import missed_fusions_markdown
 from xlafuse.measure.graphs import SKIP_NOTE as GRAPHS_SKIPPED
 from xlafuse.report_coldstart import (
     coldstart_plot,
@@ -64,7 +65,7 @@ def render_markdown(
         lines += [f"_{skipped}_", ""]
     lines += _environment(records) + _ceilings(records) + [READING_NOTES, ""]
     for key, group in _by_workload(records).items():
-        lines += [f"## {key}", "", *_table(group), ""]
+        lines += [f"## {key}", "", *_table(group), "", *_missed(group)]
     lines += _errors(records)
     lines += _cold_start_and_graphs(records)
     if plots:
@@ -173,6 +174,16 @@ def _row(r: CellResult) -> list[str]:
         _fmt(r.compile_s, 1, ".2f"),
         _numerics(r),
     ]
+
+
+def _missed(group: Sequence[CellResult]) -> list[str]:
+    """The top missed fusions of the group's default cell, when it recorded them."""
+    summary = next((r.missed_fusions for r in group if r.ok and r.missed_fusions), None)
+    if not summary:
+        return []
+    if "error" in summary:
+        return [f"Missed fusions could not be traced: {summary['error']}", ""]
+    return [*missed_fusions_markdown(summary), ""]
 
 
 def speedup_text(speedup: float | None, verdict: str | None) -> str:

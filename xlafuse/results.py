@@ -64,6 +64,8 @@ class CellResult:
     max_abs_diff, max_rel_diff, within_tolerance (forward outputs; for a train step the loss,
     gradient, batch statistics and updated parameters), numerics_worst_part; reference_error
     when the reference could not be compiled again on resume (then no numerics check).
+    missed_fusions: for the "default" variant, the largest kernel boundaries of its program
+    (`xlafuse.explain.missed_fusions`: top 5 by modeled bytes).
     Cold start (with `measure.cold_start`, fresh processes): import_s, cold_compile_s (empty
     persistent cache), warm_compile_s (filled cache), cache_hit, cache_entries, cache_speedup,
     first_call_s, steady_call_s, aot_export_s, aot_load_s (deserialize + compile + first call).
@@ -136,6 +138,7 @@ class CellResult:
     max_rel_diff: float | None = None
     within_tolerance: bool | None = None
     numerics_worst_part: str | None = None
+    missed_fusions: Mapping[str, Any] | None = None
     reference_error: str | None = None
     import_s: float | None = None
     cold_compile_s: float | None = None

@@ -26,9 +26,10 @@ import jax
 
 from xlafuse import models
 from xlafuse import results as results_lib
-from xlafuse.compile import MeasureRequest, compile_workload
+from xlafuse.compile import MeasureRequest, compile_workload, unoptimized_hlo
 from xlafuse.config import ExperimentConfig, VariantConfig, WorkloadConfig, load_config
 from xlafuse.errors import XlafuseError
+from xlafuse.explain import missed_fusions
 from xlafuse.measure import timing
 from xlafuse.measure.calibrate import Ceilings, calibrate
 from xlafuse.measure.coldstart import measure_cold_start
@@ -39,6 +40,8 @@ from xlafuse.report import speedup_text, write_report
 from xlafuse.results import CellResult, append_result, cell_id
 
 PROFILE_CALLS = 10
+MISSED_FUSIONS_VARIANT = "default"  # the program whose missed fusions the report lists
+MISSED_FUSIONS_TOP = 5
 HOST_BOUND = 1.15  # pipelined time above this x device time: the host sets the pace
 PAIRED = "paired wall clock (rounds alternating with the reference; fastest call per round)"
 UNPAIRED = "unpaired wall clock (timed apart from the reference)"
@@ -321,6 +324,8 @@ def _measure(run: _Run, variant: VariantConfig, workload, reference: _Reference)
         fields.update(_device_speedup(profile, reference.profile, is_reference))
     if run.config.measure.cold_start:
         fields.update(_cold_start_fields(workload, variant))
+    if variant.name == MISSED_FUSIONS_VARIANT:
+        fields["missed_fusions"] = _missed_fusions(workload, compiled)
     fields.update(_derived(run, workload, fields))
     if is_reference:
         fields["speedup_vs_reference"] = 1.0
@@ -363,6 +368,17 @@ def _time(run: _Run, compiled, workload, reference: _Reference, is_reference: bo
         result = speedup_interval(ref_timing.samples_s, measured.samples_s)
         speedup = (result, UNPAIRED, ref_timing.time_median_s)
     return measured, speedup, profile
+
+
+def _missed_fusions(workload, compiled) -> dict[str, Any]:
+    """The top kernel boundaries of the default program (`xlafuse.explain.missed_fusions`).
+
+    A failure is recorded in the summary, never lost and never fatal to the cell.
+    """
+    try:
+        return missed_fusions(unoptimized_hlo(workload), compiled.hlo_text, top=MISSED_FUSIONS_TOP)
+    except Exception as err:
+        return {"error": f"{type(err).__name__}: {str(err).strip().splitlines()[:1]}"}
 
 
 def _profile(compiled, workload, request: MeasureRequest, advance):
