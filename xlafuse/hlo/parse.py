@@ -1,10 +1,18 @@
-"""Optimized HLO text -> frozen dataclasses (module, computation, instruction, shape).
+"""HLO text -> frozen dataclasses (module, computation, instruction, shape).
 
-Reads what `Compiled.as_text()` prints and what `--xla_dump_to` writes (`*after_optimizations.txt`):
-the `HloModule` header, the `FileNames`/`FunctionNames`/`FileLocations`/`StackFrames` tables, and the
-computations with one instruction per line. The parser is line-oriented with precompiled regexes,
-so it is linear in the size of the text; brackets are only scanned token by token (quoted strings
-skipped whole) inside one instruction. A constant whose literal spans several lines is joined.
+Reads what XLA reads: what `Compiled.as_text()` prints, what `--xla_dump_to` writes
+(`*after_optimizations.txt`, with its `FileNames`/`FunctionNames`/`FileLocations`/`StackFrames`
+tables), and HLO written by hand as in XLA's own tests. As in XLA's own lexer, line breaks are
+only whitespace: an instruction, shape, attribute list or header may run over several lines, a
+computation may sit on one line, and `//` and `/* */` comments may appear between any two tokens.
+Also read: instructions without a shape (XLA infers it; here the shape is unknown, `Shape.sized`
+is False), nested operands (`add(p, f32[] constant(1))`, named `constant.anon` as XLA names
+them), buffer types `b(f32[8])`, unbounded dims `f32[?,784]`, a module without `ENTRY` (the last
+computation is the entry) and `}, execution_thread="host"` after a computation.
+
+Speed: a whole-text scanner with regexes anchored at a position. An instruction on one line in
+the form XLA prints is matched by one regex (the fast path); anything else goes through the
+general token-by-token path, which accepts the forms above. Attributes are split on first use.
 
 Malformed text raises `HloParseError` naming the line and the reason; no other exception escapes.
 """
@@ -13,8 +21,9 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from types import MappingProxyType
 
 from xlafuse.errors import HloParseError
@@ -22,7 +31,7 @@ from xlafuse.errors import HloParseError
 # Bits per element. Sub-byte types are packed: bytes = ceil(bits * elements / 8).
 DTYPE_BITS: Mapping[str, int] = MappingProxyType(
     {
-        "pred": 8, "token": 0,
+        "pred": 8, "token": 0, "opaque": 0,
         "s1": 1, "s2": 2, "s4": 4, "s8": 8, "s16": 16, "s32": 32, "s64": 64,
         "u1": 1, "u2": 2, "u4": 4, "u8": 8, "u16": 16, "u32": 32, "u64": 64,
         "f16": 16, "bf16": 16, "f32": 32, "f64": 64, "c64": 64, "c128": 128,
@@ -30,21 +39,44 @@ DTYPE_BITS: Mapping[str, int] = MappingProxyType(
         "f8e4m3fnuz": 8, "f8e4m3b11fnuz": 8, "f8e5m2": 8, "f8e5m2fnuz": 8,
     }
 )  # fmt: skip
+UNKNOWN_DTYPE = "?"  # the dtype of an instruction printed without a shape
 
-_ARRAY = re.compile(r"\s*([a-z][a-z0-9]*)\[([^\]]*)\](\{[^{}]*\})?")
+_NAME = r"[^\s=,(){}\[\]%#\"/:;<>]+"
+# One instruction on one line as XLA prints it: ROOT, name, shape, opcode, operands, the rest.
+_FAST = re.compile(
+    r"(ROOT[ \t]+)?%?([A-Za-z_][\w.\-]*)[ \t]*=[ \t]*"
+    r"([a-z][a-z0-9]*\[[^\]\n]*\](?:\{[^{}\n]*\})?|\((?:[^()\n]|\([^()\n]*\))*\))[ \t]+"
+    r"([a-z][a-z0-9_\-]*)\(([^()\"\n]*)\)([^\n]*)"
+)
+_FAST_REF = (
+    r"[ \t]*(?:[a-z][a-z0-9]*\[[^\]]*\](?:\{[^{}]*\})?[ \t]+)?%?([A-Za-z_][\w.\-]*)(?:#(\d+))?"
+)
+_FAST_OPERANDS = re.compile(rf"(?:{_FAST_REF}[ \t]*,)*{_FAST_REF}[ \t]*")
+_FAST_REF_ALL = re.compile(_FAST_REF)
+_ATTR_START = re.compile(r",[ \t]*[A-Za-z_][\w.\-]*[ \t]*=")
+_WS = re.compile(r"(?:\s+|//[^\n]*|/\*.*?\*/)*", re.S)
+_GROUP_TOK = re.compile(r'"(?:[^"\\]|\\.)*"|//[^\n]*|/\*.*?\*/|[(){}\[\]]', re.S)
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.S)
+_BARE = re.compile(r"[^\s,{}()\[\]\"]+")
+_WORD = re.compile(rf"%?({_NAME})")
+_KEY = re.compile(r"([A-Za-z_][\w.\-]*)\s*=")
+_INSTR_HEAD = re.compile(rf"(ROOT\b\s*)?%?({_NAME})\s*=")
+_NESTED_HEAD = re.compile(  # an instruction (not `key=value`) opening an inline computation
+    rf"(?:ROOT\s+)?%?{_NAME}\s*=\s*(?:[a-z][a-z0-9]*\[|\(|[a-z][a-z0-9_\-]*\s*\()"
+)
+_OPCODE = re.compile(r"([a-z][a-z0-9_\-]*)\s*\(")
+_OPERAND_REF = re.compile(rf"%?({_NAME})(?:#(\d+))?")
+_ARRAY = re.compile(r"([a-z][a-z0-9]*)\[([^\]]*)\](\{[^{}]*\})?")
 _STATIC_DIMS = re.compile(r"(?:\d+(?:,\d+)*)?")
-_ATTR_SPLIT = re.compile(r",\s*(?=[A-Za-z_][\w.\-]*=)")
-_COMMENT = re.compile(r"\s*(?:/\*.*?\*/\s*)*")
-_INSTR = re.compile(r"\s*(ROOT\s+)?%?([^\s=,(){}]+)\s*=\s*")
-_OPCODE = re.compile(r"\s*([a-z][a-z0-9_\-]*)\(")
-_PAREN_TOK = re.compile(r'"(?:[^"\\]|\\.)*"|[()]')
+_ATTR_SPLIT = re.compile(r",\s*(?=[A-Za-z_][\w.\-]*\s*=)")
 _ATTR_TOK = re.compile(r'"(?:[^"\\]|\\.)*"|[{}()\[\],]')
-_OPERAND = re.compile(r"%([^\s,(){}\[\]#]+)(?:#(\d+))?")
-_COMP_HEADER = re.compile(r"(ENTRY\s+)?%?([^\s(]+)\s*(?:\(|\{)")
-_TABLE_NAME = re.compile(r"(FileNames|FunctionNames|FileLocations|StackFrames)\s*$")
-_TABLE_ROW = re.compile(r"\s*(\d+)\s+(.*?)\s*$")
+_ZERO_SUFFIX = re.compile(r"\.0\d*$", re.M)  # `x.0`, `x.01`: numbered as `x`, `x.1` by XLA
+_COMMENTS = re.compile(r'("(?:[^"\\]|\\.)*")|//[^\n]*|/\*.*?\*/', re.S)
+_TABLE = re.compile(r"(FileNames|FunctionNames|FileLocations|StackFrames)[ \t\r]*(?:\n|$)")
+_TABLE_ROW = re.compile(r"[ \t]*(\d+)[ \t]+([^\n]*?)[ \t\r]*(?:\n|$)")
 _KV_INT = re.compile(r"(\w+)=(-?\d+)")
 _QUOTED = re.compile(r'"((?:[^"\\]|\\.)*)"')
+_META = re.compile(r"metadata=\{([^{}]*)\}")
 _META_STR = re.compile(r'(op_name|source_file)="((?:[^"\\]|\\.)*)"')
 _META_INT = re.compile(r"(source_line|stack_frame_id)=(\d+)")
 _COMP_REF = re.compile(r"%?([^\s,{}%]+)")
@@ -60,7 +92,12 @@ _LITERAL_OPCODES = frozenset({"constant", "parameter"})
 
 @dataclass(frozen=True)
 class Shape:
-    """An HLO shape: an array (`dtype`, `dims`) or a tuple (`tuple_shapes`, dtype None)."""
+    """An HLO shape: an array (`dtype`, `dims`) or a tuple (`tuple_shapes`, dtype None).
+
+    An unbounded dim (`f32[?,784]`) is -1 (and dynamic); an instruction printed without a shape
+    has dtype "?" (`UNKNOWN_DTYPE`). Neither can be sized: `sized` is False, sizes are 0.
+    A buffer type `b(f32[8])` is read as the array it holds.
+    """
 
     dtype: str | None
     dims: tuple[int, ...] = ()
@@ -72,16 +109,23 @@ class Shape:
     def is_tuple(self) -> bool:
         return self.dtype is None
 
-    @property
+    @cached_property
+    def sized(self) -> bool:
+        """Whether the byte size is known: a known dtype, no unbounded dim (all leaves)."""
+        if self.is_tuple:
+            return all(s.sized for s in self.tuple_shapes)
+        return self.dtype in DTYPE_BITS and all(d >= 0 for d in self.dims)
+
+    @cached_property
     def num_elements(self) -> int:
-        """Elements of an array (dynamic dims at their bound); sum over leaves for a tuple."""
+        """Elements (dynamic dims at their bound; 0 when not `sized`); a tuple sums its leaves."""
         if self.is_tuple:
             return sum(s.num_elements for s in self.tuple_shapes)
-        return math.prod(self.dims)
+        return math.prod(self.dims) if self.sized else 0
 
-    @property
+    @cached_property
     def byte_size(self) -> int:
-        """Bytes in memory: packed sub-byte types round up; a tuple is the sum of its leaves."""
+        """Bytes in memory: packed sub-byte types round up; a tuple sums its leaves; 0 if unsized."""
         if self.is_tuple:
             return sum(s.byte_size for s in self.tuple_shapes)
         return (DTYPE_BITS.get(self.dtype, 0) * self.num_elements + 7) // 8
@@ -95,11 +139,53 @@ class Shape:
     def __str__(self) -> str:
         if self.is_tuple:
             return "(" + ", ".join(str(s) for s in self.tuple_shapes) + ")"
+        if self.dtype == UNKNOWN_DTYPE:
+            return UNKNOWN_DTYPE
         dynamic = self.dynamic or (False,) * len(self.dims)
         dims = ",".join(
-            f"<={d}" if dyn else str(d) for d, dyn in zip(self.dims, dynamic, strict=True)
+            "?" if d < 0 else f"<={d}" if dyn else str(d)
+            for d, dyn in zip(self.dims, dynamic, strict=True)
         )
         return f"{self.dtype}[{dims}]{self.layout or ''}"
+
+
+UNKNOWN_SHAPE = Shape(UNKNOWN_DTYPE)
+
+
+class _Attributes(Mapping):
+    """Attribute name -> raw value text, split from the instruction's text on first use."""
+
+    __slots__ = ("_items", "_text")
+
+    def __init__(self, text: str = "", items: dict[str, str] | None = None):
+        self._text = text
+        self._items = items
+
+    def _dict(self) -> dict[str, str]:
+        if self._items is None:
+            self._items = _split_attributes(self._text)
+        return self._items
+
+    def __getitem__(self, key: str) -> str:
+        return self._dict()[key]
+
+    def get(self, key: str, default=None):
+        return self._dict().get(key, default)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._dict()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._dict())
+
+    def __len__(self) -> int:
+        return len(self._dict())
+
+    def __repr__(self) -> str:
+        return repr(self._dict())
+
+
+_NO_ATTRIBUTES = _Attributes("", {})
 
 
 @dataclass(frozen=True)
@@ -156,6 +242,16 @@ class Instruction:
         return m.group(1) if m else None
 
 
+_FIELDS = tuple(f for f in Instruction.__dataclass_fields__)
+
+
+def _instruction(*values) -> Instruction:
+    """Builds an Instruction without the frozen dataclass's per-field __setattr__ (hot path)."""
+    instr = object.__new__(Instruction)
+    instr.__dict__.update(zip(_FIELDS, values, strict=True))
+    return instr
+
+
 @dataclass(frozen=True)
 class Computation:
     """A named list of instructions in printed order; the entry computation has is_entry."""
@@ -163,6 +259,7 @@ class Computation:
     name: str
     instructions: tuple[Instruction, ...]
     is_entry: bool = False
+    execution_thread: str | None = None
     _index: Mapping[str, Instruction] = field(
         init=False, repr=False, compare=False, hash=False, default_factory=dict
     )
@@ -218,14 +315,15 @@ class HloModule:
 
 
 def parse_hlo(text: str, source: str | None = None) -> HloModule:
-    """Parses optimized HLO text into an `HloModule`.
+    """Parses HLO text into an `HloModule`.
 
     Args:
-        text: HLO as printed by `Compiled.as_text()` or written by `--xla_dump_to`.
+        text: HLO as printed by `Compiled.as_text()`, written by `--xla_dump_to`, or by hand.
         source: where the text came from (a path), used in error messages and kept on the module.
 
     Returns:
-        The parsed module.
+        The parsed module. Instruction names are made unique across the module as XLA's own
+        parser makes them (a second `param` becomes `param.1`) when the text repeats a name.
 
     Raises:
         HloParseError: the text is empty, binary, truncated or not well-formed HLO; the message
@@ -237,24 +335,37 @@ def parse_hlo(text: str, source: str | None = None) -> HloModule:
     if nul >= 0:
         line = text.count("\n", 0, nul) + 1
         raise HloParseError("binary data (NUL byte), not HLO text", line, source)
-    return _Parser(text.split("\n"), source).run()
+    return _Parser(text, source).run()
 
 
 class _Parser:
-    """Line-by-line state machine: header, tables, computations."""
+    """A scanner over the whole text: header, tables, computations, instructions."""
 
-    def __init__(self, lines: list[str], source: str | None):
-        self.lines = lines
+    def __init__(self, text: str, source: str | None):
+        self.s = text
+        self.n = len(text)
         self.source = source
-        self.pos = 0
+        self.pos = 0  # start of what is being parsed, for errors from unexpected exceptions
+        self.line_pos = 0  # self.line_no is the line of text[line_pos]
+        self.line_no = 1
         self.files: dict[int, str] = {}
         self.locations: dict[int, tuple[int, int]] = {}  # id -> (file_name_id, line)
         self.frames: dict[int, int] = {}  # id -> file_location_id
         self.frame_cache: dict[int, tuple[str | None, int | None]] = {}
         self.shapes: dict[str, Shape] = {}
+        self.anon: dict[str, int] = {}
+        self.instrs: list[Instruction] = []
+        self.computations: list[Computation] = []  # in the order completed (a nested one first)
 
-    def error(self, reason: str, line: int | None = None) -> HloParseError:
-        return HloParseError(reason, line if line is not None else self.pos, self.source)
+    def line_of(self, pos: int) -> int:
+        if pos >= self.line_pos:
+            self.line_no += self.s.count("\n", self.line_pos, pos)
+            self.line_pos = pos
+            return self.line_no
+        return self.s.count("\n", 0, pos) + 1
+
+    def error(self, reason: str, pos: int | None = None) -> HloParseError:
+        return HloParseError(reason, self.line_of(self.pos if pos is None else pos), self.source)
 
     def run(self) -> HloModule:
         try:
@@ -264,66 +375,69 @@ class _Parser:
         except (IndexError, KeyError, ValueError, UnicodeError, RecursionError) as exc:
             raise self.error(f"malformed HLO ({type(exc).__name__}: {exc})") from exc
 
+    def ws(self, pos: int) -> int:
+        return _WS.match(self.s, pos).end()
+
     def _run(self) -> HloModule:
-        name, header = self._header()
-        computations: list[Computation] = []
-        table: str | None = None
-        n = len(self.lines)
-        while self.pos < n:
-            raw = self.lines[self.pos]
-            self.pos += 1
-            text = raw.strip()
-            if not text:
-                table = None
-                continue
-            m = _TABLE_NAME.match(text)
+        name, header, pos = self._header()
+        computations = self.computations
+        s, n = self.s, self.n
+        while True:
+            pos = self.ws(pos)
+            if pos >= n:
+                break
+            self.pos = pos
+            m = _TABLE.match(s, pos)
             if m:
-                table = m.group(1)
-            elif table is not None and _TABLE_ROW.match(text):
-                self._table_row(table, text)
-            elif text.endswith("{") and not _INSTR.match(text):
-                table = None
-                computations.append(self._computation(text))
-            elif text == "}":
+                pos = self._table(m.group(1), m.end())
+            elif s[pos] == "}":
                 raise self.error("unbalanced braces: '}' outside a computation")
-            elif _INSTR.match(text):
-                raise self.error(f"instruction outside a computation: {_clip(text)}")
             else:
-                raise self.error(
-                    f"expected a computation header 'name (...) -> shape {{': {_clip(text)}"
-                )
-        if not any(c.is_entry for c in computations):
-            raise self.error("no ENTRY computation (truncated or not a whole module?)", n)
-        return HloModule(name, tuple(computations), self.source, header)
+                comp, pos = self._computation(pos)
+                computations.append(comp)
+        if not computations:
+            raise self.error("no computation (truncated or not a whole module?)", n)
+        if not any(c.is_entry for c in computations):  # as XLA: the last one is the entry
+            last = computations[-1]
+            computations[-1] = Computation(
+                last.name, last.instructions, True, last.execution_thread
+            )
+        return HloModule(name, _unique_names(computations), self.source, header)
 
-    def _header(self) -> tuple[str, str]:
-        n = len(self.lines)
-        while self.pos < n and not self.lines[self.pos].strip():
-            self.pos += 1
-        if self.pos >= n:
-            raise self.error("empty text: expected an 'HloModule name, ...' header", 1)
-        first = self.lines[self.pos].strip()
-        self.pos += 1
-        if not first.startswith("HloModule "):
+    def _header(self) -> tuple[str, str, int]:
+        s = self.s
+        pos = self.ws(0)
+        if pos >= self.n:
+            raise self.error("empty text: expected an 'HloModule name, ...' header", 0)
+        self.pos = pos
+        if not s.startswith("HloModule", pos) or not s[pos + 9 : pos + 10].isspace():
+            first = s[pos : s.find("\n", pos) if "\n" in s[pos:] else self.n].strip()
             raise self.error(f"not HLO: expected 'HloModule name, ...', got {_clip(first)}")
-        name = first[len("HloModule ") :].split(",", 1)[0].strip()
-        if not name:
+        end = self.ws(pos + 9)
+        m = _WORD.match(s, end)
+        if not m:
             raise self.error("HloModule header without a module name")
-        return name, first
+        _, after = self._attributes(m.end(), keep=False)
+        return m.group(1), " ".join(s[pos:after].split()), after
 
-    def _table_row(self, table: str, text: str) -> None:
-        key_text, value = _TABLE_ROW.match(text).groups()
-        key = int(key_text)
-        if table in ("FileNames", "FunctionNames"):
-            m = _QUOTED.search(value)
-            if table == "FileNames":
-                self.files[key] = m.group(1) if m else value
-            return
-        fields = dict((k, int(v)) for k, v in _KV_INT.findall(value))
-        if table == "FileLocations":
-            self.locations[key] = (fields.get("file_name_id", 0), fields.get("line", 0))
-        else:
-            self.frames[key] = fields.get("file_location_id", 0)
+    def _table(self, table: str, pos: int) -> int:
+        s = self.s
+        while True:
+            m = _TABLE_ROW.match(s, pos)
+            if not m:
+                return pos
+            pos = m.end()
+            key, value = int(m.group(1)), m.group(2)
+            if table in ("FileNames", "FunctionNames"):
+                q = _QUOTED.search(value)
+                if table == "FileNames":
+                    self.files[key] = q.group(1) if q else value
+                continue
+            fields = dict((k, int(v)) for k, v in _KV_INT.findall(value))
+            if table == "FileLocations":
+                self.locations[key] = (fields.get("file_name_id", 0), fields.get("line", 0))
+            else:
+                self.frames[key] = fields.get("file_location_id", 0)
 
     def _frame_source(self, frame: int) -> tuple[str | None, int | None]:
         cached = self.frame_cache.get(frame)
@@ -333,162 +447,383 @@ class _Parser:
             self.frame_cache[frame] = cached
         return cached
 
-    def _computation(self, text: str) -> Computation:
-        start = self.pos
-        m = _COMP_HEADER.match(text)
+    def _computation(self, pos: int) -> tuple[Computation, int]:
+        s = self.s
+        start = pos
+        is_entry = s.startswith("ENTRY", pos) and not _WORD.match(s, pos + 5)
+        if is_entry:
+            pos = self.ws(pos + 5)
+        m = _WORD.match(s, pos)
         if not m:
-            raise self.error(f"malformed computation header: {_clip(text)}")
-        is_entry, name = bool(m.group(1)), m.group(2)
-        instrs: list[Instruction] = []
-        n = len(self.lines)
-        while self.pos < n:
-            raw = self.lines[self.pos]
-            self.pos += 1
-            body = raw.strip()
-            if body == "}":
-                comp = Computation(name, tuple(instrs), is_entry)
-                _check_operands(comp, self.source)
-                return comp
-            if not body:
-                continue
-            instrs.append(self._instruction(body))
-        raise self.error(f"truncated: computation {name!r} opened at line {start} is not closed", n)
+            raise self.error(
+                f"expected a computation header 'name (...) -> shape {{': {self._clip(pos)}"
+            )
+        name = m.group(1)
+        pos = self.ws(m.end())
+        if s.startswith("(", pos):  # the parameter list: not needed, parameters are instructions
+            pos = self.ws(self._group(pos))
+        if s.startswith("->", pos):
+            _, pos = self._shape(self.ws(pos + 2))
+            pos = self.ws(pos)
+        if not s.startswith("{", pos):
+            if s.startswith("=", pos) or s.startswith("=", self.ws(pos)):
+                raise self.error(f"instruction outside a computation: {self._clip(start)}", start)
+            raise self.error(
+                f"expected a computation header 'name (...) -> shape {{': {self._clip(start)}",
+                start,
+            )
+        comp, pos = self._body(pos + 1, name, is_entry, start)
+        attrs, pos = self._attributes(pos, keep=True)
+        if attrs:
+            thread = attrs.get("execution_thread", "")
+            comp = Computation(name, comp.instructions, is_entry, thread.strip('"') or None)
+        return comp, pos
 
-    def _instruction(self, text: str) -> Instruction:
-        line = self.pos
-        m = _INSTR.match(text)
-        if not m:
-            raise self.error(f"expected an instruction 'name = shape opcode(...)': {_clip(text)}")
-        shape, pos = _parse_shape(text, m.end(), self)
-        op = _OPCODE.match(text, pos)
-        if not op:
-            raise self.error(f"expected an opcode followed by '(' after the shape: {_clip(text)}")
-        opcode = op.group(1)
-        close = _match_paren(text, op.end())
-        if close < 0 and opcode == "constant":
-            text, close = self._join_literal(text, op.end())
-        if close < 0:
-            raise self.error(f"unbalanced parentheses in operands of {m.group(2)!r}", line)
-        operands, indices = _operands(text[op.end() : close], opcode)
-        attrs = _attributes(text, close + 1, self, line)
-        return self._build(m, opcode, shape, operands, indices, attrs, line)
+    def _body(self, pos: int, name: str, is_entry: bool, start: int) -> tuple[Computation, int]:
+        """The instructions after a computation's `{`, up to its `}`; returns the position after."""
+        s = self.s
+        outer, self.instrs = self.instrs, []
+        instrs = self.instrs
+        pos = self.ws(pos)
+        while True:
+            if pos >= self.n:
+                opened = self.line_of(start)
+                last = f"; its last instruction starts at line {self.line_of(self.pos)}"
+                raise self.error(
+                    f"truncated: computation {name!r} opened at line {opened} is not closed"
+                    + (last if instrs else ""),
+                    pos,
+                )
+            if s[pos] == "}":
+                break
+            self.pos = pos
+            pos = self.ws(self._instruction(pos))
+        self.instrs = outer
+        comp = Computation(name, tuple(instrs), is_entry)
+        self._check_operands(comp)
+        return comp, pos + 1
 
-    def _join_literal(self, text: str, start: int) -> tuple[str, int]:
-        """Joins the lines of a constant literal printed over several lines (linear time)."""
-        parts = [text]
-        depth = _paren_depth(text[start:]) + 1
-        while depth > 0 and self.pos < len(self.lines):
-            parts.append(self.lines[self.pos].strip())
-            self.pos += 1
-            depth += _paren_depth(parts[-1])
-        text = " ".join(parts)
-        return text, _match_paren(text, start)
+    def _nested_computation(self, pos: int) -> str:
+        """An attribute's inline computation `to_apply={ ... }`: parsed, named `_` as by XLA."""
+        count = self.anon.get("", 0)
+        self.anon[""] = count + 1
+        name = "_" + (f".{count}" if count else "")
+        comp, end = self._body(pos + 1, name, False, pos)
+        self.computations.append(comp)
+        return "%" + name, end
 
-    def _build(self, m, opcode, shape, operands, indices, attrs, line) -> Instruction:
-        op_name = source_file = source_line = None
-        meta = attrs.get("metadata")
-        if meta:
-            for key, value in _META_STR.findall(meta):
-                if key == "op_name":
-                    op_name = value
+    def _instruction(self, pos: int) -> int:
+        """Parses the instruction at `pos` into self.instrs; returns the position after it."""
+        s = self.s
+        m = _FAST.match(s, pos)
+        if m:
+            rest = m.group(6)
+            end = m.end()
+            nxt = self.ws(end)
+            if (
+                (not rest or (_ATTR_START.match(rest) and _complete(rest)))
+                and not s.startswith(",", nxt)
+                and (not rest or ("//" not in rest and "/*" not in rest))
+            ):
+                inner = m.group(5)
+                opcode = m.group(4)
+                if opcode in _LITERAL_OPCODES or not inner:
+                    operands, indices = (), ()
+                elif "/*" in inner or not _FAST_OPERANDS.fullmatch(inner):
+                    return self._general(pos)
                 else:
-                    source_file = value
-            for key, value in _META_INT.findall(meta):
-                if key == "source_line":
-                    source_line = int(value)
-                elif source_file is None:
-                    source_file, source_line = self._frame_source(int(value))
-        return Instruction(
-            m.group(2), opcode, shape, operands, MappingProxyType(attrs), bool(m.group(1)),
-            op_name, source_file, source_line, indices, line,
+                    found = _FAST_REF_ALL.findall(inner)
+                    operands = tuple(f[0] for f in found)
+                    indices = tuple(int(i) if i else None for _, i in found)
+                shape = self.shapes.get(m.group(3))
+                if shape is None:
+                    shape, _ = self._shape(m.start(3))
+                    self.shapes[m.group(3)] = shape
+                attrs = _Attributes(rest) if rest else _NO_ATTRIBUTES
+                line = self.line_of(pos)
+                self._add(
+                    m.group(2), opcode, shape, operands, indices, attrs, m.group(1), rest, line
+                )
+                return end
+        return self._general(pos)
+
+    def _add(self, name, opcode, shape, operands, indices, attrs, root, meta_text, line) -> None:
+        op_name = source_file = source_line = None
+        if meta_text and "metadata=" in meta_text:
+            meta = _META.search(meta_text)
+            if meta:
+                op_name, source_file, source_line = self._metadata(meta.group(1))
+        self.instrs.append(
+            _instruction(
+                name, opcode, shape, operands, attrs, bool(root), op_name, source_file,
+                source_line, indices, line,
+            )
         )  # fmt: skip
+
+    def _metadata(self, meta: str) -> tuple[str | None, str | None, int | None]:
+        op_name = source_file = source_line = None
+        for key, value in _META_STR.findall(meta):
+            if key == "op_name":
+                op_name = value
+            else:
+                source_file = value
+        for key, value in _META_INT.findall(meta):
+            if key == "source_line":
+                source_line = int(value)
+            elif source_file is None:
+                source_file, source_line = self._frame_source(int(value))
+        return op_name, source_file, source_line
+
+    def _general(self, pos: int) -> int:
+        """Any instruction form XLA reads: over lines, with comments, without a shape, nested."""
+        s = self.s
+        m = _INSTR_HEAD.match(s, pos)
+        if not m:
+            if s.startswith(",", pos):
+                raise self.error(f"expected an instruction, got an attribute: {self._clip(pos)}")
+            raise self.error(
+                f"expected an instruction 'name = shape opcode(...)': {self._clip(pos)}"
+            )
+        line = self.line_of(pos)
+        start = self.ws(m.end())
+        shape, opcode, operands, indices, p = self._shaped_op(start, m.group(2))
+        attrs, end = self._attributes(p, keep=True)
+        meta = attrs.get("metadata")
+        attributes = _Attributes("", attrs) if attrs else _NO_ATTRIBUTES
+        self._add(m.group(2), opcode, shape, operands, indices, attributes, m.group(1),
+                  f"metadata={meta}" if meta else "", line)  # fmt: skip
+        return end
+
+    def _shaped_op(self, pos: int, owner: str):
+        """`[shape] opcode(operands)` at pos -> (shape, opcode, operands, indices, end)."""
+        s = self.s
+        shape = UNKNOWN_SHAPE
+        if not _OPCODE.match(s, pos) or s.startswith("b(", pos):
+            shape, pos = self._shape(pos)
+            pos = self.ws(pos)
+        op = _OPCODE.match(s, pos)
+        if not op:
+            raise self.error(
+                f"expected an opcode followed by '(' after the shape of {owner!r}: {self._clip(pos)}"
+            )
+        opcode = op.group(1)
+        if opcode in _LITERAL_OPCODES:
+            return shape, opcode, (), (), self._group(op.end() - 1)
+        operands: list[str] = []
+        indices: list[int | None] = []
+        pos = self.ws(op.end())
+        while not s.startswith(")", pos):
+            if pos >= self.n:
+                raise self.error(f"unbalanced parentheses in operands of {owner!r}", pos)
+            name, index, pos = self._operand(pos, owner)
+            operands.append(name)
+            indices.append(index)
+            pos = self.ws(pos)
+            if s.startswith(",", pos):
+                pos = self.ws(pos + 1)
+            elif not s.startswith(")", pos):
+                raise self.error(
+                    f"expected ',' or ')' in the operands of {owner!r}: {self._clip(pos)}"
+                )
+        return shape, opcode, tuple(operands), tuple(indices), pos + 1
+
+    def _operand(self, pos: int, owner: str) -> tuple[str, int | None, int]:
+        """One operand: `[shape] %name[#i]`, or a nested `[shape] opcode(...)` (XLA: `opcode.anon`)."""
+        s = self.s
+        start = pos
+        shape = UNKNOWN_SHAPE
+        if s.startswith(("(", "b("), pos) or _ARRAY.match(s, pos):
+            shape, pos = self._shape(pos)
+            pos = self.ws(pos)
+        if _OPCODE.match(s, pos):  # a nested instruction
+            _, opcode, operands, indices, end = self._shaped_op(pos, owner)
+            name = self._anon_name(opcode)
+            line = self.line_of(start)
+            self._add(name, opcode, shape, operands, indices, _NO_ATTRIBUTES, None, "", line)
+            return name, None, end
+        m = _OPERAND_REF.match(s, pos)
+        if not m:
+            raise self.error(
+                f"expected an operand name in the operands of {owner!r}: {self._clip(pos)}"
+            )
+        return m.group(1), int(m.group(2)) if m.group(2) else None, m.end()
+
+    def _anon_name(self, opcode: str) -> str:
+        count = self.anon.get(opcode, 0)
+        self.anon[opcode] = count + 1
+        return f"{opcode}.anon" + (f".{count}" if count else "")
+
+    def _attributes(self, pos: int, keep: bool) -> tuple[dict[str, str], int]:
+        """`, key=value` pairs from pos (values raw; any bracket group, string or word)."""
+        s = self.s
+        attrs: dict[str, str] = {}
+        while True:
+            p = self.ws(pos)
+            if not s.startswith(",", p):
+                return attrs, pos
+            p = self.ws(p + 1)
+            m = _KEY.match(s, p)
+            if not m:
+                raise self.error(f"expected attribute=value, got {self._clip(p)}", p)
+            start = self.ws(m.end())
+            if s.startswith("{", start) and _NESTED_HEAD.match(s, self.ws(start + 1)):
+                attrs[m.group(1)], pos = self._nested_computation(start)
+                continue
+            pos = self._value(start)
+            if pos == start:
+                raise self.error(f"attribute {m.group(1)!r} without a value", p)
+            if keep:
+                attrs[m.group(1)] = s[start:pos]
+
+    def _value(self, pos: int) -> int:
+        s, n = self.s, self.n
+        while pos < n:
+            c = s[pos]
+            if c in "({[":
+                pos = self._group(pos)
+            elif c == '"':
+                m = _STRING.match(s, pos)
+                if not m:
+                    raise self.error("unterminated string", pos)
+                pos = m.end()
+            else:
+                m = _BARE.match(s, pos)
+                if not m:
+                    break
+                pos = m.end()
+        return pos
+
+    def _group(self, pos: int) -> int:
+        """Position after the bracket group opened at pos (strings and comments skipped)."""
+        depth = 0
+        for tok in _GROUP_TOK.finditer(self.s, pos):
+            c = tok.group()
+            if c in _OPEN:
+                depth += 1
+            elif c in _CLOSE:
+                depth -= 1
+                if depth == 0:
+                    return tok.end()
+                if depth < 0:
+                    break
+        raise self.error(
+            f"unbalanced brackets (an unclosed {self.s[pos]!r}): {self._clip(pos)}", pos
+        )
+
+    def _shape(self, pos: int) -> tuple[Shape, int]:
+        """An array, (nested) tuple or buffer shape at pos; returns it and the position after."""
+        s = self.s
+        m = _ARRAY.match(s, pos)
+        if m:
+            key = m.group(0)
+            shape = self.shapes.get(key)
+            if shape is None:
+                shape = self.shapes[key] = self._array(m, pos)
+            return shape, m.end()
+        if s.startswith("b(", pos):
+            shape, pos = self._shape(self.ws(pos + 2))
+            pos = self.ws(pos)
+            if not s.startswith(")", pos):
+                raise self.error(f"malformed buffer type b(...): {self._clip(pos)}", pos)
+            return shape, pos + 1
+        if not s.startswith("(", pos):
+            raise self.error(f"expected a shape like f32[8,128]: {self._clip(pos)}", pos)
+        elements: list[Shape] = []
+        pos = self.ws(pos + 1)
+        while not s.startswith(")", pos):
+            element, pos = self._shape(pos)
+            elements.append(element)
+            pos = self.ws(pos)
+            if s.startswith(",", pos):
+                pos = self.ws(pos + 1)
+            elif not s.startswith(")", pos):
+                raise self.error(f"malformed tuple shape: {self._clip(pos)}", pos)
+        return Shape(None, tuple_shapes=tuple(elements)), pos + 1
+
+    def _array(self, m: re.Match, pos: int) -> Shape:
+        dtype, dims_text, layout = m.groups()
+        if dtype not in DTYPE_BITS:
+            raise self.error(f"unknown element type {dtype!r} in shape {m.group(0)!r}", pos)
+        if _STATIC_DIMS.fullmatch(dims_text):
+            dims = tuple(map(int, dims_text.split(","))) if dims_text else ()
+            return Shape(dtype, dims, (), layout, (False,) * len(dims))
+        dims_list: list[int] = []
+        dynamic: list[bool] = []
+        for dim in dims_text.split(","):
+            dim = dim.strip()
+            digits = dim[2:].strip() if dim.startswith("<=") else dim
+            if dim == "?":
+                digits = "-1"
+            elif not digits.isdigit():
+                raise self.error(f"bad dimension {dim!r} in shape {m.group(0)!r}", pos)
+            dims_list.append(int(digits))
+            dynamic.append(dim != digits)
+        return Shape(dtype, tuple(dims_list), (), layout, tuple(dynamic))
+
+    def _check_operands(self, comp: Computation) -> None:
+        index = comp.by_name
+        if len(index) != len(comp.instructions):
+            seen: set[str] = set()
+            for instr in comp.instructions:
+                if instr.name in seen:
+                    raise HloParseError(
+                        f"instruction %{instr.name} defined twice in computation {comp.name!r}",
+                        instr.line,
+                        self.source,
+                    )
+                seen.add(instr.name)
+        for instr in comp.instructions:
+            for operand in instr.operands:
+                if operand not in index:
+                    raise HloParseError(
+                        f"unknown operand %{operand} of %{instr.name} in computation {comp.name!r}",
+                        instr.line,
+                        self.source,
+                    )
+
+    def _clip(self, pos: int, width: int = 80) -> str:
+        end = self.s.find("\n", pos)
+        return _clip(self.s[pos : end if end >= 0 else self.n].strip(), width)
 
 
 def _clip(text: str, width: int = 80) -> str:
     return repr(text if len(text) <= width else text[:width] + "...")
 
 
-def _parse_shape(text: str, pos: int, parser: _Parser) -> tuple[Shape, int]:
-    """Parses an array or (nested) tuple shape at `pos`; returns it and the position after it."""
-    m = _ARRAY.match(text, pos)
-    if m:
-        key = m.group(0)
-        shape = parser.shapes.get(key)
-        if shape is None:
-            shape = parser.shapes[key] = _array_shape(m, parser)
-        return shape, m.end()
-    pos = _COMMENT.match(text, pos).end()
-    if not text.startswith("(", pos):
-        if _ARRAY.match(text, pos):
-            return _parse_shape(text, pos, parser)
-        raise parser.error(f"expected a shape like f32[8,128] at column {pos + 1}: {_clip(text)}")
-    elements: list[Shape] = []
-    pos = _COMMENT.match(text, pos + 1).end()
-    while not text.startswith(")", pos):
-        element, pos = _parse_shape(text, pos, parser)
-        elements.append(element)
-        pos = _COMMENT.match(text, pos).end()
-        if text.startswith(",", pos):
-            pos = _COMMENT.match(text, pos + 1).end()
-        elif not text.startswith(")", pos):
-            raise parser.error(f"malformed tuple shape at column {pos + 1}: {_clip(text)}")
-    return Shape(None, tuple_shapes=tuple(elements)), pos + 1
+def _complete(rest: str) -> bool:
+    """Whether brackets balance by count and quotes pair up (one line is a whole instruction)."""
+    return (
+        rest.count("{") == rest.count("}")
+        and rest.count("(") == rest.count(")")
+        and rest.count("[") == rest.count("]")
+        and (rest.count('"') - rest.count('\\"')) % 2 == 0
+        and not rest.rstrip().endswith(",")
+    )
 
 
-def _array_shape(m: re.Match, parser: _Parser) -> Shape:
-    dtype, dims_text, layout = m.groups()
-    if dtype not in DTYPE_BITS:
-        raise parser.error(f"unknown element type {dtype!r} in shape {m.group(0).strip()!r}")
-    if _STATIC_DIMS.fullmatch(dims_text):
-        dims = tuple(map(int, dims_text.split(","))) if dims_text else ()
-        return Shape(dtype, dims, (), layout, (False,) * len(dims))
-    dims_list: list[int] = []
-    dynamic: list[bool] = []
-    for dim in dims_text.split(","):
-        dim = dim.strip()
-        digits = dim[2:] if dim.startswith("<=") else dim
-        if not digits.isdigit():
-            raise parser.error(f"bad dimension {dim!r} in shape {m.group(0).strip()!r}")
-        dims_list.append(int(digits))
-        dynamic.append(dim.startswith("<="))
-    return Shape(dtype, tuple(dims_list), (), layout, tuple(dynamic))
+def _split_attributes(text: str) -> dict[str, str]:
+    """`, k=v, k2={...}` -> {k: v, k2: {...}}: split at commas outside brackets and quotes."""
+    pieces = _ATTR_SPLIT.split(text[1:])
+    if not all(map(_balanced, pieces)):  # a candidate ', key=' sat inside brackets/quotes
+        pieces = _split_top(text, 1)
+    attrs: dict[str, str] = {}
+    for piece in pieces:
+        key, _, value = piece.partition("=")
+        attrs[key.strip()] = value.strip()
+    return attrs
 
 
-def _paren_depth(text: str) -> int:
-    opened = 0
-    for tok in _PAREN_TOK.finditer(text):
-        c = tok.group()
-        opened += 1 if c == "(" else -1 if c == ")" else 0
-    return opened
-
-
-def _match_paren(text: str, pos: int) -> int:
-    """Index of the ')' closing an already-open '(' before `pos`, or -1 when it is not closed."""
-    depth = 1
-    for tok in _PAREN_TOK.finditer(text, pos):
-        c = tok.group()
-        if c == "(":
-            depth += 1
-        elif c == ")":
-            depth -= 1
-            if depth == 0:
-                return tok.start()
-    return -1
-
-
-def _operands(inner: str, opcode: str) -> tuple[tuple[str, ...], tuple[int | None, ...]]:
-    if opcode in _LITERAL_OPCODES or not inner.strip():
-        return (), ()
-    if "%" in inner:
-        found = _OPERAND.findall(inner)
-    else:  # printed without '%': the name is the last word of each top-level piece
-        found = [(piece.split()[-1], "") for piece in _split_top(inner) if piece.strip()]
-    names = tuple(name for name, _ in found)
-    return names, tuple(int(i) if i else None for _, i in found)
+def _balanced(piece: str) -> bool:
+    return (
+        piece.count("{") == piece.count("}")
+        and piece.count("(") == piece.count(")")
+        and piece.count("[") == piece.count("]")
+        and (piece.count('"') - piece.count('\\"')) % 2 == 0
+    )
 
 
 def _split_top(text: str, start: int = 0) -> list[str]:
-    """Splits `text[start:]` at commas outside brackets and quotes (None-free; may raise)."""
+    """Splits `text[start:]` at commas outside brackets and quotes."""
     pieces: list[str] = []
     depth = 0
     last = start
@@ -498,55 +833,57 @@ def _split_top(text: str, start: int = 0) -> list[str]:
             depth += 1
         elif c in _CLOSE:
             depth -= 1
-            if depth < 0:
-                raise ValueError(f"unbalanced {c!r} at column {tok.start() + 1}")
         elif c == "," and depth == 0:
             pieces.append(text[last : tok.start()])
             last = tok.end()
-    if depth != 0:
-        raise ValueError("unbalanced brackets (an unclosed '{', '(' or '[')")
     pieces.append(text[last:])
     return pieces
 
 
-def _attributes(text: str, pos: int, parser: _Parser, line: int) -> dict[str, str]:
-    rest = text[pos:].strip()
-    if not rest:
-        return {}
-    if not rest.startswith(","):
-        raise parser.error(f"expected ', attribute=value' after the operands: {_clip(rest)}", line)
-    try:
-        pieces = _ATTR_SPLIT.split(rest[1:])
-        if not all(map(_balanced, pieces)):  # a candidate ', key=' sat inside brackets/quotes
-            pieces = _split_top(rest, 1)
-    except ValueError as exc:
-        raise parser.error(f"{exc} in the attributes: {_clip(rest)}", line) from None
-    attrs: dict[str, str] = {}
-    for piece in pieces:
-        key, eq, value = piece.partition("=")
-        if not eq:
-            raise parser.error(f"expected attribute=value, got {_clip(piece.strip())}", line)
-        attrs[key.strip()] = value.strip()
-    return attrs
+def _unique_names(computations: list[Computation]) -> tuple[Computation, ...]:
+    """Renames repeated instruction names as XLA's parser does (`x`, `x` -> `x`, `x.1`).
+
+    XLA keeps one name space per module: its NameUniquifier strips a numeric `.N` suffix, and
+    gives a name whose number is taken the next free number of that prefix.
+    """
+    names = [i.name for c in computations for i in c.instructions]
+    if len(set(names)) == len(names) and not _ZERO_SUFFIX.search("\n".join(names)):
+        return tuple(computations)  # no two names share a (prefix, number): nothing to rename
+    used: dict[str, tuple[set[int], list[int]]] = {}
+    out: list[Computation] = []
+    for comp in computations:
+        renamed = {i.name: _uniquify(i.name, used) for i in comp.instructions}
+        instrs = tuple(
+            _renamed(i, renamed) if renamed[i.name] != i.name or _any_renamed(i, renamed) else i
+            for i in comp.instructions
+        )
+        out.append(Computation(comp.name, instrs, comp.is_entry, comp.execution_thread))
+    return tuple(out)
 
 
-def _balanced(piece: str) -> bool:
-    """Whether brackets balance by count and quotes pair up (the fast attribute-split check)."""
-    return (
-        piece.count("{") == piece.count("}")
-        and piece.count("(") == piece.count(")")
-        and piece.count("[") == piece.count("]")
-        and (piece.count('"') - piece.count('\\"')) % 2 == 0
-    )
+def _uniquify(name: str, used: dict[str, tuple[set[int], list[int]]]) -> str:
+    root, sep, suffix = name.rpartition(".")
+    if sep and root and suffix.isdigit():
+        number, has_suffix = int(suffix), True
+    else:
+        root, number, has_suffix = name, 0, False
+    ids, next_free = used.setdefault(root, (set(), [0]))
+    if number in ids:
+        while next_free[0] in ids:
+            next_free[0] += 1
+        number = next_free[0]
+    ids.add(number)
+    if number == 0:
+        return f"{root}.0" if has_suffix else root
+    return f"{root}.{number}"
 
 
-def _check_operands(comp: Computation, source: str | None) -> None:
-    index = comp.by_name
-    for instr in comp.instructions:
-        for operand in instr.operands:
-            if operand not in index:
-                raise HloParseError(
-                    f"unknown operand %{operand} of %{instr.name} in computation {comp.name!r}",
-                    instr.line,
-                    source,
-                )
+def _any_renamed(instr: Instruction, renamed: dict[str, str]) -> bool:
+    return any(renamed.get(o, o) != o for o in instr.operands)
+
+
+def _renamed(instr: Instruction, renamed: dict[str, str]) -> Instruction:
+    values = [getattr(instr, f) for f in _FIELDS]
+    values[0] = renamed[instr.name]
+    values[3] = tuple(renamed.get(o, o) for o in instr.operands)
+    return _instruction(*values)
