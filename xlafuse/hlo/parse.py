@@ -19,11 +19,15 @@ Malformed text raises `HloParseError` naming the line and the reason; no other e
 
 from __future__ import annotations
 
+import gc
 import math
 import re
 from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property
+from itertools import chain
+from operator import attrgetter
 from types import MappingProxyType
 
 from xlafuse.errors import HloParseError
@@ -42,21 +46,34 @@ DTYPE_BITS: Mapping[str, int] = MappingProxyType(
 UNKNOWN_DTYPE = "?"  # the dtype of an instruction printed without a shape
 
 _NAME = r"[^\s=,(){}\[\]%#\"/:;<>]+"
-# One instruction on one line as XLA prints it: ROOT, name, shape, opcode, operands, the rest.
+_STR = r'"(?:[^"\\\n]++|\\.)*+"'
+_BRACES = r"\{(?:[^{}\"\n]++|" + _STR + r")*+\}"
+for _ in range(4):  # backend_config JSON nests: {"a":{"b":{"c":1}}}
+    _BRACES = r"\{(?:[^{}\"\n]++|" + _STR + "|" + _BRACES + r")*+\}"
+# Possessive (++, *+): a line that is not one whole instruction fails fast, never backtracks.
+_VALUE = rf"(?:[^\s,{{}}()\[\]\"/]++|{_STR}|{_BRACES}|\[[^\[\]\n]*+\]|\([^()\n]*+\))++"
+# One whole instruction on one line as XLA prints it: ROOT, name, shape, opcode, operands (names
+# only, or other), attributes; then the whitespace up to the next token, not a ',' or a comment.
 _FAST = re.compile(
     r"(ROOT[ \t]+)?%?([A-Za-z_][\w.\-]*)[ \t]*=[ \t]*"
     r"([a-z][a-z0-9]*\[[^\]\n]*\](?:\{[^{}\n]*\})?|\((?:[^()\n]|\([^()\n]*\))*\))[ \t]+"
-    r"([a-z][a-z0-9_\-]*)\(([^()\"\n]*)\)([^\n]*)"
-)
+    r"([a-z][a-z0-9_\-]*)\((?:(%?[A-Za-z_][\w.\-]*(?:, *%?[A-Za-z_][\w.\-]*)*)|([^()\"\n]*))\)"
+    rf"((?:,[ \t]*+[A-Za-z_][\w.\-]*+=[ \t]*+{_VALUE})*+)[ \t\r]*+(?=\n|$)\s*+(?![,/])"
+).match
 _FAST_REF = (
     r"[ \t]*(?:[a-z][a-z0-9]*\[[^\]]*\](?:\{[^{}]*\})?[ \t]+)?%?([A-Za-z_][\w.\-]*)(?:#(\d+))?"
 )
-_FAST_OPERANDS = re.compile(rf"(?:{_FAST_REF}[ \t]*,)*{_FAST_REF}[ \t]*")
-_FAST_REF_ALL = re.compile(_FAST_REF)
-_ATTR_START = re.compile(r",[ \t]*[A-Za-z_][\w.\-]*[ \t]*=")
+_FAST_OPERANDS = re.compile(rf"(?:{_FAST_REF}[ \t]*,)*{_FAST_REF}[ \t]*").fullmatch
+_FAST_REF_ALL = re.compile(_FAST_REF).findall
+_FAST_NAMES = re.compile(
+    r"[ \t]*%?[A-Za-z_][\w.\-]*(?:[ \t]*,[ \t]*%?[A-Za-z_][\w.\-]*)*"
+).fullmatch
+_ATTR_START = re.compile(r",[ \t]*[A-Za-z_][\w.\-]*[ \t]*=").match
 _WS = re.compile(r"(?:\s+|//[^\n]*|/\*.*?\*/)*", re.S)
+_ws = _WS.match
 _GROUP_TOK = re.compile(r'"(?:[^"\\]|\\.)*"|//[^\n]*|/\*.*?\*/|[(){}\[\]]', re.S)
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.S)
+_VALUE_GOES_ON = re.compile(r"[{(\[0-9'\-]").match  # a value's next part, after a space
 _BARE = re.compile(r"[^\s,{}()\[\]\"]+")
 _WORD = re.compile(rf"%?({_NAME})")
 _KEY = re.compile(r"([A-Za-z_][\w.\-]*)\s*=")
@@ -66,23 +83,25 @@ _NESTED_HEAD = re.compile(  # an instruction (not `key=value`) opening an inline
 )
 _OPCODE = re.compile(r"([a-z][a-z0-9_\-]*)\s*\(")
 _OPERAND_REF = re.compile(rf"%?({_NAME})(?:#(\d+))?")
-_ARRAY = re.compile(r"([a-z][a-z0-9]*)\[([^\]]*)\](\{[^{}]*\})?")
+_ARRAY = re.compile(r"([a-z][a-z0-9]*)\[([^\]]*)\](?:(\{[^{}]*\})|[ \t]+(\{[^{}=%\n]*\}))?")
 _STATIC_DIMS = re.compile(r"(?:\d+(?:,\d+)*)?")
 _ATTR_SPLIT = re.compile(r",\s*(?=[A-Za-z_][\w.\-]*\s*=)")
 _ATTR_TOK = re.compile(r'"(?:[^"\\]|\\.)*"|[{}()\[\],]')
-_ZERO_SUFFIX = re.compile(r"\.0\d*$", re.M)  # `x.0`, `x.01`: numbered as `x`, `x.1` by XLA
+_ZERO_SUFFIX = re.compile(r"^(.+)\.(0\d*)$", re.M)  # `x.0`, `x.01`: numbered as `x`, `x.1` by XLA
 _COMMENTS = re.compile(r'("(?:[^"\\]|\\.)*")|//[^\n]*|/\*.*?\*/', re.S)
 _TABLE = re.compile(r"(FileNames|FunctionNames|FileLocations|StackFrames)[ \t\r]*(?:\n|$)")
 _TABLE_ROW = re.compile(r"[ \t]*(\d+)[ \t]+([^\n]*?)[ \t\r]*(?:\n|$)")
 _KV_INT = re.compile(r"(\w+)=(-?\d+)")
 _QUOTED = re.compile(r'"((?:[^"\\]|\\.)*)"')
-_META = re.compile(r"metadata=\{([^{}]*)\}")
+_META = re.compile(r"metadata=\{([^{}]*)\}").search
 _META_STR = re.compile(r'(op_name|source_file)="((?:[^"\\]|\\.)*)"')
 _META_INT = re.compile(r"(source_line|stack_frame_id)=(\d+)")
 _COMP_REF = re.compile(r"%?([^\s,{}%]+)")
 _BACKEND_KIND = re.compile(r'"kind"\s*:\s*"([^"]+)"')
 _CUSTOM_TARGET = re.compile(r'"((?:[^"\\]|\\.)*)"')
 
+_name_of = attrgetter("name")
+_operands_of = attrgetter("operands")
 _OPEN = {"(": ")", "{": "}", "[": "]"}
 _CLOSE = {")", "}", "]"}
 _CALL_ATTRS = ("calls", "to_apply", "body", "condition", "true_computation", "false_computation")
@@ -166,6 +185,13 @@ class _Attributes(Mapping):
             self._items = _split_attributes(self._text)
         return self._items
 
+    @property
+    def text(self) -> str:
+        """The attributes as printed after the operands: `, key=value, ...` (for fast scans)."""
+        if self._items is not None and not self._text:
+            self._text = "".join(f", {k}={v}" for k, v in self._items.items())
+        return self._text
+
     def __getitem__(self, key: str) -> str:
         return self._dict()[key]
 
@@ -242,13 +268,23 @@ class Instruction:
         return m.group(1) if m else None
 
 
-_FIELDS = tuple(f for f in Instruction.__dataclass_fields__)
+_FIELDS = tuple(Instruction.__dataclass_fields__)
+_new = object.__new__
+_set = object.__setattr__
 
 
-def _instruction(*values) -> Instruction:
+def _instruction(
+    name, opcode, shape, operands, attributes, is_root, op_name, source_file, source_line,
+    operand_indices, line,
+) -> Instruction:  # fmt: skip
     """Builds an Instruction without the frozen dataclass's per-field __setattr__ (hot path)."""
-    instr = object.__new__(Instruction)
-    instr.__dict__.update(zip(_FIELDS, values, strict=True))
+    instr = _new(Instruction)
+    _set(instr, "__dict__", {
+        "name": name, "opcode": opcode, "shape": shape, "operands": operands,
+        "attributes": attributes, "is_root": is_root, "op_name": op_name,
+        "source_file": source_file, "source_line": source_line,
+        "operand_indices": operand_indices, "line": line,
+    })  # fmt: skip
     return instr
 
 
@@ -265,8 +301,8 @@ class Computation:
     )
 
     def __post_init__(self) -> None:
-        index = MappingProxyType({i.name: i for i in self.instructions})
-        object.__setattr__(self, "_index", index)
+        index = dict(zip(map(_name_of, self.instructions), self.instructions, strict=True))
+        object.__setattr__(self, "_index", MappingProxyType(index))
 
     @property
     def by_name(self) -> Mapping[str, Instruction]:
@@ -290,6 +326,7 @@ class HloModule:
     computations: tuple[Computation, ...]
     source: str | None = None
     header: str = field(default="", compare=False)
+    text: str = field(default="", repr=False, compare=False)  # the HLO text it was parsed from
     _index: Mapping[str, Computation] = field(
         init=False, repr=False, compare=False, hash=False, default_factory=dict
     )
@@ -335,7 +372,21 @@ def parse_hlo(text: str, source: str | None = None) -> HloModule:
     if nul >= 0:
         line = text.count("\n", 0, nul) + 1
         raise HloParseError("binary data (NUL byte), not HLO text", line, source)
-    return _Parser(text, source).run()
+    with _gc_paused():
+        return _Parser(text, source).run()
+
+
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Pauses the cyclic GC: parsing makes ~1e5 objects and no cycles; each GC pass would rescan
+    them all (a quarter of the parse time on the XLA corpus)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 class _Parser:
@@ -402,7 +453,7 @@ class _Parser:
             computations[-1] = Computation(
                 last.name, last.instructions, True, last.execution_thread
             )
-        return HloModule(name, _unique_names(computations), self.source, header)
+        return HloModule(name, _unique_names(computations), self.source, header, self.s)
 
     def _header(self) -> tuple[str, str, int]:
         s = self.s
@@ -417,7 +468,8 @@ class _Parser:
         m = _WORD.match(s, end)
         if not m:
             raise self.error("HloModule header without a module name")
-        _, after = self._attributes(m.end(), keep=False)
+        end = m.end() + 1 if s.startswith(":", m.end()) else m.end()  # `HloModule name:`
+        _, after = self._attributes(end, keep=False)
         return m.group(1), " ".join(s[pos:after].split()), after
 
     def _table(self, table: str, pos: int) -> int:
@@ -481,11 +533,53 @@ class _Parser:
 
     def _body(self, pos: int, name: str, is_entry: bool, start: int) -> tuple[Computation, int]:
         """The instructions after a computation's `{`, up to its `}`; returns the position after."""
-        s = self.s
+        s, fast, shapes = self.s, _FAST, self.shapes
         outer, self.instrs = self.instrs, []
         instrs = self.instrs
-        pos = self.ws(pos)
+        append = instrs.append
+        pos = _ws(s, pos).end()
         while True:
+            m = fast(s, pos)
+            if m is not None:  # the fast path: one instruction on one line, as XLA prints it
+                root, iname, shape_text, opcode, names, inner, rest = m.groups()
+                if opcode in _LITERAL_OPCODES:
+                    operands = indices = ()
+                elif names is not None:
+                    operands = tuple(names.replace("%", "").replace(" ", "").split(","))
+                    indices = (None,) * len(operands)
+                elif not inner:
+                    operands = indices = ()
+                elif "/*" not in inner and _FAST_OPERANDS(inner):
+                    found = _FAST_REF_ALL(inner)
+                    operands = tuple(f[0] for f in found)
+                    indices = tuple(int(i) if i else None for _, i in found)
+                else:
+                    m = None
+            if m is not None:
+                shape = shapes.get(shape_text)
+                if shape is None:
+                    shape = shapes[shape_text] = self._shape(m.start(3))[0]
+                if pos > self.line_pos:
+                    self.line_no += s.count("\n", self.line_pos, pos)
+                    self.line_pos = pos
+                op_name = source_file = source_line = None
+                if rest:
+                    attrs = _Attributes(rest)
+                    if "metadata=" in rest:
+                        meta = _META(rest)
+                        if meta:
+                            op_name, source_file, source_line = self._metadata(meta.group(1))
+                else:
+                    attrs = _NO_ATTRIBUTES
+                append(
+                    _instruction(
+                        iname, opcode, shape, operands, attrs, root is not None, op_name,
+                        source_file, source_line, indices, self.line_no,
+                    )
+                )  # fmt: skip
+                pos = m.end()
+                continue
+            pos = _ws(s, pos).end()
             if pos >= self.n:
                 opened = self.line_of(start)
                 last = f"; its last instruction starts at line {self.line_of(self.pos)}"
@@ -497,7 +591,7 @@ class _Parser:
             if s[pos] == "}":
                 break
             self.pos = pos
-            pos = self.ws(self._instruction(pos))
+            pos = _ws(s, self._general(pos)).end()
         self.instrs = outer
         comp = Computation(name, tuple(instrs), is_entry)
         self._check_operands(comp)
@@ -512,45 +606,10 @@ class _Parser:
         self.computations.append(comp)
         return "%" + name, end
 
-    def _instruction(self, pos: int) -> int:
-        """Parses the instruction at `pos` into self.instrs; returns the position after it."""
-        s = self.s
-        m = _FAST.match(s, pos)
-        if m:
-            rest = m.group(6)
-            end = m.end()
-            nxt = self.ws(end)
-            if (
-                (not rest or (_ATTR_START.match(rest) and _complete(rest)))
-                and not s.startswith(",", nxt)
-                and (not rest or ("//" not in rest and "/*" not in rest))
-            ):
-                inner = m.group(5)
-                opcode = m.group(4)
-                if opcode in _LITERAL_OPCODES or not inner:
-                    operands, indices = (), ()
-                elif "/*" in inner or not _FAST_OPERANDS.fullmatch(inner):
-                    return self._general(pos)
-                else:
-                    found = _FAST_REF_ALL.findall(inner)
-                    operands = tuple(f[0] for f in found)
-                    indices = tuple(int(i) if i else None for _, i in found)
-                shape = self.shapes.get(m.group(3))
-                if shape is None:
-                    shape, _ = self._shape(m.start(3))
-                    self.shapes[m.group(3)] = shape
-                attrs = _Attributes(rest) if rest else _NO_ATTRIBUTES
-                line = self.line_of(pos)
-                self._add(
-                    m.group(2), opcode, shape, operands, indices, attrs, m.group(1), rest, line
-                )
-                return end
-        return self._general(pos)
-
     def _add(self, name, opcode, shape, operands, indices, attrs, root, meta_text, line) -> None:
         op_name = source_file = source_line = None
         if meta_text and "metadata=" in meta_text:
-            meta = _META.search(meta_text)
+            meta = _META(meta_text)
             if meta:
                 op_name, source_file, source_line = self._metadata(meta.group(1))
         self.instrs.append(
@@ -676,7 +735,10 @@ class _Parser:
                 attrs[m.group(1)] = s[start:pos]
 
     def _value(self, pos: int) -> int:
+        """Position after an attribute value: groups, strings and words, in a row or spaced
+        where XLA's typed values are (`literal=s32[2]{0} {1, 2}`, `mesh[...] {'axis_1'}`)."""
         s, n = self.s, self.n
+        start = pos
         while pos < n:
             c = s[pos]
             if c in "({[":
@@ -689,7 +751,11 @@ class _Parser:
             else:
                 m = _BARE.match(s, pos)
                 if not m:
-                    break
+                    after = _ws(s, pos).end()
+                    if after == pos or pos == start or not _VALUE_GOES_ON(s, after):
+                        break
+                    pos = after
+                    continue
                 pos = m.end()
         return pos
 
@@ -741,7 +807,8 @@ class _Parser:
         return Shape(None, tuple_shapes=tuple(elements)), pos + 1
 
     def _array(self, m: re.Match, pos: int) -> Shape:
-        dtype, dims_text, layout = m.groups()
+        dtype, dims_text, layout, spaced_layout = m.groups()
+        layout = layout or spaced_layout
         if dtype not in DTYPE_BITS:
             raise self.error(f"unknown element type {dtype!r} in shape {m.group(0)!r}", pos)
         if _STATIC_DIMS.fullmatch(dims_text):
@@ -762,9 +829,10 @@ class _Parser:
 
     def _check_operands(self, comp: Computation) -> None:
         index = comp.by_name
-        if len(index) != len(comp.instructions):
+        instrs = comp.instructions
+        if len(index) != len(instrs):
             seen: set[str] = set()
-            for instr in comp.instructions:
+            for instr in instrs:
                 if instr.name in seen:
                     raise HloParseError(
                         f"instruction %{instr.name} defined twice in computation {comp.name!r}",
@@ -772,7 +840,9 @@ class _Parser:
                         self.source,
                     )
                 seen.add(instr.name)
-        for instr in comp.instructions:
+        if set(chain.from_iterable(map(_operands_of, instrs))).issubset(index):
+            return
+        for instr in instrs:
             for operand in instr.operands:
                 if operand not in index:
                     raise HloParseError(
@@ -846,8 +916,12 @@ def _unique_names(computations: list[Computation]) -> tuple[Computation, ...]:
     XLA keeps one name space per module: its NameUniquifier strips a numeric `.N` suffix, and
     gives a name whose number is taken the next free number of that prefix.
     """
-    names = [i.name for c in computations for i in c.instructions]
-    if len(set(names)) == len(names) and not _ZERO_SUFFIX.search("\n".join(names)):
+    names = [name for c in computations for name in map(_name_of, c.instructions)]
+    unique = set(names)
+    if len(unique) == len(names) and not any(
+        root in unique if zeros == "0" else True
+        for root, zeros in _ZERO_SUFFIX.findall("\n".join(names))
+    ):
         return tuple(computations)  # no two names share a (prefix, number): nothing to rename
     used: dict[str, tuple[set[int], list[int]]] = {}
     out: list[Computation] = []
