@@ -121,16 +121,17 @@ def analyze_module(module: HloModule) -> FusionReport:
         HloParseError: a fusion whose fused computation calls itself (a cycle XLA rejects), or
             fusions nested too deeply to walk.
     """
+    kernels: list[KernelInfo] = []
+    instr = module.entry.root
     try:
         with _gc_paused():
-            kernels = [
-                _kernel(module, comp, i)
-                for comp in executed_computations(module)
-                for i in comp.instructions
-                if _is_launch(i)
-            ]
+            for comp in executed_computations(module):
+                for instr in comp.instructions:
+                    if _is_launch(instr):
+                        kernels.append(_kernel(module, comp, instr))
     except RecursionError:
-        raise HloParseError("fusions nested too deeply to walk", None, module.source) from None
+        line = instr.line if instr else None
+        raise HloParseError("fusions nested too deeply to walk", line, module.source) from None
     fusions = [k for k in kernels if k.opcode == "fusion"]
     custom = [k for k in kernels if k.opcode == "custom-call"]
     entry = module.entry.name
@@ -311,8 +312,8 @@ def _fused_instructions(
             continue
         if comp.name in calling:
             raise HloParseError(
-                f"fusion %{instr.name} calls computation {comp.name!r}, which is already "
-                f"running it ({' -> '.join((*calling, comp.name))}): a cycle, not HLO",
+                f"fusion %{instr.name} calls computation {comp.name!r} inside itself "
+                f"({' -> '.join((*calling, comp.name))}): a cycle, which XLA rejects",
                 instr.line,
                 module.source,
             )

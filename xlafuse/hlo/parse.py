@@ -582,10 +582,9 @@ class _Parser:
             pos = _ws(s, pos).end()
             if pos >= self.n:
                 opened = self.line_of(start)
-                last = f"; its last instruction starts at line {self.line_of(self.pos)}"
+                last = f", last instruction at line {self.line_of(self.pos)}" if instrs else ""
                 raise self.error(
-                    f"truncated: computation {name!r} opened at line {opened} is not closed"
-                    + (last if instrs else ""),
+                    f"truncated: computation {name!r} (opened at line {opened}{last}) is not closed",
                     pos,
                 )
             if s[pos] == "}":
@@ -597,13 +596,14 @@ class _Parser:
         self._check_operands(comp)
         return comp, pos + 1
 
-    def _nested_computation(self, pos: int) -> str:
-        """An attribute's inline computation `to_apply={ ... }`: parsed, named `_` as by XLA."""
+    def _nested_computation(self, pos: int) -> tuple[str, int]:
+        """An attribute's inline computation `to_apply={ ... }`: parsed, and named when done as
+        XLA names it (`_`, `_.1`, ...: an inner one is done, so named, before its outer one)."""
+        comp, end = self._body(pos + 1, "_", False, pos)
         count = self.anon.get("", 0)
         self.anon[""] = count + 1
         name = "_" + (f".{count}" if count else "")
-        comp, end = self._body(pos + 1, name, False, pos)
-        self.computations.append(comp)
+        self.computations.append(Computation(name, comp.instructions))
         return "%" + name, end
 
     def _add(self, name, opcode, shape, operands, indices, attrs, root, meta_text, line) -> None:
