@@ -277,13 +277,18 @@ def _kernel(module: HloModule, comp: Computation, instr: Instruction) -> KernelI
     )  # fmt: skip
 
 
-_KERNEL_FIELDS = tuple(KernelInfo.__dataclass_fields__)
-
-
-def _kernel_info(*values) -> KernelInfo:
+def _kernel_info(
+    name, computation, opcode, kind, sub_kind, ops, num_ops, is_real_fusion, bytes_in, bytes_out,
+    op_names, source_lines, sized,
+) -> KernelInfo:  # fmt: skip
     """A KernelInfo without the frozen dataclass's per-field __setattr__ (one per kernel)."""
     info = object.__new__(KernelInfo)
-    object.__setattr__(info, "__dict__", dict(zip(_KERNEL_FIELDS, values, strict=True)))
+    object.__setattr__(info, "__dict__", {
+        "name": name, "computation": computation, "opcode": opcode, "kind": kind,
+        "sub_kind": sub_kind, "ops": ops, "num_ops": num_ops, "is_real_fusion": is_real_fusion,
+        "bytes_in": bytes_in, "bytes_out": bytes_out, "op_names": op_names,
+        "source_lines": source_lines, "sized": sized,
+    })  # fmt: skip
     return info
 
 

@@ -60,6 +60,9 @@ _FAST = re.compile(
     r"([a-z][a-z0-9_\-]*)\((?:(%?[A-Za-z_][\w.\-]*(?:, *%?[A-Za-z_][\w.\-]*)*)|([^()\"\n]*))\)"
     rf"((?:,[ \t]*+[A-Za-z_][\w.\-]*+=[ \t]*+{_VALUE})*+)[ \t\r]*+(?=\n|$)\s*+(?![,/])"
 ).match
+_FAST_HEADER = re.compile(
+    r"(ENTRY[ \t]+)?%?([A-Za-z_][\w.\-]*+)[ \t]*+(?:[(\-][^\n]*)?(?<=[ \t)\]}])\{[ \t\r]*+\n",
+).match
 _FAST_REF = (
     r"[ \t]*(?:[a-z][a-z0-9]*\[[^\]]*\](?:\{[^{}]*\})?[ \t]+)?%?([A-Za-z_][\w.\-]*)(?:#(\d+))?"
 )
@@ -227,7 +230,8 @@ class Instruction:
     op_name: str | None = None
     source_file: str | None = None
     source_line: int | None = None
-    operand_indices: tuple[int | None, ...] = ()  # `%x#1` -> 1: reads tuple element 1 of x
+    # `%x#1` -> 1: reads tuple element 1 of x; None for a whole operand; () when no operand has #
+    operand_indices: tuple[int | None, ...] = ()
     line: int | None = field(default=None, compare=False)
 
     def attr(self, key: str) -> str | None:
@@ -502,6 +506,10 @@ class _Parser:
     def _computation(self, pos: int) -> tuple[Computation, int]:
         s = self.s
         start = pos
+        fast = _FAST_HEADER(s, pos)
+        if fast:  # `[ENTRY] %name (params) -> shape {` on one line, as XLA prints it
+            comp, pos = self._body(fast.end(), fast.group(2), bool(fast.group(1)), start)
+            return self._thread(comp, pos)
         is_entry = s.startswith("ENTRY", pos) and not _WORD.match(s, pos + 5)
         if is_entry:
             pos = self.ws(pos + 5)
@@ -525,10 +533,14 @@ class _Parser:
                 start,
             )
         comp, pos = self._body(pos + 1, name, is_entry, start)
+        return self._thread(comp, pos)
+
+    def _thread(self, comp: Computation, pos: int) -> tuple[Computation, int]:
+        """`}, execution_thread="host"` after a computation."""
         attrs, pos = self._attributes(pos, keep=True)
         if attrs:
-            thread = attrs.get("execution_thread", "")
-            comp = Computation(name, comp.instructions, is_entry, thread.strip('"') or None)
+            thread = attrs.get("execution_thread", "").strip('"') or None
+            comp = Computation(comp.name, comp.instructions, comp.is_entry, thread)
         return comp, pos
 
     def _body(self, pos: int, name: str, is_entry: bool, start: int) -> tuple[Computation, int]:
@@ -538,6 +550,9 @@ class _Parser:
         instrs = self.instrs
         append = instrs.append
         pos = _ws(s, pos).end()
+        line_pos, line_no = self.line_pos, self.line_no
+        if pos < line_pos:  # an inline computation: its instructions come after line_pos
+            line_pos, line_no = 0, 1
         while True:
             m = fast(s, pos)
             if m is not None:  # the fast path: one instruction on one line, as XLA prints it
@@ -546,22 +561,21 @@ class _Parser:
                     operands = indices = ()
                 elif names is not None:
                     operands = tuple(names.replace("%", "").replace(" ", "").split(","))
-                    indices = (None,) * len(operands)
+                    indices = ()
                 elif not inner:
                     operands = indices = ()
                 elif "/*" not in inner and _FAST_OPERANDS(inner):
                     found = _FAST_REF_ALL(inner)
                     operands = tuple(f[0] for f in found)
-                    indices = tuple(int(i) if i else None for _, i in found)
+                    indices = tuple(int(i) if i else None for _, i in found) if "#" in inner else ()
                 else:
                     m = None
             if m is not None:
                 shape = shapes.get(shape_text)
                 if shape is None:
                     shape = shapes[shape_text] = self._shape(m.start(3))[0]
-                if pos > self.line_pos:
-                    self.line_no += s.count("\n", self.line_pos, pos)
-                    self.line_pos = pos
+                line_no += s.count("\n", line_pos, pos)
+                line_pos = pos
                 op_name = source_file = source_line = None
                 if rest:
                     attrs = _Attributes(rest)
@@ -571,14 +585,17 @@ class _Parser:
                             op_name, source_file, source_line = self._metadata(meta.group(1))
                 else:
                     attrs = _NO_ATTRIBUTES
-                append(
-                    _instruction(
-                        iname, opcode, shape, operands, attrs, root is not None, op_name,
-                        source_file, source_line, indices, self.line_no,
-                    )
-                )  # fmt: skip
+                instr = _new(Instruction)
+                _set(instr, "__dict__", {
+                    "name": iname, "opcode": opcode, "shape": shape, "operands": operands,
+                    "attributes": attrs, "is_root": root is not None, "op_name": op_name,
+                    "source_file": source_file, "source_line": source_line,
+                    "operand_indices": indices, "line": line_no,
+                })  # fmt: skip
+                append(instr)
                 pos = m.end()
                 continue
+            self.line_pos, self.line_no = line_pos, line_no
             pos = _ws(s, pos).end()
             if pos >= self.n:
                 opened = self.line_of(start)
@@ -591,6 +608,7 @@ class _Parser:
                 break
             self.pos = pos
             pos = _ws(s, self._general(pos)).end()
+            line_pos, line_no = self.line_pos, self.line_no
         self.instrs = outer
         comp = Computation(name, tuple(instrs), is_entry)
         self._check_operands(comp)
@@ -684,6 +702,8 @@ class _Parser:
                 raise self.error(
                     f"expected ',' or ')' in the operands of {owner!r}: {self._clip(pos)}"
                 )
+        if indices.count(None) == len(indices):
+            indices = []
         return shape, opcode, tuple(operands), tuple(indices), pos + 1
 
     def _operand(self, pos: int, owner: str) -> tuple[str, int | None, int]:

@@ -53,6 +53,18 @@ def kernel_bytes(instr: Instruction, computation: Computation) -> tuple[int, int
     if not instr.shape.sized:
         return None
     bytes_in = 0
+    by_name = computation.by_name
+    indices = instr.operand_indices
+    if not indices or indices.count(None) == len(indices):  # the common case: no `%x#i`
+        operands = instr.operands
+        for name in operands if len(operands) < 2 else dict.fromkeys(operands):
+            operand = by_name.get(name)
+            if operand is not None:
+                shape = operand.shape
+                if not shape.sized:
+                    return None
+                bytes_in += shape.byte_size
+        return bytes_in, _output_bytes(instr)
     for operand, index in _distinct_operands(instr, computation):
         shape = _operand_shape(operand, index)
         if not shape.sized:
