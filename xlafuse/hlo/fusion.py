@@ -18,6 +18,9 @@ What counts (documented here because every number in a report rests on it):
   `kinds` counts the same instructions by their `kind=`.
 * Compute ops of a fusion: the instructions of its fused computation (and nested fusions),
   except parameter, constant, bitcast, tuple and get-tuple-element.
+* Modeled bytes (see `traffic`): summed over the kernels whose shapes all have a known size; a
+  kernel with an instruction printed without a shape or an unbounded dim (`f32[?,8]`) is counted
+  in `unsized_kernels` instead, never guessed.
 * A real fusion has >= 2 compute ops, not counting a broadcast of a scalar (it costs nothing in a
   fused loop). So a fusion-wrapper single-op `wrapped_*` fusion, and `relu` = max(x, broadcast(0)),
   are not real fusions; mul+add+max is.
