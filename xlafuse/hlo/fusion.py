@@ -53,7 +53,7 @@ _NOT_LAUNCH_TARGETS = frozenset(
 _FUSION_OPCODES = ("fusion", "fusion-start")
 _GPU_HINTS = ('"operation_queue_id"', '"device_type"', "__cublas", "__cudnn", "__triton")
 _CPU_HINTS = ("__ynn", "__xnn", "xla.cpu", "__onednn", "outer_dimension_partitions")
-_ANY_HINT = re.compile("|".join(map(re.escape, _GPU_HINTS + _CPU_HINTS))).search
+_HINTS = _GPU_HINTS + _CPU_HINTS
 _GPU_FILE = re.compile(r"gpu_after_optimizations|\.sm_\d")
 _THUNK_LINE = re.compile(r"^\s*\d+:\s+(k\w+)", re.MULTILINE)
 _NON_LAUNCH_THUNKS = frozenset(
@@ -188,10 +188,13 @@ def infer_backend(module: HloModule) -> str | None:
     """ "gpu" or "cpu" from the file name, custom-call targets and backend_config; else None."""
     if module.source and _GPU_FILE.search(Path(module.source).name):
         return "gpu"
-    if module.text and not _ANY_HINT(module.text):
+    if module.text and not any(h in module.text for h in _HINTS):
         return None  # no hint anywhere in the text: none in any attribute
     for comp in module.computations:
         for instr in comp.instructions:
+            raw = getattr(instr.attributes, "text", None)  # as printed: skip it unsplit
+            if raw is not None and not any(h in raw for h in _HINTS):
+                continue
             text = (instr.attributes.get("backend_config") or "") + (
                 instr.attributes.get("custom_call_target") or ""
             )

@@ -10,7 +10,7 @@ is False), nested operands (`add(p, f32[] constant(1))`, named `constant.anon` a
 them), buffer types `b(f32[8])`, unbounded dims `f32[?,784]`, a module without `ENTRY` (the last
 computation is the entry) and `}, execution_thread="host"` after a computation.
 
-Speed: a whole-text scanner (`_reader.py`) with regexes anchored at a position. An instruction on one line in
+Speed: a whole-text scanner (`_reader.py`), regexes anchored at a position. An instruction on one line in
 the form XLA prints is matched by one regex (the fast path); anything else goes through the
 general token-by-token path, which accepts the forms above. Attributes are split on first use.
 
