@@ -138,7 +138,7 @@ def _launches(report, library_names=("sm90_xmma_gemm_f32f32_tn", "splitKreduce_k
 
 def test_library_and_suffixed_launches_join_their_hlo_kernels_and_strangers_are_unattributed():
     report = analyze_hlo(SAMPLES / "block_fwd.default.hlo.txt")
-    names = _launches(report) + ["memset_kernel"]
+    names = [*_launches(report), "memset_kernel"]
     events = [
         Event(n, call * 10**6 + j * 1000, (j + 1) * 100)
         for call in range(2)
