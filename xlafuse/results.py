@@ -223,7 +223,10 @@ def run_settings(config: Any, backend: str, device_kind: str) -> dict[str, Any]:
         "backend": backend,
         "device_kind": device_kind,
         "timing": dataclasses.asdict(config.timing),
-        "measure": dataclasses.asdict(config.measure),
+        # Keeping traces or not changes no measurement: a run may resume with the other choice.
+        "measure": {
+            k: v for k, v in dataclasses.asdict(config.measure).items() if k != "keep_traces"
+        },
         "XLA_FLAGS": os.environ.get("XLA_FLAGS", ""),
         "jax": jax.__version__,
         "jaxlib": jaxlib.__version__,
