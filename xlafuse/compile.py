@@ -96,11 +96,13 @@ class MeasureRequest:
       settings: the timing settings (`xlafuse.measure.timing.TimingSettings`).
       train: whether each call's first output is the next call's first argument (a train step).
       profile_calls: calls to trace for device time (0: none; GPU only).
+      trace_dir: where the child writes its trace (None: a temporary folder).
     """
 
     settings: Any
     train: bool = False
     profile_calls: int = 0
+    trace_dir: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -199,6 +201,7 @@ def _compile_in_child(fn, args, kwargs, variant, backend, options, jit_kwargs, m
             "settings": dataclasses.asdict(measure.settings),
             "train": measure.train,
             "profile_calls": measure.profile_calls,
+            "trace_dir": measure.trace_dir,
         }
 
     def run(*call_args, **call_kwargs):

@@ -25,7 +25,8 @@ A config names the workloads, the fusion variants and how to measure them::
     repeats = 3
 
     [measure]
-    profile = false                         # jax.profiler trace per cell (GPU only)
+    profile = false                         # jax.profiler trace per cell: kernel times
+    keep_traces = true                      # keep them in <output>/traces/<cell>/
     calibrate = true                        # copy-bandwidth and matmul ceilings once per run
     cold_start = false                      # per cell: cold/warm compile, AOT load (child processes)
 
@@ -88,13 +89,17 @@ class MeasureConfig:
     """Optional measurements.
 
     Attributes:
-      profile: record a jax.profiler trace per cell for device time and kernels (GPU only).
+      profile: record a jax.profiler trace per cell: device time and every kernel's time on a
+        GPU, host-side op times on the CPU (`xlafuse.measure.kernels`).
+      keep_traces: keep each profiled cell's trace under `<results folder>/traces/<cell>/`
+        (XProf/TensorBoard and Perfetto open it); false deletes them (long sweeps).
       calibrate: measure the copy-bandwidth (and matmul) ceilings once per run.
       cold_start: per cell, measure cold and warm-cache compiles and the AOT load in fresh
         processes (`xlafuse.measure.coldstart`).
     """
 
     profile: bool = False
+    keep_traces: bool = True
     calibrate: bool = True
     cold_start: bool = False
 

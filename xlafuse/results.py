@@ -69,6 +69,11 @@ class CellResult:
     Cold start (with `measure.cold_start`, fresh processes): import_s, cold_compile_s (empty
     persistent cache), warm_compile_s (filled cache), cache_hit, cache_entries, cache_speedup,
     first_call_s, steady_call_s, aot_export_s, aot_load_s (deserialize + compile + first call).
+    Kernels (with `measure.profile`, `xlafuse.measure.kernels`): trace_path (the cell's trace
+    folder, relative to the results folder; None when not kept), kernel_times (totals and the
+    top kernels by time, each joined to its HLO kernel; `KernelTimes.summary()`), kernel_diff
+    (a non-reference cell against the reference: the kernel groups of `xlafuse diff` with both
+    sides' measured times, top savings first; `kernel_diff.kernel_diff_record`).
     status is "ok" or "error" (then `error` holds the message and most figures are None).
     settings: what the measurement depends on besides the cell's name (`cell_settings`); a
     results file holds records of one set of settings only (`check_resumable`).
@@ -150,6 +155,9 @@ class CellResult:
     cache_hit: bool | None = None
     cache_entries: int | None = None
     cache_speedup: float | None = None
+    trace_path: str | None = None
+    kernel_times: Mapping[str, Any] | None = None
+    kernel_diff: Mapping[str, Any] | None = None
     wall_s: float | None = None
     settings: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     env: Mapping[str, Any] = dataclasses.field(default_factory=dict)
@@ -220,7 +228,10 @@ def run_settings(config: Any, backend: str, device_kind: str) -> dict[str, Any]:
         "backend": backend,
         "device_kind": device_kind,
         "timing": dataclasses.asdict(config.timing),
-        "measure": dataclasses.asdict(config.measure),
+        # Keeping traces or not changes no measurement: a run may resume with the other choice.
+        "measure": {
+            k: v for k, v in dataclasses.asdict(config.measure).items() if k != "keep_traces"
+        },
         "XLA_FLAGS": os.environ.get("XLA_FLAGS", ""),
         "jax": jax.__version__,
         "jaxlib": jaxlib.__version__,

@@ -3,7 +3,9 @@
 Per workload: build it once, then for each variant, the reference first (so speedups and numeric
 differences have something to compare with): compile under the variant, read the fusion report and
 XLA's cost and memory analyses, run once for the outputs, compare them with the reference's,
-time the calls, trace them on a GPU if asked, derive rates, and append the record at once.
+time the calls, trace them if asked (the trace kept in `traces/<cell>/`, every kernel's time
+joined to its HLO kernel, and each other variant's kernel groups timed against the reference's:
+`_kernel_fields`), derive rates, and append the record at once.
 
 A cell that raises (an out-of-memory, a compile error, XLA rejecting an option) becomes a record
 with status "error" and the sweep goes on. Re-running a config skips the cells already recorded
@@ -16,6 +18,7 @@ import dataclasses
 import difflib
 import gc
 import os
+import shutil
 import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -30,7 +33,7 @@ from xlafuse.compile import MeasureRequest, compile_workload, unoptimized_hlo
 from xlafuse.config import ExperimentConfig, VariantConfig, WorkloadConfig, load_config
 from xlafuse.errors import XlafuseError
 from xlafuse.explain import missed_fusions
-from xlafuse.measure import timing
+from xlafuse.measure import cell_kernels, timing
 from xlafuse.measure.calibrate import Ceilings, calibrate
 from xlafuse.measure.coldstart import measure_cold_start
 from xlafuse.measure.profile import DeviceProfile, profile_device_time
@@ -72,6 +75,7 @@ class _Reference:
       profile: its DeviceProfile (for device-time speedups).
       record: its record (this run's or an earlier run's).
       error: why it could not be compiled again on resume (None when it could).
+      kernels: its traced kernel times and HLO (for the other cells' kernel_diff).
     """
 
     compiled: Any = None
@@ -80,6 +84,7 @@ class _Reference:
     profile: DeviceProfile | None = None
     record: CellResult | None = None
     error: str | None = None
+    kernels: cell_kernels.Baseline = dataclasses.field(default_factory=cell_kernels.Baseline)
 
 
 def run_experiment(
@@ -264,19 +269,24 @@ def _reference(run: _Run, w, workload, cells, done, advance) -> _Reference:
 def _cell(run: _Run, w, variant: VariantConfig, workload, reference: _Reference) -> CellResult:
     """Measure one cell; fills `reference` when this cell is the reference."""
     start = time.perf_counter()
+    trace_dir = _new_trace_dir(run, _cell_id(w, variant.name, run.backend))
     try:
-        fields = _measure(run, variant, workload, reference)
+        fields = _measure(run, variant, workload, reference, trace_dir)
     except Exception as err:  # one cell's failure must not end the sweep
         gc.collect()
         return _error_record(run, w, variant, workload, err)
+    finally:
+        if trace_dir is not None and not run.config.measure.keep_traces:
+            shutil.rmtree(trace_dir, ignore_errors=True)
     fields["wall_s"] = time.perf_counter() - start
     return _record(run, w, variant, workload, "ok", fields)
 
 
-def _measure_request(run: _Run, workload) -> MeasureRequest:
+def _measure_request(run: _Run, workload, trace_dir: Path | None = None) -> MeasureRequest:
     settings = timing.TimingSettings.from_config(run.config.timing)
     profile_calls = PROFILE_CALLS if run.config.measure.profile else 0
-    return MeasureRequest(settings, workload.mode == "train", profile_calls)
+    folder = str(trace_dir) if trace_dir is not None else None
+    return MeasureRequest(settings, workload.mode == "train", profile_calls, folder)
 
 
 def _first_outputs(compiled, workload):
@@ -286,9 +296,12 @@ def _first_outputs(compiled, workload):
     return host_outputs(workload, compiled(*workload.fresh_args()))
 
 
-def _measure(run: _Run, variant: VariantConfig, workload, reference: _Reference) -> dict:
+def _measure(
+    run: _Run, variant: VariantConfig, workload, reference: _Reference, trace_dir=None
+) -> dict:
     is_reference = variant.name == run.config.reference
-    compiled = compile_workload(workload, variant.resolve(), _measure_request(run, workload))
+    request = _measure_request(run, workload, trace_dir)
+    compiled = compile_workload(workload, variant.resolve(), request)
     fields = {"lower_s": compiled.lower_s, "compile_s": compiled.compile_s}
     fields.update(_report_fields(compiled.report))
     fields.update(_analysis_fields(compiled))
@@ -305,7 +318,7 @@ def _measure(run: _Run, variant: VariantConfig, workload, reference: _Reference)
         )
     if reference.error:
         fields["reference_error"] = reference.error
-    measured, speedup, profile = _time(run, compiled, workload, reference, is_reference)
+    measured, speedup, profile = _time(run, compiled, workload, reference, is_reference, request)
     fields.update(measured.to_dict())
     if is_reference:
         reference.timing, reference.profile = measured, profile
@@ -322,6 +335,7 @@ def _measure(run: _Run, variant: VariantConfig, workload, reference: _Reference)
         fields["device_time_s"] = profile.device_time_s
         fields["device_kernels_per_call"] = profile.device_kernels_per_call
         fields.update(_device_speedup(profile, reference.profile, is_reference))
+    fields.update(_kernel_fields(run, compiled, workload, trace_dir, reference, variant.name))
     if run.config.measure.cold_start:
         fields.update(_cold_start_fields(workload, variant))
     if variant.name == MISSED_FUSIONS_VARIANT:
@@ -332,7 +346,7 @@ def _measure(run: _Run, variant: VariantConfig, workload, reference: _Reference)
     return fields
 
 
-def _time(run: _Run, compiled, workload, reference: _Reference, is_reference: bool):
+def _time(run: _Run, compiled, workload, reference: _Reference, is_reference: bool, request):
     """(Timing, (Speedup, basis, reference median) or None, DeviceProfile or None) of a cell.
 
     In-process variants are timed in alternation with the reference's program (`measure_pair`):
@@ -340,7 +354,6 @@ def _time(run: _Run, compiled, workload, reference: _Reference, is_reference: bo
     not be compiled, is timed alone; its speedup then compares with the reference cell's own
     samples (unpaired).
     """
-    request = _measure_request(run, workload)
     advance = timing.thread_state if request.train else timing.same_args
     if compiled.measured is not None:
         measured = timing.Timing(**compiled.measured.timing)
@@ -384,7 +397,32 @@ def _missed_fusions(workload, compiled) -> dict[str, Any]:
 def _profile(compiled, workload, request: MeasureRequest, advance):
     if not request.profile_calls:
         return None
-    return profile_device_time(compiled, workload.fresh_args(), request.profile_calls, advance)
+    args, calls = workload.fresh_args(), request.profile_calls
+    return profile_device_time(compiled, args, calls, advance, request.trace_dir)
+
+
+def _new_trace_dir(run: _Run, cell: str) -> Path | None:
+    measure = run.config.measure
+    if not measure.profile:
+        return None
+    return cell_kernels.new_trace_dir(run.results_path.parent, cell, measure.keep_traces)
+
+
+def _kernel_fields(run: _Run, compiled, workload, trace_dir, reference, variant: str) -> dict:
+    """trace_path, kernel_times and (a non-reference cell) kernel_diff: `cell_kernels`."""
+    if trace_dir is None:
+        return {}
+    ceiling = run.ceilings.copy_bytes_per_s if run.ceilings else None
+    return cell_kernels.kernel_fields(
+        trace_dir,
+        run.results_path.parent if run.config.measure.keep_traces else None,
+        compiled,
+        workload,
+        PROFILE_CALLS,
+        ceiling,
+        reference.kernels,
+        (run.config.reference, variant),
+    )
 
 
 def _device_speedup(profile, reference_profile, is_reference: bool) -> dict[str, Any]:

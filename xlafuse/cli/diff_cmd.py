@@ -30,6 +30,14 @@ def register(subparsers) -> None:
     p.add_argument("--mode", default="forward", help="workload mode (default: forward)")
     p.add_argument("--top", type=int, default=10, help="groups shown (10)")
     p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument(
+        "--measure",
+        action="store_true",
+        help="with --workload: trace both variants and time every kernel group (GPU: device "
+        "kernels; CPU: host thunks)",
+    )
+    p.add_argument("--calls", type=int, default=10, help="calls traced per variant (10)")
+    p.add_argument("--traces", metavar="DIR", help="keep the traces in DIR/<variant>/")
     p.set_defaults(func=run)
 
 
@@ -39,6 +47,8 @@ def run(args) -> int:
 
     check_top(args.top)
     variants = tuple(v.strip() for v in args.variants.split(",") if v.strip())
+    if args.measure:
+        return _measured(args, variants)
     with steps(total=1) as step:
         if args.workload:
             label = f"{args.workload}/{args.size}/{args.mode}"
@@ -47,4 +57,33 @@ def run(args) -> int:
             args.a, args.b, args.workload, variants, args.size, args.mode, args.reference
         )
     print(json.dumps(diff.to_dict(), indent=1) if args.json else render_diff(diff, args.top))
+    return 0
+
+
+def _measured(args, variants: tuple[str, ...]) -> int:
+    """`--measure`: both variants compiled, traced and joined; groups by measured time saved."""
+    from xlafuse.cli._progress import steps
+    from xlafuse.errors import XlafuseError
+    from xlafuse.measure.kernel_diff import measure_workload_diff
+    from xlafuse.report_kernels import render_measured_diff
+
+    if not args.workload or args.a or args.b:
+        raise XlafuseError("--measure needs --workload NAME (HLO files cannot be traced)")
+    if len(variants) != 2:
+        raise XlafuseError(f"--variants needs two names like default,no-fusion; got {variants}")
+    if args.calls < 1:
+        raise XlafuseError(f"--calls must be a positive number of calls, not {args.calls}")
+    with steps(total=1) as step:
+        step(
+            f"compiling and tracing {args.workload}/{args.size}/{args.mode} @ {' and @ '.join(variants)}"
+        )
+        measured = measure_workload_diff(
+            args.workload, variants, args.size, args.mode, args.calls, args.traces
+        )
+    if args.json:
+        print(json.dumps(measured.to_dict(), indent=1))
+    else:
+        print(render_diff(measured.diff, args.top))
+        print()
+        print(render_measured_diff(measured, args.top))
     return 0

@@ -71,12 +71,15 @@ def profile_device_time(
       args: its arguments.
       calls: calls to trace.
       advance: `(args, out) -> next args` (`timing.thread_state` for train steps).
-      log_dir: where the trace goes; a temporary folder (deleted) when None.
+      log_dir: where the trace goes (kept); a temporary folder (deleted) when None.
 
     Returns:
-      The DeviceProfile, or None on a backend without GPU device planes (the CPU).
+      The DeviceProfile, or None on a backend without GPU device planes (the CPU: there the
+      calls are traced into `log_dir` when one is given, for their host-side op events).
     """
     if jax.default_backend() != "gpu":
+        if log_dir is not None:
+            trace_calls(fn, args, calls, advance, log_dir)
         return None
     if log_dir is None:
         with tempfile.TemporaryDirectory(prefix="xlafuse-trace-") as tmp:
@@ -84,7 +87,15 @@ def profile_device_time(
     return _trace_and_read(fn, args, calls, advance, Path(log_dir))
 
 
-def _trace_and_read(fn, args, calls, advance, folder: Path) -> DeviceProfile | None:
+def trace_calls(
+    fn: Callable, args: tuple, calls: int, advance: Advance, folder: str | Path
+) -> Path | None:
+    """One untraced warm-up call, then `calls` calls under `jax.profiler.trace(folder)`.
+
+    Returns:
+      The newest `*.xplane.pb` the profiler wrote under `folder`, or None if it wrote none.
+    """
+    folder = Path(folder)
     out = jax.block_until_ready(fn(*args))
     args = advance(args, out)  # a train step donated its state: go on with the new one
     with jax.profiler.trace(str(folder)):
@@ -94,9 +105,12 @@ def _trace_and_read(fn, args, calls, advance, folder: Path) -> DeviceProfile | N
             args = advance(args, out)
         jax.block_until_ready(out)
     files = sorted(folder.rglob("*.xplane.pb"), key=lambda p: p.stat().st_mtime)
-    if not files:
-        return None
-    return read_trace(files[-1], calls)
+    return files[-1] if files else None
+
+
+def _trace_and_read(fn, args, calls, advance, folder: Path) -> DeviceProfile | None:
+    path = trace_calls(fn, args, calls, advance, folder)
+    return read_trace(path, calls) if path is not None else None
 
 
 def read_trace(path: str | Path, calls: int) -> DeviceProfile | None:
