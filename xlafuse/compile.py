@@ -57,6 +57,13 @@ class CompiledVariant:
 
         return analyze_hlo(self.hlo_text)
 
+    @functools.cached_property
+    def collectives(self):
+        """The CollectiveReport of the optimized HLO (`xlafuse.hlo.collectives`)."""
+        from xlafuse.hlo.collectives import collectives_of_text
+
+        return collectives_of_text(self.hlo_text)
+
     def cost_analysis(self) -> dict[str, float] | None:
         """XLA's cost analysis (flops, bytes accessed); None if unavailable.
 
@@ -136,6 +143,10 @@ def compile_workload(workload, variant, measure: MeasureRequest | None = None) -
       UnknownPassError, ValueError: as `compile_variant`.
     """
     jit_kwargs = {"donate_argnums": workload.donate_argnums} if workload.donate_argnums else {}
+    # A sharded workload's arguments carry their shardings (the in_shardings); a train step
+    # also pins its new state's layout, so the next step takes it without resharding.
+    if getattr(workload, "out_shardings", None) is not None:
+        jit_kwargs["out_shardings"] = workload.out_shardings
     return compile_variant(workload.fn, workload.args, {}, variant, jit_kwargs, measure)
 
 
@@ -157,6 +168,11 @@ def compile_variant(
     backend = jax.default_backend()
     options = variant.compiler_options(backend)
     if variant.process_flags:
+        if "out_shardings" in jit_kwargs or _is_sharded(args):
+            raise ValueError(
+                f"variant {variant.name!r} needs process flags (a child process), which "
+                "sharded programs cannot use yet; run it on one device"
+            )
         return _compile_in_child(fn, args, kwargs, variant, backend, options, jit_kwargs, measure)
     start = time.perf_counter()
     lowered = jax.jit(fn, **jit_kwargs).lower(*args, **kwargs)
@@ -173,6 +189,15 @@ def compile_variant(
         raise
     compile_s = time.perf_counter() - start
     return CompiledVariant(variant, backend, compiled, compiled.as_text(), lower_s, compile_s)
+
+
+def _is_sharded(args: Sequence) -> bool:
+    """Whether any argument is spread over more than one device."""
+    for leaf in jax.tree.leaves(tuple(args)):
+        sharding = getattr(leaf, "sharding", None)
+        if sharding is not None and len(sharding.device_set) > 1:
+            return True
+    return False
 
 
 def _compile_in_child(fn, args, kwargs, variant, backend, options, jit_kwargs, measure):

@@ -89,6 +89,10 @@ class Workload:
         config: the resolved size configuration with overrides applied (JSON-able).
         donate_argnums: argument positions donated to the compiled function (the train state).
         state_tree: the tree structure of the flat state in `args[0]` (None without parameters).
+        plan: a `xlafuse.models.sharding.MeshPlan` when the arguments are sharded over a device
+            mesh (`build(..., devices=N, parallelism=...)`); None on one device.
+        out_shardings: the `out_shardings` to jit with (a sharded train step keeps its state's
+            layout); None lets XLA choose.
     """
 
     name: str
@@ -104,6 +108,18 @@ class Workload:
     config: Mapping[str, Any]
     donate_argnums: tuple[int, ...] = ()
     state_tree: Any = None
+    plan: Any = None
+    out_shardings: Any = None
+
+    @property
+    def devices(self) -> int:
+        """Devices the workload runs on (1 unless `xlafuse.models.sharding.shard` placed it)."""
+        return self.plan.devices if self.plan is not None else 1
+
+    @property
+    def parallelism(self) -> str | None:
+        """ "data" or "model" on a mesh; None on one device."""
+        return self.plan.parallelism if self.plan is not None else None
 
     def structured_state(self, leaves: Any = None) -> Any:
         """The state as a pytree (`nnx.State`, or the train-state dict) from its flat leaves.
@@ -137,6 +153,8 @@ class Workload:
             "items_unit": self.items_unit,
             "flops": self.flops,
             "config": {k: _jsonable(v) for k, v in self.config.items()},
+            "devices": self.devices,
+            "parallelism": self.parallelism,
         }
 
     describe = to_dict
