@@ -142,12 +142,9 @@ def compile_workload(workload, variant, measure: MeasureRequest | None = None) -
     Raises:
       UnknownPassError, ValueError: as `compile_variant`.
     """
-    jit_kwargs = {"donate_argnums": workload.donate_argnums} if workload.donate_argnums else {}
-    # A sharded workload's arguments carry their shardings (the in_shardings); a train step
-    # also pins its new state's layout, so the next step takes it without resharding.
-    if getattr(workload, "out_shardings", None) is not None:
-        jit_kwargs["out_shardings"] = workload.out_shardings
-    return compile_variant(workload.fn, workload.args, {}, variant, jit_kwargs, measure)
+    # Donation, and for a sharded workload its output layout (`Workload.jit_kwargs`); the input
+    # shardings travel with the arguments (committed, sharded arrays).
+    return compile_variant(workload.fn, workload.args, {}, variant, workload.jit_kwargs(), measure)
 
 
 def compile_variant(

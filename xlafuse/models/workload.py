@@ -134,6 +134,20 @@ class Workload:
             raise ValueError(f"workload {self.name!r} has no parameters, so no state")
         return jax.tree.unflatten(self.state_tree, self.args[0] if leaves is None else leaves)
 
+    def jit_kwargs(self) -> dict[str, Any]:
+        """The `jax.jit` arguments every compile of this workload uses (one definition).
+
+        The train state is donated; a sharded train step also pins its new state's layout
+        (`out_shardings`), so the next step takes it without resharding. The input shardings
+        travel with the arguments themselves (committed, sharded arrays).
+        """
+        kwargs: dict[str, Any] = {}
+        if self.donate_argnums:
+            kwargs["donate_argnums"] = self.donate_argnums
+        if self.out_shardings is not None:
+            kwargs["out_shardings"] = self.out_shardings
+        return kwargs
+
     def fresh_args(self) -> tuple[Any, ...]:
         """`args` with every donated argument copied: a donating call may consume the copies."""
         return tuple(
