@@ -23,15 +23,20 @@ F32 = 4
 
 
 @pytest.fixture(scope="module")
-def checks() -> dict:
+def checks(tmp_path_factory) -> dict:
+    folder = tmp_path_factory.mktemp("sharded")
     env = host_devices_env(4)
     env["PYTHONPATH"] = str(REPO) + (":" + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     script = REPO / "tests" / "scripts" / "sharded_checks.py"
     proc = subprocess.run(
-        [sys.executable, str(script)], env=env, capture_output=True, text=True, check=False
+        [sys.executable, str(script), str(folder)],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout)
+    return json.loads((folder / "checks.json").read_text())
 
 
 def test_child_has_four_host_devices(checks):
@@ -174,3 +179,26 @@ def test_host_device_flags():
     assert flags == "--xla_cpu_foo=1 --xla_force_host_platform_device_count=4"
     assert forced_host_devices(flags) == 4
     assert forced_host_devices("") is None
+
+
+def test_runner_records_collectives_per_cell(checks):
+    cells = {c["cell_id"].split("/", 1)[1]: c for c in checks["runner"]["cells"]}
+    one = 'tiny/train/auto/{"batch":4}/default/cpu'
+    assert set(cells) == {
+        one,
+        'tiny/train/auto/{"batch":4}/no-collective-combining/cpu',
+        one + "/data4",
+        'tiny/train/auto/{"batch":4}/no-collective-combining/cpu/data4',
+    }
+    assert all(c["status"] == "ok" for c in cells.values())
+    assert cells[one]["devices"] == 1 and cells[one]["collectives"] is None
+    sharded = cells[one + "/data4"]
+    assert (sharded["devices"], sharded["parallelism"]) == (4, "data")
+    assert (sharded["collectives"], sharded["logical_collectives"]) == (1, 7)
+    assert sharded["collective_counts"] == {"all-reduce": 1}
+    assert sharded["collective_operand_bytes"] == 132868
+    separate = cells['tiny/train/auto/{"batch":4}/no-collective-combining/cpu/data4']
+    assert (separate["collectives"], separate["within_tolerance"]) == (7, True)
+    section = checks["runner"]["section"]
+    assert "| mlp[batch=4]/tiny/train | data x4 | default | 1 | 7 | 0 | 0.133 |" in section
+    assert "| mlp[batch=4]/tiny/train | data x4 | no-collective-combining | 7 | 7 | 0 |" in section
