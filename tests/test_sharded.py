@@ -126,6 +126,8 @@ ENTRY %main (x: f32[8,4], y: bf16[16]) -> f32[4,4] {
   %g = f32[8,4]{1,0} get-tuple-element(%ard), index=0
   %ag = f32[16,4]{1,0} all-gather(%g), replica_groups=[1,2]<=[2], dimensions={0}
   %cp = f32[8,4]{1,0} collective-permute(%x), source_target_pairs={{0,1},{1,0}}
+  %ags = (f32[8,4]{1,0}, f32[16,4]{1,0}) all-gather-start(%cp), replica_groups={{0,1}}, dimensions={0}, backend_config={"collective_backend_config":{"is_sync":true}}
+  %agd = f32[16,4]{1,0} all-gather-done(%ags)
   %start = ((f32[8,4]{1,0}), f32[4,4]{1,0}) async-start(%cp), calls=%rs_body
   ROOT %done = f32[4,4]{1,0} async-done(%start)
 }
@@ -141,13 +143,14 @@ def test_collectives_of_async_pairs_and_wrapped_reduce_scatter():
         ("all-reduce", True, 2, 8 * 4 * 4 + 16 * 2, 2),
         ("all-gather", False, 1, 128, 2),
         ("collective-permute", False, 1, 128, None),
+        ("all-gather", False, 1, 128, 2),  # a start/done pair marked is_sync: synchronous
         ("reduce-scatter", True, 1, 128, 2),
     ]
-    assert report.count == 4 and report.logical == 5 and report.async_pairs == 2
+    assert report.count == 5 and report.logical == 6 and report.async_pairs == 2
     by_kind = report.by_kind()
-    assert by_kind["all-reduce"].async_pairs == 1 and by_kind["all-gather"].sync == 1
-    # all-reduce 2(n-1)/n x 160 = 160; all-gather 128; permute 128; reduce-scatter 64.
-    assert report.ring_bytes == 160 + 128 + 128 + 64
+    assert by_kind["all-reduce"].async_pairs == 1 and by_kind["all-gather"].sync == 2
+    # all-reduce 2(n-1)/n x 160 = 160; all-gathers 128 each; permute 128; reduce-scatter 64.
+    assert report.ring_bytes == 160 + 128 + 128 + 128 + 64
 
 
 @pytest.mark.parametrize(

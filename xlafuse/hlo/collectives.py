@@ -5,6 +5,9 @@ What counts:
   asynchronous, counted once at its start (`all-reduce-start`, `all-gather-start`,
   `collective-permute-start`, or an `async-start` whose wrapped computation is a collective, as
   XLA:GPU writes reduce-scatter and all-to-all); the matching `-done` is not counted again.
+  A start whose backend_config says `"is_sync":true` (XLA:GPU's
+  `gpu-convert-async-collectives-to-sync` marks pairs that nothing could overlap that way) runs
+  synchronously: it is counted as synchronous.
 - `operand_bytes`: the bytes of its operands on one device (what the issue calls the bytes it
   moves). A combined collective has one operand per logical collective it carries: XLA's
   combiner passes merge N all-reduces into one all-reduce of N operands, so `logical` = operands.
@@ -45,6 +48,7 @@ _EXPLICIT_GROUPS = re.compile(r"\{([\d,\s]*)\}")
 _IOTA_GROUPS = re.compile(r"\[([\d,\s]+)\]\s*<=")
 _MESH_AXES = re.compile(r"'([^']+)'\s*=\s*(\d+)")
 _MESH_USED = re.compile(r"\]\s*\{([^}]*)\}")
+_IS_SYNC = re.compile(r'"is_sync"\s*:\s*true')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -213,6 +217,8 @@ def _collective(module: HloModule, comp: Computation, instr: Instruction) -> Col
         kind, is_async = carrier.opcode, True
     else:
         return None
+    if is_async and _IS_SYNC.search(instr.attributes.get("backend_config") or ""):
+        is_async = False
     shapes = _operand_shapes(comp, instr)
     operand_bytes = sum(s.byte_size for s in shapes)
     group = group_size(carrier.attributes)
