@@ -57,6 +57,13 @@ class CompiledVariant:
 
         return analyze_hlo(self.hlo_text)
 
+    @functools.cached_property
+    def collectives(self):
+        """The CollectiveReport of the optimized HLO (`xlafuse.hlo.collectives`)."""
+        from xlafuse.hlo.collectives import collectives_of_text
+
+        return collectives_of_text(self.hlo_text)
+
     def cost_analysis(self) -> dict[str, float] | None:
         """XLA's cost analysis (flops, bytes accessed); None if unavailable.
 
@@ -137,8 +144,9 @@ def compile_workload(workload, variant, measure: MeasureRequest | None = None) -
     Raises:
       UnknownPassError, ValueError: as `compile_variant`.
     """
-    jit_kwargs = {"donate_argnums": workload.donate_argnums} if workload.donate_argnums else {}
-    return compile_variant(workload.fn, workload.args, {}, variant, jit_kwargs, measure)
+    # Donation, and for a sharded workload its output layout (`Workload.jit_kwargs`); the input
+    # shardings travel with the arguments (committed, sharded arrays).
+    return compile_variant(workload.fn, workload.args, {}, variant, workload.jit_kwargs(), measure)
 
 
 def unoptimized_hlo(workload) -> str:
@@ -169,6 +177,11 @@ def compile_variant(
     backend = jax.default_backend()
     options = variant.compiler_options(backend)
     if variant.process_flags:
+        if "out_shardings" in jit_kwargs or _is_sharded(args):
+            raise ValueError(
+                f"variant {variant.name!r} needs process flags (a child process), which "
+                "sharded programs cannot use yet; run it on one device"
+            )
         return _compile_in_child(fn, args, kwargs, variant, backend, options, jit_kwargs, measure)
     start = time.perf_counter()
     lowered = jax.jit(fn, **jit_kwargs).lower(*args, **kwargs)
@@ -185,6 +198,15 @@ def compile_variant(
         raise
     compile_s = time.perf_counter() - start
     return CompiledVariant(variant, backend, compiled, compiled.as_text(), lower_s, compile_s)
+
+
+def _is_sharded(args: Sequence) -> bool:
+    """Whether any argument is spread over more than one device."""
+    for leaf in jax.tree.leaves(tuple(args)):
+        sharding = getattr(leaf, "sharding", None)
+        if sharding is not None and len(sharding.device_set) > 1:
+            return True
+    return False
 
 
 def _compile_in_child(fn, args, kwargs, variant, backend, options, jit_kwargs, measure):

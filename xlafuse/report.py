@@ -26,6 +26,7 @@ from xlafuse.report_kernels import (
     plot_kernel_roofline,
     traces_section,
 )
+from xlafuse.report_sharded import sharded_section
 from xlafuse.results import CellResult, latest_per_cell, read_results
 
 SPEEDUP_PNG = "speedup.png"
@@ -80,6 +81,7 @@ def render_markdown(
     for key, group in _by_workload(records).items():
         lines += [f"## {key}", "", *_table(group), "", *kernel_sections(group), *_missed(group)]
     lines += _errors(records)
+    lines += sharded_section(records)
     lines += _cold_start_and_graphs(records)
     if plots:
         lines += ["## Plots", ""] + [f"![{p}]({p})" for p in plots] + [""]
@@ -145,6 +147,8 @@ def _by_workload(records: Sequence[CellResult]) -> dict[str, list[CellResult]]:
     for r in records:
         extra = ",".join(f"{k}={v}" for k, v in sorted(r.overrides.items()))
         key = f"{r.workload}{f'[{extra}]' if extra else ''} / {r.size} / {r.mode} / {r.dtype}"
+        if r.devices > 1:
+            key += f" / {r.parallelism}-parallel on {r.devices} devices"
         groups.setdefault(key, []).append(r)
     return groups
 

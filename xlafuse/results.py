@@ -60,6 +60,14 @@ class CellResult:
     items_per_s (per wall median), achieved_bytes_per_s and tflops (modeled bytes or flops per
     second of `rate_basis`: device_time_s where profiled, else pipelined_s_per_call on a GPU,
     else time_median_s), pct_of_copy_ceiling.
+    Sharded cells (`devices` > 1, `parallelism` "data" or "model"): the collectives of the
+    optimized HLO (`xlafuse.hlo.collectives`, per device per step): collectives (instructions),
+    logical_collectives (what they carry: the count without combining), collective_async_pairs,
+    collective_operand_bytes, collective_ring_bytes (ring model), collective_counts (per kind);
+    on GPU with profiling (`xlafuse.measure.collectives`, one device's trace): comm_time_s (time
+    in communication kernels per call), comm_overlap_s (of it, overlapped by compute kernels),
+    comm_overlap_fraction, comm_kernels_per_call. Scaling against one device is computed in the
+    report, from the cell with devices = 1 of the same workload, global batch and variant.
     Numerics against the reference (`xlafuse.numerics`, one rule for `run` and `compare`):
     max_abs_diff, max_rel_diff, within_tolerance (forward outputs; for a train step the loss,
     gradient, batch statistics and updated parameters), numerics_worst_part; reference_error
@@ -93,6 +101,8 @@ class CellResult:
     experiment: str = ""
     dtype_requested: str | None = None
     overrides: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    devices: int = 1
+    parallelism: str | None = None
     reference: str = "default"
     variant_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     num_params: int | None = None
@@ -158,6 +168,16 @@ class CellResult:
     trace_path: str | None = None
     kernel_times: Mapping[str, Any] | None = None
     kernel_diff: Mapping[str, Any] | None = None
+    collectives: int | None = None
+    logical_collectives: int | None = None
+    collective_async_pairs: int | None = None
+    collective_operand_bytes: int | None = None
+    collective_ring_bytes: int | None = None
+    collective_counts: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    comm_time_s: float | None = None
+    comm_overlap_s: float | None = None
+    comm_overlap_fraction: float | None = None
+    comm_kernels_per_call: float | None = None
     wall_s: float | None = None
     settings: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     env: Mapping[str, Any] = dataclasses.field(default_factory=dict)
@@ -204,10 +224,15 @@ def cell_id(
     overrides: Mapping[str, Any],
     variant: str,
     backend: str,
+    mesh: str | None = None,
 ) -> str:
-    """The resume key of a cell, e.g. `chain/tiny/forward/auto/{"ops":16}/no-fusion/cpu`."""
+    """The resume key of a cell, e.g. `chain/tiny/forward/auto/{"ops":16}/no-fusion/cpu`.
+
+    A sharded cell ends with its layout (`.../gpu/data2`); one-device cells keep the old key.
+    """
     extra = json.dumps(dict(overrides), sort_keys=True, separators=(",", ":"), default=str)
-    return "/".join([workload, size, mode, dtype or "auto", extra, variant, backend])
+    parts = [workload, size, mode, dtype or "auto", extra, variant, backend]
+    return "/".join(parts + ([mesh] if mesh else []))
 
 
 def run_settings(config: Any, backend: str, device_kind: str) -> dict[str, Any]:

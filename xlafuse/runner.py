@@ -38,6 +38,7 @@ from xlafuse.measure.calibrate import Ceilings, calibrate
 from xlafuse.measure.coldstart import measure_cold_start
 from xlafuse.measure.profile import DeviceProfile, profile_device_time
 from xlafuse.measure.stats import speedup_interval
+from xlafuse.models.sharding import check_device_count
 from xlafuse.numerics import host_outputs, judge_workload
 from xlafuse.report import speedup_text, write_report
 from xlafuse.results import CellResult, append_result, cell_id
@@ -109,6 +110,8 @@ def run_experiment(
       The latest record of every selected cell, earlier runs' included, in sweep order.
 
     Raises:
+      DeviceCountError: a workload asks for more devices than the backend has (on a CPU,
+        `xlafuse run` runs itself again with enough host devices; see `xlafuse.devices`).
       XlafuseError: an invalid config, `only`/`variants` naming nothing in it, an output
         folder that cannot be written, one that another run holds, or a results file there
         written under other settings (resuming would mix them).
@@ -118,6 +121,7 @@ def run_experiment(
     config = select(config, only, variants)
     backend = jax.default_backend()
     config = _for_backend(config, backend, print)
+    check_device_count(max((w.devices for w in config.workloads), default=1))
     out_dir = results_lib.prepare_output(out if out is not None else config.output)
     results_path = out_dir / results_lib.RESULTS_FILE
     settings = results_lib.run_settings(config, backend, jax.devices()[0].device_kind)
@@ -192,7 +196,7 @@ def _ordered_variants(config: ExperimentConfig) -> list[VariantConfig]:
 
 
 def _cell_id(w: WorkloadConfig, variant: str, backend: str) -> str:
-    return cell_id(w.name, w.size, w.mode, w.dtype, w.overrides, variant, backend)
+    return cell_id(w.name, w.size, w.mode, w.dtype, w.overrides, variant, backend, w.mesh)
 
 
 def _todo(config, w: WorkloadConfig, backend: str, done) -> list[VariantConfig]:
@@ -227,7 +231,15 @@ def _run_workload(run: _Run, w: WorkloadConfig, cells, done, advance) -> None:
     if not cells:
         return
     try:
-        workload = models.build(w.name, w.size, w.mode, w.dtype, **w.overrides)
+        workload = models.build(
+            w.name,
+            w.size,
+            w.mode,
+            w.dtype,
+            devices=w.devices,
+            parallelism=w.parallelism,
+            **w.overrides,
+        )
     except Exception as err:
         for variant in cells:
             _finish(run, _error_record(run, w, variant, None, err), None, advance)
@@ -304,6 +316,8 @@ def _measure(
     compiled = compile_workload(workload, variant.resolve(), request)
     fields = {"lower_s": compiled.lower_s, "compile_s": compiled.compile_s}
     fields.update(_report_fields(compiled.report))
+    if workload.devices > 1:
+        fields.update(_collective_fields(compiled.collectives))
     fields.update(_analysis_fields(compiled))
     outputs = _first_outputs(compiled, workload)
     if is_reference:
@@ -334,6 +348,7 @@ def _measure(
     if profile is not None:
         fields["device_time_s"] = profile.device_time_s
         fields["device_kernels_per_call"] = profile.device_kernels_per_call
+        fields.update(_comm_fields(profile.comm))
         fields.update(_device_speedup(profile, reference.profile, is_reference))
     fields.update(_kernel_fields(run, compiled, workload, trace_dir, reference, variant.name))
     if run.config.measure.cold_start:
@@ -465,6 +480,28 @@ def _report_fields(report) -> dict[str, Any]:
     }
 
 
+def _collective_fields(report) -> dict[str, Any]:
+    return {
+        "collectives": report.count,
+        "logical_collectives": report.logical,
+        "collective_async_pairs": report.async_pairs,
+        "collective_operand_bytes": report.operand_bytes,
+        "collective_ring_bytes": report.ring_bytes,
+        "collective_counts": report.counts(),
+    }
+
+
+def _comm_fields(comm: dict[str, Any] | None) -> dict[str, Any]:
+    if not comm:
+        return {}
+    return {
+        "comm_time_s": comm["comm_time_s"],
+        "comm_overlap_s": comm["overlap_s"],
+        "comm_overlap_fraction": comm["overlap_fraction"],
+        "comm_kernels_per_call": comm["comm_kernels_per_call"],
+    }
+
+
 def _analysis_fields(compiled) -> dict[str, Any]:
     fields: dict[str, Any] = {}
     cost = compiled.cost_analysis() or {}
@@ -527,6 +564,8 @@ def _identity(run: _Run, w: WorkloadConfig, variant: VariantConfig, workload) ->
         "dtype": workload.dtype if workload is not None else w.dtype,
         "dtype_requested": w.dtype,
         "overrides": dict(w.overrides),
+        "devices": w.devices,
+        "parallelism": w.parallelism if w.devices > 1 else None,
         "variant": variant.name,
         "variant_options": variant.to_dict(),
         "reference": run.config.reference,
@@ -566,12 +605,16 @@ def cell_line(record: CellResult, reference: CellResult | None = None) -> str:
     """One concise line per cell: `mlp/tiny/forward  no-fusion  kernels 9 (+5)  0.12 ms  0.61x  ok`."""
     extra = ",".join(f"{k}={v}" for k, v in sorted(record.overrides.items()))
     name = f"{record.workload}{f'[{extra}]' if extra else ''}/{record.size}/{record.mode}"
+    if record.devices > 1:
+        name += f" @{record.parallelism}{record.devices}"
     if not record.ok:
         return f"{name}  {record.variant}  ERROR {record.error_type}: {record.error}"
     kernels = f"kernels {record.kernels}"
     if reference is not None and reference.kernels is not None and record.kernels is not None:
         kernels += f" ({record.kernels - reference.kernels:+d})"
     parts = [name, record.variant, kernels, f"{record.time_median_s * 1e3:.3g} ms"]
+    if record.collectives is not None:
+        parts.append(f"collectives {record.collectives} ({record.logical_collectives} logical)")
     if record.variant != record.reference and record.speedup_vs_reference is not None:
         parts.append(speedup_text(record.speedup_vs_reference, record.speedup_verdict))
     if record.device_speedup is not None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from xlafuse.cli._devices import add_mesh_arguments, overrides, rerun_if_needed
 from xlafuse.explain import diff_targets
 from xlafuse.explain_text import check_top, render_diff
 
@@ -28,6 +29,7 @@ def register(subparsers) -> None:
     p.add_argument("--variants", default="default,no-fusion", help="V1,V2 (default,no-fusion)")
     p.add_argument("--size", default="tiny", help="workload size (default: tiny)")
     p.add_argument("--mode", default="forward", help="workload mode (default: forward)")
+    add_mesh_arguments(p)
     p.add_argument("--top", type=int, default=10, help="groups shown (10)")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.add_argument(
@@ -46,6 +48,8 @@ def run(args) -> int:
     from xlafuse.cli._progress import steps
 
     check_top(args.top)
+    if args.workload and (status := rerun_if_needed(args)) is not None:
+        return status
     variants = tuple(v.strip() for v in args.variants.split(",") if v.strip())
     if args.measure:
         return _measured(args, variants)
@@ -54,7 +58,16 @@ def run(args) -> int:
             label = f"{args.workload}/{args.size}/{args.mode}"
             step(f"building and compiling {label} @ {' and @ '.join(variants)}")
         diff = diff_targets(
-            args.a, args.b, args.workload, variants, args.size, args.mode, args.reference
+            args.a,
+            args.b,
+            args.workload,
+            variants,
+            args.size,
+            args.mode,
+            args.reference,
+            args.devices,
+            args.parallelism,
+            overrides(args),
         )
     print(json.dumps(diff.to_dict(), indent=1) if args.json else render_diff(diff, args.top))
     return 0
