@@ -123,13 +123,21 @@ def _error(text: str) -> str:
         ("", "line 1: empty text"),
         ("The quick brown fox\njumps.", "line 1: not HLO"),
         ("HloModule m\n\x00\x01\x02garbage", "line 2: binary data"),
-        (SMALL[: SMALL.index("ROOT %f")], "line 10: truncated: computation 'main'"),
-        (SMALL.replace("kind=kLoop,", "kind={kLoop,"), "line 10: unbalanced brackets"),
+        (
+            SMALL[: SMALL.index("ROOT %f")],
+            "line 10: truncated: computation 'main' (opened at line 8",
+        ),
+        (
+            SMALL.replace("kind=kLoop,", "kind={kLoop,"),
+            "line 12: truncated: computation 'main' (opened at line 8, last instruction at line 10)",
+        ),
+        (SMALL.replace("kind=kLoop,", "kind=kLoop),"), "line 10: expected an instruction"),
         (SMALL + "}\n", "line 12: unbalanced braces: '}' outside a computation"),
         (SMALL.replace("fusion(%x)", "fusion(%y)"), "line 10: unknown operand %y of %f"),
         (SMALL.replace("%x = f32[4]{0}", "%x = f99[4]{0}"), "line 9: unknown element type"),
         ("HloModule m\n%a = f32[] constant(1)\n", "line 2: instruction outside a computation"),
-        (SMALL.replace("ENTRY ", ""), "no ENTRY computation"),
+        ("HloModule m\n// nothing else\n", "line 3: no computation"),
+        (SMALL.replace("(%x)", "(%x, %x"), "line 10: expected ',' or ')' in the operands of 'f'"),
     ],
 )
 def test_malformed_input_names_line_and_reason(text, message):

@@ -18,7 +18,8 @@ ENTRY_COUNT_FILES = [
 JSON_KEYS = {
     "schema", "target", "target_kind", "path", "module", "backend", "variant", "thunk_launches",
     "warnings", "kernels", "fusions", "real_fusions", "custom_calls", "custom_call_targets",
-    "kinds", "entry_fusions", "modeled_bytes", "kernels_detail", "modules",
+    "kinds", "entry_fusions", "modeled_bytes", "kernels_detail", "modules", "devices",
+    "parallelism", "collectives",
 }  # fmt: skip
 KERNEL_KEYS = {
     "name", "computation", "opcode", "kind", "sub_kind", "num_ops", "ops", "is_real_fusion",

@@ -164,6 +164,17 @@ def test_speedup_interval_on_known_samples():
     assert stats.speedup_interval(same, other) == result
 
 
+def test_paired_interval_spans_the_rounds():
+    steady = stats.paired_speedup_interval([2.0] * 12, (36, 36))
+    assert steady.speedup == 2.0 and steady.ci == (2.0, 2.0) and steady.verdict == "faster"
+    # Rounds that disagree (the machine changed) widen the interval: no verdict is forced.
+    mixed = stats.paired_speedup_interval([0.8, 1.3] * 10)
+    assert mixed.ci[0] <= 0.8 + 1e-9 and mixed.ci[1] >= 1.3 - 1e-9
+    assert mixed.verdict == "same" and not mixed.decided
+    with pytest.raises(ValueError, match="at least one round"):
+        stats.paired_speedup_interval([])
+
+
 def test_verdict_rule():
     assert stats.verdict(1.02, (1.01, 1.03)) == "same"  # real, but under 3%
     assert stats.verdict(1.20, (0.95, 1.40)) == "same"  # the interval contains 1.0
@@ -196,12 +207,16 @@ class PairClock:
 def test_measure_pair_alternates_and_stops_when_decided():
     clock = PairClock()
     settings = timing.TimingSettings(warmup=1, min_time_s=0.1, min_iters=5, max_iters=10_000)
-    measured, speedup = timing.measure_pair(
+    measured, reference, speedup = timing.measure_pair(
         clock.slow, (jnp.zeros(1),), clock.fast, (jnp.zeros(1),), settings, clock=clock
     )
     assert speedup.speedup == pytest.approx(2.0)
     assert speedup.verdict == "faster" and speedup.decided
     assert measured.time_median_s == pytest.approx(1e-3)
-    assert measured.iters == speedup.samples[1] == speedup.samples[0]
+    assert reference.time_median_s == pytest.approx(2e-3)
+    assert measured.iters == reference.iters == speedup.samples[1] == speedup.samples[0]
+    # 0.01 x 0.1 s per side at 1 ms a call: the 3-call minimum per side, 9 ms a round; the
+    # verdict is taken after the 12th round, the first to end past min_time_s (0.108 s).
+    assert measured.iters == 3 * 12
     # Decided at the first check after min_time_s: far below the PAIR_BUDGET x min_time_s cap.
     assert clock.now < timing.PAIR_BUDGET * settings.min_time_s

@@ -39,8 +39,10 @@ def test_presets_named_in_the_design_exist():
         "no-norm-fusion",
         "no-cuda-graphs",
         "no-fusion-no-graphs",
+        "no-collective-combining",
+        "no-async-collectives",
     ]
-    assert variants.available("cpu") == ["default", "no-fusion"]
+    assert variants.available("cpu") == ["default", "no-fusion", "no-collective-combining"]
 
 
 def test_no_fusion_disables_every_fusion_making_pass():

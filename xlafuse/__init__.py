@@ -4,6 +4,7 @@ Public surface:
   compile(fn, variant=...)       jax.jit under a fusion variant; `.compile(*args)` -> CompiledVariant
   compare(fn, *args, variants=)  several variants of one function in one table
   analyze_hlo(text_or_path)      FusionReport of optimized HLO text or a file
+  collectives_of_text(text)      CollectiveReport: the collectives of a sharded program's HLO
   variants                       the presets, `variants.get`, `variants.compose`, `Variant`
   models                         the Flax workloads (`models.build`, `models.available`)
   run_experiment(config)         run a TOML experiment config; `write_report(results.jsonl)`
@@ -16,6 +17,7 @@ from xlafuse.compile import CompiledVariant, FusedFunction, compile
 from xlafuse.config import ExperimentConfig, load_config
 from xlafuse.errors import HloParseError, UnknownNameError, UnknownPassError, XlafuseError
 from xlafuse.hlo import FusionReport, KernelInfo, analyze_hlo
+from xlafuse.hlo.collectives import CollectiveReport, collectives_of_text
 from xlafuse.measure.coldstart import ColdStartResult, measure_cold_start
 from xlafuse.numerics import NumericDiff, compare_outputs
 from xlafuse.report import write_report
@@ -27,6 +29,7 @@ from xlafuse.warmup import WarmupSummary, warmup
 __all__ = [
     "CellResult",
     "ColdStartResult",
+    "CollectiveReport",
     "Comparison",
     "CompiledVariant",
     "ExperimentConfig",
@@ -42,6 +45,7 @@ __all__ = [
     "WarmupSummary",
     "XlafuseError",
     "analyze_hlo",
+    "collectives_of_text",
     "compare",
     "compare_outputs",
     "compile",

@@ -55,7 +55,8 @@ def run_exported(
       options: per-compile XLA options.
       process_flags: XLA_FLAGS for the child.
       donate_argnums: argument positions the compiled function donates.
-      measure: `{"settings": {...TimingSettings fields}, "train": bool, "profile_calls": int}`
+      measure: `{"settings": {...TimingSettings fields}, "train": bool, "profile_calls": int,
+        "trace_dir": str or None}`
         to time calls after the first one; None to only compile and run once.
 
     Returns:
@@ -138,7 +139,8 @@ def _serve(folder: Path) -> None:
         result["profile"] = None
         if measure["profile_calls"]:
             args, _ = fresh_args()
-            traced = profile.profile_device_time(compiled, args, measure["profile_calls"], advance)
+            calls, trace_dir = measure["profile_calls"], measure.get("trace_dir")
+            traced = profile.profile_device_time(compiled, args, calls, advance, trace_dir)
             result["profile"] = dataclasses.asdict(traced) if traced else None
     (folder / "result.json").write_text(json.dumps(result))
 

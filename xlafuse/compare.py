@@ -27,6 +27,9 @@ class VariantRow:
       max_abs_diff: largest absolute difference of its outputs from the first variant's.
       max_rel_diff: largest relative difference from the first variant's.
       within_tolerance: whether every output agrees within its dtype's tolerance.
+      collectives: collective instructions per call (a combined one counts once).
+      logical_collectives: logical collectives they carry (the count without combining).
+      collective_bytes: their operand bytes per device per call.
     """
 
     variant: str
@@ -39,6 +42,9 @@ class VariantRow:
     max_abs_diff: float
     max_rel_diff: float
     within_tolerance: bool
+    collectives: int = 0
+    logical_collectives: int = 0
+    collective_bytes: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -78,6 +84,9 @@ class Comparison:
             "max |diff|",
             "agree",
         )
+        sharded = any(r.collectives for r in self.rows)
+        if sharded:
+            header = (*header, "collectives", "logical", "coll. MB")
         lines = [
             (
                 r.variant,
@@ -87,6 +96,11 @@ class Comparison:
                 f"{r.compile_s:.3f}",
                 f"{r.max_abs_diff:.2e}",
                 "yes" if r.within_tolerance else "NO",
+            )
+            + (
+                (str(r.collectives), str(r.logical_collectives), f"{r.collective_bytes / 1e6:.3f}")
+                if sharded
+                else ()
             )
             for r in self.rows
         ]
@@ -157,6 +171,8 @@ def compare_workload(
         diff = judge_workload(workload, reference, outputs)
         rows.append(_row(compiled, diff))
     label = f"{workload.name}/{workload.size}/{workload.mode}"
+    if workload.devices > 1:
+        label += f" ({workload.parallelism}-parallel on {workload.devices} devices)"
     return Comparison(label, jax.default_backend(), tuple(rows))
 
 
@@ -173,4 +189,7 @@ def _row(compiled, diff) -> VariantRow:
         max_abs_diff=diff.max_abs_diff,
         max_rel_diff=diff.max_rel_diff,
         within_tolerance=diff.within_tolerance,
+        collectives=compiled.collectives.count,
+        logical_collectives=compiled.collectives.logical,
+        collective_bytes=compiled.collectives.operand_bytes,
     )

@@ -57,6 +57,13 @@ class CompiledVariant:
 
         return analyze_hlo(self.hlo_text)
 
+    @functools.cached_property
+    def collectives(self):
+        """The CollectiveReport of the optimized HLO (`xlafuse.hlo.collectives`)."""
+        from xlafuse.hlo.collectives import collectives_of_text
+
+        return collectives_of_text(self.hlo_text)
+
     def cost_analysis(self) -> dict[str, float] | None:
         """XLA's cost analysis (flops, bytes accessed); None if unavailable.
 
@@ -96,11 +103,13 @@ class MeasureRequest:
       settings: the timing settings (`xlafuse.measure.timing.TimingSettings`).
       train: whether each call's first output is the next call's first argument (a train step).
       profile_calls: calls to trace for device time (0: none; GPU only).
+      trace_dir: where the child writes its trace (None: a temporary folder).
     """
 
     settings: Any
     train: bool = False
     profile_calls: int = 0
+    trace_dir: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -135,8 +144,19 @@ def compile_workload(workload, variant, measure: MeasureRequest | None = None) -
     Raises:
       UnknownPassError, ValueError: as `compile_variant`.
     """
+    # Donation, and for a sharded workload its output layout (`Workload.jit_kwargs`); the input
+    # shardings travel with the arguments (committed, sharded arrays).
+    return compile_variant(workload.fn, workload.args, {}, variant, workload.jit_kwargs(), measure)
+
+
+def unoptimized_hlo(workload) -> str:
+    """The workload's program before XLA's optimizations, as `compile_workload` lowers it.
+
+    HLO text with source locations (`debug_info=True`): what `xlafuse.explain` traces to kernels.
+    """
     jit_kwargs = {"donate_argnums": workload.donate_argnums} if workload.donate_argnums else {}
-    return compile_variant(workload.fn, workload.args, {}, variant, jit_kwargs, measure)
+    lowered = jax.jit(workload.fn, **jit_kwargs).lower(*workload.args)
+    return lowered.as_text(dialect="hlo", debug_info=True)
 
 
 def compile_variant(
@@ -157,6 +177,11 @@ def compile_variant(
     backend = jax.default_backend()
     options = variant.compiler_options(backend)
     if variant.process_flags:
+        if "out_shardings" in jit_kwargs or _is_sharded(args):
+            raise ValueError(
+                f"variant {variant.name!r} needs process flags (a child process), which "
+                "sharded programs cannot use yet; run it on one device"
+            )
         return _compile_in_child(fn, args, kwargs, variant, backend, options, jit_kwargs, measure)
     start = time.perf_counter()
     lowered = jax.jit(fn, **jit_kwargs).lower(*args, **kwargs)
@@ -175,6 +200,15 @@ def compile_variant(
     return CompiledVariant(variant, backend, compiled, compiled.as_text(), lower_s, compile_s)
 
 
+def _is_sharded(args: Sequence) -> bool:
+    """Whether any argument is spread over more than one device."""
+    for leaf in jax.tree.leaves(tuple(args)):
+        sharding = getattr(leaf, "sharding", None)
+        if sharding is not None and len(sharding.device_set) > 1:
+            return True
+    return False
+
+
 def _compile_in_child(fn, args, kwargs, variant, backend, options, jit_kwargs, measure):
     """`compile_variant` for a variant with process flags: one child compiles, runs, measures.
 
@@ -189,6 +223,7 @@ def _compile_in_child(fn, args, kwargs, variant, backend, options, jit_kwargs, m
             "settings": dataclasses.asdict(measure.settings),
             "train": measure.train,
             "profile_calls": measure.profile_calls,
+            "trace_dir": measure.trace_dir,
         }
 
     def run(*call_args, **call_kwargs):

@@ -16,6 +16,8 @@ A config names the workloads, the fusion variants and how to measure them::
     dtype = "float32"                       # optional: the workload's default otherwise
     overrides = { ops = 16 }
     backends = ["cpu", "gpu"]               # optional: run this workload only on these
+    devices = 2                             # optional: shard over N devices (default 1)
+    parallelism = "data"                    # with devices > 1: data | model
 
     [timing]
     warmup = 2
@@ -25,7 +27,8 @@ A config names the workloads, the fusion variants and how to measure them::
     repeats = 3
 
     [measure]
-    profile = false                         # jax.profiler trace per cell (GPU only)
+    profile = false                         # jax.profiler trace per cell: kernel times
+    keep_traces = true                      # keep them in <output>/traces/<cell>/
     calibrate = true                        # copy-bandwidth and matmul ceilings once per run
     cold_start = false                      # per cell: cold/warm compile, AOT load (child processes)
 
@@ -59,7 +62,9 @@ DTYPES = ("float32", "bfloat16", "float16")
 
 _TOP_KEYS = ("experiment", "workloads", "timing", "measure")
 _EXPERIMENT_KEYS = ("name", "output", "reference", "variants")
-_WORKLOAD_KEYS = ("name", "size", "mode", "dtype", "overrides", "backends")
+_WORKLOAD_KEYS = (
+    "name", "size", "mode", "dtype", "overrides", "backends", "devices", "parallelism",
+)  # fmt: skip
 BACKENDS = ("cpu", "gpu")
 _INLINE_VARIANT_META = ("name", "description")
 
@@ -88,20 +93,28 @@ class MeasureConfig:
     """Optional measurements.
 
     Attributes:
-      profile: record a jax.profiler trace per cell for device time and kernels (GPU only).
+      profile: record a jax.profiler trace per cell: device time and every kernel's time on a
+        GPU, host-side op times on the CPU (`xlafuse.measure.kernels`).
+      keep_traces: keep each profiled cell's trace under `<results folder>/traces/<cell>/`
+        (XProf/TensorBoard and Perfetto open it); false deletes them (long sweeps).
       calibrate: measure the copy-bandwidth (and matmul) ceilings once per run.
       cold_start: per cell, measure cold and warm-cache compiles and the AOT load in fresh
         processes (`xlafuse.measure.coldstart`).
     """
 
     profile: bool = False
+    keep_traces: bool = True
     calibrate: bool = True
     cold_start: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
 class WorkloadConfig:
-    """One workload of the sweep: `xlafuse.models.build(name, size, mode, dtype, **overrides)`."""
+    """One workload of the sweep: `xlafuse.models.build(name, size, mode, dtype, **overrides)`.
+
+    `devices` > 1 shards it over that many devices with `parallelism` ("data" or "model"); on a
+    CPU machine the CLI runs the experiment in a child process with that many host devices.
+    """
 
     name: str
     size: str = "tiny"
@@ -109,9 +122,16 @@ class WorkloadConfig:
     dtype: str | None = None
     overrides: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     backends: tuple[str, ...] = BACKENDS
+    devices: int = 1
+    parallelism: str = "data"
 
     def __post_init__(self):
         object.__setattr__(self, "overrides", MappingProxyType(dict(self.overrides)))
+
+    @property
+    def mesh(self) -> str | None:
+        """`data2`, `model4`: the layout on several devices; None on one."""
+        return f"{self.parallelism}{self.devices}" if self.devices > 1 else None
 
     def applies_to(self, backend: str) -> bool:
         """Whether the config runs this workload on `backend` (its `backends` key)."""
@@ -123,7 +143,8 @@ class WorkloadConfig:
         extra = ",".join(f"{k}={v}" for k, v in sorted(self.overrides.items()))
         name = f"{self.name}[{extra}]" if extra else self.name
         dtype = f"/{self.dtype}" if self.dtype else ""
-        return f"{name}/{self.size}/{self.mode}{dtype}"
+        mesh = f" @{self.mesh}" if self.mesh else ""
+        return f"{name}/{self.size}/{self.mode}{dtype}{mesh}"
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form."""
@@ -134,6 +155,8 @@ class WorkloadConfig:
             "dtype": self.dtype,
             "overrides": dict(self.overrides),
             "backends": list(self.backends),
+            "devices": self.devices,
+            "parallelism": self.parallelism,
         }
 
 
@@ -364,9 +387,12 @@ def _parse_workload(problems, where, item, backend) -> WorkloadConfig | None:
     dtype = _typed(problems, f"{where}.dtype", item.get("dtype"), str, optional=True)
     overrides = dict(_table(problems, f"{where}.overrides", item.get("overrides", {})))
     backends = _parse_backends(problems, f"{where}.backends", item.get("backends", list(BACKENDS)))
-    if name is None or not backends:
+    devices = _typed(problems, f"{where}.devices", item.get("devices", 1), int)
+    parallelism = _typed(problems, f"{where}.parallelism", item.get("parallelism", "data"), str)
+    if name is None or not backends or devices is None or parallelism is None:
         return None
     before = len(problems.items)
+    _check_mesh(problems, where, name, devices, parallelism)
     _check_choice(problems, f"{where}.size", size, SIZES, "size")
     _check_choice(problems, f"{where}.dtype", dtype, DTYPES, "dtype")
     # A workload meant for other backends only is still checked, as it would be on the first.
@@ -377,7 +403,21 @@ def _parse_workload(problems, where, item, backend) -> WorkloadConfig | None:
         _check_build(problems, where, name, size, mode, dtype, overrides)
     if len(problems.items) != before:
         return None
-    return WorkloadConfig(name, size, mode, dtype, overrides, backends)
+    return WorkloadConfig(name, size, mode, dtype, overrides, backends, devices, parallelism)
+
+
+def _check_mesh(problems, where, name, devices, parallelism) -> None:
+    from xlafuse.models.sharding import MODEL_PARALLEL_WORKLOADS, PARALLELISMS
+
+    if devices < 1:
+        problems.add(f"{where}.devices", f"must be at least 1, got {devices}")
+    _check_choice(problems, f"{where}.parallelism", parallelism, PARALLELISMS, "parallelism")
+    if parallelism == "model" and name not in MODEL_PARALLEL_WORKLOADS:
+        problems.add(
+            f"{where}.parallelism",
+            f"'model' has no sharding rule for {name!r} "
+            f"(accepted: {', '.join(MODEL_PARALLEL_WORKLOADS)}; or 'data')",
+        )
 
 
 def _check_build(problems, where, name, size, mode, dtype, overrides) -> None:

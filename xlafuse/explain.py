@@ -68,9 +68,17 @@ class ExplainReport:
 
 
 def compile_for_explain(
-    workload: str, variants: tuple[str, ...], size: str = "tiny", mode: str = "forward"
+    workload: str,
+    variants: tuple[str, ...],
+    size: str = "tiny",
+    mode: str = "forward",
+    devices: int = 1,
+    parallelism: str = "data",
+    overrides: dict | None = None,
 ) -> CompiledHlo:
     """Lowers a workload once and compiles it under each variant (dumping on the GPU).
+
+    With `devices` > 1 the workload is sharded (`xlafuse.models.build`).
 
     Raises:
         UnknownNameError: an unknown workload, size, mode or variant.
@@ -78,16 +86,21 @@ def compile_for_explain(
     import jax
 
     from xlafuse import models
-    from xlafuse.compile import compile_workload
+    from xlafuse.compile import compile_workload, unoptimized_hlo
     from xlafuse.variants import get as get_variant
 
-    work = models.build(workload, size=size, mode=mode)
-    jit_kwargs = {"donate_argnums": work.donate_argnums} if work.donate_argnums else {}
+    work = models.build(
+        workload,
+        size=size,
+        mode=mode,
+        devices=devices,
+        parallelism=parallelism,
+        **(overrides or {}),
+    )
+    jit_kwargs = work.jit_kwargs()
     backend = jax.default_backend()
     chosen = {v: get_variant(v) for v in variants}  # unknown names fail before any compile
-    unoptimized = (
-        jax.jit(work.fn, **jit_kwargs).lower(*work.args).as_text(dialect="hlo", debug_info=True)
-    )
+    unoptimized = unoptimized_hlo(work)
     optimized, dumps = {}, {}
     for name, variant in chosen.items():
         if backend != "gpu" or variant.process_flags:
@@ -186,10 +199,16 @@ def reference_beside(path: str | Path) -> Path | None:
 
 
 def diff_workload(
-    workload: str, variants: tuple[str, str], size: str = "tiny", mode: str = "forward"
+    workload: str,
+    variants: tuple[str, str],
+    size: str = "tiny",
+    mode: str = "forward",
+    devices: int = 1,
+    parallelism: str = "data",
+    overrides: dict | None = None,
 ) -> FusionDiff:
     """One workload under two variants, both traced to its unoptimized module."""
-    hlo = compile_for_explain(workload, variants, size, mode)
+    hlo = compile_for_explain(workload, variants, size, mode, devices, parallelism, overrides)
     texts = (hlo.unoptimized, hlo.optimized[variants[0]], hlo.optimized[variants[1]])
     ref, a, b = (parse_hlo(t, f"{hlo.label}") for t in texts)
     return diff_modules(a, b, variants, ref, texts)
@@ -249,6 +268,9 @@ def diff_targets(
     size: str = "tiny",
     mode: str = "forward",
     reference: str | Path | None = None,
+    devices: int = 1,
+    parallelism: str = "data",
+    overrides: dict | None = None,
 ):
     """Diffs two HLO files, or one workload under two variants (see `xlafuse.hlo.diff`).
 
@@ -261,6 +283,9 @@ def diff_targets(
         mode: the workload mode.
         reference: with files, the program's unoptimized HLO; by default the dumped
             `*.before_optimizations.txt` beside A, if any, else B is traced to A.
+        devices: with a workload, shard it over this many devices.
+        parallelism: with a workload on devices > 1, "data" or "model".
+        overrides: with a workload, size-table or option overrides (e.g. `{"batch": 8}`).
 
     Returns:
         The `xlafuse.hlo.diff.FusionDiff` of A to B.
@@ -274,7 +299,7 @@ def diff_targets(
             raise XlafuseError("give two HLO files, or --workload with --variants, not both")
         if not variants or len(variants) != 2:
             raise XlafuseError(f"--variants needs two names like default,no-fusion; got {variants}")
-        return diff_workload(workload, tuple(variants), size, mode)
+        return diff_workload(workload, tuple(variants), size, mode, devices, parallelism, overrides)
     if a is None or b is None:
         raise XlafuseError("give two HLO files A B, or --workload NAME --variants V1,V2")
     for path in (a, b):

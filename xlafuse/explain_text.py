@@ -30,6 +30,13 @@ def render_diff(diff: FusionDiff, top: int | None = 10) -> str:
     for key, fmt in (("kernels", str), ("real_fusions", str), ("modeled_bytes", _mb)):
         a, b = getattr(diff, f"{key}_a"), getattr(diff, f"{key}_b")
         lines.append(f"{key.replace('_', ' ')}: {fmt(a)} -> {fmt(b)} ({_signed(b - a, fmt)})")
+    ca, cb = diff.collectives_a, diff.collectives_b
+    if ca.count or cb.count:
+        lines.append(
+            f"collectives: {ca.count} -> {cb.count} ({_signed(cb.count - ca.count, str)}); "
+            f"logical {ca.logical} -> {cb.logical}; async {ca.async_pairs} -> {cb.async_pairs}; "
+            f"operands {_mb(ca.operand_bytes)} -> {_mb(cb.operand_bytes)} per device"
+        )
     ref = "the unoptimized module" if diff.reference == "unoptimized" else "A's instructions"
     ca, cb = diff.lineage_a.counts(), diff.lineage_b.counts()
     lines.append(

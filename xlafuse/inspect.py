@@ -33,6 +33,13 @@ Every key is always present; values are null where they do not apply::
                     in the module's execution order ([] for a folder listing)
     modules         [ {file, module, kernels, fusions, real_fusions, modeled_bytes,
                        thunk_launches} ] largest first ([] unless the target is a folder)
+    devices         int | null: devices a workload was compiled for (null for HLO files)
+    parallelism     "data" | "model" | null: how a sharded workload is laid out
+    collectives     {count, logical, async_pairs, operand_bytes, ring_bytes, by_kind: {kind:
+                     {count, sync, async_pairs, logical, operand_bytes, ring_bytes}},
+                     collectives: [ {name, kind, is_async, operand_bytes, logical, group_size,
+                     ring_bytes, operand_shapes, computation, op_name} ]} | null (folder listing)
+                    see `xlafuse.hlo.collectives` for what counts
 
 Bytes are modeled HBM bytes (see `xlafuse.hlo.traffic`), not measurements.
 """
@@ -56,6 +63,7 @@ from xlafuse.hlo import (
     parse_hlo,
     thunk_launch_count,
 )
+from xlafuse.hlo.collectives import CollectiveReport, analyze_collectives
 
 SCHEMA = "xlafuse.inspect/1"
 SORT_KEYS = ("bytes", "ops", "name")
@@ -110,6 +118,9 @@ class InspectResult:
         thunk_launches: launches listed in the thunk sequence file beside the HLO, if any.
         modules: a folder's modules, largest first (empty unless target_kind is "folder").
         warnings: things a reader should know (launch count mismatch, skipped files).
+        collectives: the module's collectives (`xlafuse.hlo.collectives`); None for a folder.
+        devices: devices a workload was compiled for (1 unless sharded); None for HLO files.
+        parallelism: "data" or "model" for a sharded workload, else None.
     """
 
     target: str
@@ -121,6 +132,9 @@ class InspectResult:
     thunk_launches: int | None = None
     modules: tuple[ModuleSummary, ...] = ()
     warnings: tuple[str, ...] = ()
+    collectives: CollectiveReport | None = None
+    devices: int | None = None
+    parallelism: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The result in the stable schema of the module docstring (JSON-able)."""
@@ -143,6 +157,9 @@ class InspectResult:
             [_kernel_json(k, report) for k in report.kernel_details] if report else []
         )
         out["modules"] = [m.to_dict() for m in self.modules]
+        out["devices"] = self.devices
+        out["parallelism"] = self.parallelism
+        out["collectives"] = self.collectives.to_dict() if self.collectives else None
         return out
 
 
@@ -154,6 +171,8 @@ def inspect_target(
     mode: str = "forward",
     variant: str = "default",
     overrides: Mapping[str, Any] | None = None,
+    devices: int = 1,
+    parallelism: str = "data",
 ) -> InspectResult:
     """Inspects an HLO file, a dump folder (or one module of it), or a compiled workload.
 
@@ -165,6 +184,8 @@ def inspect_target(
         mode: the workload mode ("forward", "train").
         variant: the fusion variant to compile the workload under.
         overrides: workload overrides (e.g. `{"batch": 4}`).
+        devices: shard the workload over this many devices (`xlafuse.models.build`).
+        parallelism: "data" or "model", with devices > 1.
 
     Returns:
         The InspectResult.
@@ -179,7 +200,8 @@ def inspect_target(
     if workload is not None:
         if module is not None:
             raise XlafuseError("--module picks a module of a dump folder, not of a workload")
-        return _inspect_workload(workload, size, mode, variant, dict(overrides or {}))
+        mesh = (devices, parallelism)
+        return _inspect_workload(workload, size, mode, variant, dict(overrides or {}), mesh)
     target = Path(path)
     if target.is_dir():
         return _inspect_folder(target, module)
@@ -228,6 +250,7 @@ def _inspect_file(path: Path, kind: str, target: str | None = None) -> InspectRe
         path=str(path),
         thunk_launches=launches,
         warnings=_launch_warning(report.kernels, launches),
+        collectives=analyze_collectives(hlo),
     )
 
 
@@ -299,22 +322,29 @@ def _summarize(path: Path) -> ModuleSummary:
     )
 
 
-def _inspect_workload(name, size, mode, variant, overrides) -> InspectResult:
+def _inspect_workload(name, size, mode, variant, overrides, mesh=(1, "data")) -> InspectResult:
     from xlafuse import models
     from xlafuse.compile import compile_workload
 
-    work = models.build(name, size=size, mode=mode, **overrides)
+    devices, parallelism = mesh
+    work = models.build(
+        name, size=size, mode=mode, devices=devices, parallelism=parallelism, **overrides
+    )
     compiled = compile_workload(work, variant)
     hlo = parse_hlo(compiled.hlo_text, f"workload {name}")
     report = analyze_module(hlo)
     if report.backend is None:
         report = _with_backend(report, compiled.backend)
+    on = f", {parallelism}-parallel on {devices} devices" if devices > 1 else ""
     return InspectResult(
-        target=f"workload {name} ({size}, {mode})",
+        target=f"workload {name} ({size}, {mode}{on})",
         target_kind="workload",
         report=report,
         hlo=hlo,
         variant=compiled.variant.name,
+        collectives=analyze_collectives(hlo),
+        devices=work.devices,
+        parallelism=work.parallelism,
     )
 
 
@@ -387,8 +417,36 @@ def render_summary(result: InspectResult) -> str:
     lines.append(f"kinds: {_counts(report.kinds)}")
     lines.append(f"custom-calls: {report.custom_calls}" + _targets(report.custom_call_targets))
     lines.append(f"modeled traffic: {report.modeled_bytes / 1e6:.2f} MB")
+    if result.collectives is not None and result.collectives.count:
+        lines.extend(render_collectives(result.collectives))
     lines.extend(f"warning: {w}" for w in result.warnings)
     return "\n".join(lines)
+
+
+def render_collectives(report: CollectiveReport, limit: int = 12) -> list[str]:
+    """Lines for the collectives: totals per kind, then each collective (the first `limit`)."""
+    ring = report.ring_bytes
+    lines = [
+        f"collectives: {report.count} ({report.logical} logical, {report.async_pairs} async)  "
+        f"operands {format_bytes(report.operand_bytes)} per device"
+        + (f"  ring model {format_bytes(ring)} sent per device" if ring is not None else "")
+    ]
+    for kind, totals in report.by_kind().items():
+        lines.append(
+            f"  {kind}: {totals.count} ({totals.sync} sync, {totals.async_pairs} async), "
+            f"{totals.logical} logical, {format_bytes(totals.operand_bytes)}"
+        )
+    for c in report.collectives[:limit]:
+        mode = "async" if c.is_async else "sync"
+        group = f" group {c.group_size}" if c.group_size else ""
+        shapes = ", ".join(c.operand_shapes[:3]) + (" ..." if len(c.operand_shapes) > 3 else "")
+        lines.append(
+            f"    {c.name}: {c.kind} {mode}{group}, {c.logical} operand(s) "
+            f"{format_bytes(c.operand_bytes)}: {shapes}"
+        )
+    if report.count > limit:
+        lines.append(f"    ... {report.count - limit} more (--json lists them all)")
+    return lines
 
 
 def _counts(counts: Mapping[str, int]) -> str:

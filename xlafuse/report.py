@@ -11,6 +11,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from xlafuse.explain_text import missed_fusions_markdown
 from xlafuse.measure.graphs import SKIP_NOTE as GRAPHS_SKIPPED
 from xlafuse.report_coldstart import (
     coldstart_plot,
@@ -19,6 +20,14 @@ from xlafuse.report_coldstart import (
     workload_label,
 )
 from xlafuse.report_torch import FRAMEWORKS_PNG, frameworks_plot, frameworks_section
+from xlafuse.report_kernels import (
+    KERNEL_ROOFLINE_PNG,
+    choose_roofline_cell,
+    kernel_sections,
+    plot_kernel_roofline,
+    traces_section,
+)
+from xlafuse.report_sharded import sharded_section
 from xlafuse.results import CellResult, latest_per_cell, read_results
 
 SPEEDUP_PNG = "speedup.png"
@@ -27,24 +36,29 @@ ROOFLINE_PNG = "roofline.png"
 COLD_START_PNG = "cold_start.png"
 
 
-def write_report(results_path: str | Path, out_dir: str | Path | None = None) -> Path:
+def write_report(
+    results_path: str | Path, out_dir: str | Path | None = None, roofline_cell: str | None = None
+) -> Path:
     """Write `report.md` and its PNG plots for a results file.
 
     Args:
       results_path: the JSONL file of cell records, or a folder holding results.jsonl.
       out_dir: where to write; the results file's folder when None.
+      roofline_cell: the traced cell whose kernels the per-kernel roofline plots (a cell_id or
+        `label@variant`); None: the traced reference cell with the longest time per call.
 
     Returns:
       The path of report.md.
 
     Raises:
-      XlafuseError: no such file, or not a results file (`xlafuse.results.read_results`).
+      XlafuseError: no such file, or not a results file (`xlafuse.results.read_results`), or a
+        `roofline_cell` that names no traced cell.
     """
     data = read_results(results_path)
     out_dir = Path(out_dir) if out_dir is not None else data.path.parent
     out_dir.mkdir(parents=True, exist_ok=True)
     records = latest_per_cell(data.records)
-    plots = write_plots(records, out_dir)
+    plots = write_plots(records, out_dir) + _kernel_plot(records, out_dir, roofline_cell)
     text = render_markdown(records, data.path, plots, data.skipped_note())
     path = out_dir / "report.md"
     path.write_text(text, encoding="utf-8")
@@ -64,9 +78,11 @@ def render_markdown(
     if skipped:
         lines += [f"_{skipped}_", ""]
     lines += _environment(records) + _ceilings(records) + [READING_NOTES, ""]
+    lines += traces_section(records)
     for key, group in _by_workload(records).items():
-        lines += [f"## {key}", "", *_table(group), ""]
+        lines += [f"## {key}", "", *_table(group), "", *kernel_sections(group), *_missed(group)]
     lines += _errors(records)
+    lines += sharded_section(records)
     lines += _cold_start_and_graphs(records)
     if plots:
         lines += ["## Plots", ""] + [f"![{p}]({p})" for p in plots] + [""]
@@ -75,6 +91,19 @@ def render_markdown(
             names = ", ".join(f"{_label(r)} {r.variant}" for r in above)
             lines += [f"Roofline: {_above_note(len(above))} ({names})", ""]
     return "\n".join(lines)
+
+
+def _kernel_plot(records: Sequence[CellResult], out_dir: Path, wanted: str | None) -> list[str]:
+    """The per-kernel roofline of one traced cell (`xlafuse.report_kernels`), if any."""
+    cell = choose_roofline_cell([r for r in records if r.ok], wanted)
+    if cell is None:
+        return []
+    import matplotlib
+
+    matplotlib.use("Agg")
+    return (
+        [KERNEL_ROOFLINE_PNG] if plot_kernel_roofline(cell, out_dir / KERNEL_ROOFLINE_PNG) else []
+    )
 
 
 def _cold_start_and_graphs(records: Sequence[CellResult]) -> list[str]:
@@ -120,6 +149,8 @@ def _by_workload(records: Sequence[CellResult]) -> dict[str, list[CellResult]]:
     for r in records:
         extra = ",".join(f"{k}={v}" for k, v in sorted(r.overrides.items()))
         key = f"{r.workload}{f'[{extra}]' if extra else ''} / {r.size} / {r.mode} / {r.dtype}"
+        if r.devices > 1:
+            key += f" / {r.parallelism}-parallel on {r.devices} devices"
         groups.setdefault(key, []).append(r)
     return groups
 
@@ -175,6 +206,16 @@ def _row(r: CellResult) -> list[str]:
         _fmt(r.compile_s, 1, ".2f"),
         _numerics(r),
     ]
+
+
+def _missed(group: Sequence[CellResult]) -> list[str]:
+    """The top missed fusions of the group's default cell, when it recorded them."""
+    summary = next((r.missed_fusions for r in group if r.ok and r.missed_fusions), None)
+    if not summary:
+        return []
+    if "error" in summary:
+        return [f"Missed fusions could not be traced: {summary['error']}", ""]
+    return [*missed_fusions_markdown(summary), ""]
 
 
 def speedup_text(speedup: float | None, verdict: str | None) -> str:

@@ -53,16 +53,27 @@ class CellResult:
     Derived: speedup_vs_reference (reference median / this median; 1.0 for the reference)
     with speedup_ci (95% bootstrap interval), speedup_verdict ("faster", "slower", "same": see
     `xlafuse.measure.stats`) and speedup_basis (paired: timed in alternation with the
-    reference; unpaired: apart); on GPU with profiling, device_speedup, device_speedup_ci and
+    reference; unpaired: apart), reference_time_median_s (the reference's median over the
+    same rounds when paired); on GPU with profiling, device_speedup, device_speedup_ci and
     device_speedup_verdict from per-call kernel time; host_s_per_call (host time to issue one
     pipelined call) and host_bound (pipelined time > 1.15 x device time);
     items_per_s (per wall median), achieved_bytes_per_s and tflops (modeled bytes or flops per
     second of `rate_basis`: device_time_s where profiled, else pipelined_s_per_call on a GPU,
     else time_median_s), pct_of_copy_ceiling.
+    Sharded cells (`devices` > 1, `parallelism` "data" or "model"): the collectives of the
+    optimized HLO (`xlafuse.hlo.collectives`, per device per step): collectives (instructions),
+    logical_collectives (what they carry: the count without combining), collective_async_pairs,
+    collective_operand_bytes, collective_ring_bytes (ring model), collective_counts (per kind);
+    on GPU with profiling (`xlafuse.measure.collectives`, one device's trace): comm_time_s (time
+    in communication kernels per call), comm_overlap_s (of it, overlapped by compute kernels),
+    comm_overlap_fraction, comm_kernels_per_call. Scaling against one device is computed in the
+    report, from the cell with devices = 1 of the same workload, global batch and variant.
     Numerics against the reference (`xlafuse.numerics`, one rule for `run` and `compare`):
     max_abs_diff, max_rel_diff, within_tolerance (forward outputs; for a train step the loss,
     gradient, batch statistics and updated parameters), numerics_worst_part; reference_error
     when the reference could not be compiled again on resume (then no numerics check).
+    missed_fusions: for the "default" variant, the largest kernel boundaries of its program
+    (`xlafuse.explain.missed_fusions`: top 5 by modeled bytes).
     Cold start (with `measure.cold_start`, fresh processes): import_s, cold_compile_s (empty
     persistent cache), warm_compile_s (filled cache), cache_hit, cache_entries, cache_speedup,
     first_call_s, steady_call_s, aot_export_s, aot_load_s (deserialize + compile + first call).
@@ -71,6 +82,11 @@ class CellResult:
     kernels on a GPU; on the CPU Inductor's generated kernel calls or eager's aten ops),
     modeled_bytes_basis, generated_kernels (Inductor's kernels generated at compile), and
     top_kernels ((name, seconds per call) of the longest device kernels, profiled on a GPU).
+    Kernels (with `measure.profile`, `xlafuse.measure.kernels`): trace_path (the cell's trace
+    folder, relative to the results folder; None when not kept), kernel_times (totals and the
+    top kernels by time, each joined to its HLO kernel; `KernelTimes.summary()`), kernel_diff
+    (a non-reference cell against the reference: the kernel groups of `xlafuse diff` with both
+    sides' measured times, top savings first; `kernel_diff.kernel_diff_record`).
     status is "ok" or "error" (then `error` holds the message and most figures are None).
     settings: what the measurement depends on besides the cell's name (`cell_settings`); a
     results file holds records of one set of settings only (`check_resumable`).
@@ -90,6 +106,8 @@ class CellResult:
     experiment: str = ""
     dtype_requested: str | None = None
     overrides: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    devices: int = 1
+    parallelism: str | None = None
     reference: str = "default"
     variant_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     num_params: int | None = None
@@ -119,6 +137,7 @@ class CellResult:
     device_time_s: float | None = None
     device_kernels_per_call: float | None = None
     speedup_vs_reference: float | None = None
+    reference_time_median_s: float | None = None
     speedup_ci: tuple[float, float] | None = None
     speedup_verdict: str | None = None
     speedup_basis: str | None = None
@@ -139,6 +158,7 @@ class CellResult:
     max_rel_diff: float | None = None
     within_tolerance: bool | None = None
     numerics_worst_part: str | None = None
+    missed_fusions: Mapping[str, Any] | None = None
     reference_error: str | None = None
     import_s: float | None = None
     cold_compile_s: float | None = None
@@ -150,6 +170,19 @@ class CellResult:
     cache_hit: bool | None = None
     cache_entries: int | None = None
     cache_speedup: float | None = None
+    trace_path: str | None = None
+    kernel_times: Mapping[str, Any] | None = None
+    kernel_diff: Mapping[str, Any] | None = None
+    collectives: int | None = None
+    logical_collectives: int | None = None
+    collective_async_pairs: int | None = None
+    collective_operand_bytes: int | None = None
+    collective_ring_bytes: int | None = None
+    collective_counts: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    comm_time_s: float | None = None
+    comm_overlap_s: float | None = None
+    comm_overlap_fraction: float | None = None
+    comm_kernels_per_call: float | None = None
     wall_s: float | None = None
     framework: str = "jax"
     framework_version: str | None = None
@@ -202,10 +235,15 @@ def cell_id(
     overrides: Mapping[str, Any],
     variant: str,
     backend: str,
+    mesh: str | None = None,
 ) -> str:
-    """The resume key of a cell, e.g. `chain/tiny/forward/auto/{"ops":16}/no-fusion/cpu`."""
+    """The resume key of a cell, e.g. `chain/tiny/forward/auto/{"ops":16}/no-fusion/cpu`.
+
+    A sharded cell ends with its layout (`.../gpu/data2`); one-device cells keep the old key.
+    """
     extra = json.dumps(dict(overrides), sort_keys=True, separators=(",", ":"), default=str)
-    return "/".join([workload, size, mode, dtype or "auto", extra, variant, backend])
+    parts = [workload, size, mode, dtype or "auto", extra, variant, backend]
+    return "/".join(parts + ([mesh] if mesh else []))
 
 
 def run_settings(config: Any, backend: str, device_kind: str) -> dict[str, Any]:
@@ -226,7 +264,10 @@ def run_settings(config: Any, backend: str, device_kind: str) -> dict[str, Any]:
         "backend": backend,
         "device_kind": device_kind,
         "timing": dataclasses.asdict(config.timing),
-        "measure": dataclasses.asdict(config.measure),
+        # Keeping traces or not changes no measurement: a run may resume with the other choice.
+        "measure": {
+            k: v for k, v in dataclasses.asdict(config.measure).items() if k != "keep_traces"
+        },
         "XLA_FLAGS": os.environ.get("XLA_FLAGS", ""),
         "jax": jax.__version__,
         "jaxlib": jaxlib.__version__,

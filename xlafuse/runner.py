@@ -3,7 +3,9 @@
 Per workload: build it once, then for each variant, the reference first (so speedups and numeric
 differences have something to compare with): compile under the variant, read the fusion report and
 XLA's cost and memory analyses, run once for the outputs, compare them with the reference's,
-time the calls, trace them on a GPU if asked, derive rates, and append the record at once.
+time the calls, trace them if asked (the trace kept in `traces/<cell>/`, every kernel's time
+joined to its HLO kernel, and each other variant's kernel groups timed against the reference's:
+`_kernel_fields`), derive rates, and append the record at once.
 
 A cell that raises (an out-of-memory, a compile error, XLA rejecting an option) becomes a record
 with status "error" and the sweep goes on. Re-running a config skips the cells already recorded
@@ -16,6 +18,7 @@ import dataclasses
 import difflib
 import gc
 import os
+import shutil
 import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -26,21 +29,25 @@ import jax
 
 from xlafuse import models
 from xlafuse import results as results_lib
-from xlafuse.compile import MeasureRequest, compile_workload
+from xlafuse.compile import MeasureRequest, compile_workload, unoptimized_hlo
 from xlafuse.config import ExperimentConfig, VariantConfig, WorkloadConfig, load_config
 from xlafuse.errors import XlafuseError
-from xlafuse.measure import timing
+from xlafuse.explain import missed_fusions
+from xlafuse.measure import cell_kernels, timing
 from xlafuse.measure.calibrate import Ceilings, calibrate
 from xlafuse.measure.coldstart import measure_cold_start
 from xlafuse.measure.profile import DeviceProfile, profile_device_time
 from xlafuse.measure.stats import speedup_interval
+from xlafuse.models.sharding import check_device_count
 from xlafuse.numerics import host_outputs, judge_workload
 from xlafuse.report import speedup_text, write_report
 from xlafuse.results import CellResult, append_result, cell_id
 
 PROFILE_CALLS = 10
+MISSED_FUSIONS_VARIANT = "default"  # the program whose missed fusions the report lists
+MISSED_FUSIONS_TOP = 5
 HOST_BOUND = 1.15  # pipelined time above this x device time: the host sets the pace
-PAIRED = "paired wall clock (timed in alternation with the reference)"
+PAIRED = "paired wall clock (rounds alternating with the reference; fastest call per round)"
 UNPAIRED = "unpaired wall clock (timed apart from the reference)"
 
 
@@ -69,6 +76,7 @@ class _Reference:
       profile: its DeviceProfile (for device-time speedups).
       record: its record (this run's or an earlier run's).
       error: why it could not be compiled again on resume (None when it could).
+      kernels: its traced kernel times and HLO (for the other cells' kernel_diff).
     """
 
     compiled: Any = None
@@ -77,6 +85,7 @@ class _Reference:
     profile: DeviceProfile | None = None
     record: CellResult | None = None
     error: str | None = None
+    kernels: cell_kernels.Baseline = dataclasses.field(default_factory=cell_kernels.Baseline)
 
 
 def run_experiment(
@@ -101,6 +110,8 @@ def run_experiment(
       The latest record of every selected cell, earlier runs' included, in sweep order.
 
     Raises:
+      DeviceCountError: a workload asks for more devices than the backend has (on a CPU,
+        `xlafuse run` runs itself again with enough host devices; see `xlafuse.devices`).
       XlafuseError: an invalid config, `only`/`variants` naming nothing in it, an output
         folder that cannot be written, one that another run holds, or a results file there
         written under other settings (resuming would mix them).
@@ -110,6 +121,7 @@ def run_experiment(
     config = select(config, only, variants)
     backend = jax.default_backend()
     config = _for_backend(config, backend, print)
+    check_device_count(max((w.devices for w in config.workloads), default=1))
     out_dir = results_lib.prepare_output(out if out is not None else config.output)
     results_path = out_dir / results_lib.RESULTS_FILE
     settings = results_lib.run_settings(config, backend, jax.devices()[0].device_kind)
@@ -184,7 +196,7 @@ def _ordered_variants(config: ExperimentConfig) -> list[VariantConfig]:
 
 
 def _cell_id(w: WorkloadConfig, variant: str, backend: str) -> str:
-    return cell_id(w.name, w.size, w.mode, w.dtype, w.overrides, variant, backend)
+    return cell_id(w.name, w.size, w.mode, w.dtype, w.overrides, variant, backend, w.mesh)
 
 
 def _todo(config, w: WorkloadConfig, backend: str, done) -> list[VariantConfig]:
@@ -219,7 +231,15 @@ def _run_workload(run: _Run, w: WorkloadConfig, cells, done, advance) -> None:
     if not cells:
         return
     try:
-        workload = models.build(w.name, w.size, w.mode, w.dtype, **w.overrides)
+        workload = models.build(
+            w.name,
+            w.size,
+            w.mode,
+            w.dtype,
+            devices=w.devices,
+            parallelism=w.parallelism,
+            **w.overrides,
+        )
     except Exception as err:
         for variant in cells:
             _finish(run, _error_record(run, w, variant, None, err), None, advance)
@@ -261,19 +281,24 @@ def _reference(run: _Run, w, workload, cells, done, advance) -> _Reference:
 def _cell(run: _Run, w, variant: VariantConfig, workload, reference: _Reference) -> CellResult:
     """Measure one cell; fills `reference` when this cell is the reference."""
     start = time.perf_counter()
+    trace_dir = _new_trace_dir(run, _cell_id(w, variant.name, run.backend))
     try:
-        fields = _measure(run, variant, workload, reference)
+        fields = _measure(run, variant, workload, reference, trace_dir)
     except Exception as err:  # one cell's failure must not end the sweep
         gc.collect()
         return _error_record(run, w, variant, workload, err)
+    finally:
+        if trace_dir is not None and not run.config.measure.keep_traces:
+            shutil.rmtree(trace_dir, ignore_errors=True)
     fields["wall_s"] = time.perf_counter() - start
     return _record(run, w, variant, workload, "ok", fields)
 
 
-def _measure_request(run: _Run, workload) -> MeasureRequest:
+def _measure_request(run: _Run, workload, trace_dir: Path | None = None) -> MeasureRequest:
     settings = timing.TimingSettings.from_config(run.config.timing)
     profile_calls = PROFILE_CALLS if run.config.measure.profile else 0
-    return MeasureRequest(settings, workload.mode == "train", profile_calls)
+    folder = str(trace_dir) if trace_dir is not None else None
+    return MeasureRequest(settings, workload.mode == "train", profile_calls, folder)
 
 
 def _first_outputs(compiled, workload):
@@ -283,7 +308,9 @@ def _first_outputs(compiled, workload):
     return host_outputs(workload, compiled(*workload.fresh_args()))
 
 
-def _measure(run: _Run, variant: VariantConfig, workload, reference: _Reference) -> dict:
+def _measure(
+    run: _Run, variant: VariantConfig, workload, reference: _Reference, trace_dir=None
+) -> dict:
     resolved = variant.resolve()
     if resolved.framework == "torch":  # the workload's PyTorch twin (xlafuse.torch)
         from xlafuse.torch.measure import measure_cell
@@ -293,9 +320,12 @@ def _measure(run: _Run, variant: VariantConfig, workload, reference: _Reference)
         fields.update(_derived(run, workload, fields))
         return fields
     is_reference = variant.name == run.config.reference
-    compiled = compile_workload(workload, variant.resolve(), _measure_request(run, workload))
+    request = _measure_request(run, workload, trace_dir)
+    compiled = compile_workload(workload, resolved, request)
     fields = {"lower_s": compiled.lower_s, "compile_s": compiled.compile_s}
     fields.update(_report_fields(compiled.report))
+    if workload.devices > 1:
+        fields.update(_collective_fields(compiled.collectives))
     fields.update(_analysis_fields(compiled))
     outputs = _first_outputs(compiled, workload)
     if is_reference:
@@ -310,13 +340,14 @@ def _measure(run: _Run, variant: VariantConfig, workload, reference: _Reference)
         )
     if reference.error:
         fields["reference_error"] = reference.error
-    measured, speedup, profile = _time(run, compiled, workload, reference, is_reference)
+    measured, speedup, profile = _time(run, compiled, workload, reference, is_reference, request)
     fields.update(measured.to_dict())
     if is_reference:
         reference.timing, reference.profile = measured, profile
     if speedup is not None:
-        result, basis = speedup
+        result, basis, reference_median = speedup
         fields.update(
+            reference_time_median_s=reference_median,
             speedup_vs_reference=result.speedup,
             speedup_ci=list(result.ci),
             speedup_verdict=result.verdict,
@@ -326,24 +357,27 @@ def _measure(run: _Run, variant: VariantConfig, workload, reference: _Reference)
         fields["device_time_s"] = profile.device_time_s
         fields["device_kernels_per_call"] = profile.device_kernels_per_call
         fields["top_kernels"] = [list(k) for k in profile.top_kernels]
+        fields.update(_comm_fields(profile.comm))
         fields.update(_device_speedup(profile, reference.profile, is_reference))
+    fields.update(_kernel_fields(run, compiled, workload, trace_dir, reference, variant.name))
     if run.config.measure.cold_start:
         fields.update(_cold_start_fields(workload, variant))
+    if variant.name == MISSED_FUSIONS_VARIANT:
+        fields["missed_fusions"] = _missed_fusions(workload, compiled)
     fields.update(_derived(run, workload, fields))
     if is_reference:
         fields["speedup_vs_reference"] = 1.0
     return fields
 
 
-def _time(run: _Run, compiled, workload, reference: _Reference, is_reference: bool):
-    """(Timing, Speedup or None, DeviceProfile or None) of one cell.
+def _time(run: _Run, compiled, workload, reference: _Reference, is_reference: bool, request):
+    """(Timing, (Speedup, basis, reference median) or None, DeviceProfile or None) of a cell.
 
     In-process variants are timed in alternation with the reference's program (`measure_pair`):
     a paired speedup. A variant measured in its child process, or a cell whose reference could
     not be compiled, is timed alone; its speedup then compares with the reference cell's own
     samples (unpaired).
     """
-    request = _measure_request(run, workload)
     advance = timing.thread_state if request.train else timing.same_args
     if compiled.measured is not None:
         measured = timing.Timing(**compiled.measured.timing)
@@ -353,7 +387,7 @@ def _time(run: _Run, compiled, workload, reference: _Reference, is_reference: bo
         pair = not is_reference and reference.compiled is not None
         pair = pair and reference.compiled.measured is None
         if pair:
-            measured, speedup = timing.measure_pair(
+            measured, reference_timing, speedup = timing.measure_pair(
                 reference.compiled,
                 workload.fresh_args(),
                 compiled,
@@ -361,20 +395,58 @@ def _time(run: _Run, compiled, workload, reference: _Reference, is_reference: bo
                 request.settings,
                 advance,
             )
-            return measured, (speedup, PAIRED), _profile(compiled, workload, request, advance)
+            speedup_info = (speedup, PAIRED, reference_timing.time_median_s)
+            return measured, speedup_info, _profile(compiled, workload, request, advance)
         measured = timing.measure(compiled, workload.fresh_args(), request.settings, advance)
         profile = _profile(compiled, workload, request, advance)
     speedup = None
     ref_timing = reference.timing
     if not is_reference and ref_timing is not None and ref_timing.samples_s:
-        speedup = (speedup_interval(ref_timing.samples_s, measured.samples_s), UNPAIRED)
+        result = speedup_interval(ref_timing.samples_s, measured.samples_s)
+        speedup = (result, UNPAIRED, ref_timing.time_median_s)
     return measured, speedup, profile
+
+
+def _missed_fusions(workload, compiled) -> dict[str, Any]:
+    """The top kernel boundaries of the default program (`xlafuse.explain.missed_fusions`).
+
+    A failure is recorded in the summary, never lost and never fatal to the cell.
+    """
+    try:
+        return missed_fusions(unoptimized_hlo(workload), compiled.hlo_text, top=MISSED_FUSIONS_TOP)
+    except Exception as err:
+        return {"error": f"{type(err).__name__}: {str(err).strip().splitlines()[:1]}"}
 
 
 def _profile(compiled, workload, request: MeasureRequest, advance):
     if not request.profile_calls:
         return None
-    return profile_device_time(compiled, workload.fresh_args(), request.profile_calls, advance)
+    args, calls = workload.fresh_args(), request.profile_calls
+    return profile_device_time(compiled, args, calls, advance, request.trace_dir)
+
+
+def _new_trace_dir(run: _Run, cell: str) -> Path | None:
+    measure = run.config.measure
+    if not measure.profile:
+        return None
+    return cell_kernels.new_trace_dir(run.results_path.parent, cell, measure.keep_traces)
+
+
+def _kernel_fields(run: _Run, compiled, workload, trace_dir, reference, variant: str) -> dict:
+    """trace_path, kernel_times and (a non-reference cell) kernel_diff: `cell_kernels`."""
+    if trace_dir is None:
+        return {}
+    ceiling = run.ceilings.copy_bytes_per_s if run.ceilings else None
+    return cell_kernels.kernel_fields(
+        trace_dir,
+        run.results_path.parent if run.config.measure.keep_traces else None,
+        compiled,
+        workload,
+        PROFILE_CALLS,
+        ceiling,
+        reference.kernels,
+        (run.config.reference, variant),
+    )
 
 
 def _device_speedup(profile, reference_profile, is_reference: bool) -> dict[str, Any]:
@@ -414,6 +486,28 @@ def _report_fields(report) -> dict[str, Any]:
         "custom_call_targets": dict(report.custom_call_targets),
         "kinds": dict(report.kinds),
         "modeled_bytes": report.modeled_bytes,
+    }
+
+
+def _collective_fields(report) -> dict[str, Any]:
+    return {
+        "collectives": report.count,
+        "logical_collectives": report.logical,
+        "collective_async_pairs": report.async_pairs,
+        "collective_operand_bytes": report.operand_bytes,
+        "collective_ring_bytes": report.ring_bytes,
+        "collective_counts": report.counts(),
+    }
+
+
+def _comm_fields(comm: dict[str, Any] | None) -> dict[str, Any]:
+    if not comm:
+        return {}
+    return {
+        "comm_time_s": comm["comm_time_s"],
+        "comm_overlap_s": comm["overlap_s"],
+        "comm_overlap_fraction": comm["overlap_fraction"],
+        "comm_kernels_per_call": comm["comm_kernels_per_call"],
     }
 
 
@@ -479,6 +573,8 @@ def _identity(run: _Run, w: WorkloadConfig, variant: VariantConfig, workload) ->
         "dtype": workload.dtype if workload is not None else w.dtype,
         "dtype_requested": w.dtype,
         "overrides": dict(w.overrides),
+        "devices": w.devices,
+        "parallelism": w.parallelism if w.devices > 1 else None,
         "variant": variant.name,
         "variant_options": variant.to_dict(),
         **_framework(variant),
@@ -528,12 +624,16 @@ def cell_line(record: CellResult, reference: CellResult | None = None) -> str:
     """One concise line per cell: `mlp/tiny/forward  no-fusion  kernels 9 (+5)  0.12 ms  0.61x  ok`."""
     extra = ",".join(f"{k}={v}" for k, v in sorted(record.overrides.items()))
     name = f"{record.workload}{f'[{extra}]' if extra else ''}/{record.size}/{record.mode}"
+    if record.devices > 1:
+        name += f" @{record.parallelism}{record.devices}"
     if not record.ok:
         return f"{name}  {record.variant}  ERROR {record.error_type}: {record.error}"
     kernels = f"kernels {record.kernels}"
     if reference is not None and reference.kernels is not None and record.kernels is not None:
         kernels += f" ({record.kernels - reference.kernels:+d})"
     parts = [name, record.variant, kernels, f"{record.time_median_s * 1e3:.3g} ms"]
+    if record.collectives is not None:
+        parts.append(f"collectives {record.collectives} ({record.logical_collectives} logical)")
     if record.variant != record.reference and record.speedup_vs_reference is not None:
         parts.append(speedup_text(record.speedup_vs_reference, record.speedup_verdict))
     if record.device_speedup is not None:

@@ -53,6 +53,8 @@ def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns the exit status."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    # Kept for a command that must run again in a child (N host devices on a CPU).
+    args.argv = list(sys.argv[1:] if argv is None else argv)
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+from xlafuse.cli._devices import add_mesh_arguments, overrides, rerun_if_needed
+
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
@@ -17,6 +19,7 @@ def register(subparsers) -> None:
         default="default,no-fusion",
         help="comma-separated variants; the first is the reference (default: default,no-fusion)",
     )
+    add_mesh_arguments(p)
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(func=run)
 
@@ -26,11 +29,22 @@ def run(args) -> int:
     from xlafuse.cli._progress import steps
     from xlafuse.compare import compare_workload
 
+    if (status := rerun_if_needed(args)) is not None:
+        return status
     names = [v.strip() for v in args.variants.split(",") if v.strip()]
     label = f"{args.workload}/{args.size}/{args.mode}"
+    if args.devices > 1:
+        label += f" ({args.parallelism}-parallel on {args.devices} devices)"
     with steps(total=1 + len(names)) as step:
         step(f"building {label}")
-        workload = models.build(args.workload, size=args.size, mode=args.mode)
+        workload = models.build(
+            args.workload,
+            size=args.size,
+            mode=args.mode,
+            devices=args.devices,
+            parallelism=args.parallelism,
+            **overrides(args),
+        )
         table = compare_workload(workload, variants=names, on_step=step)
     print(json.dumps(table.to_dict(), indent=1) if args.json else table)
     return 0

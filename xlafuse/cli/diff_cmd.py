@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from xlafuse.cli._devices import add_mesh_arguments, overrides, rerun_if_needed
 from xlafuse.explain import diff_targets
 from xlafuse.explain_text import check_top, render_diff
 
@@ -28,8 +29,17 @@ def register(subparsers) -> None:
     p.add_argument("--variants", default="default,no-fusion", help="V1,V2 (default,no-fusion)")
     p.add_argument("--size", default="tiny", help="workload size (default: tiny)")
     p.add_argument("--mode", default="forward", help="workload mode (default: forward)")
+    add_mesh_arguments(p)
     p.add_argument("--top", type=int, default=10, help="groups shown (10)")
     p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument(
+        "--measure",
+        action="store_true",
+        help="with --workload: trace both variants and time every kernel group (GPU: device "
+        "kernels; CPU: host thunks)",
+    )
+    p.add_argument("--calls", type=int, default=10, help="calls traced per variant (10)")
+    p.add_argument("--traces", metavar="DIR", help="keep the traces in DIR/<variant>/")
     p.set_defaults(func=run)
 
 
@@ -38,13 +48,55 @@ def run(args) -> int:
     from xlafuse.cli._progress import steps
 
     check_top(args.top)
+    if args.workload and (status := rerun_if_needed(args)) is not None:
+        return status
     variants = tuple(v.strip() for v in args.variants.split(",") if v.strip())
+    if args.measure:
+        return _measured(args, variants)
     with steps(total=1) as step:
         if args.workload:
             label = f"{args.workload}/{args.size}/{args.mode}"
             step(f"building and compiling {label} @ {' and @ '.join(variants)}")
         diff = diff_targets(
-            args.a, args.b, args.workload, variants, args.size, args.mode, args.reference
+            args.a,
+            args.b,
+            args.workload,
+            variants,
+            args.size,
+            args.mode,
+            args.reference,
+            args.devices,
+            args.parallelism,
+            overrides(args),
         )
     print(json.dumps(diff.to_dict(), indent=1) if args.json else render_diff(diff, args.top))
+    return 0
+
+
+def _measured(args, variants: tuple[str, ...]) -> int:
+    """`--measure`: both variants compiled, traced and joined; groups by measured time saved."""
+    from xlafuse.cli._progress import steps
+    from xlafuse.errors import XlafuseError
+    from xlafuse.measure.kernel_diff import measure_workload_diff
+    from xlafuse.report_kernels import render_measured_diff
+
+    if not args.workload or args.a or args.b:
+        raise XlafuseError("--measure needs --workload NAME (HLO files cannot be traced)")
+    if len(variants) != 2:
+        raise XlafuseError(f"--variants needs two names like default,no-fusion; got {variants}")
+    if args.calls < 1:
+        raise XlafuseError(f"--calls must be a positive number of calls, not {args.calls}")
+    with steps(total=1) as step:
+        step(
+            f"compiling and tracing {args.workload}/{args.size}/{args.mode} @ {' and @ '.join(variants)}"
+        )
+        measured = measure_workload_diff(
+            args.workload, variants, args.size, args.mode, args.calls, args.traces
+        )
+    if args.json:
+        print(json.dumps(measured.to_dict(), indent=1))
+    else:
+        print(render_diff(measured.diff, args.top))
+        print()
+        print(render_measured_diff(measured, args.top))
     return 0

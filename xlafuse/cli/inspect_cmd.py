@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 from xlafuse import inspect as inspect_lib
+from xlafuse.cli._devices import add_mesh_arguments, overrides, rerun_if_needed
 from xlafuse.errors import XlafuseError
 
 
@@ -22,6 +23,7 @@ def register(subparsers) -> None:
     p.add_argument("--size", default="tiny", help="workload size (default: tiny)")
     p.add_argument("--mode", default="forward", help="workload mode (default: forward)")
     p.add_argument("--variant", default="default", help="fusion variant (default: default)")
+    add_mesh_arguments(p)
     p.add_argument("--top", type=int, help="show the first N kernels only")
     p.add_argument("--sort", default="bytes", choices=inspect_lib.SORT_KEYS, help="kernel order")
     p.add_argument("--json", action="store_true", help="print JSON (docs/inspect-json.md)")
@@ -34,6 +36,8 @@ def run(args) -> int:
     """Inspects the target and prints the text report or JSON; writes DOT/SVG when asked."""
     from xlafuse.cli._progress import steps
 
+    if args.workload and (status := rerun_if_needed(args)) is not None:
+        return status
     with steps(total=1) as step:
         if args.workload:
             step(f"building and compiling {args.workload}/{args.size}/{args.mode} @ {args.variant}")
@@ -44,6 +48,9 @@ def run(args) -> int:
             size=args.size,
             mode=args.mode,
             variant=args.variant,
+            devices=args.devices,
+            parallelism=args.parallelism,
+            overrides=overrides(args),
         )
     if args.dot or args.svg:
         _write_graph(result, args.dot, args.svg)

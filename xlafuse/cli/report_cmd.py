@@ -15,6 +15,13 @@ def register(subparsers) -> None:
     )
     parser.add_argument("results", help="the results file (results.jsonl) or its folder")
     parser.add_argument("--out", help="output folder (default: the results file's folder)")
+    parser.add_argument(
+        "--roofline-cell",
+        metavar="CELL",
+        help="traced cell whose kernels kernel_roofline.png plots: LABEL@VARIANT like "
+        "chain[ops=8]/full/forward@no-fusion, or a cell_id (default: the traced reference cell "
+        "with the longest time per call)",
+    )
     parser.set_defaults(func=report)
 
 
@@ -26,5 +33,5 @@ def report(args: argparse.Namespace) -> int:
     note = read_results(args.results).skipped_note()
     if note:
         print(note, file=sys.stderr)
-    print(write_report(args.results, args.out))
+    print(write_report(args.results, args.out, args.roofline_cell))
     return 0

@@ -48,6 +48,13 @@ def run(args: argparse.Namespace) -> int:
         # Every problem on its own line (the dispatcher would keep only the first line).
         print(f"xlafuse run: error: {err}", file=sys.stderr)
         return CONFIG_ERROR
+    from xlafuse.devices import needs_host_devices, rerun_with_host_devices
+
+    # Sharded cells on a CPU: the whole run goes to a child with enough host devices (XLA
+    # reads the count once, at backend start); one-device cells run there on device 0.
+    devices = max((w.devices for w in config.workloads), default=1)
+    if needs_host_devices(devices):
+        return rerun_with_host_devices(args.argv, devices)
     records = run_experiment(
         config,
         out=args.out,

@@ -17,9 +17,10 @@ instructions were lost).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from xlafuse.hlo.collectives import CollectiveReport, analyze_collectives
 from xlafuse.hlo.fusion import analyze_module
 from xlafuse.hlo.lineage import Lineage, trace_module
 from xlafuse.hlo.parse import HloModule
@@ -81,6 +82,8 @@ class FusionDiff:
         groups: every group, largest |bytes_delta| first.
         lineage_a: how the reference was traced to A.
         lineage_b: the same for B.
+        collectives_a: A's collectives (`xlafuse.hlo.collectives`).
+        collectives_b: B's collectives.
     """
 
     label_a: str
@@ -95,6 +98,8 @@ class FusionDiff:
     groups: tuple[KernelGroup, ...]
     lineage_a: Lineage
     lineage_b: Lineage
+    collectives_a: CollectiveReport = field(default_factory=CollectiveReport)
+    collectives_b: CollectiveReport = field(default_factory=CollectiveReport)
 
     @property
     def kernels_delta(self) -> int:
@@ -119,6 +124,16 @@ class FusionDiff:
             out[key] = {"a": a, "b": b, "delta": b - a}
         out["lineage"] = {"a": self.lineage_a.counts(), "b": self.lineage_b.counts()}
         out["groups"] = [g.to_dict() for g in self.groups]
+        ca, cb = self.collectives_a, self.collectives_b
+        out["collectives"] = {
+            key: {
+                "a": getattr(ca, key),
+                "b": getattr(cb, key),
+                "delta": getattr(cb, key) - getattr(ca, key),
+            }
+            for key in ("count", "logical", "async_pairs", "operand_bytes")
+        }
+        out["collectives"]["by_kind"] = {"a": ca.counts(), "b": cb.counts()}
         return out
 
 
@@ -164,6 +179,8 @@ def diff_modules(
         groups=groups,
         lineage_a=lineage_a,
         lineage_b=lineage_b,
+        collectives_a=analyze_collectives(a),
+        collectives_b=analyze_collectives(b),
     )
 
 

@@ -18,6 +18,9 @@ What counts (documented here because every number in a report rests on it):
   `kinds` counts the same instructions by their `kind=`.
 * Compute ops of a fusion: the instructions of its fused computation (and nested fusions),
   except parameter, constant, bitcast, tuple and get-tuple-element.
+* Modeled bytes (see `traffic`): summed over the kernels whose shapes all have a known size; a
+  kernel with an instruction printed without a shape or an unbounded dim (`f32[?,8]`) is counted
+  in `unsized_kernels` instead, never guessed.
 * A real fusion has >= 2 compute ops, not counting a broadcast of a scalar (it costs nothing in a
   fused loop). So a fusion-wrapper single-op `wrapped_*` fusion, and `relu` = max(x, broadcast(0)),
   are not real fusions; mul+add+max is.
@@ -34,8 +37,8 @@ from types import MappingProxyType
 from typing import Any
 
 from xlafuse.errors import HloParseError
-from xlafuse.hlo.parse import Computation, HloModule, Instruction, parse_hlo
-from xlafuse.hlo.traffic import FREE_OPCODES, instruction_bytes
+from xlafuse.hlo.parse import Computation, HloModule, Instruction, _gc_paused, parse_hlo
+from xlafuse.hlo.traffic import FREE_OPCODES, kernel_bytes
 
 _NOT_LAUNCH = FREE_OPCODES | {
     "while", "conditional", "call", "async-start", "after-all", "add-dependency",
@@ -50,6 +53,7 @@ _NOT_LAUNCH_TARGETS = frozenset(
 _FUSION_OPCODES = ("fusion", "fusion-start")
 _GPU_HINTS = ('"operation_queue_id"', '"device_type"', "__cublas", "__cudnn", "__triton")
 _CPU_HINTS = ("__ynn", "__xnn", "xla.cpu", "__onednn", "outer_dimension_partitions")
+_HINTS = _GPU_HINTS + _CPU_HINTS
 _GPU_FILE = re.compile(r"gpu_after_optimizations|\.sm_\d")
 _THUNK_LINE = re.compile(r"^\s*\d+:\s+(k\w+)", re.MULTILINE)
 _NON_LAUNCH_THUNKS = frozenset(
@@ -73,6 +77,7 @@ class KernelInfo:
     bytes_out: int
     op_names: tuple[str, ...]
     source_lines: tuple[str, ...]
+    sized: bool = True  # False: a shape has no known size; bytes_in and bytes_out are 0
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able dict of the fields (tuples become lists)."""
@@ -94,6 +99,7 @@ class FusionReport:
     entry_fusions: int = 0
     modeled_bytes: int = 0
     kernel_details: tuple[KernelInfo, ...] = ()
+    unsized_kernels: int = 0  # kernels left out of modeled_bytes: a shape of unknown size
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able dict: mappings become dicts, kernel_details a list of dicts."""
@@ -111,11 +117,24 @@ def analyze_module(module: HloModule) -> FusionReport:
         module: a module from `parse_hlo`.
 
     Returns:
-        The module's `FusionReport`.
+        The module's `FusionReport`. `modeled_bytes` sums the kernels whose shapes all have a
+        known size; `unsized_kernels` counts the others (never guessed).
+
+    Raises:
+        HloParseError: a fusion whose fused computation calls itself (a cycle XLA rejects), or
+            fusions nested too deeply to walk.
     """
     kernels: list[KernelInfo] = []
-    for comp in executed_computations(module):
-        kernels.extend(_kernel(module, comp, i) for i in comp.instructions if _is_launch(i))
+    instr = module.entry.root
+    try:
+        with _gc_paused():
+            for comp in executed_computations(module):
+                for instr in comp.instructions:
+                    if _is_launch(instr):
+                        kernels.append(_kernel(module, comp, instr))
+    except RecursionError:
+        line = instr.line if instr else None
+        raise HloParseError("fusions nested too deeply to walk", line, module.source) from None
     fusions = [k for k in kernels if k.opcode == "fusion"]
     custom = [k for k in kernels if k.opcode == "custom-call"]
     entry = module.entry.name
@@ -131,6 +150,7 @@ def analyze_module(module: HloModule) -> FusionReport:
         entry_fusions=sum(k.computation == entry for k in fusions),
         modeled_bytes=sum(k.bytes_in + k.bytes_out for k in kernels),
         kernel_details=tuple(kernels),
+        unsized_kernels=sum(not k.sized for k in kernels),
     )
 
 
@@ -168,8 +188,13 @@ def infer_backend(module: HloModule) -> str | None:
     """ "gpu" or "cpu" from the file name, custom-call targets and backend_config; else None."""
     if module.source and _GPU_FILE.search(Path(module.source).name):
         return "gpu"
+    if module.text and not any(h in module.text for h in _HINTS):
+        return None  # no hint anywhere in the text: none in any attribute
     for comp in module.computations:
         for instr in comp.instructions:
+            raw = getattr(instr.attributes, "text", None)  # as printed: skip it unsplit
+            if raw is not None and not any(h in raw for h in _HINTS):
+                continue
             text = (instr.attributes.get("backend_config") or "") + (
                 instr.attributes.get("custom_call_target") or ""
             )
@@ -234,28 +259,47 @@ def _is_launch(instr: Instruction) -> bool:
 
 
 def _kernel(module: HloModule, comp: Computation, instr: Instruction) -> KernelInfo:
-    inner = _fused_instructions(module, instr) if instr.opcode in _FUSION_OPCODES else []
-    compute = [i for i in inner if i.opcode not in FREE_OPCODES] or ([] if inner else [instr])
-    weighty = [i for i in compute if not _scalar_broadcast(i, inner)]
-    bytes_in, bytes_out = instruction_bytes(instr, comp)
-    return KernelInfo(
-        name=instr.name,
-        computation=comp.name,
-        opcode=instr.opcode,
-        kind=_kind(instr),
-        sub_kind=instr.backend_kind
-        if instr.opcode in _FUSION_OPCODES
-        else instr.custom_call_target,
-        ops=tuple(i.opcode for i in compute),
-        num_ops=len(compute),
-        is_real_fusion=bool(inner) and len(weighty) >= 2,
-        bytes_in=bytes_in,
-        bytes_out=bytes_out,
-        op_names=_distinct(i.op_name for i in [instr, *compute]),
-        source_lines=_distinct(
-            f"{i.source_file}:{i.source_line}" for i in [instr, *compute] if i.source_file
-        ),
-    )
+    fused = instr.opcode in _FUSION_OPCODES
+    inner = _fused_instructions(module, instr, (comp.name,)) if fused else []
+    if inner:
+        compute = [i for i in inner if i.opcode not in FREE_OPCODES]
+        by_name = {i.name: i for i in inner}
+        weighty = sum(not _scalar_broadcast(i, by_name) for i in compute)
+        ops = [instr, *compute]
+        op_names = _distinct(i.op_name for i in ops)
+        source_lines = _distinct(f"{i.source_file}:{i.source_line}" for i in ops if i.source_file)
+    else:
+        compute = [instr]
+        weighty = 0
+        op_names = (instr.op_name,) if instr.op_name else ()
+        source_lines = (f"{instr.source_file}:{instr.source_line}",) if instr.source_file else ()
+    sized = kernel_bytes(instr, comp)
+    bytes_in, bytes_out = sized or (0, 0)
+    return _kernel_info(
+        instr.name, comp.name, instr.opcode, _kind(instr),
+        instr.backend_kind if fused else _target(instr),
+        tuple(i.opcode for i in compute), len(compute), weighty >= 2, bytes_in, bytes_out,
+        op_names, source_lines, sized is not None,
+    )  # fmt: skip
+
+
+def _kernel_info(
+    name, computation, opcode, kind, sub_kind, ops, num_ops, is_real_fusion, bytes_in, bytes_out,
+    op_names, source_lines, sized,
+) -> KernelInfo:  # fmt: skip
+    """A KernelInfo without the frozen dataclass's per-field __setattr__ (one per kernel)."""
+    info = object.__new__(KernelInfo)
+    object.__setattr__(info, "__dict__", {
+        "name": name, "computation": computation, "opcode": opcode, "kind": kind,
+        "sub_kind": sub_kind, "ops": ops, "num_ops": num_ops, "is_real_fusion": is_real_fusion,
+        "bytes_in": bytes_in, "bytes_out": bytes_out, "op_names": op_names,
+        "source_lines": source_lines, "sized": sized,
+    })  # fmt: skip
+    return info
+
+
+def _target(instr: Instruction) -> str | None:
+    return instr.custom_call_target if instr.opcode == "custom-call" else None
 
 
 def _kind(instr: Instruction) -> str:
@@ -264,14 +308,29 @@ def _kind(instr: Instruction) -> str:
     return instr.opcode
 
 
-def _fused_instructions(module: HloModule, instr: Instruction) -> list[Instruction]:
-    """Instructions of a fusion's fused computation, nested fusions expanded in place."""
+def _fused_instructions(
+    module: HloModule, instr: Instruction, calling: tuple[str, ...]
+) -> list[Instruction]:
+    """Instructions of a fusion's fused computation, nested fusions expanded in place.
+
+    Raises:
+        HloParseError: a fused computation that calls itself, directly or through others.
+    """
     out: list[Instruction] = []
     for name in instr.attributes.get("calls", "").strip("{}").replace("%", "").split(","):
         comp = _lookup(module, name.strip())
-        for inner in comp.instructions if comp else ():
+        if comp is None:
+            continue
+        if comp.name in calling:
+            raise HloParseError(
+                f"fusion %{instr.name} calls computation {comp.name!r} inside itself "
+                f"({' -> '.join((*calling, comp.name))}): a cycle, which XLA rejects",
+                instr.line,
+                module.source,
+            )
+        for inner in comp.instructions:
             if inner.opcode == "fusion":
-                out.extend(_fused_instructions(module, inner))
+                out.extend(_fused_instructions(module, inner, (*calling, comp.name)))
             else:
                 out.append(inner)
     return out
@@ -284,10 +343,10 @@ def _lookup(module: HloModule, name: str) -> Computation | None:
         return None
 
 
-def _scalar_broadcast(instr: Instruction, inner: list[Instruction]) -> bool:
+def _scalar_broadcast(instr: Instruction, by_name: Mapping[str, Instruction]) -> bool:
     if instr.opcode != "broadcast" or not instr.operands:
         return False
-    source = next((i for i in inner if i.name == instr.operands[0]), None)
+    source = by_name.get(instr.operands[0])
     return source is not None and not source.shape.is_tuple and not source.shape.dims
 
 
@@ -296,14 +355,18 @@ def _distinct(values) -> tuple[str, ...]:
 
 
 def _read(text_or_path: str | Path) -> tuple[str, str | None]:
-    if isinstance(text_or_path, str) and ("\n" in text_or_path or "HloModule" in text_or_path):
+    if isinstance(text_or_path, str) and not _looks_like_path(text_or_path):
         return text_or_path, None
     path = Path(text_or_path)
-    if not path.is_file():
+    try:
+        is_file = path.is_file()
+        data = path.read_bytes() if is_file else b""
+    except OSError as exc:  # too long a name, no permission, ...
+        raise HloParseError(f"cannot read {str(path)!r}: {exc.strerror or exc}") from None
+    if not is_file:
         raise HloParseError(
             f"no such file: {str(path)!r} (expected HLO text or a path to an HLO text file)"
         )
-    data = path.read_bytes()
     source = str(path)
     nul = data.find(b"\x00")
     if nul >= 0:
@@ -317,3 +380,10 @@ def _read(text_or_path: str | Path) -> tuple[str, str | None]:
         raise HloParseError(
             f"not UTF-8 text ({exc.reason} at byte {exc.start})", line, source
         ) from None
+
+
+def _looks_like_path(text: str) -> bool:
+    """A str is a path when it could name a file: one line, no NUL, OS name limits kept."""
+    if not text or "\n" in text or "\x00" in text or "HloModule" in text or len(text) > 4096:
+        return False
+    return all(len(part) <= 255 for part in text.replace("\\", "/").split("/"))

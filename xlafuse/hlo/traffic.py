@@ -17,6 +17,7 @@ from __future__ import annotations
 from xlafuse.hlo.parse import Computation, Instruction, Shape
 
 FREE_OPCODES = frozenset({"bitcast", "tuple", "get-tuple-element", "parameter", "constant"})
+_EMPTY = Shape(None)  # an operand not in the computation (the parser rules it out): no bytes
 
 
 def instruction_bytes(instr: Instruction, computation: Computation) -> tuple[int, int]:
@@ -28,27 +29,69 @@ def instruction_bytes(instr: Instruction, computation: Computation) -> tuple[int
 
     Returns:
         (bytes_in, bytes_out); (0, 0) for free instructions (bitcast, tuple, parameter, ...).
+        A shape of unknown size counts 0 here; `kernel_bytes` tells such a kernel apart.
+    """
+    sized = kernel_bytes(instr, computation)
+    if sized is not None:
+        return sized
+    operands = _distinct_operands(instr, computation)
+    return sum(_operand_shape(o, i).byte_size for o, i in operands), _output_bytes(instr)
+
+
+def kernel_bytes(instr: Instruction, computation: Computation) -> tuple[int, int] | None:
+    """Like `instruction_bytes`, but None when a shape it needs has no known size.
+
+    Args:
+        instr: the instruction (a fusion, custom-call or other launch).
+        computation: the computation that holds it (to look up its operands' shapes).
+
+    Returns:
+        (bytes_in, bytes_out), or None when the output or an operand cannot be sized.
     """
     if instr.opcode in FREE_OPCODES:
         return 0, 0
-    seen: set[tuple[str, int | None]] = set()
+    if not instr.shape.sized:
+        return None
     bytes_in = 0
-    indices = instr.operand_indices or (None,) * len(instr.operands)
-    for name, index in zip(instr.operands, indices, strict=True):
-        if (name, index) in seen:
-            continue
-        seen.add((name, index))
-        bytes_in += _operand_bytes(computation.by_name.get(name), index)
+    by_name = computation.by_name
+    indices = instr.operand_indices
+    if not indices or indices.count(None) == len(indices):  # the common case: no `%x#i`
+        operands = instr.operands
+        for name in operands if len(operands) < 2 else dict.fromkeys(operands):
+            operand = by_name.get(name)
+            if operand is not None:
+                shape = operand.shape
+                if not shape.sized:
+                    return None
+                bytes_in += shape.byte_size
+        return bytes_in, _output_bytes(instr)
+    for operand, index in _distinct_operands(instr, computation):
+        shape = _operand_shape(operand, index)
+        if not shape.sized:
+            return None
+        bytes_in += shape.byte_size
     return bytes_in, _output_bytes(instr)
 
 
-def _operand_bytes(operand: Instruction | None, index: int | None) -> int:
+def _distinct_operands(
+    instr: Instruction, computation: Computation
+) -> list[tuple[Instruction | None, int | None]]:
+    """Each distinct (operand, tuple index) once: an operand named twice is read once."""
+    by_name = computation.by_name
+    indices = instr.operand_indices
+    if not indices or indices.count(None) == len(indices):
+        return [(by_name.get(name), None) for name in dict.fromkeys(instr.operands)]
+    pairs = dict.fromkeys(zip(instr.operands, indices, strict=True))
+    return [(by_name.get(name), index) for name, index in pairs]
+
+
+def _operand_shape(operand: Instruction | None, index: int | None) -> Shape:
     if operand is None:
-        return 0
+        return _EMPTY
     shape = operand.shape
     if index is not None and shape.is_tuple and index < len(shape.tuple_shapes):
         shape = shape.tuple_shapes[index]
-    return shape.byte_size
+    return shape
 
 
 def _output_bytes(instr: Instruction) -> int:

@@ -5,6 +5,11 @@ the GPU itself spent in kernels. The trace is read back with `jax.profiler.Profi
 `*.xplane.pb` file: planes named "/device:GPU:N", lines whose name contains "Stream" (e.g.
 "Stream #13(Compute)"), one event per kernel with its duration. On a CPU there is no device plane:
 the functions return None.
+
+A sharded program runs on several GPUs, one plane each. Every device runs the same SPMD program,
+so the per-call figures are those of one device: the lowest-numbered GPU plane that has kernel
+events (GPU 0), not a sum over devices. Its communication kernels (NCCL) and their overlap with
+compute are summarized by `xlafuse.measure.collectives`.
 """
 
 from __future__ import annotations
@@ -33,6 +38,9 @@ class DeviceProfile:
       top_kernels: (name, seconds per call) of the longest kernels, longest first.
       per_call_s: kernel seconds of each traced call, in order (empty when the kernels could
         not be split into calls: their count is not a multiple of `calls`).
+      devices: GPU planes with kernel events in the trace (the figures are the first one's).
+      comm: `xlafuse.measure.collectives.CommProfile.to_dict()` of that device (communication
+        kernel time, overlap with compute), or None when it ran no communication kernel.
     """
 
     device_time_s: float
@@ -40,6 +48,8 @@ class DeviceProfile:
     calls: int
     top_kernels: tuple[tuple[str, float], ...] = ()
     per_call_s: tuple[float, ...] = ()
+    devices: int = 1
+    comm: dict[str, Any] | None = None
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> DeviceProfile:
@@ -50,6 +60,8 @@ class DeviceProfile:
             calls=data["calls"],
             top_kernels=tuple((str(n), float(t)) for n, t in data.get("top_kernels", ())),
             per_call_s=tuple(data.get("per_call_s", ())),
+            devices=data.get("devices", 1),
+            comm=data.get("comm"),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -71,12 +83,15 @@ def profile_device_time(
       args: its arguments.
       calls: calls to trace.
       advance: `(args, out) -> next args` (`timing.thread_state` for train steps).
-      log_dir: where the trace goes; a temporary folder (deleted) when None.
+      log_dir: where the trace goes (kept); a temporary folder (deleted) when None.
 
     Returns:
-      The DeviceProfile, or None on a backend without GPU device planes (the CPU).
+      The DeviceProfile, or None on a backend without GPU device planes (the CPU: there the
+      calls are traced into `log_dir` when one is given, for their host-side op events).
     """
     if jax.default_backend() != "gpu":
+        if log_dir is not None:
+            trace_calls(fn, args, calls, advance, log_dir)
         return None
     if log_dir is None:
         with tempfile.TemporaryDirectory(prefix="xlafuse-trace-") as tmp:
@@ -84,7 +99,15 @@ def profile_device_time(
     return _trace_and_read(fn, args, calls, advance, Path(log_dir))
 
 
-def _trace_and_read(fn, args, calls, advance, folder: Path) -> DeviceProfile | None:
+def trace_calls(
+    fn: Callable, args: tuple, calls: int, advance: Advance, folder: str | Path
+) -> Path | None:
+    """One untraced warm-up call, then `calls` calls under `jax.profiler.trace(folder)`.
+
+    Returns:
+      The newest `*.xplane.pb` the profiler wrote under `folder`, or None if it wrote none.
+    """
+    folder = Path(folder)
     out = jax.block_until_ready(fn(*args))
     args = advance(args, out)  # a train step donated its state: go on with the new one
     with jax.profiler.trace(str(folder)):
@@ -94,9 +117,12 @@ def _trace_and_read(fn, args, calls, advance, folder: Path) -> DeviceProfile | N
             args = advance(args, out)
         jax.block_until_ready(out)
     files = sorted(folder.rglob("*.xplane.pb"), key=lambda p: p.stat().st_mtime)
-    if not files:
-        return None
-    return read_trace(files[-1], calls)
+    return files[-1] if files else None
+
+
+def _trace_and_read(fn, args, calls, advance, folder: Path) -> DeviceProfile | None:
+    path = trace_calls(fn, args, calls, advance, folder)
+    return read_trace(path, calls) if path is not None else None
 
 
 def read_trace(path: str | Path, calls: int) -> DeviceProfile | None:
@@ -108,10 +134,38 @@ def read_trace(path: str | Path, calls: int) -> DeviceProfile | None:
     from jax.profiler import ProfileData
 
     data = ProfileData.from_file(str(path))
-    kernels = list(_gpu_kernel_events(data.planes))
-    if not kernels:
+    by_device = device_kernel_events(data.planes)
+    if not by_device:
         return None
-    return summarize_kernels(kernels, calls)
+    first = min(by_device, key=_plane_number)
+    return summarize_device(by_device[first], calls, len(by_device))
+
+
+def summarize_device(kernels: list[tuple[str, int, int]], calls: int, devices: int = 1):
+    """`summarize_kernels` of one device, with its communication summary and device count."""
+    from xlafuse.measure.collectives import comm_profile, is_comm_kernel
+
+    profile = summarize_kernels(kernels, calls)
+    comm = None
+    if any(is_comm_kernel(name) for name, _, _ in kernels):
+        comm = comm_profile(kernels, calls).to_dict()
+    return dataclasses.replace(profile, devices=devices, comm=comm)
+
+
+def device_kernel_events(planes: Iterable[Any]) -> dict[str, list[tuple[str, int, int]]]:
+    """GPU plane name -> its (name, start_ns, duration_ns) kernel events; planes without any
+    are left out."""
+    out: dict[str, list[tuple[str, int, int]]] = {}
+    for plane in planes:
+        events = list(_gpu_kernel_events([plane]))
+        if events:
+            out[plane.name] = events
+    return out
+
+
+def _plane_number(name: str) -> int:
+    tail = name[len(GPU_PLANE_PREFIX) :]
+    return int(tail) if tail.isdigit() else 1 << 30
 
 
 def summarize_kernels(kernels: list[tuple[str, int, int]], calls: int) -> DeviceProfile:

@@ -1,8 +1,16 @@
-"""Is a speedup real? A 95% bootstrap interval for a ratio of medians, and a verdict.
+"""Is a speedup real? A 95% bootstrap interval for a speedup, and a verdict.
 
-A speedup is `reference time / variant time`, both medians of per-call samples. Its interval is
-the percentile bootstrap: resample each set of samples with replacement, take the ratio of the two
-medians, repeat, and keep the 2.5th and 97.5th percentiles. The verdict:
+A speedup is `reference time / variant time`. Two estimates:
+
+- paired (`paired_speedup_interval`): the two programs were timed in alternating rounds; each
+  round gives one ratio (of the rounds' fastest calls), taken under the same machine conditions; the
+  speedup is the median of the round ratios and its interval the percentile bootstrap over
+  rounds. A machine whose speed drifts (other processes, clocks) moves whole rounds, which the
+  interval then shows, instead of hiding it as independent per-call samples would.
+- unpaired (`speedup_interval`): two separate sets of per-call samples; the ratio of their
+  medians, the bootstrap resampling each set.
+
+The interval keeps the 2.5th and 97.5th percentiles of the resampled speedups. The verdict:
 
 - `same` when the interval contains 1.0, or the speedup is within 3% of 1.0 (a change too small
   to matter even when it is real);
@@ -105,3 +113,35 @@ def speedup_interval(
     low, high = np.percentile(ref_medians / var_medians, [tail, 100 - tail])
     ci = (float(min(low, point)), float(max(high, point)))
     return Speedup(point, ci, verdict(point, ci), is_decided(ci), (ref.size, var.size))
+
+
+def paired_speedup_interval(
+    round_ratios: Sequence[float],
+    samples: tuple[int, int] = (0, 0),
+    resamples: int = RESAMPLES,
+    seed: int = 0,
+) -> Speedup:
+    """The speedup of paired rounds (one reference / variant time ratio per round), with its
+    interval over rounds.
+
+    Args:
+      round_ratios: one ratio per round.
+      samples: (reference calls, variant calls) behind them, for the record.
+      resamples: bootstrap resamples.
+      seed: the resampling seed (fixed: the same rounds give the same interval).
+
+    Raises:
+      ValueError: no round, or a non-positive ratio.
+    """
+    ratios = np.asarray(round_ratios, dtype=np.float64)
+    if ratios.size == 0:
+        raise ValueError("a paired speedup needs at least one round")
+    if (ratios <= 0).any():
+        raise ValueError("round ratios must be positive")
+    point = float(np.median(ratios))
+    rng = np.random.default_rng(seed)
+    medians = np.median(rng.choice(ratios, size=(resamples, ratios.size)), axis=1)
+    tail = (1.0 - CONFIDENCE) / 2 * 100
+    low, high = np.percentile(medians, [tail, 100 - tail])
+    ci = (float(min(low, point)), float(max(high, point)))
+    return Speedup(point, ci, verdict(point, ci), is_decided(ci), samples)

@@ -11,7 +11,7 @@ feeds each call's new state into the next call, so no donated or stale buffer is
 
 A speedup compares two programs timed in alternation (`measure_pair`): rounds of a few calls of
 one, then of the other, the order swapped every round, so a drift of the machine (another
-process, clocks, thermals) affects both alike. Rounds go on until the speedup's verdict is
+process, clocks, thermals) affects both alike; each round compares the fastest call of each. Rounds go on until the speedup's verdict is
 decided (`xlafuse.measure.stats`) or the pair's budget, `PAIR_BUDGET` x `min_time_s`, is spent.
 """
 
@@ -26,10 +26,12 @@ from typing import Any
 import jax
 import numpy as np
 
-from xlafuse.measure.stats import Speedup, speedup_interval
+from xlafuse.measure.stats import Speedup, paired_speedup_interval
 
 PAIR_BUDGET = 4  # a pair may take up to this many times min_time_s when its verdict is close
-ROUND_SHARE = 0.05  # one round of a pair takes about this share of min_time_s
+ROUND_SHARE = 0.01  # one side of a round takes about this share of min_time_s...
+ROUND_CALLS = (3, 50)  # ...within these many calls
+MIN_ROUNDS = 10  # rounds before a verdict may be taken
 
 Clock = Callable[[], float]
 Advance = Callable[[tuple, Any], tuple]
@@ -226,22 +228,29 @@ def measure_pair(
     settings: TimingSettings = TimingSettings(),
     advance: Advance = same_args,
     clock: Clock = time.perf_counter,
-) -> tuple[Timing, Speedup]:
-    """Time `fn` against `reference` in alternating rounds; return fn's Timing and the speedup.
+) -> tuple[Timing, Timing, Speedup]:
+    """Time `fn` against `reference` in alternating rounds; return both Timings and the speedup.
+
+    Each round times a few synchronized calls of one program, then of the other (the order
+    swapped every round), and yields the ratio of the two rounds' fastest calls: both see the
+    same machine, and the fastest call is the one least disturbed by other processes (they only
+    ever add time: on a busy 2-core machine a 50 us CPU call was seen to take 8 us in one
+    second and 45 us in the next). Rounds go on until `min_time_s`, `min_iters` calls of `fn` and MIN_ROUNDS rounds are
+    reached and the speedup's verdict is decided, or until PAIR_BUDGET x `min_time_s` (or
+    `max_iters` calls of `fn`).
 
     Args:
       reference: the reference's compiled function.
       reference_args: its arguments (copies, if it donates them).
       fn: the compiled function to judge.
       args: its arguments (copies, if it donates them).
-      settings: min_time_s, min_iters and max_iters apply to `fn`'s samples; the pair goes on
-        past min_time_s, up to PAIR_BUDGET x min_time_s, while the verdict is undecided.
+      settings: the timing settings.
       advance: `(args, out) -> next args`, for both.
       clock: seconds as a float (injectable for tests).
 
     Returns:
-      (fn's Timing, including its pipelined figures; the speedup of fn over the reference with
-      its interval and verdict).
+      (fn's Timing with its pipelined figures, the reference's Timing over the same rounds
+      (latency only), the paired speedup of fn over the reference).
     """
     reference_args = warm_up(reference, tuple(reference_args), settings.warmup, advance)
     args = warm_up(fn, tuple(args), settings.warmup, advance)
@@ -249,30 +258,41 @@ def measure_pair(
     out = jax.block_until_ready(fn(*args))
     estimate = max(clock() - t0, 1e-7)
     args = advance(args, out)
-    per_round = int(min(100, max(1, ROUND_SHARE * settings.min_time_s / estimate)))
+    per_round = int(
+        min(ROUND_CALLS[1], max(ROUND_CALLS[0], ROUND_SHARE * settings.min_time_s / estimate))
+    )
     sides = {"reference": ([], reference, reference_args), "fn": ([], fn, args)}
-    start, rounds, result = clock(), 0, None
+    ratios: list[float] = []
+    start, result = clock(), None
     while True:
-        order = ("reference", "fn") if rounds % 2 == 0 else ("fn", "reference")
+        order = ("reference", "fn") if len(ratios) % 2 == 0 else ("fn", "reference")
+        fastest = {}
         for side in order:
             samples, f, a = sides[side]
+            this_round = []
             for _ in range(per_round):
                 t = clock()
                 out = jax.block_until_ready(f(*a))
-                samples.append(clock() - t)
+                this_round.append(clock() - t)
                 a = advance(a, out)
+            samples.extend(this_round)
             sides[side] = (samples, f, a)
-        rounds += 1
+            fastest[side] = min(this_round)
+        ratios.append(fastest["reference"] / max(fastest["fn"], 1e-12))
         ref_samples, fn_samples = sides["reference"][0], sides["fn"][0]
         elapsed = clock() - start
         if len(fn_samples) >= settings.max_iters:
             break
-        if len(fn_samples) < settings.min_iters or elapsed < settings.min_time_s:
+        enough = len(ratios) >= MIN_ROUNDS and len(fn_samples) >= settings.min_iters
+        if not enough or elapsed < settings.min_time_s:
             continue
-        result = speedup_interval(ref_samples, fn_samples)
+        result = paired_speedup_interval(ratios, (len(ref_samples), len(fn_samples)))
         if result.decided or elapsed >= PAIR_BUDGET * settings.min_time_s:
             break
     if result is None or result.samples != (len(ref_samples), len(fn_samples)):
-        result = speedup_interval(ref_samples, fn_samples)
+        result = paired_speedup_interval(ratios, (len(ref_samples), len(fn_samples)))
     samples, f, a = sides["fn"]
-    return _with_pipelined(f, a, samples, settings, advance, clock), result
+    measured = _with_pipelined(f, a, samples, settings, advance, clock)
+    median, p10, p90, fastest = summarize(ref_samples)
+    reference_timing = Timing(median, p10, p90, fastest, len(ref_samples), None, 0, 0)
+    return measured, dataclasses.replace(reference_timing, samples_s=tuple(ref_samples)), result

@@ -347,7 +347,18 @@ def join_kernels(
     pair: dict[int, int] = {}  # measured index -> modeled index
     how: dict[int, str] = {}
     taken: set[int] = set()
-    for label, find in ((BY_NAME, _same_name), (SUFFIXED, _prefixed), (REUSED, _same_base)):
+    # Pass 1 through a name index: a program of thousands of kernels would otherwise cost
+    # launches x kernels comparisons (pass 1: the first free HLO kernel, in program order, whose mangled name is the launch's).
+    by_name: dict[str, list[int]] = {}
+    for i, k in reversed(list(enumerate(kernels))):
+        by_name.setdefault(mangle(k.name), []).append(i)
+    for j, launch in enumerate(measured):
+        free = by_name.get(launch.name)
+        if free:
+            i = free.pop()
+            pair[j], how[j] = i, BY_NAME
+            taken.add(i)
+    for label, find in ((SUFFIXED, _prefixed), (REUSED, _same_base)):
         for j, launch in enumerate(measured):
             if j in pair:
                 continue
@@ -370,11 +381,6 @@ def join_kernels(
             out.append((i, [j], how[j]))
     out.extend((i, [], UNMATCHED) for i in range(len(kernels)) if i not in taken)
     return out
-
-
-def _same_name(name: str, free: list[tuple[int, ModeledKernel]]) -> int | None:
-    """Pass 1: the HLO kernel whose mangled name is the launch's name."""
-    return next((i for i, k in free if mangle(k.name) == name), None)
 
 
 def _prefixed(name: str, free: list[tuple[int, ModeledKernel]]) -> int | None:

@@ -140,9 +140,11 @@ def build(
     mode: str = "forward",
     dtype: Any = None,
     seed: int = 0,
+    devices: int = 1,
+    parallelism: str = "data",
     **overrides: Any,
 ) -> Workload:
-    """Builds a workload: a pure function and example arguments, on the default device.
+    """Builds a workload: a pure function and example arguments, on the default device or a mesh.
 
     Args:
         name: a name from `available()`.
@@ -152,6 +154,9 @@ def build(
         dtype: compute dtype; None picks bfloat16 on GPU and float32 elsewhere (pointwise
             workloads always default to float32, so "full" is exactly 1 GiB per input array).
         seed: seeds the parameters and the inputs.
+        devices: devices of a one-axis mesh to shard the workload over (1: the default device).
+        parallelism: with devices > 1, "data" (batch split, parameters replicated) or "model"
+            (Megatron column/row sharding of the Dense layers); see `xlafuse.models.sharding`.
         **overrides: replace entries of the size table (e.g. `batch=4`) or options (e.g.
             `implementation="cudnn"`, `ops=16`, `learning_rate=3e-4`).
 
@@ -162,7 +167,14 @@ def build(
         UnknownNameError: unknown name, size, mode, dtype or override; the message lists what
             is accepted. Also for mode "train" on a workload without parameters.
         ValueError: an override value that the workload cannot use.
+        XlafuseError: an unknown parallelism, more devices than the backend has, or a batch or
+            layer dimension that `devices` does not divide.
     """
+    from xlafuse.models import sharding
+
+    sharding.check_parallelism(parallelism, name)
+    if devices != 1:
+        sharding.check_device_count(devices)
     workload_spec, cfg = _resolve(name, size, mode, overrides)
     ctx = _context(workload_spec, mode, dtype)
     recipe = workload_spec.builder(cfg, ctx)
@@ -170,7 +182,7 @@ def build(
     flops = recipe.flops
     if flops is not None and mode == "train":
         flops *= TRAIN_FLOPS_FACTOR
-    return Workload(
+    workload = Workload(
         name=name,
         size=size,
         mode=mode,
@@ -185,6 +197,7 @@ def build(
         donate_argnums=(0,) if mode == "train" else (),
         state_tree=state_tree,
     )
+    return sharding.shard(workload, devices, parallelism)
 
 
 def recipe(

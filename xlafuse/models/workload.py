@@ -89,6 +89,10 @@ class Workload:
         config: the resolved size configuration with overrides applied (JSON-able).
         donate_argnums: argument positions donated to the compiled function (the train state).
         state_tree: the tree structure of the flat state in `args[0]` (None without parameters).
+        plan: a `xlafuse.models.sharding.MeshPlan` when the arguments are sharded over a device
+            mesh (`build(..., devices=N, parallelism=...)`); None on one device.
+        out_shardings: the `out_shardings` to jit with (a sharded train step keeps its state's
+            layout); None lets XLA choose.
     """
 
     name: str
@@ -104,6 +108,18 @@ class Workload:
     config: Mapping[str, Any]
     donate_argnums: tuple[int, ...] = ()
     state_tree: Any = None
+    plan: Any = None
+    out_shardings: Any = None
+
+    @property
+    def devices(self) -> int:
+        """Devices the workload runs on (1 unless `xlafuse.models.sharding.shard` placed it)."""
+        return self.plan.devices if self.plan is not None else 1
+
+    @property
+    def parallelism(self) -> str | None:
+        """ "data" or "model" on a mesh; None on one device."""
+        return self.plan.parallelism if self.plan is not None else None
 
     def structured_state(self, leaves: Any = None) -> Any:
         """The state as a pytree (`nnx.State`, or the train-state dict) from its flat leaves.
@@ -117,6 +133,20 @@ class Workload:
         if self.state_tree is None:
             raise ValueError(f"workload {self.name!r} has no parameters, so no state")
         return jax.tree.unflatten(self.state_tree, self.args[0] if leaves is None else leaves)
+
+    def jit_kwargs(self) -> dict[str, Any]:
+        """The `jax.jit` arguments every compile of this workload uses (one definition).
+
+        The train state is donated; a sharded train step also pins its new state's layout
+        (`out_shardings`), so the next step takes it without resharding. The input shardings
+        travel with the arguments themselves (committed, sharded arrays).
+        """
+        kwargs: dict[str, Any] = {}
+        if self.donate_argnums:
+            kwargs["donate_argnums"] = self.donate_argnums
+        if self.out_shardings is not None:
+            kwargs["out_shardings"] = self.out_shardings
+        return kwargs
 
     def fresh_args(self) -> tuple[Any, ...]:
         """`args` with every donated argument copied: a donating call may consume the copies."""
@@ -137,6 +167,8 @@ class Workload:
             "items_unit": self.items_unit,
             "flops": self.flops,
             "config": {k: _jsonable(v) for k, v in self.config.items()},
+            "devices": self.devices,
+            "parallelism": self.parallelism,
         }
 
     describe = to_dict

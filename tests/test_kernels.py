@@ -1,0 +1,202 @@
+"""Every kernel's time joined to its HLO kernel: a recorded H200 trace, synthetic launches, the CPU.
+
+`data/trace-chain4/` holds an H200 trace (jax 0.11.2) of the `chain` workload with ops=4 on a
+float32 array of 2**20 elements, 3 calls traced under default (1 kernel per call) and no-fusion
+(8 kernels per call, fusion-wrapper's `wrapped_*`, three of them run as a reused kernel), with
+the optimized HLO of each.
+"""
+
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from xlafuse.hlo import analyze_hlo
+from xlafuse.hlo.diff import diff_modules
+from xlafuse.hlo.parse import parse_hlo
+from xlafuse.measure.kernel_diff import kernel_diff_record, time_groups
+from xlafuse.measure.kernels import (
+    CPU_BASIS,
+    GPU_BASIS,
+    REPEATED,
+    Event,
+    join_trace,
+    trace_events,
+)
+from xlafuse.measure.profile import read_trace, trace_calls
+from xlafuse.measure.timing import same_args
+from xlafuse.measure.validate import mangle
+
+DATA = Path(__file__).parent / "data" / "trace-chain4"
+SAMPLES = Path(__file__).parent / "data" / "h200-jax0.11.2"
+CEILING = 4.0e12  # bytes/s: a round ceiling, so the percentages are exact
+
+# Each launch's duration in the recorded traces (ns), calls in order.
+DEFAULT_NS = {"loop_add_fusion": (2431, 2465, 2400)}
+NO_FUSION_NS = {
+    "wrapped_broadcast": (1920, 1760, 1760),
+    "wrapped_multiply": (2368, 2305, 2336),
+    "wrapped_broadcast.1": (2047, 1983, 1984),
+    "wrapped_add": (2368, 2240, 2271),
+    "wrapped_broadcast.2": (2048, 1983, 1984),
+    "wrapped_maximum": (2369, 2273, 2272),
+    "wrapped_broadcast.3": (2016, 1951, 1952),
+    "wrapped_add.1": (2688, 2687, 2689),
+}
+
+
+def _joined(variant: str):
+    basis, events = trace_events(DATA / f"{variant}.xplane.pb")
+    return join_trace((DATA / f"{variant}.hlo.txt").read_text(), events, 3, basis, CEILING)
+
+
+@pytest.mark.parametrize(
+    "variant, expected, total_ns",
+    [("default", DEFAULT_NS, 7296), ("no-fusion", NO_FUSION_NS, 52254)],
+)
+def test_recorded_h200_trace_joins_every_kernel_with_exact_times(variant, expected, total_ns):
+    times = _joined(variant)
+    assert times.basis == GPU_BASIS and times.calls == 3
+    assert times.time_s == pytest.approx(total_ns * 1e-9 / 3, rel=1e-12)
+    assert times.unattributed == () and times.unattributed_share == 0.0
+    assert times.attributed_s == pytest.approx(times.time_s, rel=1e-12)
+    got = {k.name: k.time_s for k in times.kernels}
+    assert got == pytest.approx({n: sum(ns) * 1e-9 / 3 for n, ns in expected.items()}, rel=1e-12)
+    assert all(k.launches_per_call == 1.0 for k in times.kernels)
+    # The whole-trace device time the runner records is the same number.
+    assert read_trace(DATA / f"{variant}.xplane.pb", 3).device_time_s == pytest.approx(
+        times.time_s, rel=1e-12
+    )
+
+
+def test_recorded_trace_rows_carry_bytes_bandwidth_kind_source_and_match():
+    rows = {k.name: k for k in _joined("no-fusion").kernels}
+    add1 = rows["wrapped_add.1"]  # runs as `wrapped_add`'s kernel: XLA reuses identical fusions
+    assert (add1.kind, add1.match, add1.modeled_bytes) == ("kLoop", "reused kernel", 12582912)
+    assert add1.time_s == pytest.approx(2688e-9, rel=1e-12)
+    assert add1.achieved_bytes_per_s == pytest.approx(12582912 / 2688e-9, rel=1e-12)
+    assert add1.pct_of_copy_ceiling == pytest.approx(100 * 12582912 / 2688e-9 / CEILING)
+    assert add1.source_lines == ("xlafuse/models/pointwise.py:31",)
+    assert rows["wrapped_broadcast"].match == "name"
+    fused = _joined("default").kernels[0]
+    assert (fused.name, fused.modeled_bytes, fused.match) == ("loop_add_fusion", 8388608, "name")
+    assert fused.pct_of_copy_ceiling == pytest.approx(100 * 8388608 / 2432e-9 / CEILING)
+
+
+def test_summary_keeps_totals_and_the_top_kernels():
+    summary = _joined("no-fusion").summary(top=3)
+    assert summary["schema"] == "xlafuse.kernel_times/1"
+    assert (summary["kernels"], summary["kernels_seen"], summary["launches_per_call"]) == (8, 8, 8)
+    assert [r["name"] for r in summary["top"]] == [
+        "wrapped_add.1",
+        "wrapped_multiply",
+        "wrapped_maximum",
+    ]
+    assert summary["unattributed_share"] == 0.0 and summary["unattributed_top"] == []
+
+
+def test_recorded_before_after_measures_the_fusion_saving():
+    texts = [(DATA / f"{v}.hlo.txt").read_text() for v in ("default", "no-fusion")]
+    a, b = (parse_hlo(t, v) for t, v in zip(texts, ("default", "no-fusion"), strict=True))
+    diff = diff_modules(a, b, ("default", "no-fusion"), None, (None, *texts))
+    fused, unfused = _joined("default"), _joined("no-fusion")
+    timed = time_groups(diff, fused.times_by_kernel(), unfused.times_by_kernel())
+    assert sum(len(t.group.kernels_b) for t in timed) == 8
+    assert sum(t.time_a_s for t in timed) == pytest.approx(2432e-9, rel=1e-12)
+    assert sum(t.time_b_s for t in timed) == pytest.approx(17418e-9, rel=1e-12)
+    top = timed[0]
+    assert top.group.kernels_a == ("loop_add_fusion",)
+    assert top.saved_s == pytest.approx(top.time_b_s - 2432e-9, rel=1e-12)
+    record = kernel_diff_record(diff, fused, unfused)
+    assert (record["a"], record["b"], record["kernels_a"], record["kernels_b"]) == (
+        "default",
+        "no-fusion",
+        1,
+        8,
+    )
+    assert record["top"][0]["saved_s"] == pytest.approx(top.saved_s)
+    assert len(record["top"][0]["kernels_b"]) <= 4
+
+
+def _launches(report, library_names=("sm90_xmma_gemm_f32f32_tn", "splitKreduce_kernel")):
+    """Launch names XLA would use: fusions mangled, a triton GEMM with a suffix, each cuBLAS
+    custom-call as a GEMM kernel (the first one plus a split-K reduction)."""
+    names, first_library = [], True
+    for k in report.kernel_details:
+        if k.opcode == "custom-call":
+            names.append(library_names[0])
+            if first_library:
+                names.append(library_names[1])
+                first_library = False
+        elif k.name.startswith("gemm_fusion"):
+            names.append(mangle(k.name) + "_0")
+        else:
+            names.append(mangle(k.name))
+    return names
+
+
+def test_library_and_suffixed_launches_join_their_hlo_kernels_and_strangers_are_unattributed():
+    report = analyze_hlo(SAMPLES / "block_fwd.default.hlo.txt")
+    names = [*_launches(report), "memset_kernel"]
+    events = [
+        Event(n, call * 10**6 + j * 1000, (j + 1) * 100)
+        for call in range(2)
+        for j, n in enumerate(names)
+    ]
+    times = join_trace(report, events, 2)
+    rows = {k.name: k for k in times.kernels}
+    assert len(rows) == report.kernels == 20
+    assert rows["custom-call.0"].match == "library"
+    assert rows["custom-call.0"].launches_per_call == 2  # the GEMM and its split-K reduction
+    assert rows["custom-call.0"].time_s == pytest.approx((500 + 600) * 1e-9)
+    assert rows["gemm_fusion_dot.11"].match == "name + suffix"
+    assert times.launches_per_call == 21
+    assert times.unattributed == (("memset_kernel", len(names) * 100e-9),)
+    total = sum((j + 1) * 100 for j in range(len(names))) * 1e-9
+    assert times.time_s == pytest.approx(total)
+    assert times.unattributed_share == pytest.approx(len(names) * 100e-9 / total)
+
+
+def test_loop_body_kernels_launched_per_iteration_count_as_repeated_launches():
+    report = analyze_hlo(SAMPLES / "scan_rnn.default.hlo.txt")
+    body = [
+        "gemm_fusion_dot_general_1_0",
+        "loop_tanh_fusion",
+        "input_reduce_fusion",
+        "loop_add_fusion",
+    ]
+    names = ["copy_12", "copy_13", "loop_broadcast_fusion", *body * 3, "loop_compare_fusion"]
+    events = [Event(n, j * 1000, 1000) for j, n in enumerate(names)]
+    times = join_trace(report, events, 1)
+    rows = {k.name: k for k in times.kernels}
+    assert rows["loop_tanh_fusion"].launches_per_call == 3
+    assert rows["loop_tanh_fusion"].time_s == pytest.approx(3e-6)
+    assert rows["loop_tanh_fusion"].match == "name"
+    assert times.unattributed == ()
+    assert rows["fusion-start"].launches_per_call == 0 and rows["fusion-start"].match == "-"
+    assert REPEATED == "repeated launch"
+
+
+def test_join_refuses_zero_calls():
+    with pytest.raises(ValueError, match="calls must be a positive number of traced calls, not 0"):
+        join_trace((DATA / "default.hlo.txt").read_text(), [], 0)
+
+
+def test_cpu_trace_joins_host_thunks_by_their_hlo_op(tmp_path):
+    def chain(x):
+        for _ in range(3):
+            x = jnp.maximum(x * 1.5 + 1.0, 0.1)
+        return x
+
+    x = jnp.ones((4096,))
+    compiled = jax.jit(chain).lower(x).compile({"xla_disable_hlo_passes": "fusion"})
+    path = trace_calls(compiled, (x,), 4, same_args, tmp_path)
+    basis, events = trace_events(path)
+    assert basis == CPU_BASIS
+    times = join_trace(compiled.as_text(), events, 4, basis)
+    report = analyze_hlo(compiled.as_text())
+    assert {k.name for k in times.kernels} == {k.name for k in report.kernel_details}
+    assert times.unattributed == ()
+    assert all(k.match == "hlo_op" and k.launches_per_call == 1 for k in times.kernels)
+    assert times.launches_per_call == report.kernels == 12

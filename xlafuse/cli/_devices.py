@@ -1,0 +1,50 @@
+"""`--devices N --parallelism P` for the commands that compile a workload."""
+
+from __future__ import annotations
+
+from xlafuse.models.sharding import PARALLELISMS
+
+
+def add_mesh_arguments(parser) -> None:
+    """Adds --devices, --parallelism and --overrides (a sharded batch must divide evenly)."""
+    parser.add_argument(
+        "--overrides",
+        action="append",
+        metavar="K=V[,K=V]",
+        help="workload size-table or option overrides, e.g. batch=8",
+    )
+    parser.add_argument(
+        "--devices",
+        type=int,
+        default=1,
+        help="shard the workload over N devices (on a CPU: N host devices; default: 1)",
+    )
+    parser.add_argument(
+        "--parallelism",
+        default="data",
+        choices=PARALLELISMS,
+        help="data: batch split, parameters replicated; model: Megatron column/row sharding",
+    )
+
+
+def overrides(args) -> dict:
+    """The parsed --overrides (`{"batch": 8}`)."""
+    from xlafuse.cli.validate_cmd import _overrides
+
+    return _overrides(args.overrides)
+
+
+def rerun_if_needed(args) -> int | None:
+    """Runs the command again with N host devices when the CPU backend has fewer.
+
+    Returns:
+      The child's exit status, or None when this process has the devices (or is a GPU one:
+      building the workload then reports a missing device as a one-line error).
+    """
+    from xlafuse.devices import needs_host_devices, rerun_with_host_devices
+
+    if args.devices < 1:
+        raise ValueError(f"--devices must be at least 1, got {args.devices}")
+    if not needs_host_devices(args.devices):
+        return None
+    return rerun_with_host_devices(args.argv, args.devices)

@@ -1,0 +1,64 @@
+"""How many devices a command needs, and N host devices on a CPU machine.
+
+XLA's CPU backend has one device unless `--xla_force_host_platform_device_count=N` is in
+XLA_FLAGS when the backend starts; setting it later does nothing (see DESIGN.md). So a command
+that asks for more devices than a started CPU backend has is run again in a child process whose
+XLA_FLAGS carry the flag. On a GPU the devices are real: asking for more is an error
+(`xlafuse.models.sharding.DeviceCountError`).
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+
+HOST_DEVICES_FLAG = "--xla_force_host_platform_device_count"
+
+
+def forced_host_devices(xla_flags: str | None = None) -> int | None:
+    """The host device count that XLA_FLAGS (or the given string) forces, or None."""
+    flags = os.environ.get("XLA_FLAGS", "") if xla_flags is None else xla_flags
+    count = None
+    for token in shlex.split(flags):
+        key, _, value = token.partition("=")
+        if key == HOST_DEVICES_FLAG and value.isdigit():
+            count = int(value)
+    return count
+
+
+def with_host_devices(devices: int, xla_flags: str = "") -> str:
+    """XLA_FLAGS with the host device count set to `devices` (an earlier count replaced)."""
+    kept = [t for t in shlex.split(xla_flags) if t.partition("=")[0] != HOST_DEVICES_FLAG]
+    return " ".join([*kept, f"{HOST_DEVICES_FLAG}={devices}"])
+
+
+def host_devices_env(devices: int, env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """A copy of the environment whose XLA_FLAGS give the CPU backend `devices` devices."""
+    out = dict(os.environ if env is None else env)
+    out["XLA_FLAGS"] = with_host_devices(devices, out.get("XLA_FLAGS", ""))
+    return out
+
+
+def needs_host_devices(devices: int) -> bool:
+    """Whether this process must be run again with `devices` host devices.
+
+    True only on the CPU backend, when it has fewer than `devices` and XLA_FLAGS did not already
+    ask for them (a child that still has too few must fail, not start another child).
+    """
+    import jax
+
+    if devices <= 1 or jax.default_backend() != "cpu":
+        return False
+    return len(jax.devices()) < devices and (forced_host_devices() or 0) < devices
+
+
+def rerun_with_host_devices(argv: Sequence[str], devices: int) -> int:
+    """Runs `python -m xlafuse ARGV` with `devices` host devices; returns its exit status.
+
+    Its output goes straight to this process's stdout and stderr.
+    """
+    command = [sys.executable, "-m", "xlafuse", *argv]
+    return subprocess.run(command, env=host_devices_env(devices), check=False).returncode

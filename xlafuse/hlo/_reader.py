@@ -1,0 +1,618 @@
+"""The scanner behind `parse_hlo`: HLO text -> the dataclasses of `xlafuse.hlo.parse`.
+
+(see `parse_hlo` for what it reads; private: call `parse_hlo`)
+"""
+
+from __future__ import annotations
+
+import re
+from itertools import chain
+
+from xlafuse.errors import HloParseError
+from xlafuse.hlo.parse import (
+    _CLOSE,
+    _FIELDS,
+    _LITERAL_OPCODES,
+    _NO_ATTRIBUTES,
+    _OPEN,
+    DTYPE_BITS,
+    UNKNOWN_SHAPE,
+    Computation,
+    HloModule,
+    Instruction,
+    Shape,
+    _Attributes,
+    _instruction,
+    _name_of,
+    _new,
+    _operands_of,
+    _set,
+)
+
+_NAME = r"[^\s=,(){}\[\]%#\"/:;<>]+"
+_STR = r'"(?:[^"\\\n]++|\\.)*+"'
+_BRACES = r"\{(?:[^{}\"\n]++|" + _STR + r")*+\}"
+for _ in range(4):  # backend_config JSON nests: {"a":{"b":{"c":1}}}
+    _BRACES = r"\{(?:[^{}\"\n]++|" + _STR + "|" + _BRACES + r")*+\}"
+# Possessive (++, *+): a line that is not one whole instruction fails fast, never backtracks.
+_VALUE = rf"(?:[^\s,{{}}()\[\]\"/]++|{_STR}|{_BRACES}|\[[^\[\]\n]*+\]|\([^()\n]*+\))++"
+# One whole instruction on one line as XLA prints it: ROOT, name, shape, opcode, operands (names
+# only, or other), attributes; then the whitespace up to the next token, not a ',' or a comment.
+_FAST = re.compile(
+    r"(ROOT[ \t]+)?%?([A-Za-z_][\w.\-]*)[ \t]*=[ \t]*"
+    r"([a-z][a-z0-9]*\[[^\]\n]*\](?:\{[^{}\n]*\})?|\((?:[^()\n]|\([^()\n]*\))*\))[ \t]+"
+    r"([a-z][a-z0-9_\-]*)\((?:(%?[A-Za-z_][\w.\-]*(?:, *%?[A-Za-z_][\w.\-]*)*)|([^()\"\n]*))\)"
+    rf"((?:,[ \t]*+[A-Za-z_][\w.\-]*+=[ \t]*+{_VALUE})*+)[ \t\r]*+(?=\n|$)\s*+(?![,/])"
+).match
+_FAST_HEADER = re.compile(
+    r"(ENTRY[ \t]+)?%?([A-Za-z_][\w.\-]*+)[ \t]*+(?:[(\-][^\n]*)?(?<=[ \t)\]}])\{[ \t\r]*+\n",
+).match
+_FAST_REF = (
+    r"[ \t]*(?:[a-z][a-z0-9]*\[[^\]]*\](?:\{[^{}]*\})?[ \t]+)?%?([A-Za-z_][\w.\-]*)(?:#(\d+))?"
+)
+_FAST_OPERANDS = re.compile(rf"(?:{_FAST_REF}[ \t]*,)*{_FAST_REF}[ \t]*").fullmatch
+_FAST_REF_ALL = re.compile(_FAST_REF).findall
+_WS = re.compile(r"(?:\s+|//[^\n]*|/\*.*?\*/)*", re.S)
+_ws = _WS.match
+_GROUP_TOK = re.compile(r'"(?:[^"\\]|\\.)*"|//[^\n]*|/\*.*?\*/|[(){}\[\]]', re.S)
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.S)
+_VALUE_GOES_ON = re.compile(r"[{(\[0-9'\-]").match  # a value's next part, after a space
+_BARE = re.compile(r"[^\s,{}()\[\]\"]+")
+_WORD = re.compile(rf"%?({_NAME})")
+_KEY = re.compile(r"([A-Za-z_][\w.\-]*)\s*=")
+_INSTR_HEAD = re.compile(rf"(ROOT\b\s*)?%?({_NAME})\s*=")
+_NESTED_HEAD = re.compile(  # an instruction (not `key=value`) opening an inline computation
+    rf"(?:ROOT\s+)?%?{_NAME}\s*=\s*(?:[a-z][a-z0-9]*\[|\(|[a-z][a-z0-9_\-]*\s*\()"
+)
+_OPCODE = re.compile(r"([a-z][a-z0-9_\-]*)\s*\(")
+_OPERAND_REF = re.compile(rf"%?({_NAME})(?:#(\d+))?")
+_ARRAY = re.compile(r"([a-z][a-z0-9]*)\[([^\]]*)\](?:(\{[^{}]*\})|[ \t]+(\{[^{}=%\n]*\}))?")
+_STATIC_DIMS = re.compile(r"(?:\d+(?:,\d+)*)?")
+_ZERO_SUFFIX = re.compile(r"^(.+)\.(0\d*)$", re.M)  # `x.0`, `x.01`: numbered as `x`, `x.1` by XLA
+_TABLE = re.compile(r"(FileNames|FunctionNames|FileLocations|StackFrames)[ \t\r]*(?:\n|$)")
+_TABLE_ROW = re.compile(r"[ \t]*(\d+)[ \t]+([^\n]*?)[ \t\r]*(?:\n|$)")
+_KV_INT = re.compile(r"(\w+)=(-?\d+)")
+_QUOTED = re.compile(r'"((?:[^"\\]|\\.)*)"')
+_META = re.compile(r"metadata=\{([^{}]*)\}").search
+_META_STR = re.compile(r'(op_name|source_file)="((?:[^"\\]|\\.)*)"')
+_META_INT = re.compile(r"(source_line|stack_frame_id)=(\d+)")
+
+
+class Reader:
+    """A scanner over the whole text: header, tables, computations, instructions."""
+
+    def __init__(self, text: str, source: str | None):
+        self.s = text
+        self.n = len(text)
+        self.source = source
+        self.pos = 0  # start of what is being parsed, for errors from unexpected exceptions
+        self.line_pos = 0  # self.line_no is the line of text[line_pos]
+        self.line_no = 1
+        self.files: dict[int, str] = {}
+        self.locations: dict[int, tuple[int, int]] = {}  # id -> (file_name_id, line)
+        self.frames: dict[int, int] = {}  # id -> file_location_id
+        self.frame_cache: dict[int, tuple[str | None, int | None]] = {}
+        self.shapes: dict[str, Shape] = {}
+        self.anon: dict[str, int] = {}
+        self.instrs: list[Instruction] = []
+        self.computations: list[Computation] = []  # in the order completed (a nested one first)
+
+    def line_of(self, pos: int) -> int:
+        if pos >= self.line_pos:
+            self.line_no += self.s.count("\n", self.line_pos, pos)
+            self.line_pos = pos
+            return self.line_no
+        return self.s.count("\n", 0, pos) + 1
+
+    def error(self, reason: str, pos: int | None = None) -> HloParseError:
+        return HloParseError(reason, self.line_of(self.pos if pos is None else pos), self.source)
+
+    def run(self) -> HloModule:
+        try:
+            return self._run()
+        except HloParseError:
+            raise
+        except (IndexError, KeyError, ValueError, UnicodeError, RecursionError) as exc:
+            raise self.error(f"malformed HLO ({type(exc).__name__}: {exc})") from exc
+
+    def ws(self, pos: int) -> int:
+        return _WS.match(self.s, pos).end()
+
+    def _run(self) -> HloModule:
+        name, header, pos = self._header()
+        computations = self.computations
+        s, n = self.s, self.n
+        while True:
+            pos = self.ws(pos)
+            if pos >= n:
+                break
+            self.pos = pos
+            m = _TABLE.match(s, pos)
+            if m:
+                pos = self._table(m.group(1), m.end())
+            elif s[pos] == "}":
+                raise self.error("unbalanced braces: '}' outside a computation")
+            else:
+                comp, pos = self._computation(pos)
+                computations.append(comp)
+        if not computations:
+            raise self.error("no computation (truncated or not a whole module?)", n)
+        if not any(c.is_entry for c in computations):  # as XLA: the last one is the entry
+            last = computations[-1]
+            computations[-1] = Computation(
+                last.name, last.instructions, True, last.execution_thread
+            )
+        return HloModule(name, _unique_names(computations), self.source, header, self.s)
+
+    def _header(self) -> tuple[str, str, int]:
+        s = self.s
+        pos = self.ws(0)
+        if pos >= self.n:
+            raise self.error("empty text: expected an 'HloModule name, ...' header", 0)
+        self.pos = pos
+        if not s.startswith("HloModule", pos) or not s[pos + 9 : pos + 10].isspace():
+            first = s[pos : s.find("\n", pos) if "\n" in s[pos:] else self.n].strip()
+            raise self.error(f"not HLO: expected 'HloModule name, ...', got {_clip(first)}")
+        end = self.ws(pos + 9)
+        m = _WORD.match(s, end)
+        if not m:
+            raise self.error("HloModule header without a module name")
+        end = m.end() + 1 if s.startswith(":", m.end()) else m.end()  # `HloModule name:`
+        _, after = self._attributes(end, keep=False)
+        return m.group(1), " ".join(s[pos:after].split()), after
+
+    def _table(self, table: str, pos: int) -> int:
+        s = self.s
+        while True:
+            m = _TABLE_ROW.match(s, pos)
+            if not m:
+                return pos
+            pos = m.end()
+            key, value = int(m.group(1)), m.group(2)
+            if table in ("FileNames", "FunctionNames"):
+                q = _QUOTED.search(value)
+                if table == "FileNames":
+                    self.files[key] = q.group(1) if q else value
+                continue
+            fields = dict((k, int(v)) for k, v in _KV_INT.findall(value))
+            if table == "FileLocations":
+                self.locations[key] = (fields.get("file_name_id", 0), fields.get("line", 0))
+            else:
+                self.frames[key] = fields.get("file_location_id", 0)
+
+    def _frame_source(self, frame: int) -> tuple[str | None, int | None]:
+        cached = self.frame_cache.get(frame)
+        if cached is None:
+            loc = self.locations.get(self.frames.get(frame, -1))
+            cached = (self.files.get(loc[0]), loc[1]) if loc else (None, None)
+            self.frame_cache[frame] = cached
+        return cached
+
+    def _computation(self, pos: int) -> tuple[Computation, int]:
+        s = self.s
+        start = pos
+        fast = _FAST_HEADER(s, pos)
+        if fast:  # `[ENTRY] %name (params) -> shape {` on one line, as XLA prints it
+            comp, pos = self._body(fast.end(), fast.group(2), bool(fast.group(1)), start)
+            return self._thread(comp, pos)
+        is_entry = s.startswith("ENTRY", pos) and not _WORD.match(s, pos + 5)
+        if is_entry:
+            pos = self.ws(pos + 5)
+        m = _WORD.match(s, pos)
+        if not m:
+            raise self.error(
+                f"expected a computation header 'name (...) -> shape {{': {self._clip(pos)}"
+            )
+        name = m.group(1)
+        pos = self.ws(m.end())
+        if s.startswith("(", pos):  # the parameter list: not needed, parameters are instructions
+            pos = self.ws(self._group(pos))
+        if s.startswith("->", pos):
+            _, pos = self._shape(self.ws(pos + 2))
+            pos = self.ws(pos)
+        if not s.startswith("{", pos):
+            if s.startswith("=", pos) or s.startswith("=", self.ws(pos)):
+                raise self.error(f"instruction outside a computation: {self._clip(start)}", start)
+            raise self.error(
+                f"expected a computation header 'name (...) -> shape {{': {self._clip(start)}",
+                start,
+            )
+        comp, pos = self._body(pos + 1, name, is_entry, start)
+        return self._thread(comp, pos)
+
+    def _thread(self, comp: Computation, pos: int) -> tuple[Computation, int]:
+        """`}, execution_thread="host"` after a computation."""
+        attrs, pos = self._attributes(pos, keep=True)
+        if attrs:
+            thread = attrs.get("execution_thread", "").strip('"') or None
+            comp = Computation(comp.name, comp.instructions, comp.is_entry, thread)
+        return comp, pos
+
+    def _body(self, pos: int, name: str, is_entry: bool, start: int) -> tuple[Computation, int]:
+        """The instructions after a computation's `{`, up to its `}`; returns the position after."""
+        s, fast, shapes = self.s, _FAST, self.shapes
+        outer, self.instrs = self.instrs, []
+        instrs = self.instrs
+        append = instrs.append
+        pos = _ws(s, pos).end()
+        line_pos, line_no = self.line_pos, self.line_no
+        if pos < line_pos:  # an inline computation: its instructions come after line_pos
+            line_pos, line_no = 0, 1
+        while True:
+            m = fast(s, pos)
+            if m is not None:  # the fast path: one instruction on one line, as XLA prints it
+                root, iname, shape_text, opcode, names, inner, rest = m.groups()
+                if opcode in _LITERAL_OPCODES:
+                    operands = indices = ()
+                elif names is not None:
+                    operands = tuple(names.replace("%", "").replace(" ", "").split(","))
+                    indices = ()
+                elif not inner:
+                    operands = indices = ()
+                elif "/*" not in inner and _FAST_OPERANDS(inner):
+                    found = _FAST_REF_ALL(inner)
+                    operands = tuple(f[0] for f in found)
+                    indices = tuple(int(i) if i else None for _, i in found) if "#" in inner else ()
+                else:
+                    m = None
+            if m is not None:
+                shape = shapes.get(shape_text)
+                if shape is None:
+                    shape = shapes[shape_text] = self._shape(m.start(3))[0]
+                line_no += s.count("\n", line_pos, pos)
+                line_pos = pos
+                op_name = source_file = source_line = None
+                if rest:
+                    attrs = _Attributes(rest)
+                    if "metadata=" in rest:
+                        meta = _META(rest)
+                        if meta:
+                            op_name, source_file, source_line = self._metadata(meta.group(1))
+                else:
+                    attrs = _NO_ATTRIBUTES
+                instr = _new(Instruction)
+                _set(instr, "__dict__", {
+                    "name": iname, "opcode": opcode, "shape": shape, "operands": operands,
+                    "attributes": attrs, "is_root": root is not None, "op_name": op_name,
+                    "source_file": source_file, "source_line": source_line,
+                    "operand_indices": indices, "line": line_no,
+                })  # fmt: skip
+                append(instr)
+                pos = m.end()
+                continue
+            self.line_pos, self.line_no = line_pos, line_no
+            pos = _ws(s, pos).end()
+            if pos >= self.n:
+                opened = self.line_of(start)
+                last = f", last instruction at line {self.line_of(self.pos)}" if instrs else ""
+                raise self.error(
+                    f"truncated: computation {name!r} (opened at line {opened}{last}) is not closed",
+                    pos,
+                )
+            if s[pos] == "}":
+                break
+            self.pos = pos
+            pos = _ws(s, self._general(pos)).end()
+            line_pos, line_no = self.line_pos, self.line_no
+        self.instrs = outer
+        comp = Computation(name, tuple(instrs), is_entry)
+        self._check_operands(comp)
+        return comp, pos + 1
+
+    def _nested_computation(self, pos: int) -> tuple[str, int]:
+        """An attribute's inline computation `to_apply={ ... }`: parsed, and named when done as
+        XLA names it (`_`, `_.1`, ...: an inner one is done, so named, before its outer one)."""
+        comp, end = self._body(pos + 1, "_", False, pos)
+        count = self.anon.get("", 0)
+        self.anon[""] = count + 1
+        name = "_" + (f".{count}" if count else "")
+        self.computations.append(Computation(name, comp.instructions))
+        return "%" + name, end
+
+    def _add(self, name, opcode, shape, operands, indices, attrs, root, meta_text, line) -> None:
+        op_name = source_file = source_line = None
+        if meta_text and "metadata=" in meta_text:
+            meta = _META(meta_text)
+            if meta:
+                op_name, source_file, source_line = self._metadata(meta.group(1))
+        self.instrs.append(
+            _instruction(
+                name, opcode, shape, operands, attrs, bool(root), op_name, source_file,
+                source_line, indices, line,
+            )
+        )  # fmt: skip
+
+    def _metadata(self, meta: str) -> tuple[str | None, str | None, int | None]:
+        op_name = source_file = source_line = None
+        for key, value in _META_STR.findall(meta):
+            if key == "op_name":
+                op_name = value
+            else:
+                source_file = value
+        for key, value in _META_INT.findall(meta):
+            if key == "source_line":
+                source_line = int(value)
+            elif source_file is None:
+                source_file, source_line = self._frame_source(int(value))
+        return op_name, source_file, source_line
+
+    def _general(self, pos: int) -> int:
+        """Any instruction form XLA reads: over lines, with comments, without a shape, nested."""
+        s = self.s
+        m = _INSTR_HEAD.match(s, pos)
+        if not m:
+            if s.startswith(",", pos):
+                raise self.error(f"expected an instruction, got an attribute: {self._clip(pos)}")
+            raise self.error(
+                f"expected an instruction 'name = shape opcode(...)': {self._clip(pos)}"
+            )
+        line = self.line_of(pos)
+        start = self.ws(m.end())
+        shape, opcode, operands, indices, p = self._shaped_op(start, m.group(2))
+        attrs, end = self._attributes(p, keep=True)
+        meta = attrs.get("metadata")
+        attributes = _Attributes("", attrs) if attrs else _NO_ATTRIBUTES
+        self._add(m.group(2), opcode, shape, operands, indices, attributes, m.group(1),
+                  f"metadata={meta}" if meta else "", line)  # fmt: skip
+        return end
+
+    def _shaped_op(self, pos: int, owner: str):
+        """`[shape] opcode(operands)` at pos -> (shape, opcode, operands, indices, end)."""
+        s = self.s
+        shape = UNKNOWN_SHAPE
+        if not _OPCODE.match(s, pos) or s.startswith("b(", pos):
+            shape, pos = self._shape(pos)
+            pos = self.ws(pos)
+        op = _OPCODE.match(s, pos)
+        if not op:
+            raise self.error(
+                f"expected an opcode followed by '(' after the shape of {owner!r}: {self._clip(pos)}"
+            )
+        opcode = op.group(1)
+        if opcode in _LITERAL_OPCODES:
+            return shape, opcode, (), (), self._group(op.end() - 1)
+        operands: list[str] = []
+        indices: list[int | None] = []
+        pos = self.ws(op.end())
+        while not s.startswith(")", pos):
+            if pos >= self.n:
+                raise self.error(f"unbalanced parentheses in operands of {owner!r}", pos)
+            name, index, pos = self._operand(pos, owner)
+            operands.append(name)
+            indices.append(index)
+            pos = self.ws(pos)
+            if s.startswith(",", pos):
+                pos = self.ws(pos + 1)
+            elif not s.startswith(")", pos):
+                raise self.error(
+                    f"expected ',' or ')' in the operands of {owner!r}: {self._clip(pos)}"
+                )
+        if indices.count(None) == len(indices):
+            indices = []
+        return shape, opcode, tuple(operands), tuple(indices), pos + 1
+
+    def _operand(self, pos: int, owner: str) -> tuple[str, int | None, int]:
+        """One operand: `[shape] %name[#i]`, or a nested `[shape] opcode(...)` (XLA: `opcode.anon`)."""
+        s = self.s
+        start = pos
+        shape = UNKNOWN_SHAPE
+        if s.startswith(("(", "b("), pos) or _ARRAY.match(s, pos):
+            shape, pos = self._shape(pos)
+            pos = self.ws(pos)
+        if _OPCODE.match(s, pos):  # a nested instruction
+            _, opcode, operands, indices, end = self._shaped_op(pos, owner)
+            name = self._anon_name(opcode)
+            line = self.line_of(start)
+            self._add(name, opcode, shape, operands, indices, _NO_ATTRIBUTES, None, "", line)
+            return name, None, end
+        m = _OPERAND_REF.match(s, pos)
+        if not m:
+            raise self.error(
+                f"expected an operand name in the operands of {owner!r}: {self._clip(pos)}"
+            )
+        return m.group(1), int(m.group(2)) if m.group(2) else None, m.end()
+
+    def _anon_name(self, opcode: str) -> str:
+        count = self.anon.get(opcode, 0)
+        self.anon[opcode] = count + 1
+        return f"{opcode}.anon" + (f".{count}" if count else "")
+
+    def _attributes(self, pos: int, keep: bool) -> tuple[dict[str, str], int]:
+        """`, key=value` pairs from pos (values raw; any bracket group, string or word)."""
+        s = self.s
+        attrs: dict[str, str] = {}
+        while True:
+            p = self.ws(pos)
+            if not s.startswith(",", p):
+                return attrs, pos
+            p = self.ws(p + 1)
+            m = _KEY.match(s, p)
+            if not m:
+                raise self.error(f"expected attribute=value, got {self._clip(p)}", p)
+            start = self.ws(m.end())
+            if s.startswith("{", start) and _NESTED_HEAD.match(s, self.ws(start + 1)):
+                attrs[m.group(1)], pos = self._nested_computation(start)
+                continue
+            pos = self._value(start)
+            if pos == start:
+                raise self.error(f"attribute {m.group(1)!r} without a value", p)
+            if keep:
+                attrs[m.group(1)] = s[start:pos]
+
+    def _value(self, pos: int) -> int:
+        """Position after an attribute value: groups, strings and words, in a row or spaced
+        where XLA's typed values are (`literal=s32[2]{0} {1, 2}`, `mesh[...] {'axis_1'}`)."""
+        s, n = self.s, self.n
+        start = pos
+        while pos < n:
+            c = s[pos]
+            if c in "({[":
+                pos = self._group(pos)
+            elif c == '"':
+                m = _STRING.match(s, pos)
+                if not m:
+                    raise self.error("unterminated string", pos)
+                pos = m.end()
+            else:
+                m = _BARE.match(s, pos)
+                if not m:
+                    after = _ws(s, pos).end()
+                    if after == pos or pos == start or not _VALUE_GOES_ON(s, after):
+                        break
+                    pos = after
+                    continue
+                pos = m.end()
+        return pos
+
+    def _group(self, pos: int) -> int:
+        """Position after the bracket group opened at pos (strings and comments skipped)."""
+        depth = 0
+        for tok in _GROUP_TOK.finditer(self.s, pos):
+            c = tok.group()
+            if c in _OPEN:
+                depth += 1
+            elif c in _CLOSE:
+                depth -= 1
+                if depth == 0:
+                    return tok.end()
+                if depth < 0:
+                    break
+        raise self.error(
+            f"unbalanced brackets (an unclosed {self.s[pos]!r}): {self._clip(pos)}", pos
+        )
+
+    def _shape(self, pos: int) -> tuple[Shape, int]:
+        """An array, (nested) tuple or buffer shape at pos; returns it and the position after."""
+        s = self.s
+        m = _ARRAY.match(s, pos)
+        if m:
+            key = m.group(0)
+            shape = self.shapes.get(key)
+            if shape is None:
+                shape = self.shapes[key] = self._array(m, pos)
+            return shape, m.end()
+        if s.startswith("b(", pos):
+            shape, pos = self._shape(self.ws(pos + 2))
+            pos = self.ws(pos)
+            if not s.startswith(")", pos):
+                raise self.error(f"malformed buffer type b(...): {self._clip(pos)}", pos)
+            return shape, pos + 1
+        if not s.startswith("(", pos):
+            raise self.error(f"expected a shape like f32[8,128]: {self._clip(pos)}", pos)
+        elements: list[Shape] = []
+        pos = self.ws(pos + 1)
+        while not s.startswith(")", pos):
+            element, pos = self._shape(pos)
+            elements.append(element)
+            pos = self.ws(pos)
+            if s.startswith(",", pos):
+                pos = self.ws(pos + 1)
+            elif not s.startswith(")", pos):
+                raise self.error(f"malformed tuple shape: {self._clip(pos)}", pos)
+        return Shape(None, tuple_shapes=tuple(elements)), pos + 1
+
+    def _array(self, m: re.Match, pos: int) -> Shape:
+        dtype, dims_text, layout, spaced_layout = m.groups()
+        layout = layout or spaced_layout
+        if dtype not in DTYPE_BITS:
+            raise self.error(f"unknown element type {dtype!r} in shape {m.group(0)!r}", pos)
+        if _STATIC_DIMS.fullmatch(dims_text):
+            dims = tuple(map(int, dims_text.split(","))) if dims_text else ()
+            return Shape(dtype, dims, (), layout, (False,) * len(dims))
+        dims_list: list[int] = []
+        dynamic: list[bool] = []
+        for dim in dims_text.split(","):
+            dim = dim.strip()
+            digits = dim[2:].strip() if dim.startswith("<=") else dim
+            if dim == "?":
+                digits = "-1"
+            elif not digits.isdigit():
+                raise self.error(f"bad dimension {dim!r} in shape {m.group(0)!r}", pos)
+            dims_list.append(int(digits))
+            dynamic.append(dim != digits)
+        return Shape(dtype, tuple(dims_list), (), layout, tuple(dynamic))
+
+    def _check_operands(self, comp: Computation) -> None:
+        index = comp.by_name
+        instrs = comp.instructions
+        if len(index) != len(instrs):
+            seen: set[str] = set()
+            for instr in instrs:
+                if instr.name in seen:
+                    raise HloParseError(
+                        f"instruction %{instr.name} defined twice in computation {comp.name!r}",
+                        instr.line,
+                        self.source,
+                    )
+                seen.add(instr.name)
+        if set(chain.from_iterable(map(_operands_of, instrs))).issubset(index):
+            return
+        for instr in instrs:
+            for operand in instr.operands:
+                if operand not in index:
+                    raise HloParseError(
+                        f"unknown operand %{operand} of %{instr.name} in computation {comp.name!r}",
+                        instr.line,
+                        self.source,
+                    )
+
+    def _clip(self, pos: int, width: int = 80) -> str:
+        end = self.s.find("\n", pos)
+        return _clip(self.s[pos : end if end >= 0 else self.n].strip(), width)
+
+
+def _clip(text: str, width: int = 80) -> str:
+    return repr(text if len(text) <= width else text[:width] + "...")
+
+
+def _unique_names(computations: list[Computation]) -> tuple[Computation, ...]:
+    """Renames repeated instruction names as XLA's parser does (`x`, `x` -> `x`, `x.1`).
+
+    XLA keeps one name space per module: its NameUniquifier strips a numeric `.N` suffix, and
+    gives a name whose number is taken the next free number of that prefix.
+    """
+    names = [name for c in computations for name in map(_name_of, c.instructions)]
+    unique = set(names)
+    if len(unique) == len(names) and not any(
+        root in unique if zeros == "0" else True
+        for root, zeros in _ZERO_SUFFIX.findall("\n".join(names))
+    ):
+        return tuple(computations)  # no two names share a (prefix, number): nothing to rename
+    used: dict[str, tuple[set[int], list[int]]] = {}
+    out: list[Computation] = []
+    for comp in computations:
+        renamed = {i.name: _uniquify(i.name, used) for i in comp.instructions}
+        instrs = tuple(
+            _renamed(i, renamed) if renamed[i.name] != i.name or _any_renamed(i, renamed) else i
+            for i in comp.instructions
+        )
+        out.append(Computation(comp.name, instrs, comp.is_entry, comp.execution_thread))
+    return tuple(out)
+
+
+def _uniquify(name: str, used: dict[str, tuple[set[int], list[int]]]) -> str:
+    root, sep, suffix = name.rpartition(".")
+    if sep and root and suffix.isdigit():
+        number, has_suffix = int(suffix), True
+    else:
+        root, number, has_suffix = name, 0, False
+    ids, next_free = used.setdefault(root, (set(), [0]))
+    if number in ids:
+        while next_free[0] in ids:
+            next_free[0] += 1
+        number = next_free[0]
+    ids.add(number)
+    if number == 0:
+        return f"{root}.0" if has_suffix else root
+    return f"{root}.{number}"
+
+
+def _any_renamed(instr: Instruction, renamed: dict[str, str]) -> bool:
+    return any(renamed.get(o, o) != o for o in instr.operands)
+
+
+def _renamed(instr: Instruction, renamed: dict[str, str]) -> Instruction:
+    values = [getattr(instr, f) for f in _FIELDS]
+    values[0] = renamed[instr.name]
+    values[3] = tuple(renamed.get(o, o) for o in instr.operands)
+    return _instruction(*values)

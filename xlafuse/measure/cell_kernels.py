@@ -1,0 +1,123 @@
+"""What the runner records of a traced cell: its kept trace, its kernel times, its kernel diff.
+
+Per profiled cell the runner gets a trace folder (`new_trace_dir`: `traces/<cell>/` of the
+results folder, or a temporary one when `measure.keep_traces` is false) and, after the cell is
+traced, asks `kernel_fields` for the record's `trace_path`, `kernel_times` (every kernel joined
+to its HLO kernel, `xlafuse.measure.kernels`; totals and the top kernels kept) and, for a
+variant other than the reference, `kernel_diff` (the reference vs this variant, kernel group by
+kernel group with measured times, `xlafuse.measure.kernel_diff`). The diff is computed here,
+while both programs' HLO and full kernel times are in memory, so the report needs neither the
+HLO nor a recompile: a resumed run whose reference cell was not traced again records no diff.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from xlafuse.measure.kernel_diff import kernel_diff_record
+from xlafuse.measure.kernels import GPU_BASIS, KernelTimes, find_trace, join_trace, trace_events
+
+TRACES_DIR = "traces"
+
+
+@dataclasses.dataclass
+class Baseline:
+    """The reference cell's traced kernels, for the other cells of its workload.
+
+    Attributes:
+      times: its KernelTimes (None until this run traced it).
+      hlo_text: its optimized HLO.
+      unoptimized: the workload's unoptimized HLO (lowered once, at the first diff).
+    """
+
+    times: KernelTimes | None = None
+    hlo_text: str | None = None
+    unoptimized: str | None = None
+
+
+def trace_folder_name(cell: str) -> str:
+    """A cell id as one folder name: `chain/tiny/forward/auto/{"ops":4}/no-fusion/gpu` ->
+    `chain_tiny_forward_auto_ops_4_no-fusion_gpu`."""
+    return re.sub(r"[^A-Za-z0-9.=+-]+", "_", cell).strip("_")
+
+
+def new_trace_dir(results_dir: Path, cell: str, keep: bool) -> Path:
+    """An empty folder for a cell's trace: `results_dir/traces/<cell>/` when kept (an earlier
+    trace of the cell is removed), else a temporary folder (the caller removes it)."""
+    if not keep:
+        return Path(tempfile.mkdtemp(prefix="xlafuse-trace-"))
+    folder = Path(results_dir) / TRACES_DIR / trace_folder_name(cell)
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    return folder
+
+
+def kernel_fields(
+    trace_dir: Path,
+    results_dir: Path | None,
+    compiled: Any,
+    workload: Any,
+    calls: int,
+    copy_ceiling_bytes_per_s: float | None,
+    baseline: Baseline,
+    labels: tuple[str, str],
+) -> dict[str, Any]:
+    """The record fields of a traced cell (empty when the profiler wrote no trace).
+
+    Args:
+      trace_dir: the cell's trace folder.
+      results_dir: the results folder when the trace is kept (`trace_path` is relative to it);
+        None when it is not.
+      compiled: the cell's CompiledVariant (`report`, `hlo_text`).
+      workload: the Workload (lowered once for the unoptimized HLO of the diff).
+      calls: calls traced.
+      copy_ceiling_bytes_per_s: the measured copy ceiling (used for GPU kernels only).
+      baseline: the reference's traced kernels; filled when this cell is the reference.
+      labels: (reference variant, this cell's variant).
+    """
+    path = find_trace(trace_dir)
+    if path is None:
+        return {}
+    fields: dict[str, Any] = {}
+    if results_dir is not None:
+        fields["trace_path"] = Path(trace_dir).relative_to(results_dir).as_posix()
+    basis, events = trace_events(path)
+    if not events:
+        return fields
+    ceiling = copy_ceiling_bytes_per_s if basis == GPU_BASIS else None
+    times = join_trace(compiled.report, events, calls, basis, ceiling)
+    fields["kernel_times"] = times.summary()
+    if labels[0] == labels[1]:
+        baseline.times, baseline.hlo_text = times, compiled.hlo_text
+    elif baseline.times is not None:
+        fields["kernel_diff"] = _diff(baseline, compiled, workload, times, labels)
+    return fields
+
+
+def _diff(baseline: Baseline, compiled, workload, times: KernelTimes, labels) -> dict[str, Any]:
+    """The reference vs this cell with measured times; an error here never fails the cell."""
+    import jax
+
+    from xlafuse.hlo.diff import diff_modules
+    from xlafuse.hlo.parse import parse_hlo
+
+    try:
+        if baseline.unoptimized is None:
+            donate = workload.donate_argnums
+            lowered = jax.jit(workload.fn, **({"donate_argnums": donate} if donate else {}))
+            baseline.unoptimized = lowered.lower(*workload.args).as_text(
+                dialect="hlo", debug_info=True
+            )
+        texts = (baseline.unoptimized, baseline.hlo_text, compiled.hlo_text)
+        ref, a, b = (
+            parse_hlo(t, name) for t, name in zip(texts, ("unoptimized", *labels), strict=True)
+        )
+        diff = diff_modules(a, b, labels, ref, texts)
+        return kernel_diff_record(diff, baseline.times, times)
+    except Exception as err:
+        return {"error": f"{type(err).__name__}: {str(err).strip()[:300]}"}

@@ -1,0 +1,207 @@
+"""Before and after fusion, measured: each kernel group of `xlafuse diff` with its traced times.
+
+`xlafuse.hlo.diff` puts every kernel of A and every kernel of B in exactly one `KernelGroup`
+(kernels holding the same instructions of the program). Joining each kernel to its measured
+time (`xlafuse.measure.kernels`) gives each group the time of A's kernels and of B's kernels: for
+A fused and B unfused, `saved_s` (B's time - A's time) is what that fusion saved, measured, not
+modeled. The groups' times add up, with each side's unattributed time, to the side's total.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from xlafuse.hlo.diff import FusionDiff, KernelGroup
+from xlafuse.measure.kernels import KernelTimes
+
+SCHEMA = "xlafuse.kernel_diff/1"
+TOP = 10
+NAMES_KEPT = 4  # kernel names kept per side in a record (the count is kept too)
+
+
+@dataclasses.dataclass(frozen=True)
+class TimedGroup:
+    """A KernelGroup with the measured seconds per call of each side.
+
+    Attributes:
+      group: the kernels of A and B that hold the same instructions.
+      time_a_s: seconds per call of A's kernels of the group.
+      time_b_s: seconds per call of B's kernels of the group.
+    """
+
+    group: KernelGroup
+    time_a_s: float
+    time_b_s: float
+
+    @property
+    def saved_s(self) -> float:
+        """B's time - A's time: what A's grouping saves per call (negative: A is slower)."""
+        return self.time_b_s - self.time_a_s
+
+    def to_dict(self, names: int | None = None) -> dict[str, Any]:
+        """JSON-able form (`names`: keep at most this many kernel names per side)."""
+        g = self.group
+        return {
+            "kind": g.kind,
+            "kernels_a": list(g.kernels_a[:names]),
+            "kernels_b": list(g.kernels_b[:names]),
+            "n_a": len(g.kernels_a),
+            "n_b": len(g.kernels_b),
+            "time_a_s": self.time_a_s,
+            "time_b_s": self.time_b_s,
+            "saved_s": self.saved_s,
+            "bytes_a": g.bytes_a,
+            "bytes_b": g.bytes_b,
+        }
+
+
+def time_groups(
+    diff: FusionDiff, times_a: Mapping[str, float], times_b: Mapping[str, float]
+) -> tuple[TimedGroup, ...]:
+    """Each group of `diff` with its measured times, the largest saving first.
+
+    Args:
+      diff: the FusionDiff from A to B.
+      times_a: A's HLO kernel name -> seconds per call (`KernelTimes.times_by_kernel()`).
+      times_b: the same for B.
+    """
+    timed = [
+        TimedGroup(
+            g,
+            sum(times_a.get(k, 0.0) for k in g.kernels_a),
+            sum(times_b.get(k, 0.0) for k in g.kernels_b),
+        )
+        for g in diff.groups
+    ]
+    timed.sort(key=lambda t: (-t.saved_s, (t.group.kernels_a or t.group.kernels_b)[0]))
+    return tuple(timed)
+
+
+def kernel_diff_record(
+    diff: FusionDiff, times_a: KernelTimes, times_b: KernelTimes, top: int = TOP
+) -> dict[str, Any]:
+    """The compact record of A vs B (`CellResult.kernel_diff`): totals and the top savings."""
+    timed = time_groups(diff, times_a.times_by_kernel(), times_b.times_by_kernel())
+    return {
+        "schema": SCHEMA,
+        "a": diff.label_a,
+        "b": diff.label_b,
+        "basis": times_a.basis,
+        "time_a_s": times_a.time_s,
+        "time_b_s": times_b.time_s,
+        "unattributed_a_s": times_a.unattributed_s,
+        "unattributed_b_s": times_b.unattributed_s,
+        "kernels_a": diff.kernels_a,
+        "kernels_b": diff.kernels_b,
+        "groups": len(timed),
+        "top": [t.to_dict(NAMES_KEPT) for t in timed[:top]],
+    }
+
+
+@dataclasses.dataclass(frozen=True)
+class MeasuredDiff:
+    """`xlafuse diff --measure`: the diff, each side's kernel times, and the timed groups.
+
+    Attributes:
+      diff: the FusionDiff from A to B.
+      times_a: A's KernelTimes.
+      times_b: B's KernelTimes.
+      timed: every group with its times, the largest saving first.
+      traces: variant -> the trace folder (None when the traces were not kept).
+    """
+
+    diff: FusionDiff
+    times_a: KernelTimes
+    times_b: KernelTimes
+    timed: tuple[TimedGroup, ...]
+    traces: Mapping[str, str | None]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form: the diff's, plus both sides' kernel times and every timed group."""
+        out = self.diff.to_dict()
+        out["measured"] = {
+            "a": self.times_a.summary(),
+            "b": self.times_b.summary(),
+            "groups": [t.to_dict() for t in self.timed],
+            "traces": dict(self.traces),
+        }
+        return out
+
+
+def measure_workload_diff(
+    workload: str,
+    variants: tuple[str, str],
+    size: str = "tiny",
+    mode: str = "forward",
+    calls: int = 10,
+    trace_dir: str | Path | None = None,
+) -> MeasuredDiff:
+    """Compile a workload under two variants, trace both, and time every kernel group.
+
+    The programs are compiled on the one compile path (`compile_workload`) and traced after a
+    warm-up call (`xlafuse.measure.kernels.trace_calls`); both are traced to the workload's
+    unoptimized module for the diff.
+
+    Args:
+      workload: a workload name.
+      variants: (A, B), e.g. ("default", "no-fusion").
+      size: the workload size.
+      mode: the workload mode.
+      calls: calls traced per variant.
+      trace_dir: keep the traces under `trace_dir/<variant>/`; None: temporary, deleted.
+
+    Raises:
+      UnknownNameError: an unknown workload, size, mode or variant.
+      XlafuseError: a trace without events (nothing ran).
+    """
+    import jax
+
+    from xlafuse import models
+    from xlafuse.compile import compile_workload
+    from xlafuse.hlo.diff import diff_modules
+    from xlafuse.hlo.parse import parse_hlo
+    from xlafuse.variants import get as get_variant
+
+    work = models.build(workload, size=size, mode=mode)
+    chosen = [get_variant(v) for v in variants]
+    jit_kwargs = {"donate_argnums": work.donate_argnums} if work.donate_argnums else {}
+    unoptimized = (
+        jax.jit(work.fn, **jit_kwargs).lower(*work.args).as_text(dialect="hlo", debug_info=True)
+    )
+    texts, times, traces = [unoptimized], [], {}
+    for variant in chosen:
+        compiled = compile_workload(work, variant)
+        with tempfile.TemporaryDirectory(prefix="xlafuse-diff-") as tmp:
+            folder = Path(trace_dir) / variant.name if trace_dir is not None else Path(tmp)
+            times.append(trace_kernel_times(compiled, work, calls, folder))
+        texts.append(compiled.hlo_text)
+        traces[variant.name] = str(folder) if trace_dir is not None else None
+    label = f"workload {workload} ({size}, {mode})"
+    ref, a, b = (parse_hlo(t, label) for t in texts)
+    diff = diff_modules(a, b, tuple(variants), ref, tuple(texts))
+    timed = time_groups(diff, times[0].times_by_kernel(), times[1].times_by_kernel())
+    return MeasuredDiff(diff, times[0], times[1], timed, traces)
+
+
+def trace_kernel_times(compiled, work, calls: int, folder: Path, ceiling=None) -> KernelTimes:
+    """Trace `calls` calls of a compiled workload into `folder` and join the kernels.
+
+    Raises:
+      XlafuseError: the trace holds no kernel or thunk event.
+    """
+    from xlafuse.errors import XlafuseError
+    from xlafuse.measure import timing
+    from xlafuse.measure.kernels import find_trace, join_trace, trace_events
+    from xlafuse.measure.profile import trace_calls
+
+    advance = timing.thread_state if work.mode == "train" else timing.same_args
+    trace_calls(compiled, work.fresh_args(), calls, advance, folder)
+    path = find_trace(folder)
+    basis, events = trace_events(path) if path is not None else ("", [])
+    if not events:
+        raise XlafuseError(f"the trace in {folder} holds no kernel or thunk event")
+    return join_trace(compiled.report, events, calls, basis, ceiling)

@@ -1,0 +1,324 @@
+"""Every kernel's time, joined to the HLO kernel that launched it (issue 17).
+
+A `jax.profiler` trace of `calls` calls is read back (`trace_events`) and each event is matched to
+a kernel of the optimized HLO (`join_trace`), giving per HLO kernel: time per call, launches per
+call, modeled bytes, achieved bandwidth, % of the copy ceiling, kind and source lines, plus the
+time no HLO kernel could be given ("unattributed").
+
+What the trace holds, and so what the join can say:
+
+* GPU ("device kernels"): the device plane's "Stream" lines, one event per kernel with its
+  duration on the GPU. Kernel names follow the HLO: the join is the one `xlafuse validate` uses
+  against Nsight Compute (`xlafuse.measure.validate.join_kernels`: names with "." written "_",
+  suffixes, reused kernels of identical fusions, cuBLAS/cuDNN launches attributed to their
+  custom-call in launch order). It is made on the first call's launches; every call launches
+  the same kernels in the same order, so the other calls are paired by position (a call whose
+  names differ is joined on its own). A launch whose name was already paired (a loop body
+  launched once per iteration) counts as another launch of the same kernel. When the events do
+  not split into equal calls, the whole trace is joined at once: a library kernel name that
+  several custom-calls launch is then given to one of them (the time stays attributed, to a
+  kernel of the same kind, but the split between those calls is lost).
+* CPU ("host thunks"): there is no device plane. XLA:CPU's thunk executor records one host
+  event per executed thunk, carrying the HLO instruction's exact name in its `hlo_op` stat: the
+  join is by that name. These are host wall times with the profiler on (it adds microseconds
+  per op), thunks run on several threads may overlap (their sum can exceed the call's time),
+  and work an op hands to the Eigen thread pool is inside its thunk's time. They rank ops; they
+  are not device times, and no bandwidth ceiling applies to cache-resident data.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from xlafuse.measure.validate import ModeledKernel, join_kernels
+
+SCHEMA = "xlafuse.kernel_times/1"
+GPU_BASIS = "device kernels"
+CPU_BASIS = "host thunks"
+TOP = 10
+REPEATED = "repeated launch"
+
+
+class Event(NamedTuple):
+    """One traced event: a GPU kernel or a CPU thunk (times in nanoseconds)."""
+
+    name: str
+    start_ns: int
+    duration_ns: int
+    line: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelTime:
+    """One HLO kernel's measured time.
+
+    Attributes:
+      name: the HLO kernel (instruction) name.
+      kind: its kind (`kLoop`, `kInput`, `kCustom`, `custom-call`, ...).
+      time_s: seconds per call (all its launches).
+      launches_per_call: launches per call (0 when no event was joined to it).
+      modeled_bytes: the traffic model's bytes (inputs + outputs).
+      achieved_bytes_per_s: modeled_bytes / time_s; None without time.
+      pct_of_copy_ceiling: achieved bandwidth as % of the measured copy ceiling; None without one.
+      source_lines: `file:line` of the Python that made its instructions.
+      match: how its events were joined ("name", "name + suffix", "reused kernel", "library",
+        "hlo_op" on the CPU, "-" when none was).
+    """
+
+    name: str
+    kind: str
+    time_s: float
+    launches_per_call: float
+    modeled_bytes: int
+    achieved_bytes_per_s: float | None
+    pct_of_copy_ceiling: float | None
+    source_lines: tuple[str, ...]
+    match: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form."""
+        out = dataclasses.asdict(self)
+        out["source_lines"] = list(self.source_lines)
+        return out
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelTimes:
+    """A traced cell's time, kernel by kernel.
+
+    Attributes:
+      basis: "device kernels" (GPU) or "host thunks" (CPU; see the module docstring).
+      calls: calls traced.
+      time_s: seconds per call of every event (for the GPU: the device time).
+      kernels: every HLO kernel, longest first (those no event was joined to last, at 0 s).
+      unattributed: (trace name, seconds per call) of events joined to no HLO kernel.
+      copy_ceiling_bytes_per_s: the ceiling the percentages use; None when not measured.
+    """
+
+    basis: str
+    calls: int
+    time_s: float
+    kernels: tuple[KernelTime, ...]
+    unattributed: tuple[tuple[str, float], ...] = ()
+    copy_ceiling_bytes_per_s: float | None = None
+
+    @property
+    def attributed_s(self) -> float:
+        """Seconds per call joined to an HLO kernel."""
+        return sum(k.time_s for k in self.kernels)
+
+    @property
+    def unattributed_s(self) -> float:
+        """Seconds per call joined to no HLO kernel."""
+        return sum(t for _, t in self.unattributed)
+
+    @property
+    def unattributed_share(self) -> float:
+        """unattributed_s / time_s (0 when nothing was traced)."""
+        return self.unattributed_s / self.time_s if self.time_s else 0.0
+
+    @property
+    def launches_per_call(self) -> float:
+        """Events per call joined to HLO kernels."""
+        return sum(k.launches_per_call for k in self.kernels)
+
+    def times_by_kernel(self) -> dict[str, float]:
+        """HLO kernel name -> seconds per call (every kernel, 0 for those not seen)."""
+        return {k.name: k.time_s for k in self.kernels}
+
+    def summary(self, top: int = TOP) -> dict[str, Any]:
+        """The compact record of a cell (`CellResult.kernel_times`): totals and the top kernels."""
+        return {
+            "schema": SCHEMA,
+            "basis": self.basis,
+            "calls": self.calls,
+            "time_s": self.time_s,
+            "attributed_s": self.attributed_s,
+            "unattributed_s": self.unattributed_s,
+            "unattributed_share": self.unattributed_share,
+            "kernels": len(self.kernels),
+            "kernels_seen": sum(1 for k in self.kernels if k.launches_per_call),
+            "launches_per_call": self.launches_per_call,
+            "copy_ceiling_bytes_per_s": self.copy_ceiling_bytes_per_s,
+            "top": [k.to_dict() for k in self.kernels[:top]],
+            "unattributed_top": [[n, t] for n, t in self.unattributed[:5]],
+        }
+
+
+def trace_events(path: str | Path) -> tuple[str, list[Event]]:
+    """(basis, events) of an `*.xplane.pb` file: GPU kernels if it has a device plane, else the
+    CPU thunks carrying an `hlo_op` stat (a thunk holding others gives way to them)."""
+    from jax.profiler import ProfileData
+
+    from xlafuse.measure.profile import _gpu_kernel_events
+
+    data = ProfileData.from_file(str(path))
+    gpu = [Event(n, s, d) for n, s, d in _gpu_kernel_events(data.planes)]
+    if gpu:
+        return GPU_BASIS, gpu
+    return CPU_BASIS, _innermost(_cpu_thunk_events(data.planes))
+
+
+def find_trace(folder: str | Path) -> Path | None:
+    """The newest `*.xplane.pb` under a trace folder (None when there is none)."""
+    files = sorted(Path(folder).rglob("*.xplane.pb"), key=lambda p: p.stat().st_mtime)
+    return files[-1] if files else None
+
+
+def join_trace(
+    report: Any,
+    events: Sequence[Event | tuple],
+    calls: int,
+    basis: str = GPU_BASIS,
+    copy_ceiling_bytes_per_s: float | None = None,
+) -> KernelTimes:
+    """Join traced events to the HLO kernels of `report` (a FusionReport, or HLO text).
+
+    Args:
+      report: the cell's FusionReport (`analyze_hlo` of its optimized HLO), or the HLO text.
+      events: (name, start_ns, duration_ns) per event, from `trace_events`.
+      calls: calls traced (times are divided by it).
+      basis: GPU_BASIS (join by kernel name) or CPU_BASIS (exact `hlo_op` names).
+      copy_ceiling_bytes_per_s: the measured copy ceiling, for `pct_of_copy_ceiling`.
+
+    Returns:
+      The KernelTimes.
+
+    Raises:
+      ValueError: `calls` is not positive.
+    """
+    if calls < 1:
+        raise ValueError(f"calls must be a positive number of traced calls, not {calls!r}")
+    if not hasattr(report, "kernel_details"):
+        from xlafuse.hlo import analyze_hlo
+
+        report = analyze_hlo(report)
+    details = list(report.kernel_details)
+    modeled = [ModeledKernel.from_kernel_info(k) for k in details]
+    events = sorted((Event(*e) for e in events), key=lambda e: e.start_ns)
+    if basis == GPU_BASIS:
+        owner, how = _join_gpu(modeled, events, calls)
+    else:
+        owner, how = _join_cpu(modeled, events)
+    ns, launches = defaultdict(int), defaultdict(int)
+    lost: dict[str, int] = defaultdict(int)
+    for j, event in enumerate(events):
+        i = owner.get(j)
+        if i is None:
+            lost[event.name] += event.duration_ns
+        else:
+            ns[i] += event.duration_ns
+            launches[i] += 1
+    rows = [
+        _kernel_time(info, ns[i] * 1e-9 / calls, launches[i] / calls, how.get(i, "-"),
+                     copy_ceiling_bytes_per_s)
+        for i, info in enumerate(details)
+    ]  # fmt: skip
+    rows.sort(key=lambda r: (-r.time_s, -r.launches_per_call))
+    unattributed = sorted(((n, t * 1e-9 / calls) for n, t in lost.items()), key=lambda x: -x[1])
+    total = sum(e.duration_ns for e in events) * 1e-9 / calls
+    return KernelTimes(
+        basis, calls, total, tuple(rows), tuple(unattributed), copy_ceiling_bytes_per_s
+    )
+
+
+def _kernel_time(info, time_s, launches, match, ceiling) -> KernelTime:
+    modeled = info.bytes_in + info.bytes_out
+    achieved = modeled / time_s if time_s and modeled else None
+    pct = 100.0 * achieved / ceiling if achieved and ceiling else None
+    return KernelTime(
+        info.name, info.kind, time_s, launches, modeled, achieved, pct,
+        tuple(info.source_lines), match,
+    )  # fmt: skip
+
+
+def _join_gpu(modeled, events, calls) -> tuple[dict[int, int], dict[int, str]]:
+    """Event index -> HLO kernel index, and how each kernel was matched."""
+    owner: dict[int, int] = {}
+    how: dict[int, str] = {}
+    size = len(events) // calls if len(events) % calls == 0 else len(events)
+    parts = [range(s, min(s + size, len(events))) for s in range(0, len(events), size or 1)]
+    first: list[str] | None = None
+    first_owner: dict[int, int] = {}
+    for part in parts:
+        names = [events[j].name for j in part]
+        if first is not None and names == first:
+            owner.update({part[k]: i for k, i in first_owner.items()})
+            continue
+        local, local_how = _join_names(modeled, names)
+        owner.update({part[k]: i for k, i in local.items()})
+        for i, h in local_how.items():
+            how.setdefault(i, h)
+        if first is None:
+            first, first_owner = names, local
+    return owner, how
+
+
+def _join_names(modeled, names: list[str]) -> tuple[dict[int, int], dict[int, str]]:
+    """The validate join on one call's launch names, plus repeated launches of a paired name."""
+    launches = [_Launch(n) for n in names]
+    owner: dict[int, int] = {}
+    how: dict[int, str] = {}
+    for i, js, match in join_kernels(modeled, launches):
+        if i is None:
+            continue
+        how[i] = match
+        owner.update({j: i for j in js})
+    by_name = {names[j]: i for j, i in sorted(owner.items())}
+    for j, name in enumerate(names):
+        if j not in owner and name in by_name:
+            owner[j] = by_name[name]
+            how.setdefault(by_name[name], REPEATED)
+    return owner, how
+
+
+class _Launch(NamedTuple):
+    name: str
+
+
+def _join_cpu(modeled, events) -> tuple[dict[int, int], dict[int, str]]:
+    index = {k.name: i for i, k in enumerate(modeled)}
+    owner = {j: index[e.name] for j, e in enumerate(events) if e.name in index}
+    return owner, {i: "hlo_op" for i in owner.values()}
+
+
+def _cpu_thunk_events(planes: Iterable[Any]) -> list[Event]:
+    """Host events that carry an `hlo_op` stat (XLA:CPU thunks), named by it."""
+    out = []
+    for plane in planes:
+        if not plane.name.startswith("/host:"):
+            continue
+        for line in plane.lines:
+            for event in line.events:
+                op = next((v for k, v in event.stats if k == "hlo_op"), None)
+                if op is not None:
+                    out.append(
+                        Event(str(op), int(event.start_ns), int(event.duration_ns), line.name)
+                    )
+    return out
+
+
+def _innermost(events: list[Event]) -> list[Event]:
+    """Drop events that hold another event of the same thread: a loop or call thunk holds its
+    body's thunks, which are the kernels (the holder's own overhead is not counted)."""
+    by_line: dict[str, list[Event]] = defaultdict(list)
+    for e in events:
+        by_line[e.line].append(e)
+    out = []
+    for line_events in by_line.values():
+        ordered = sorted(line_events, key=lambda e: (e.start_ns, -e.duration_ns))
+        for k, e in enumerate(ordered):
+            nxt = ordered[k + 1] if k + 1 < len(ordered) else None
+            if nxt is not None and nxt.start_ns + nxt.duration_ns <= e.start_ns + e.duration_ns:
+                continue
+            out.append(e)
+    return out
+
+
+def times_from_summary(summary: Mapping[str, Any] | None) -> dict[str, float]:
+    """HLO kernel name -> seconds per call of a recorded summary's top kernels."""
+    return {row["name"]: row["time_s"] for row in (summary or {}).get("top", ())}

@@ -1,0 +1,252 @@
+"""Report sections of traced cells: where the traces are, each kernel's time, time saved by fusion.
+
+Reads only the records (`trace_path`, `kernel_times`, `kernel_diff`; see
+`xlafuse.measure.cell_kernels`): no HLO, no recompilation. Also the per-kernel roofline plot of
+one cell and the text of `xlafuse diff --measure`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from xlafuse.errors import XlafuseError
+from xlafuse.report_coldstart import workload_label
+
+KERNEL_ROOFLINE_PNG = "kernel_roofline.png"
+DETAIL_ROWS = 10
+CPU_NOTE = (
+    "On the CPU there are no device kernels: the times are the host thunks XLA:CPU runs per "
+    "HLO instruction (the trace's `hlo_op` events), measured with the profiler on (it adds "
+    "microseconds per op); thunks run on several threads may overlap, and no bandwidth ceiling "
+    "applies to arrays that stay in the caches. They rank the ops; they are not device times."
+)
+
+
+def traces_section(records: Sequence[Any]) -> list[str]:
+    """How to open the kept traces (empty when no record kept one)."""
+    kept = [r for r in records if getattr(r, "trace_path", None)]
+    if not kept:
+        return []
+    example = kept[0].trace_path
+    return [
+        "## Traces",
+        "",
+        "Each profiled cell's `jax.profiler` trace is kept in `traces/<cell>/` of the results "
+        "folder (the record's `trace_path`; paths below are relative to that folder). Open one "
+        "in XProf/TensorBoard: `pip install tensorboard xprof`, then "
+        f"`tensorboard --logdir {example}` (Profile tab: trace viewer, kernel stats), or in "
+        f"Perfetto: load `{example}/plugins/profile/*/*.trace.json.gz` at https://ui.perfetto.dev.",
+        "",
+    ]
+
+
+def kernel_sections(group: Sequence[Any]) -> list[str]:
+    """One workload's traced kernels: totals per cell, top kernels, top fusions by time saved."""
+    traced = [r for r in group if getattr(r, "kernel_times", None)]
+    if not traced:
+        return []
+    lines = ["### Kernel times (traced, each joined to its HLO kernel)", ""]
+    lines += _totals_table(traced)
+    if any(r.kernel_times.get("basis") == "host thunks" for r in traced):
+        lines += ["", f"_{CPU_NOTE}_"]
+    for r in traced:
+        lines += ["", f"<details><summary>{r.variant}: top kernels by time</summary>", ""]
+        lines += top_kernels_table(r.kernel_times)
+        lines += ["", "</details>"]
+    for r in group:
+        diff = getattr(r, "kernel_diff", None)
+        if diff:
+            lines += ["", *savings_section(diff)]
+    return [*lines, ""]
+
+
+def _totals_table(traced: Sequence[Any]) -> list[str]:
+    head = "| variant | basis | µs/call | kernels seen | launches/call | unattributed | longest |"
+    lines = [head, "|" + "---|" * 7]
+    for r in traced:
+        kt = r.kernel_times
+        top = kt.get("top") or [{}]
+        lines.append(
+            f"| {r.variant} | {kt['basis']} | {kt['time_s'] * 1e6:.4g} | "
+            f"{kt['kernels_seen']} of {kt['kernels']} | {kt['launches_per_call']:.4g} | "
+            f"{100 * kt['unattributed_share']:.2f}% | `{top[0].get('name', '-')}` |"
+        )
+    return lines
+
+
+def top_kernels_table(kernel_times: Mapping[str, Any], rows: int = DETAIL_ROWS) -> list[str]:
+    """The top kernels of a `kernel_times` record as a markdown table."""
+    head = "| kernel | kind | µs/call | launches | modeled MB | GB/s | % copy ceiling | source |"
+    lines = [head, "|" + "---|" * 8]
+    for k in kernel_times.get("top", [])[:rows]:
+        lines.append(
+            f"| `{k['name']}` | {k['kind']} | {k['time_s'] * 1e6:.4g} | "
+            f"{k['launches_per_call']:.3g} | {k['modeled_bytes'] / 1e6:.4g} | "
+            f"{_num(k['achieved_bytes_per_s'], 1e-9)} | {_num(k['pct_of_copy_ceiling'], 1)} | "
+            f"{_source(k['source_lines'])} |"
+        )
+    lost = kernel_times.get("unattributed_top") or []
+    if lost:
+        shown = ", ".join(f"`{n}` {t * 1e6:.3g} µs" for n, t in lost)
+        lines += ["", f"Unattributed (no HLO kernel): {shown}."]
+    return lines
+
+
+def savings_section(diff: Mapping[str, Any]) -> list[str]:
+    """`Top 10 fusions by time saved: A vs B` of a `kernel_diff` record."""
+    if "error" in diff:
+        return [f"Kernel diff not available: {diff['error']}"]
+    a, b = diff["a"], diff["b"]
+    lines = [
+        f"#### Top {len(diff['top'])} fusions by time saved: {a} vs {b}",
+        "",
+        f"Each row is a group of `xlafuse diff`: the kernels of {a} and of {b} that hold the same "
+        f"instructions, with their traced time per call; saved = {b} - {a}. All {diff['groups']} "
+        f"groups plus the unattributed time ({_us(diff['unattributed_a_s'])} / "
+        f"{_us(diff['unattributed_b_s'])}) add up to {_us(diff['time_a_s'])} ({a}) and "
+        f"{_us(diff['time_b_s'])} ({b}).",
+        "",
+        f"| group | {a} kernels | {b} kernels | {a} µs | {b} µs | saved µs | {a} MB | {b} MB |",
+        "|" + "---|" * 8,
+    ]
+    for g in diff["top"]:
+        lines.append(
+            f"| {g['kind']} | {_names(g['kernels_a'], g['n_a'])} | "
+            f"{_names(g['kernels_b'], g['n_b'])} | {g['time_a_s'] * 1e6:.4g} | "
+            f"{g['time_b_s'] * 1e6:.4g} | {g['saved_s'] * 1e6:.4g} | "
+            f"{g['bytes_a'] / 1e6:.4g} | {g['bytes_b'] / 1e6:.4g} |"
+        )
+    return lines
+
+
+def _names(names: Sequence[str], count: int) -> str:
+    if not count:
+        return "(none)"
+    shown = ", ".join(f"`{n}`" for n in names[:3])
+    return f"{count}: {shown}" + (f" +{count - 3}" if count > 3 else "") if count > 1 else shown
+
+
+def _source(lines: Sequence[str]) -> str:
+    if not lines:
+        return "-"
+    first = "/".join(Path(lines[0]).parts[-2:])
+    return first + (f" +{len(lines) - 1}" if len(lines) > 1 else "")
+
+
+def _num(value: float | None, scale: float) -> str:
+    return "-" if value is None else f"{value * scale:.4g}"
+
+
+def _us(seconds: float) -> str:
+    return f"{seconds * 1e6:.4g} µs"
+
+
+def cell_name(record: Any) -> str:
+    """`chain[ops=4]/tiny/forward@no-fusion`: what `--roofline-cell` accepts (or the cell_id)."""
+    return f"{workload_label(record.to_dict())}@{record.variant}"
+
+
+def choose_roofline_cell(records: Sequence[Any], wanted: str | None) -> Any | None:
+    """The cell of the per-kernel roofline: `wanted` (a cell_id or `label@variant`), else the
+    traced reference cell with the longest time per call; None when no cell was traced.
+
+    Raises:
+      XlafuseError: `wanted` names no traced cell (the message lists them).
+    """
+    traced = [r for r in records if getattr(r, "kernel_times", None)]
+    if wanted is None:
+        ref = [r for r in traced if r.variant == r.reference] or traced
+        return max(ref, key=lambda r: r.kernel_times["time_s"], default=None)
+    for r in traced:
+        if wanted in (r.cell_id, cell_name(r)):
+            return r
+    names = ", ".join(cell_name(r) for r in traced) or "none"
+    raise XlafuseError(f"--roofline-cell {wanted!r} is no traced cell; traced cells: {names}")
+
+
+def plot_kernel_roofline(record: Any, path: Path) -> bool:
+    """Per-kernel bandwidth roofline of one cell: each top kernel's modeled bytes against its
+    achieved bandwidth, under the measured copy ceiling (no per-kernel FLOP count exists: the
+    HLO model counts bytes, so this is the memory side of the roofline)."""
+    import matplotlib.pyplot as plt
+
+    kt = record.kernel_times
+    rows = [k for k in kt.get("top", []) if k["achieved_bytes_per_s"] and k["modeled_bytes"]]
+    if not rows:
+        return False
+    fig, ax = plt.subplots(figsize=(8, 5.5))
+    for kind in dict.fromkeys(k["kind"] for k in rows):
+        chosen = [k for k in rows if k["kind"] == kind]
+        ax.scatter(
+            [k["modeled_bytes"] for k in chosen],
+            [k["achieved_bytes_per_s"] / 1e9 for k in chosen],
+            s=[max(12.0, 400 * k["time_s"] / kt["time_s"]) for k in chosen],
+            label=kind,
+            zorder=3,
+        )
+    for k in rows:
+        ax.annotate(k["name"], (k["modeled_bytes"], k["achieved_bytes_per_s"] / 1e9),
+                    fontsize=6, xytext=(4, 3), textcoords="offset points")  # fmt: skip
+    ceiling = kt.get("copy_ceiling_bytes_per_s") or record.copy_ceiling_bytes_per_s
+    if ceiling and kt.get("basis") != "host thunks":
+        ax.axhline(ceiling / 1e9, color="black", linestyle="--", linewidth=1,
+                   label=f"copy ceiling {ceiling / 1e9:.4g} GB/s (measured)")  # fmt: skip
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("modeled bytes of the kernel (inputs + outputs, log scale)")
+    ax.set_ylabel(f"achieved GB/s (modeled bytes / traced time, {kt['basis']})")
+    ax.set_title(
+        f"Per-kernel roofline, top {len(rows)} kernels by time (area ~ share of time)\n"
+        f"{cell_name(record)} ({record.device_kind})",
+        fontsize=9,
+    )
+    ax.legend(fontsize=7, title="kind", title_fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def render_measured_diff(measured: Any, top: int | None = 10) -> str:
+    """The text of `xlafuse diff --measure`: every side's totals, then the top groups by time
+    saved (`xlafuse.measure.kernel_diff.MeasuredDiff`)."""
+    a, b = measured.diff.label_a, measured.diff.label_b
+    lines = []
+    for label, kt, trace in (
+        (a, measured.times_a, measured.traces.get(a)),
+        (b, measured.times_b, measured.traces.get(b)),
+    ):
+        lines.append(
+            f"{label}: {kt.time_s * 1e6:.4g} µs/call ({kt.basis}, {kt.calls} calls traced), "
+            f"{kt.launches_per_call:.4g} launches/call, unattributed "
+            f"{100 * kt.unattributed_share:.2f}%" + (f"; trace: {trace}" if trace else "")
+        )
+    if measured.times_a.basis == "host thunks":
+        lines.append(CPU_NOTE)
+    shown = measured.timed[:top] if top is not None else measured.timed
+    lines.append(
+        f"\nkernel groups by time saved ({b} - {a}), {len(shown)} of {len(measured.timed)}:"
+    )
+    width = max([len(_text_names(t.group.kernels_a)) for t in shown] + [10])
+    for t in shown:
+        lines.append(
+            f"  {t.saved_s * 1e6:>9.3f} µs  {t.group.kind:<9} "
+            f"{_text_names(t.group.kernels_a):<{width}} {t.time_a_s * 1e6:>9.3f} µs -> "
+            f"{_text_names(t.group.kernels_b)} {t.time_b_s * 1e6:.3f} µs"
+        )
+    total_a = sum(t.time_a_s for t in measured.timed) + measured.times_a.unattributed_s
+    total_b = sum(t.time_b_s for t in measured.timed) + measured.times_b.unattributed_s
+    lines.append(
+        f"groups + unattributed: {total_a * 1e6:.4g} of {measured.times_a.time_s * 1e6:.4g} µs "
+        f"traced ({a}), {total_b * 1e6:.4g} of {measured.times_b.time_s * 1e6:.4g} µs ({b})"
+    )
+    return "\n".join(lines)
+
+
+def _text_names(names: Sequence[str]) -> str:
+    if len(names) <= 1:
+        return names[0] if names else "(none)"
+    more = f" +{len(names) - 2}" if len(names) > 2 else ""
+    return f"{len(names)} [{', '.join(names[:2])}{more}]"
