@@ -10,6 +10,7 @@ import jax
 
 from xlafuse.compile import compile_variant, compile_workload
 from xlafuse.numerics import compare_outputs, host_outputs, judge_workload
+from xlafuse.variants import get as get_variant
 
 
 @dataclasses.dataclass(frozen=True)
@@ -18,12 +19,15 @@ class VariantRow:
 
     Attributes:
       variant: the variant's name.
-      kernels: kernel launches per call (from the optimized HLO).
-      fusions: fusion instructions executed per call.
-      real_fusions: fusions of two or more compute ops.
-      modeled_bytes: modeled HBM traffic per call (operands read + outputs written per kernel).
-      lower_s: seconds to trace and lower.
-      compile_s: seconds to compile.
+      kernels: kernel launches per call (from the optimized HLO; a torch variant: its
+        `kernels_basis`, `xlafuse.torch.measure`).
+      fusions: fusion instructions executed per call (None for a torch variant).
+      real_fusions: fusions of two or more compute ops (None for a torch variant).
+      modeled_bytes: modeled HBM traffic per call (operands read + outputs written per kernel;
+        a torch variant: Inductor's count or eager's op operands, None where unknown).
+      lower_s: seconds to trace and lower (None for a torch variant).
+      compile_s: seconds to compile (a torch variant: the first call under torch.compile,
+        Inductor's cache empty; None when eager).
       max_abs_diff: largest absolute difference of its outputs from the first variant's.
       max_rel_diff: largest relative difference from the first variant's.
       within_tolerance: whether every output agrees within its dtype's tolerance.
@@ -33,12 +37,12 @@ class VariantRow:
     """
 
     variant: str
-    kernels: int
-    fusions: int
-    real_fusions: int
-    modeled_bytes: int
-    lower_s: float
-    compile_s: float
+    kernels: int | None
+    fusions: int | None
+    real_fusions: int | None
+    modeled_bytes: int | None
+    lower_s: float | None
+    compile_s: float | None
     max_abs_diff: float
     max_rel_diff: float
     within_tolerance: bool
@@ -90,10 +94,10 @@ class Comparison:
         lines = [
             (
                 r.variant,
-                str(r.kernels),
-                str(r.real_fusions),
-                f"{r.modeled_bytes / 1e6:.3f}",
-                f"{r.compile_s:.3f}",
+                _text(r.kernels),
+                _text(r.real_fusions),
+                _text(r.modeled_bytes, 1e-6, ".3f"),
+                _text(r.compile_s, spec=".3f"),
                 f"{r.max_abs_diff:.2e}",
                 "yes" if r.within_tolerance else "NO",
             )
@@ -108,6 +112,12 @@ class Comparison:
         fmt = "  ".join(f"{{:<{w}}}" if i == 0 else f"{{:>{w}}}" for i, w in enumerate(widths))
         title = f"{self.function} on {self.backend}"
         return "\n".join([title, fmt.format(*header), *(fmt.format(*x) for x in lines)])
+
+
+def _text(value: float | None, scale: float = 1.0, spec: str = "") -> str:
+    if value is None:
+        return "-"
+    return format(value * scale if scale != 1.0 else value, spec)
 
 
 def compare(
@@ -159,9 +169,18 @@ def compare_workload(
     if not variants:
         raise ValueError("compare needs at least one variant")
     rows, reference = [], None
-    for variant in variants:
+    for spec in variants:
         if on_step is not None:
-            on_step(f"compiling {workload.name}/{workload.size}/{workload.mode} under {variant}")
+            on_step(f"compiling {workload.name}/{workload.size}/{workload.mode} under {spec}")
+        variant = get_variant(spec)
+        if variant.framework == "torch":
+            if reference is None:
+                raise ValueError(
+                    f"the first variant is the reference and must be an XLA one, not "
+                    f"{variant.name!r} (e.g. default,{variant.name})"
+                )
+            rows.append(_torch_row(workload, variant, reference))
+            continue
         compiled = compile_workload(workload, variant)
         raw = compiled.measured.outputs if compiled.measured else None
         outputs = host_outputs(
@@ -174,6 +193,29 @@ def compare_workload(
     if workload.devices > 1:
         label += f" ({workload.parallelism}-parallel on {workload.devices} devices)"
     return Comparison(label, jax.default_backend(), tuple(rows))
+
+
+def _torch_row(workload, variant, reference) -> VariantRow:
+    """A torch variant's row: its twin built and called once (`xlafuse.torch.measure`)."""
+    variant.check_framework()
+    from xlafuse.torch.measure import fresh_inductor_cache, run_twin
+
+    with fresh_inductor_cache():
+        twin = run_twin(workload, variant)
+    diff = judge_workload(workload, reference, twin.outputs)
+    counts = twin.counts
+    return VariantRow(
+        variant=variant.name,
+        kernels=counts.get("kernels"),
+        fusions=None,
+        real_fusions=None,
+        modeled_bytes=counts.get("modeled_bytes"),
+        lower_s=None,
+        compile_s=counts.get("compile_s"),
+        max_abs_diff=diff.max_abs_diff,
+        max_rel_diff=diff.max_rel_diff,
+        within_tolerance=diff.within_tolerance,
+    )
 
 
 def _row(compiled, diff) -> VariantRow:

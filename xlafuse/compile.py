@@ -171,9 +171,15 @@ def compile_variant(
 
     Raises:
       UnknownPassError: the variant names a pass this XLA does not have.
-      ValueError: XLA rejected an option key or value (XLA's message is kept).
+      ValueError: XLA rejected an option key or value (XLA's message is kept), or the variant
+        runs PyTorch (`xlafuse.torch`), which has no XLA program.
     """
     variant = get_variant(variant)
+    if variant.framework != "jax":
+        raise ValueError(
+            f"variant {variant.name!r} runs the workload's PyTorch twin, not an XLA program: "
+            "use it in `xlafuse run` and `xlafuse compare`"
+        )
     backend = jax.default_backend()
     options = variant.compiler_options(backend)
     if variant.process_flags:

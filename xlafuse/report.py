@@ -19,7 +19,6 @@ from xlafuse.report_coldstart import (
     graphs_section,
     workload_label,
 )
-from xlafuse.report_torch import FRAMEWORKS_PNG, frameworks_plot, frameworks_section
 from xlafuse.report_kernels import (
     KERNEL_ROOFLINE_PNG,
     choose_roofline_cell,
@@ -28,6 +27,7 @@ from xlafuse.report_kernels import (
     traces_section,
 )
 from xlafuse.report_sharded import sharded_section
+from xlafuse.report_torch import FRAMEWORKS_PNG, frameworks_plot, frameworks_section
 from xlafuse.results import CellResult, latest_per_cell, read_results
 
 SPEEDUP_PNG = "speedup.png"

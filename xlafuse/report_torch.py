@@ -55,13 +55,21 @@ def frameworks_section(records: Sequence[Mapping[str, Any]]) -> str:
         lines.append("|" + "---|" * len(_COLUMNS))
         lines += ["| " + " | ".join(_row(r)) + " |" for r in group]
         lines += ["", *_verdict(group), ""]
-    bases = sorted({r["kernels_basis"] for g in groups.values() for r in g if r.get("kernels_basis")})
-    byte_bases = sorted(
-        {r["modeled_bytes_basis"] for g in groups.values() for r in g if r.get("modeled_bytes_basis")}
+    bases = sorted(
+        {r["kernels_basis"] for g in groups.values() for r in g if r.get("kernels_basis")}
     )
-    if bases or byte_bases:
-        lines += ["Torch bases: kernels — " + "; ".join(bases or ["-"])]
-        lines += ["; bytes — " + "; ".join(byte_bases or ["-"]), ""]
+    byte_bases = sorted(
+        {
+            r["modeled_bytes_basis"]
+            for g in groups.values()
+            for r in g
+            if r.get("modeled_bytes_basis")
+        }
+    )
+    if bases:
+        lines += ["Torch kernel counts: " + "; ".join(bases) + ".", ""]
+    if byte_bases:
+        lines += ["Torch modeled bytes: " + "; ".join(byte_bases) + ".", ""]
     return "\n".join(lines)
 
 
@@ -126,14 +134,16 @@ def _verdict(group: Sequence[Mapping[str, Any]]) -> list[str]:
     xk = xla.get("device_kernels_per_call") or xla.get("kernels")
     ik = ind.get("device_kernels_per_call") or ind.get("kernels")
     if xk is not None and ik is not None:
-        more = "more" if xk > ik else ("fewer" if xk < ik else "as many")
-        parts.append(f"XLA launches {xk:.4g} kernels per call, {more} than Inductor's {ik:.4g}")
+        than = "more than" if xk > ik else ("fewer than" if xk < ik else "as many as")
+        parts.append(f"XLA launches {xk:.4g} kernels per call, {than} Inductor's {ik:.4g}")
     xb, ib = xla.get("modeled_bytes"), ind.get("modeled_bytes")
     if xb and ib:
         parts.append(f"moves {xb / 1e6:.4g} MB vs {ib / 1e6:.4g} MB ({xb / ib:.2f}x)")
     (xs, basis), (its, _) = _seconds(xla), _seconds(ind)
     if xs and its:
-        parts.append(f"{basis} {xs * 1e3:.4g} ms vs {its * 1e3:.4g} ms (Inductor/XLA {its / xs:.2f}x)")
+        parts.append(
+            f"{basis} {xs * 1e3:.4g} ms vs {its * 1e3:.4g} ms (Inductor/XLA {its / xs:.2f}x)"
+        )
     lines = [f"**{XLA_VARIANT} vs {TORCH_VARIANT}:** " + "; ".join(parts) + "."] if parts else []
     for r in (xla, ind):
         top = r.get("top_kernels")
@@ -159,7 +169,9 @@ def frameworks_plot(records: Sequence[Mapping[str, Any]], path: Path) -> bool:
     import matplotlib.pyplot as plt
     import numpy as np
 
-    device = all(r.get("device_speedup") is not None or r["variant"] == r.get("reference") for r in rows)
+    device = all(
+        r.get("device_speedup") is not None or r["variant"] == r.get("reference") for r in rows
+    )
     field = "device_speedup" if device else "speedup_vs_reference"
     variants = list(dict.fromkeys(r["variant"] for r in rows))
     workloads = list(groups)

@@ -36,8 +36,9 @@ from xlafuse.explain import missed_fusions
 from xlafuse.measure import cell_kernels, timing
 from xlafuse.measure.calibrate import Ceilings, calibrate
 from xlafuse.measure.coldstart import measure_cold_start
-from xlafuse.measure.profile import DeviceProfile, profile_device_time
+from xlafuse.measure.profile import DeviceProfile, device_speedup_fields, profile_device_time
 from xlafuse.measure.stats import speedup_interval
+from xlafuse.measure.timing import PAIRED, UNPAIRED
 from xlafuse.models.sharding import check_device_count
 from xlafuse.numerics import host_outputs, judge_workload
 from xlafuse.report import speedup_text, write_report
@@ -47,8 +48,6 @@ PROFILE_CALLS = 10
 MISSED_FUSIONS_VARIANT = "default"  # the program whose missed fusions the report lists
 MISSED_FUSIONS_TOP = 5
 HOST_BOUND = 1.15  # pipelined time above this x device time: the host sets the pace
-PAIRED = "paired wall clock (rounds alternating with the reference; fastest call per round)"
-UNPAIRED = "unpaired wall clock (timed apart from the reference)"
 
 
 @dataclasses.dataclass
@@ -358,7 +357,8 @@ def _measure(
         fields["device_kernels_per_call"] = profile.device_kernels_per_call
         fields["top_kernels"] = [list(k) for k in profile.top_kernels]
         fields.update(_comm_fields(profile.comm))
-        fields.update(_device_speedup(profile, reference.profile, is_reference))
+        if not is_reference:
+            fields.update(device_speedup_fields(profile, reference.profile))
     fields.update(_kernel_fields(run, compiled, workload, trace_dir, reference, variant.name))
     if run.config.measure.cold_start:
         fields.update(_cold_start_fields(workload, variant))
@@ -447,22 +447,6 @@ def _kernel_fields(run: _Run, compiled, workload, trace_dir, reference, variant:
         reference.kernels,
         (run.config.reference, variant),
     )
-
-
-def _device_speedup(profile, reference_profile, is_reference: bool) -> dict[str, Any]:
-    """Device-time speedup with its interval (per-call kernel times, unpaired) and host-bound."""
-    fields: dict[str, Any] = {}
-    if is_reference or reference_profile is None:
-        return fields
-    ref, own = reference_profile.per_call_s, profile.per_call_s
-    if ref and own and min(ref) > 0 and min(own) > 0:
-        result = speedup_interval(ref, own)
-        fields.update(
-            device_speedup=result.speedup,
-            device_speedup_ci=list(result.ci),
-            device_speedup_verdict=result.verdict,
-        )
-    return fields
 
 
 _COLD_START_KEYS = (

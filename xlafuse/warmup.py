@@ -136,7 +136,8 @@ def _cache_hit_counter():
 def warmup_config(config: Any, cache_dir: str | os.PathLike) -> WarmupSummary:
     """Pre-compile every cell (workload x variant) of an experiment config into `cache_dir`.
 
-    Variants that do not apply to this backend are skipped, as the runner skips them.
+    Variants that do not apply to this backend are skipped, as the runner skips them, and so
+    are torch variants (Inductor has its own cache; XLA compiles nothing for them).
 
     Args:
       config: an `ExperimentConfig` (`xlafuse.config.load_config`).
@@ -146,7 +147,11 @@ def warmup_config(config: Any, cache_dir: str | os.PathLike) -> WarmupSummary:
 
     backend = jax.default_backend()
     variants = [v.resolve() for v in config.variants]
-    variants = [v for v in variants if v.applies_to(backend) and not v.process_flags]
+    variants = [
+        v
+        for v in variants
+        if v.applies_to(backend) and not v.process_flags and v.framework == "jax"
+    ]
     return warmup(list(config.workloads), cache_dir=cache_dir, variants=variants)
 
 

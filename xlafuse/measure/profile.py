@@ -22,6 +22,7 @@ from typing import Any
 
 import jax
 
+from xlafuse.measure.stats import speedup_interval
 from xlafuse.measure.timing import Advance, same_args
 
 GPU_PLANE_PREFIX = "/device:GPU:"
@@ -204,3 +205,21 @@ def _gpu_kernel_events(planes: Iterable[Any]):
                 continue
             for event in line.events:
                 yield event.name, int(event.start_ns), int(event.duration_ns)
+
+
+def device_speedup_fields(
+    profile: DeviceProfile, reference: DeviceProfile | None
+) -> dict[str, Any]:
+    """device_speedup, its interval and verdict (per-call kernel times, unpaired) of a profiled
+    cell over the reference's profile; {} when either lacks per-call times."""
+    if reference is None:
+        return {}
+    ref, own = reference.per_call_s, profile.per_call_s
+    if not (ref and own and min(ref) > 0 and min(own) > 0):
+        return {}
+    result = speedup_interval(ref, own)
+    return {
+        "device_speedup": result.speedup,
+        "device_speedup_ci": list(result.ci),
+        "device_speedup_verdict": result.verdict,
+    }

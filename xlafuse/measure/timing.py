@@ -37,6 +37,11 @@ Clock = Callable[[], float]
 Advance = Callable[[tuple, Any], tuple]
 
 
+# The `speedup_basis` of a record: how its speedup over the reference was timed.
+PAIRED = "paired wall clock (rounds alternating with the reference; fastest call per round)"
+UNPAIRED = "unpaired wall clock (timed apart from the reference)"
+
+
 @dataclasses.dataclass(frozen=True)
 class TimingSettings:
     """When to stop timing.

@@ -89,11 +89,15 @@ def to_tensor(array: Any, device: str | torch.device = "cpu") -> torch.Tensor:
 
 
 def to_numpy(tensor: torch.Tensor) -> np.ndarray:
-    """A host NumPy copy of a tensor (bfloat16 as `ml_dtypes.bfloat16`, as JAX returns it)."""
+    """A host NumPy copy of a tensor (bfloat16 as `ml_dtypes.bfloat16`, as JAX returns it).
+
+    Always a copy: on the CPU `.cpu().numpy()` shares the tensor's memory, and a later train
+    step would change the "outputs" of this one.
+    """
     tensor = tensor.detach().cpu()
     if tensor.dtype == torch.bfloat16:
-        return tensor.view(torch.int16).numpy().view(jax.numpy.bfloat16)
-    return tensor.numpy()
+        return tensor.view(torch.int16).numpy().view(jax.numpy.bfloat16).copy()
+    return tensor.numpy().copy()
 
 
 def _flat(state: Any) -> list[tuple[tuple[Any, ...], Any]]:

@@ -23,45 +23,77 @@ What each figure means here (recorded with its basis, `kernels_basis` and `model
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import re
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from typing import Any
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from xlafuse.measure import timing
-from xlafuse.measure.profile import DeviceProfile
+from xlafuse.measure.profile import DeviceProfile, device_speedup_fields
 from xlafuse.measure.stats import speedup_interval
+from xlafuse.measure.timing import PAIRED, UNPAIRED
 from xlafuse.numerics import judge_workload
 from xlafuse.torch.program import TorchProgram, build_program, host_outputs, synchronize
 
-PAIRED = "paired wall clock (timed in alternation with the reference)"
-UNPAIRED = "unpaired wall clock (timed apart from the reference)"
 TOP_KERNELS = 5
 _METRICS_LOG = "torch._inductor.compile_fx.__inductor_metrics"
 # A kernel call in Inductor's generated wrapper (CPU loops, Triton launches, library calls).
 _KERNEL_CALL = re.compile(
-    r"^\s+(?:cpp_fused_\w+|triton_\w+\.run|extern_kernels\.\w+|aten\.\w+(?:\.\w+)?"
+    r"^\s+(?:\w+ = )?(?:cpp_fused_\w+|triton_\w+\.run|extern_kernels\.\w+|aten\.\w+(?:\.\w+)?"
     r"|torch\.ops\.\w+\.\w+(?:\.\w+)?)\(",
     re.MULTILINE,
 )
 
-BASIS = {
-    ("cpu", "eager"): "aten ops dispatched per call (non-view), CPU",
-    ("cpu", "inductor"): "kernel calls in Inductor's generated wrapper code, CPU",
-    ("cuda", "eager"): "device kernels per call, torch profiler",
-    ("cuda", "inductor"): "device kernels per call, torch profiler",
-}
+# What `kernels` counts, by device and kind (recorded as kernels_basis).
+KERNELS_PROFILED = "device kernels per call, torch profiler"
+KERNELS_INDUCTOR_CPU = "kernel calls in Inductor's generated wrapper code, CPU"
+KERNELS_EAGER_CPU = "aten ops dispatched per call (non-view), CPU"
 BYTES_BASIS = {
     "eager": "input + output tensor bytes of each non-view aten op of one call",
     "inductor": "Inductor's count_bytes: bytes read + written by each generated kernel",
 }
+
+
+@dataclasses.dataclass
+class TwinRun:
+    """A twin built and called once: what `compare` shows and a cell starts from.
+
+    Attributes:
+      program: the callable twin (`xlafuse.torch.program.TorchProgram`).
+      outputs: the first call's outputs in the form `xlafuse.numerics.judge_workload` compares.
+      counts: record fields of that call: compile_s (Inductor), kernels, kernels_basis,
+        modeled_bytes, modeled_bytes_basis, generated_kernels (what the device can answer).
+    """
+
+    program: TorchProgram
+    outputs: Any
+    counts: dict[str, Any]
+
+
+def run_twin(workload: Any, variant: Any) -> TwinRun:
+    """Build the twin of `workload` under a torch variant and call it once (the compile).
+
+    Call it with Inductor's cache folder set as wanted (`fresh_inductor_cache`): the first call
+    compiles, and compile_s is cold only from an empty folder.
+
+    Raises:
+      ValueError: the workload has no twin, or one the twin cannot run (see `build_program`).
+    """
+    torch._dynamo.reset()
+    kind = "eager" if variant.torch_compile is None else "inductor"
+    program = build_program(workload, variant.torch_compile)
+    out, counts = _first_call(program, kind)
+    outputs = host_outputs(program, workload, out)
+    counts.update(_count_eager(program, kind))
+    return TwinRun(program, outputs, counts)
 
 
 def measure_cell(
@@ -83,16 +115,11 @@ def measure_cell(
     Returns:
       Record fields: compile and kernel figures, numerics, timing, speedups, device profile.
     """
-    torch._dynamo.reset()
-    kind = "eager" if variant.torch_compile is None else "inductor"
-    with _fresh_inductor_cache() as cache:
-        program = build_program(workload, variant.torch_compile)
-        fields: dict[str, Any] = {}
-        out, counted = _first_call(program, kind)
-        fields.update(counted)
-        outputs = host_outputs(program, workload, out)
+    with fresh_inductor_cache():
+        twin = run_twin(workload, variant)
+        program, fields = twin.program, dict(twin.counts)
         if reference.outputs is not None:
-            diff = judge_workload(workload, reference.outputs, outputs)
+            diff = judge_workload(workload, reference.outputs, twin.outputs)
             fields.update(
                 max_abs_diff=diff.max_abs_diff,
                 max_rel_diff=diff.max_rel_diff,
@@ -101,17 +128,16 @@ def measure_cell(
             )
         if reference.error:
             fields["reference_error"] = reference.error
-        fields.update(_count_eager(program, kind))
         fields.update(_timed(program, workload, request, reference))
         if request.profile_calls and program.device.type == "cuda":
             fields.update(_profiled(program, request, reference))
-        if cold_start and kind == "inductor":
-            fields.update(_warm_compile(workload, variant, fields["compile_s"], cache))
+        if cold_start and variant.torch_compile is not None:
+            fields.update(_warm_compile(workload, variant, fields["compile_s"]))
     return fields
 
 
 @contextlib.contextmanager
-def _fresh_inductor_cache() -> Iterator[str]:
+def fresh_inductor_cache() -> Iterator[str]:
     """An empty Inductor (and Triton) cache folder for this cell, removed afterwards."""
     old = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
     folder = tempfile.mkdtemp(prefix="xlafuse-inductor-")
@@ -146,7 +172,7 @@ def _first_call(program: TorchProgram, kind: str) -> tuple[Any, dict[str, Any]]:
     fields["generated_kernels"] = int(metrics.generated_kernel_count)
     if program.device.type == "cpu":
         fields["kernels"] = wrapper_kernel_calls(codes)
-        fields["kernels_basis"] = BASIS[("cpu", "inductor")]
+        fields["kernels_basis"] = KERNELS_INDUCTOR_CPU
     return out, fields
 
 
@@ -211,7 +237,7 @@ def _count_eager(program: TorchProgram, kind: str) -> dict[str, Any]:
     }
     if program.device.type == "cpu":
         fields["kernels"] = counter.ops
-        fields["kernels_basis"] = BASIS[("cpu", "eager")]
+        fields["kernels_basis"] = KERNELS_EAGER_CPU
     return fields
 
 
@@ -220,27 +246,30 @@ def _advance(program: TorchProgram):
 
 
 def _timed(program: TorchProgram, workload, request, reference) -> dict[str, Any]:
-    """Timing (paired with the in-process XLA reference when there is one) and speedups."""
+    """Timing and speedup, by the XLA cells' rules (`xlafuse.runner._time`).
+
+    With the XLA reference compiled in this process, the twin is timed in alternation with it
+    (`timing.measure_pair`: a paired speedup); otherwise alone, against the reference cell's
+    samples (unpaired).
+    """
     advance = _advance(program)
     fields: dict[str, Any] = {}
     ref = reference.compiled
     if ref is not None and ref.measured is None:
-        ref_advance = timing.thread_state if request.train else timing.same_args
-        if ref_advance is not advance:  # pragma: no cover - both follow the workload's mode
-            raise ValueError("the reference and the torch twin advance differently")
-        measured, speedup = timing.measure_pair(
+        measured, ref_timing, speedup = timing.measure_pair(
             ref, workload.fresh_args(), program.call, program.args, request.settings, advance
         )
-        basis = PAIRED
+        basis, ref_median = PAIRED, ref_timing.time_median_s
     else:
         measured = timing.measure(program.call, program.args, request.settings, advance)
-        speedup, basis = None, UNPAIRED
-        ref_timing = reference.timing
-        if ref_timing is not None and ref_timing.samples_s:
-            speedup = speedup_interval(ref_timing.samples_s, measured.samples_s)
+        speedup, basis, ref_median = None, UNPAIRED, None
+        if reference.timing is not None and reference.timing.samples_s:
+            speedup = speedup_interval(reference.timing.samples_s, measured.samples_s)
+            ref_median = reference.timing.time_median_s
     fields.update(measured.to_dict())
     if speedup is not None:
         fields.update(
+            reference_time_median_s=ref_median,
             speedup_vs_reference=speedup.speedup,
             speedup_ci=list(speedup.ci),
             speedup_verdict=speedup.verdict,
@@ -288,25 +317,17 @@ def _profiled(program: TorchProgram, request, reference) -> dict[str, Any]:
         "device_kernels_per_call": profile.device_kernels_per_call,
         "top_kernels": [list(k) for k in profile.top_kernels],
         "kernels": round(profile.device_kernels_per_call),
-        "kernels_basis": BASIS[("cuda", "eager")],
+        "kernels_basis": KERNELS_PROFILED,
     }
-    ref = reference.profile
-    if ref is not None and ref.per_call_s and profile.per_call_s:
-        if min(ref.per_call_s) > 0 and min(profile.per_call_s) > 0:
-            result = speedup_interval(ref.per_call_s, profile.per_call_s)
-            fields.update(
-                device_speedup=result.speedup,
-                device_speedup_ci=list(result.ci),
-                device_speedup_verdict=result.verdict,
-            )
+    fields.update(device_speedup_fields(profile, reference.profile))
     return fields
 
 
-def _warm_compile(workload, variant, cold_s: float, cache: str) -> dict[str, Any]:
-    """The compile again, after `torch._dynamo.reset()`, from the filled cache folder."""
+def _warm_compile(workload, variant, cold_s: float) -> dict[str, Any]:
+    """The compile again, after `torch._dynamo.reset()`, from the cache folder the cold
+    compile filled (still TORCHINDUCTOR_CACHE_DIR)."""
     from torch._dynamo.utils import counters
 
-    del cache  # the folder is still TORCHINDUCTOR_CACHE_DIR: that is the point
     torch._dynamo.reset()
     hits = counters["inductor"]["fxgraph_cache_hit"]
     program = build_program(workload, variant.torch_compile)

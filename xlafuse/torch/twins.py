@@ -192,9 +192,7 @@ class ConvBN(nn.Module):
 
     def __init__(self, cin: int, cout: int, kernel: int, stride: int, dtype, param_dtype):
         super().__init__()
-        self.conv = nn.Conv2d(
-            cin, cout, kernel, stride, kernel // 2, bias=False, dtype=param_dtype
-        )
+        self.conv = nn.Conv2d(cin, cout, kernel, stride, kernel // 2, bias=False, dtype=param_dtype)
         self.bn = BatchNorm(cout, dtype, param_dtype)
         self.dtype = dtype
 

@@ -1,0 +1,263 @@
+"""PyTorch twins (`xlafuse.torch`): the same models on the same weights, counted and timed.
+
+Tiny sizes only: an Inductor compile on a 2-core CPU takes seconds, so Inductor runs in a few
+tests (the chain's kernel count, one mixed XLA/torch experiment with a train step) and the
+twins' agreement with Flax is checked eagerly for every workload.
+"""
+
+import json
+import re
+
+import jax
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from xlafuse import models, runner  # noqa: E402
+from xlafuse.compile import MeasureRequest  # noqa: E402
+from xlafuse.config import parse_config  # noqa: E402
+from xlafuse.measure.calibrate import calibrate  # noqa: E402
+from xlafuse.measure.timing import TimingSettings  # noqa: E402
+from xlafuse.numerics import host_outputs, judge_workload  # noqa: E402
+from xlafuse.torch import convert, twins  # noqa: E402
+from xlafuse.torch import measure as torch_measure  # noqa: E402
+from xlafuse.variants import get as get_variant  # noqa: E402
+
+pytestmark = pytest.mark.torch
+
+FAST_TIMING = {"warmup": 1, "min_time_s": 0, "min_iters": 3, "max_iters": 3, "repeats": 1}
+WITH_PARAMS = models.available("train")
+
+
+def _xla_outputs(workload):
+    out = jax.jit(workload.fn, **workload.jit_kwargs())(*workload.fresh_args())
+    return host_outputs(workload, out)
+
+
+def _twin_outputs(workload, variant="torch-eager"):
+    with torch_measure.fresh_inductor_cache():
+        return torch_measure.run_twin(workload, get_variant(variant))
+
+
+@pytest.mark.parametrize("name", models.available())
+def test_twin_forward_agrees_with_flax(name):
+    workload = models.build(name, "tiny", "forward", "float32")
+    twin = _twin_outputs(workload)
+    diff = judge_workload(workload, _xla_outputs(workload), twin.outputs)
+    assert diff.within_tolerance, diff
+    assert diff.max_abs_diff < 1e-5
+
+
+@pytest.mark.parametrize("name", WITH_PARAMS)
+def test_twin_train_step_agrees_with_flax(name):
+    """Loss, gradient, batch statistics and AdamW-updated parameters after one step."""
+    workload = models.build(name, "tiny", "train", "float32")
+    twin = _twin_outputs(workload)
+    reference = _xla_outputs(workload)
+    diff = judge_workload(workload, reference, twin.outputs)
+    assert diff.within_tolerance, diff
+    loss = float(twin.outputs["loss"])
+    assert loss == pytest.approx(float(reference["loss"]), rel=1e-5)
+
+
+def test_every_workload_has_a_twin():
+    assert sorted(twins.twin_names()) == models.available()
+
+
+@pytest.mark.parametrize(
+    ("name", "params"), [("gpt2", 124_439_808), ("resnet50", 25_557_032), ("mlp", None)]
+)
+def test_twin_has_the_flax_parameter_count(name, params):
+    spec = models.registry.spec(name)
+    config = spec.config("full")
+    flax_count = models.registry.param_count(name, "full")
+    assert twins.count_params(name, config) == flax_count
+    if params is not None:
+        assert flax_count == params
+
+
+def test_kernel_layouts_round_trip():
+    dense = np.arange(15.0).reshape(3, 5)  # Flax (in, out)
+    conv = np.arange(2 * 3 * 4 * 5.0).reshape(2, 3, 4, 5)  # Flax HWIO
+    assert convert.to_torch_layout(dense).shape == (5, 3)
+    assert convert.to_torch_layout(conv).shape == (5, 4, 2, 3)  # OIHW
+    for array in (dense, conv):
+        back = convert.to_flax_layout(convert.to_torch_layout(array))
+        np.testing.assert_array_equal(back, array)
+    assert convert.to_torch_layout(dense, "embedding") is dense
+    assert convert.torch_name(("blocks", 0, "attn", "qkv", "kernel")) == "blocks.0.attn.qkv.weight"
+    assert convert.torch_name(("stem", "bn", "var")) == "stem.bn.running_var"
+
+
+def test_bfloat16_travels_bit_exact():
+    x = jax.random.normal(jax.random.key(0), (7,), dtype=jax.numpy.bfloat16)
+    t = convert.to_tensor(x)
+    assert t.dtype == torch.bfloat16
+    np.testing.assert_array_equal(convert.to_numpy(t), np.asarray(x))
+
+
+def test_a_workload_without_twin_support_says_what_to_use():
+    config = {**models.registry.spec("attention").config("tiny"), "implementation": "cudnn"}
+    with pytest.raises(ValueError, match=r"torch's SDPA, not implementation='cudnn'; use "):
+        twins.make_model("attention", config, torch.float32, torch.float32)
+
+
+def test_inductor_launches_fewer_kernels_than_eager_on_a_chain():
+    """8 elementwise ops: eager dispatches 8 aten ops; Inductor fuses them into one loop."""
+    workload = models.build("chain", "tiny", "forward", "float32", ops=8)
+    eager = _twin_outputs(workload, "torch-eager").counts
+    inductor = _twin_outputs(workload, "torch-inductor").counts
+    array_bytes = 64 * 128 * 4
+    assert eager["kernels"] == 8
+    assert eager["modeled_bytes"] == 8 * 2 * array_bytes  # each op reads and writes the array
+    assert eager["kernels_basis"] == torch_measure.KERNELS_EAGER_CPU
+    assert inductor["kernels"] == 1
+    assert inductor["generated_kernels"] == 1
+    assert inductor["modeled_bytes"] == 2 * array_bytes  # one read, one write
+    assert inductor["kernels_basis"] == torch_measure.KERNELS_INDUCTOR_CPU
+    assert inductor["compile_s"] > 0
+
+
+WRAPPER = '''
+def call(args):
+    arg0_1, = args
+    buf0 = empty_strided_cpu((64, 128), (128, 1), torch.float32)
+    cpp_fused_add_mul_0(arg0_1, buf0)
+    buf1 = empty_strided_cpu((64, 64), (64, 1), torch.float32)
+    extern_kernels.mm(buf0, reinterpret_tensor(buf0, (128, 64), (1, 128), 0), out=buf1)
+    buf2 = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default(buf1, buf1, buf1)
+    return (buf1, )
+'''
+
+
+def test_wrapper_kernel_calls_counts_loops_library_calls_and_fallbacks():
+    assert torch_measure.wrapper_kernel_calls([WRAPPER]) == 3
+    assert torch_measure.wrapper_kernel_calls([WRAPPER, WRAPPER]) == 6
+
+
+class _NoReference:
+    compiled = outputs = timing = profile = error = None
+
+
+def test_warm_compile_reads_inductor_s_cache():
+    workload = models.build("chain", "tiny", "forward", "float32", ops=4)
+    request = MeasureRequest(TimingSettings(**FAST_TIMING))
+    fields = torch_measure.measure_cell(
+        workload, get_variant("torch-inductor"), request, _NoReference(), cold_start=True
+    )
+    assert fields["cache_hit"] is True
+    assert fields["cold_compile_s"] == fields["compile_s"] > 0
+    assert fields["warm_compile_s"] > 0
+    assert fields["iters"] == 3
+    assert "speedup_vs_reference" not in fields  # no reference to compare with
+
+
+MIXED_WORKLOADS = [
+    {"name": "chain", "overrides": {"ops": 8}},
+    {"name": "layernorm", "mode": "train"},
+]
+
+
+def _mixed_config(out):
+    return parse_config(
+        {
+            "experiment": {
+                "name": "mixed",
+                "output": str(out),
+                "variants": ["default", "torch-eager", "torch-inductor"],
+            },
+            "workloads": MIXED_WORKLOADS,
+            "timing": FAST_TIMING,
+        },
+        backend="cpu",
+    )
+
+
+def _small_calibration(backend=None):
+    return calibrate(backend, copy_bytes=1 << 20, matmul_size=64)
+
+
+@pytest.fixture(scope="module")
+def mixed_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("mixed")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(runner, "calibrate", _small_calibration)
+        records = runner.run_experiment(_mixed_config(out), progress=False)
+    return out, records
+
+
+def test_mixed_config_records_framework_counts_and_numerics(mixed_run):
+    out, records = mixed_run
+    by_cell = {(r.workload, r.variant): r for r in records}
+    assert len(by_cell) == 6
+    assert all(r.status == "ok" for r in records), [r.error for r in records]
+    for (workload, variant), r in by_cell.items():
+        framework = "jax" if variant == "default" else "torch"
+        assert r.framework == framework
+        assert r.framework_version == (jax.__version__ if framework == "jax" else torch.__version__)
+        if framework == "torch":
+            assert r.within_tolerance is True
+            assert r.speedup_basis == runner.PAIRED
+            assert r.speedup_verdict in ("faster", "slower", "same", "undecided")
+            assert len(r.speedup_ci) == 2
+            assert r.iters == 3
+    assert by_cell[("chain", "torch-eager")].kernels == 8
+    assert by_cell[("chain", "torch-inductor")].kernels == 1
+    assert by_cell[("chain", "default")].kernels == 1
+    assert by_cell[("layernorm", "torch-inductor")].compile_s > 0
+    assert by_cell[("layernorm", "torch-eager")].compile_s is None
+    line = json.loads((out / "results.jsonl").read_text().splitlines()[1])
+    assert line["framework"] == "torch"
+    assert line["settings"]["variant"]["torch_compile"] is None  # eager
+
+
+def test_mixed_config_resumes_without_running_again(mixed_run, tmp_path, monkeypatch):
+    out, _ = mixed_run
+    copy = tmp_path / "resume"
+    copy.mkdir()
+    (copy / "results.jsonl").write_text((out / "results.jsonl").read_text())
+    monkeypatch.setattr(runner, "calibrate", _small_calibration)
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a finished torch cell was measured again")
+
+    monkeypatch.setattr(torch_measure, "measure_cell", refuse)
+    records = runner.run_experiment(_mixed_config(copy), progress=False)
+    assert len(records) == 6
+    assert len((copy / "results.jsonl").read_text().splitlines()) == 6
+
+
+def test_mixed_config_reports_xla_beside_inductor(mixed_run):
+    out, _ = mixed_run
+    report = (out / "report.md").read_text()
+    assert "## XLA beside PyTorch (same models, same weights)" in report
+    assert "**default vs torch-inductor:** XLA launches 1 kernels per call, as many as Inductor's 1; " in report
+    assert "moves 0.06554 MB vs 0.06554 MB (1.00x)" in report
+    assert re.search(r"XLA launches \d+ kernels per call, more than Inductor's \d+;", report)
+    assert torch_measure.KERNELS_INDUCTOR_CPU in report
+    assert (out / "xla_vs_torch.png").stat().st_size > 1000
+
+
+@pytest.mark.gpu
+def test_gpu_inductor_fuses_the_chain_into_one_device_kernel():
+    workload = models.build("chain", "tiny", "forward", "float32", ops=8)
+    request = MeasureRequest(TimingSettings(**FAST_TIMING), profile_calls=5)
+    cells = {}
+    for name in ("torch-eager", "torch-inductor", "torch-inductor-cudagraphs"):
+        cells[name] = torch_measure.measure_cell(
+            workload, get_variant(name), request, _NoReference()
+        )
+    assert cells["torch-eager"]["device_kernels_per_call"] == 8
+    assert cells["torch-inductor"]["device_kernels_per_call"] == 1
+    assert cells["torch-inductor"]["kernels_basis"] == torch_measure.KERNELS_PROFILED
+    assert cells["torch-inductor-cudagraphs"]["device_kernels_per_call"] == 1
+    assert cells["torch-inductor"]["top_kernels"][0][0].startswith("triton_")
+
+
+@pytest.mark.gpu
+def test_gpu_twin_agrees_in_bfloat16():
+    workload = models.build("transformer_block", "tiny", "forward", "bfloat16")
+    twin = _twin_outputs(workload, "torch-inductor")
+    diff = judge_workload(workload, _xla_outputs(workload), twin.outputs)
+    assert diff.within_tolerance, diff
