@@ -192,7 +192,7 @@ def test_mixed_config_records_framework_counts_and_numerics(mixed_run):
     by_cell = {(r.workload, r.variant): r for r in records}
     assert len(by_cell) == 6
     assert all(r.status == "ok" for r in records), [r.error for r in records]
-    for (workload, variant), r in by_cell.items():
+    for (_, variant), r in by_cell.items():
         framework = "jax" if variant == "default" else "torch"
         assert r.framework == framework
         assert r.framework_version == (jax.__version__ if framework == "jax" else torch.__version__)
