@@ -119,7 +119,7 @@ def test_inductor_launches_fewer_kernels_than_eager_on_a_chain():
     assert inductor["compile_s"] > 0
 
 
-WRAPPER = '''
+WRAPPER = """
 def call(args):
     arg0_1, = args
     buf0 = empty_strided_cpu((64, 128), (128, 1), torch.float32)
@@ -128,7 +128,7 @@ def call(args):
     extern_kernels.mm(buf0, reinterpret_tensor(buf0, (128, 64), (1, 128), 0), out=buf1)
     buf2 = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default(buf1, buf1, buf1)
     return (buf1, )
-'''
+"""
 
 
 def test_wrapper_kernel_calls_counts_loops_library_calls_and_fallbacks():
@@ -232,7 +232,10 @@ def test_mixed_config_reports_xla_beside_inductor(mixed_run):
     out, _ = mixed_run
     report = (out / "report.md").read_text()
     assert "## XLA beside PyTorch (same models, same weights)" in report
-    assert "**default vs torch-inductor:** XLA launches 1 kernels per call, as many as Inductor's 1; " in report
+    assert (
+        "**default vs torch-inductor:** XLA launches 1 kernels per call, as many as Inductor's 1; "
+        in report
+    )
     assert "moves 0.06554 MB vs 0.06554 MB (1.00x)" in report
     assert re.search(r"XLA launches \d+ kernels per call, more than Inductor's \d+;", report)
     assert torch_measure.KERNELS_INDUCTOR_CPU in report

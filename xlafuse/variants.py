@@ -35,7 +35,7 @@ from xlafuse.passes import fusion_passes, known_passes
 DISABLE_PASSES = "xla_disable_hlo_passes"
 BACKENDS = ("cpu", "gpu")
 FRAMEWORKS = ("jax", "torch")
-TORCH_INSTALL = 'pip install -e ".[torch]" (or pip install torch)'
+TORCH_INSTALL = 'pip install -e ".[torch]" (docs/torch.md: the CPU-only wheel)'
 
 
 @dataclasses.dataclass(frozen=True)
@@ -355,13 +355,11 @@ register(compose("no-fusion", "no-cuda-graphs", name="no-fusion-no-graphs"))
 
 
 # PyTorch twins of the workloads (`xlafuse.torch`): the same models and weights, run by torch.
-TORCH_REMAINS = "no XLA options: the workload's PyTorch twin runs instead (xlafuse.torch)"
 register(
     Variant(
         "torch-eager",
         "the PyTorch twin, eager (one kernel or library call per aten op)",
         framework="torch",
-        remains=TORCH_REMAINS,
     )
 )
 register(
@@ -370,7 +368,6 @@ register(
         "the PyTorch twin under torch.compile (Inductor, default mode)",
         framework="torch",
         torch_compile={},
-        remains=TORCH_REMAINS,
     )
 )
 register(
@@ -379,7 +376,6 @@ register(
         'the PyTorch twin under torch.compile(mode="max-autotune") (GEMM and kernel autotuning)',
         framework="torch",
         torch_compile={"mode": "max-autotune"},
-        remains=TORCH_REMAINS,
     )
 )
 register(
@@ -389,7 +385,6 @@ register(
         framework="torch",
         torch_compile={"mode": "reduce-overhead"},
         backends=("gpu",),
-        remains=TORCH_REMAINS,
     )
 )
 

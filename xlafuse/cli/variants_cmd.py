@@ -31,6 +31,9 @@ def run(args) -> int:
     for row in rows:
         here = "applies here" if row["applies"] else f"{'/'.join(row['backends'])} only"
         print(f"\n{row['name']}  ({here})\n  {row['description']}")
+        if row["framework"] == "torch":
+            print(f"  {_torch_line(row)}")
+            continue
         for key, value in row["options"].items():
             print(f"  {key}={value!r}")
         if not row["options"]:
@@ -38,6 +41,18 @@ def run(args) -> int:
         if row["remains"]:
             print(f"  cannot be switched off: {row['remains']}")
     return 0
+
+
+def _torch_line(row: dict) -> str:
+    kwargs = row["torch_compile"]
+    how = (
+        "eager"
+        if kwargs is None
+        else f"torch.compile({', '.join(f'{k}={v!r}' for k, v in kwargs.items())})"
+    )
+    version = row["framework_version"]
+    installed = f"torch {version}" if version else f"torch not installed: {variants.TORCH_INSTALL}"
+    return f"the workload's PyTorch twin, {how} ({installed})"
 
 
 def _describe(variant: variants.Variant, backend: str) -> dict:
@@ -55,4 +70,7 @@ def _describe(variant: variants.Variant, backend: str) -> dict:
         "backends": list(variant.backends),
         "options": options,
         "remains": variant.remains,
+        "framework": variant.framework,
+        "framework_version": variant.framework_version(),
+        "torch_compile": None if variant.torch_compile is None else dict(variant.torch_compile),
     }
