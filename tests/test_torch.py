@@ -7,6 +7,7 @@ twins' agreement with Flax is checked eagerly for every workload.
 
 import json
 import re
+from pathlib import Path
 
 import jax
 import numpy as np
@@ -16,7 +17,7 @@ torch = pytest.importorskip("torch")
 
 from xlafuse import models, runner  # noqa: E402
 from xlafuse.compile import MeasureRequest  # noqa: E402
-from xlafuse.config import parse_config  # noqa: E402
+from xlafuse.config import load_config, parse_config  # noqa: E402
 from xlafuse.measure.calibrate import calibrate  # noqa: E402
 from xlafuse.measure.timing import TimingSettings  # noqa: E402
 from xlafuse.numerics import host_outputs, judge_workload  # noqa: E402
@@ -264,3 +265,17 @@ def test_gpu_twin_agrees_in_bfloat16():
     twin = _twin_outputs(workload, "torch-inductor")
     diff = judge_workload(workload, _xla_outputs(workload), twin.outputs)
     assert diff.within_tolerance, diff
+
+
+def test_study_config_is_valid_on_gpu():
+    path = Path(__file__).parent.parent / "configs" / "xla_vs_inductor.toml"
+    config = load_config(path, backend="gpu")
+    assert [v.name for v in config.variants] == [
+        "default",
+        "no-fusion",
+        "torch-eager",
+        "torch-inductor",
+        "torch-inductor-cudagraphs",
+    ]
+    assert config.measure.profile is True
+    assert all(models.registry.spec(w.name) and twins.has_twin(w.name) for w in config.workloads)
