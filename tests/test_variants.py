@@ -41,8 +41,19 @@ def test_presets_named_in_the_design_exist():
         "no-fusion-no-graphs",
         "no-collective-combining",
         "no-async-collectives",
+        "torch-eager",
+        "torch-inductor",
+        "torch-inductor-max-autotune",
+        "torch-inductor-cudagraphs",
     ]
-    assert variants.available("cpu") == ["default", "no-fusion", "no-collective-combining"]
+    assert variants.available("cpu") == [
+        "default",
+        "no-fusion",
+        "no-collective-combining",
+        "torch-eager",
+        "torch-inductor",
+        "torch-inductor-max-autotune",
+    ]
 
 
 def test_no_fusion_disables_every_fusion_making_pass():

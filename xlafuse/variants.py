@@ -354,6 +354,40 @@ def _merge(*lists: Iterable[str]) -> tuple[str, ...]:
 register(compose("no-fusion", "no-cuda-graphs", name="no-fusion-no-graphs"))
 
 
+# Collective combining: XLA merges small collectives of one kind into one with many operands.
+# The CPU has one combiner; the GPU one per kind (names from the pass list of jax 0.11.2 on the
+# H200). Both lists are validated against the running XLA like every pass name.
+COMBINER_PASSES = {
+    "cpu": ("cpu-all-reduce-combiner",),
+    "gpu": (
+        "gpu-all-reduce-combiner",
+        "gpu-all-gather-combiner",
+        "gpu-reduce-scatter-combiner",
+        "collective-permute-combiner",
+    ),
+}
+register(
+    Variant(
+        "no-collective-combining",
+        "every collective-combiner pass of the backend off: one collective per logical "
+        "collective (e.g. one all-reduce per gradient)",
+        backend_passes=COMBINER_PASSES,
+    )
+)
+# XLA:GPU turns each collective into an async start/done pair (async-collective-creator) so the
+# scheduler can overlap it with compute. Without that pass the collectives stay synchronous. The
+# CPU backend emits synchronous collectives already, so there is nothing to switch off there.
+register(
+    Variant(
+        "no-async-collectives",
+        "collectives stay synchronous (async-collective-creator off): no overlap with compute",
+        backend_passes={"gpu": ("async-collective-creator",)},
+        backends=("gpu",),
+        remains="collectives on the CPU are synchronous already",
+    )
+)
+
+
 # PyTorch twins of the workloads (`xlafuse.torch`): the same models and weights, run by torch.
 register(
     Variant(
@@ -385,38 +419,5 @@ register(
         framework="torch",
         torch_compile={"mode": "reduce-overhead"},
         backends=("gpu",),
-    )
-)
-
-# Collective combining: XLA merges small collectives of one kind into one with many operands.
-# The CPU has one combiner; the GPU one per kind (names from the pass list of jax 0.11.2 on the
-# H200). Both lists are validated against the running XLA like every pass name.
-COMBINER_PASSES = {
-    "cpu": ("cpu-all-reduce-combiner",),
-    "gpu": (
-        "gpu-all-reduce-combiner",
-        "gpu-all-gather-combiner",
-        "gpu-reduce-scatter-combiner",
-        "collective-permute-combiner",
-    ),
-}
-register(
-    Variant(
-        "no-collective-combining",
-        "every collective-combiner pass of the backend off: one collective per logical "
-        "collective (e.g. one all-reduce per gradient)",
-        backend_passes=COMBINER_PASSES,
-    )
-)
-# XLA:GPU turns each collective into an async start/done pair (async-collective-creator) so the
-# scheduler can overlap it with compute. Without that pass the collectives stay synchronous. The
-# CPU backend emits synchronous collectives already, so there is nothing to switch off there.
-register(
-    Variant(
-        "no-async-collectives",
-        "collectives stay synchronous (async-collective-creator off): no overlap with compute",
-        backend_passes={"gpu": ("async-collective-creator",)},
-        backends=("gpu",),
-        remains="collectives on the CPU are synchronous already",
     )
 )
