@@ -122,6 +122,7 @@ def _record(variant, framework, **fields):
         "reference": "default",
         "framework": framework,
         "status": "ok",
+        "framework_version": "0.11.2" if framework == "jax" else "2.11.0",
         **fields,
     }
 
@@ -176,13 +177,14 @@ GPU_RECORDS = [
 def test_side_by_side_section_states_kernels_bytes_time_and_top_kernels():
     text = frameworks_section(GPU_RECORDS)
     assert "### chain[ops=8] / full / forward / float32" in text
+    assert "\njax 0.11.2 beside torch 2.11.0.\n" in text
     assert (
         "| torch | torch-inductor | 1 | 2147 | 0.51 | 0.49 | 1.45x (faster) | 1.02x (same) "
         "| 3.5 / 0.4 | ok (max abs 4.8e-07) |"
     ) in text
     assert "| jax | default | 1 | 2147 | 0.74 | 0.5 | - | - | 0.2 | reference |" in text
     assert (
-        "**default vs torch-inductor:** XLA launches 1 kernels per call, as many as Inductor's 1; "
+        "**default vs torch-inductor:** XLA launches 1 kernel(s) per call, as many as Inductor's 1; "
         "moves 2147 MB vs 2147 MB (1.00x); device time 0.5 ms vs 0.49 ms (Inductor/XLA 0.98x)."
     ) in text
     assert "Top kernels (default): `loop_multiply_fusion` 500.0 us." in text

@@ -49,7 +49,8 @@ def frameworks_section(records: Sequence[Mapping[str, Any]]) -> str:
     groups = _groups(records)
     if not groups:
         return ""
-    lines = ["## XLA beside PyTorch (same models, same weights)", "", _BASIS_NOTE, ""]
+    lines = ["## XLA beside PyTorch (same models, same weights)", "", _versions(records)]
+    lines += ["", _BASIS_NOTE, ""]
     for key, group in groups.items():
         lines += [f"### {key}", "", "| " + " | ".join(_COLUMNS) + " |"]
         lines.append("|" + "---|" * len(_COLUMNS))
@@ -71,6 +72,15 @@ def frameworks_section(records: Sequence[Mapping[str, Any]]) -> str:
     if byte_bases:
         lines += ["Torch modeled bytes: " + "; ".join(byte_bases) + ".", ""]
     return "\n".join(lines)
+
+
+def _versions(records: Sequence[Mapping[str, Any]]) -> str:
+    """ "jax 0.11.2 beside torch 2.11.0": the framework versions the records ran on."""
+    seen: dict[str, set[str]] = {}
+    for r in records:
+        if r.get("framework_version"):
+            seen.setdefault(r.get("framework") or "jax", set()).add(r["framework_version"])
+    return " beside ".join(f"{f} {', '.join(sorted(v))}" for f, v in sorted(seen.items())) + "."
 
 
 _BASIS_NOTE = (
@@ -135,7 +145,7 @@ def _verdict(group: Sequence[Mapping[str, Any]]) -> list[str]:
     ik = ind.get("device_kernels_per_call") or ind.get("kernels")
     if xk is not None and ik is not None:
         than = "more than" if xk > ik else ("fewer than" if xk < ik else "as many as")
-        parts.append(f"XLA launches {xk:.4g} kernels per call, {than} Inductor's {ik:.4g}")
+        parts.append(f"XLA launches {xk:.4g} kernel(s) per call, {than} Inductor's {ik:.4g}")
     xb, ib = xla.get("modeled_bytes"), ind.get("modeled_bytes")
     if xb and ib:
         parts.append(f"moves {xb / 1e6:.4g} MB vs {ib / 1e6:.4g} MB ({xb / ib:.2f}x)")

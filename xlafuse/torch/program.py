@@ -109,8 +109,14 @@ def build_program(
       dev: the torch device; `device()` when None.
 
     Raises:
-      ValueError: the workload has no twin, or a dtype or option the twin cannot take.
+      ValueError: the workload has no twin, is sharded over several devices, or has a dtype or
+        option the twin cannot take.
     """
+    if workload.devices > 1:
+        raise ValueError(
+            f"workload {workload.name!r} is sharded over {workload.devices} devices; the torch "
+            "twins run on one device: use devices = 1 for torch variants"
+        )
     dev = dev or device()
     if not twins.has_twin(workload.name):
         raise ValueError(
