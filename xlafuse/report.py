@@ -83,7 +83,7 @@ def render_markdown(
         lines += [f"## {key}", "", *_table(group), "", *kernel_sections(group), *_missed(group)]
     lines += _errors(records)
     lines += sharded_section(records)
-    lines += _cold_start_and_graphs(records)
+    lines += _study_sections(records)
     if plots:
         lines += ["## Plots", ""] + [f"![{p}]({p})" for p in plots] + [""]
         above = roofline_points_above([r for r in records if r.ok])
@@ -106,7 +106,8 @@ def _kernel_plot(records: Sequence[CellResult], out_dir: Path, wanted: str | Non
     )
 
 
-def _cold_start_and_graphs(records: Sequence[CellResult]) -> list[str]:
+def _study_sections(records: Sequence[CellResult]) -> list[str]:
+    """Cold start, CUDA graphs, XLA beside PyTorch: each only where its cells exist."""
     dicts = [r.to_dict() for r in records if r.ok]
     graphs = graphs_section(dicts)
     if not graphs and dicts and all(r["backend"] == "cpu" for r in dicts):
