@@ -14,10 +14,10 @@ import pytest
 from xlafuse import compare_outputs
 from xlafuse.cli import main
 from xlafuse.errors import XlafuseError
+from xlafuse.experiment.warmup import warmup
 from xlafuse.measure import coldstart, graphs
 from xlafuse.measure.coldstart import run_aot_load, run_start, workload_spec
-from xlafuse.report_coldstart import coldstart_section, graphs_section
-from xlafuse.warmup import warmup
+from xlafuse.report.coldstart import coldstart_section, graphs_section
 
 GPT2_TRAIN = {"name": "gpt2", "size": "tiny", "mode": "train"}
 

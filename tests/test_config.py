@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from xlafuse.config import ExperimentConfig, load_config, parse_config
 from xlafuse.errors import XlafuseError
+from xlafuse.experiment.config import ExperimentConfig, load_config, parse_config
 
 GOOD = """
 [experiment]

@@ -8,12 +8,12 @@ import os
 import jax
 import pytest
 
-from xlafuse import results as results_lib
-from xlafuse import runner
 from xlafuse.cli import main
-from xlafuse.config import VariantConfig, parse_config
 from xlafuse.errors import XlafuseError
-from xlafuse.results import append_result, load_results
+from xlafuse.experiment import runner
+from xlafuse.experiment.config import VariantConfig, parse_config
+from xlafuse.results import records as results_lib
+from xlafuse.results.records import append_result, load_results
 
 FAST_TIMING = {"warmup": 1, "min_time_s": 0, "min_iters": 2, "max_iters": 2, "repeats": 1}
 
@@ -297,7 +297,7 @@ def test_pass_cache_is_keyed_by_backend_platform_version_and_jaxlib(tmp_path, mo
 
     import jaxlib
 
-    from xlafuse import passes
+    from xlafuse.compile import passes
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     monkeypatch.setattr(passes, "_probe_passes", lambda backend: frozenset({"probed"}))

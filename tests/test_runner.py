@@ -6,12 +6,12 @@ import json
 import jax
 import pytest
 
-from xlafuse import runner
 from xlafuse.cli import main
-from xlafuse.config import VariantConfig, parse_config
 from xlafuse.errors import XlafuseError
+from xlafuse.experiment import runner
+from xlafuse.experiment.config import VariantConfig, parse_config
 from xlafuse.measure.calibrate import calibrate
-from xlafuse.results import REQUIRED_KEYS, append_result, finished_cells, load_results
+from xlafuse.results.records import REQUIRED_KEYS, append_result, finished_cells, load_results
 
 FAST_TIMING = {"warmup": 1, "min_time_s": 0, "min_iters": 3, "max_iters": 3, "repeats": 1}
 WORKLOADS = [

@@ -6,14 +6,16 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from xlafuse import child, models, runner, variants
-from xlafuse.compare import compare_workload
-from xlafuse.compile import compile_workload
-from xlafuse.config import parse_config
-from xlafuse.inspect import inspect_target
+from xlafuse import models
+from xlafuse.compile import child, variants
+from xlafuse.compile.jit import compile_workload
+from xlafuse.experiment import runner
+from xlafuse.experiment.compare import compare_workload
+from xlafuse.experiment.config import parse_config
+from xlafuse.inspect.targets import inspect_target
 from xlafuse.measure import stats, timing
 from xlafuse.measure.calibrate import calibrate
-from xlafuse.numerics import compare_train_steps, host_outputs, judge_workload
+from xlafuse.measure.numerics import compare_train_steps, host_outputs, judge_workload
 
 FAST_TIMING = {"warmup": 1, "min_time_s": 0, "min_iters": 3, "max_iters": 3, "repeats": 1}
 TRAINABLE = models.available("train")
@@ -131,7 +133,7 @@ def test_process_flag_variant_is_measured_in_one_child_per_cell(tmp_path, monkey
     real = child.subprocess.run
 
     def counting(*args, **kwargs):
-        if args and "xlafuse.child" in args[0]:
+        if args and "xlafuse.compile.child" in args[0]:
             starts["n"] += 1
         return real(*args, **kwargs)
 

@@ -31,7 +31,7 @@ from xlafuse.measure.validate import (
     modeled_kernels,
 )
 from xlafuse.measure.validate_run import file_stem
-from xlafuse.report_validation import format_text, render_markdown, write_validation
+from xlafuse.report.validation import format_text, render_markdown, write_validation
 
 NCU_DATA = Path(__file__).parent / "data" / "ncu"
 GIB = 1 << 30
@@ -336,7 +336,7 @@ def test_cli_usage_errors_exit_2(argv, message, capsys):
 
 
 def test_config_selection_names_what_the_config_has():
-    from xlafuse.config import load_config
+    from xlafuse.experiment.config import load_config
 
     config = load_config(Path(__file__).parents[1] / "configs" / "validation.toml", backend="gpu")
     assert [w.label for w in config.workloads] == [

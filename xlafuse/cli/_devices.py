@@ -41,7 +41,7 @@ def rerun_if_needed(args) -> int | None:
       The child's exit status, or None when this process has the devices (or is a GPU one:
       building the workload then reports a missing device as a one-line error).
     """
-    from xlafuse.devices import needs_host_devices, rerun_with_host_devices
+    from xlafuse.compile.devices import needs_host_devices, rerun_with_host_devices
 
     if args.devices < 1:
         raise ValueError(f"--devices must be at least 1, got {args.devices}")

@@ -53,7 +53,8 @@ def run(args) -> int:
 
 def _check(spec: dict, variant: str) -> None:
     """Fail fast, with the accepted names, before any child process starts."""
-    from xlafuse import models, variants
+    from xlafuse import models
+    from xlafuse.compile import variants
     from xlafuse.models.registry import choose
     from xlafuse.models.registry import spec as workload_spec
 

@@ -27,7 +27,7 @@ def register(subparsers) -> None:
 def run(args) -> int:
     from xlafuse import models
     from xlafuse.cli._progress import steps
-    from xlafuse.compare import compare_workload
+    from xlafuse.experiment.compare import compare_workload
 
     if (status := rerun_if_needed(args)) is not None:
         return status

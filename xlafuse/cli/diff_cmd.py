@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 from xlafuse.cli._devices import add_mesh_arguments, overrides, rerun_if_needed
-from xlafuse.explain import diff_targets
-from xlafuse.explain_text import check_top, render_diff
+from xlafuse.inspect.explain import diff_targets
+from xlafuse.report.explain_text import check_top, render_diff
 
 
 def register(subparsers) -> None:
@@ -78,7 +78,7 @@ def _measured(args, variants: tuple[str, ...]) -> int:
     from xlafuse.cli._progress import steps
     from xlafuse.errors import XlafuseError
     from xlafuse.measure.kernel_diff import measure_workload_diff
-    from xlafuse.report_kernels import render_measured_diff
+    from xlafuse.report.kernels import render_measured_diff
 
     if not args.workload or args.a or args.b:
         raise XlafuseError("--measure needs --workload NAME (HLO files cannot be traced)")

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from xlafuse import inspect as inspect_lib
 from xlafuse.cli._devices import add_mesh_arguments, overrides, rerun_if_needed
 from xlafuse.errors import XlafuseError
+from xlafuse.inspect import targets as inspect_lib
 
 
 def register(subparsers) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import jax
 
-from xlafuse.passes import fusion_passes, known_passes
+from xlafuse.compile.passes import fusion_passes, known_passes
 
 
 def register(subparsers) -> None:

@@ -17,8 +17,8 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from xlafuse.config import load_config
-    from xlafuse.warmup import warmup_config
+    from xlafuse.experiment.config import load_config
+    from xlafuse.experiment.warmup import warmup_config
 
     summary = warmup_config(load_config(args.config), args.cache)
     if args.json:

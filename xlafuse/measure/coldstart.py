@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from xlafuse.child import child_env
+from xlafuse.compile.child import child_env
 from xlafuse.errors import XlafuseError
 
 CACHE_ENTRY_SUFFIX = "-cache"  # jax's LRU file cache writes KEY-cache (and KEY-atime) files
@@ -387,7 +387,7 @@ def check_cache_dir(cache_dir: str | os.PathLike) -> Path:
 
 
 def _variant_dict(variant: Any) -> dict[str, Any]:
-    from xlafuse.variants import get
+    from xlafuse.compile.variants import get
 
     return get(variant).to_dict()
 

@@ -72,7 +72,7 @@ def _build(spec: dict[str, Any]):
 
 
 def _variant(spec: dict[str, Any]):
-    from xlafuse.variants import Variant
+    from xlafuse.compile.variants import Variant
 
     return Variant.from_dict(spec)
 

@@ -129,9 +129,9 @@ def _build(spec: Any):
 def _measure_row(workload, label: str, variant_name: str, settings) -> GraphsRow:
     import jax
 
-    from xlafuse.compile import compile_variant
+    from xlafuse.compile.jit import compile_variant
+    from xlafuse.compile.variants import get
     from xlafuse.measure import timing
-    from xlafuse.variants import get
 
     variant = get(variant_name)
     compiled = compile_variant(workload.fn, workload.args, {}, variant, {})

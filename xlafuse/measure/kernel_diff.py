@@ -161,10 +161,10 @@ def measure_workload_diff(
     import jax
 
     from xlafuse import models
-    from xlafuse.compile import compile_workload
+    from xlafuse.compile.jit import compile_workload
+    from xlafuse.compile.variants import get as get_variant
     from xlafuse.hlo.diff import diff_modules
     from xlafuse.hlo.parse import parse_hlo
-    from xlafuse.variants import get as get_variant
 
     work = models.build(workload, size=size, mode=mode)
     chosen = [get_variant(v) for v in variants]

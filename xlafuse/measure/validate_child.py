@@ -31,7 +31,7 @@ _CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE = 38
 
 def _compile(workload, variant):
     """The one line that compiles: the runner's path (`compile_workload`, train state donated)."""
-    from xlafuse.compile import compile_workload
+    from xlafuse.compile.jit import compile_workload
 
     return compile_workload(workload, variant)
 

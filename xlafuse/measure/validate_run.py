@@ -92,8 +92,8 @@ def validate_cell(
       XlafuseError: ncu or the CUDA driver is missing, or the child sees no GPU.
       RuntimeError: a child failed or ran past `timeout_s` (its last error line is in the message).
     """
+    from xlafuse.compile.variants import get
     from xlafuse.measure.coldstart import workload_spec
-    from xlafuse.variants import get
 
     ncu_path = require_tools(ncu)
     spec = workload_spec(workload)
@@ -188,8 +188,8 @@ def validate_cells(
     Raises:
       XlafuseError: ncu or the CUDA driver is missing (checked before the first cell); no GPU.
     """
+    from xlafuse.compile.variants import get
     from xlafuse.measure.coldstart import workload_spec
-    from xlafuse.variants import get
 
     require_tools(kwargs.get("ncu"))
     results = []
@@ -225,7 +225,7 @@ def _run_child(request, folder: Path, flags, timeout_s, argv=None):
     Returns:
       The child's result dict; with `argv`, the pair (result dict, ncu's stdout).
     """
-    from xlafuse.child import child_env
+    from xlafuse.compile.child import child_env
 
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "request.json").write_text(json.dumps(request))

@@ -89,7 +89,7 @@ def warmup(
         one that does not apply to this backend.
       XlafuseError: `cache_dir` cannot serve as a cache folder (a file, or not writable).
     """
-    from xlafuse.variants import get
+    from xlafuse.compile.variants import get
 
     check_cache_dir(cache_dir)
     resolved = [get(v) for v in variants]

@@ -8,8 +8,8 @@ from typing import Any
 
 import jax
 
-from xlafuse.compile import compile_variant, compile_workload
-from xlafuse.numerics import compare_outputs, host_outputs, judge_workload
+from xlafuse.compile.jit import compile_variant, compile_workload
+from xlafuse.measure.numerics import compare_outputs, host_outputs, judge_workload
 
 
 @dataclasses.dataclass(frozen=True)

@@ -22,7 +22,7 @@ from xlafuse.hlo.priority_dump import (
     find_priority_dump,
     read_priority_dump,
 )
-from xlafuse.inspect import ACCEPTED, load_module
+from xlafuse.inspect.targets import ACCEPTED, load_module
 
 DUMP_OPTIONS = {"xla_dump_hlo_pass_re": "priority-fusion"}
 
@@ -86,8 +86,8 @@ def compile_for_explain(
     import jax
 
     from xlafuse import models
-    from xlafuse.compile import compile_workload, unoptimized_hlo
-    from xlafuse.variants import get as get_variant
+    from xlafuse.compile.jit import compile_workload, unoptimized_hlo
+    from xlafuse.compile.variants import get as get_variant
 
     work = models.build(
         workload,

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from xlafuse.measure.collectives import scaling
-from xlafuse.results import CellResult
+from xlafuse.results.records import CellResult
 
 COLUMNS = (
     "workload", "layout", "variant", "collectives", "logical", "async", "coll. MB/step",

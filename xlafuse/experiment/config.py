@@ -179,7 +179,7 @@ class VariantConfig:
 
     def resolve(self):
         """The `xlafuse.variants.Variant` this stands for."""
-        from xlafuse import variants
+        from xlafuse.compile import variants
 
         if self.spec is not None:
             return variants.get(self.spec)
@@ -536,7 +536,7 @@ def _parse_variants(problems, value, backend) -> list[VariantConfig]:
 
 
 def _parse_variant(problems, where, item) -> VariantConfig | None:
-    from xlafuse import variants
+    from xlafuse.compile import variants
 
     if isinstance(item, Mapping):
         name = _typed(problems, f"{where}.name", item.get("name"), str)
@@ -560,7 +560,7 @@ def _parse_variant(problems, where, item) -> VariantConfig | None:
 
 def _check_option_value(problems, where, key, value) -> bool:
     """An XLA option takes one string, boolean or number (a pass list may also be an array)."""
-    from xlafuse.variants import DISABLE_PASSES
+    from xlafuse.compile.variants import DISABLE_PASSES
 
     if isinstance(value, str | bool | int | float):
         return True

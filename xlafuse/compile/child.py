@@ -75,7 +75,7 @@ def run_exported(
         request = {"options": options, "donate_argnums": list(donate_argnums), "measure": measure}
         (folder / "request.json").write_text(json.dumps(request))
         proc = subprocess.run(
-            [sys.executable, "-m", "xlafuse.child", str(folder)],
+            [sys.executable, "-m", "xlafuse.compile.child", str(folder)],
             env=child_env(process_flags),
             capture_output=True,
             text=True,

@@ -16,9 +16,9 @@ from typing import Any
 
 import jax
 
-from xlafuse import child
-from xlafuse.variants import Variant
-from xlafuse.variants import get as get_variant
+from xlafuse.compile import child
+from xlafuse.compile.variants import Variant
+from xlafuse.compile.variants import get as get_variant
 
 
 class CompiledVariant:

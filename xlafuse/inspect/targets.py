@@ -324,7 +324,7 @@ def _summarize(path: Path) -> ModuleSummary:
 
 def _inspect_workload(name, size, mode, variant, overrides, mesh=(1, "data")) -> InspectResult:
     from xlafuse import models
-    from xlafuse.compile import compile_workload
+    from xlafuse.compile.jit import compile_workload
 
     devices, parallelism = mesh
     work = models.build(
@@ -588,6 +588,6 @@ def diff_targets(
     reference: str | Path | None = None,
 ):
     """Diffs two HLO files, or one workload under two variants: `xlafuse.explain.diff_targets`."""
-    from xlafuse.explain import diff_targets as diff
+    from xlafuse.inspect.explain import diff_targets as diff
 
     return diff(a, b, workload, variants, size, mode, reference)

@@ -27,8 +27,8 @@ from typing import Any
 import jax
 import jaxlib
 
+from xlafuse.compile.passes import fusion_passes, known_passes
 from xlafuse.errors import UnknownNameError, UnknownPassError
-from xlafuse.passes import fusion_passes, known_passes
 
 DISABLE_PASSES = "xla_disable_hlo_passes"
 BACKENDS = ("cpu", "gpu")

@@ -28,20 +28,20 @@ from typing import Any
 import jax
 
 from xlafuse import models
-from xlafuse import results as results_lib
-from xlafuse.compile import MeasureRequest, compile_workload, unoptimized_hlo
-from xlafuse.config import ExperimentConfig, VariantConfig, WorkloadConfig, load_config
+from xlafuse.compile.jit import MeasureRequest, compile_workload, unoptimized_hlo
 from xlafuse.errors import XlafuseError
-from xlafuse.explain import missed_fusions
+from xlafuse.experiment.config import ExperimentConfig, VariantConfig, WorkloadConfig, load_config
+from xlafuse.inspect.explain import missed_fusions
 from xlafuse.measure import cell_kernels, timing
 from xlafuse.measure.calibrate import Ceilings, calibrate
 from xlafuse.measure.coldstart import measure_cold_start
+from xlafuse.measure.numerics import host_outputs, judge_workload
 from xlafuse.measure.profile import DeviceProfile, profile_device_time
 from xlafuse.measure.stats import speedup_interval
 from xlafuse.models.sharding import check_device_count
-from xlafuse.numerics import host_outputs, judge_workload
-from xlafuse.report import speedup_text, write_report
-from xlafuse.results import CellResult, append_result, cell_id
+from xlafuse.report.markdown import speedup_text, write_report
+from xlafuse.results import records as results_lib
+from xlafuse.results.records import CellResult, append_result, cell_id
 
 PROFILE_CALLS = 10
 MISSED_FUSIONS_VARIANT = "default"  # the program whose missed fusions the report lists

@@ -11,23 +11,23 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from xlafuse.explain_text import missed_fusions_markdown
 from xlafuse.measure.graphs import SKIP_NOTE as GRAPHS_SKIPPED
-from xlafuse.report_coldstart import (
+from xlafuse.report.coldstart import (
     coldstart_plot,
     coldstart_section,
     graphs_section,
     workload_label,
 )
-from xlafuse.report_kernels import (
+from xlafuse.report.explain_text import missed_fusions_markdown
+from xlafuse.report.kernels import (
     KERNEL_ROOFLINE_PNG,
     choose_roofline_cell,
     kernel_sections,
     plot_kernel_roofline,
     traces_section,
 )
-from xlafuse.report_sharded import sharded_section
-from xlafuse.results import CellResult, latest_per_cell, read_results
+from xlafuse.report.sharded import sharded_section
+from xlafuse.results.records import CellResult, latest_per_cell, read_results
 
 SPEEDUP_PNG = "speedup.png"
 KERNELS_PNG = "kernels_vs_time.png"

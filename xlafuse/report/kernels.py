@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from xlafuse.errors import XlafuseError
-from xlafuse.report_coldstart import workload_label
+from xlafuse.report.coldstart import workload_label
 
 KERNEL_ROOFLINE_PNG = "kernel_roofline.png"
 DETAIL_ROWS = 10
