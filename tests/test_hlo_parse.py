@@ -4,7 +4,7 @@ import pytest
 
 from xlafuse.errors import HloParseError
 from xlafuse.hlo import analyze_hlo, find_optimized_modules, parse_hlo
-from xlafuse.hlo.parse import Shape
+from xlafuse.hlo.ir import Shape
 
 SMALL = """HloModule m, entry_computation_layout={(f32[4]{0})->f32[4]{0}}
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from xlafuse.cli.validate_cmd import _overrides
+from xlafuse.compile.devices import needs_host_devices, rerun_with_host_devices
 from xlafuse.models.sharding import PARALLELISMS
 
 
@@ -29,8 +31,6 @@ def add_mesh_arguments(parser) -> None:
 
 def overrides(args) -> dict:
     """The parsed --overrides (`{"batch": 8}`)."""
-    from xlafuse.cli.validate_cmd import _overrides
-
     return _overrides(args.overrides)
 
 
@@ -41,8 +41,6 @@ def rerun_if_needed(args) -> int | None:
       The child's exit status, or None when this process has the devices (or is a GPU one:
       building the workload then reports a missing device as a one-line error).
     """
-    from xlafuse.compile.devices import needs_host_devices, rerun_with_host_devices
-
     if args.devices < 1:
         raise ValueError(f"--devices must be at least 1, got {args.devices}")
     if not needs_host_devices(args.devices):

@@ -4,6 +4,13 @@ from __future__ import annotations
 
 import json
 
+from xlafuse import models
+from xlafuse.cli import _progress
+from xlafuse.compile import variants
+from xlafuse.measure import coldstart
+from xlafuse.models.registry import choose
+from xlafuse.models.registry import spec as workload_spec
+
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
@@ -31,14 +38,11 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from xlafuse.cli._progress import steps
-    from xlafuse.measure import coldstart
-
     spec = {"name": args.workload, "size": args.size, "mode": args.mode, "dtype": args.dtype}
     _check(spec, args.variant)
     label = f"{args.workload}/{args.size}/{args.mode} @ {args.variant}"
     warm = args.cache is not None and coldstart.cache_entry_count(args.cache) > 0
-    with steps(total=(1 if warm else 2) if args.no_aot else 3) as step:
+    with _progress.steps(total=(1 if warm else 2) if args.no_aot else 3) as step:
         result = coldstart.measure_cold_start(
             spec,
             args.variant,
@@ -53,11 +57,6 @@ def run(args) -> int:
 
 def _check(spec: dict, variant: str) -> None:
     """Fail fast, with the accepted names, before any child process starts."""
-    from xlafuse import models
-    from xlafuse.compile import variants
-    from xlafuse.models.registry import choose
-    from xlafuse.models.registry import spec as workload_spec
-
     variants.get(variant)
     choose("size", spec["size"], models.SIZES)
     choose("mode", spec["mode"], workload_spec(spec["name"]).modes, f" for {spec['name']!r}")

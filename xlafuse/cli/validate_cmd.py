@@ -6,7 +6,12 @@ import json
 import shlex
 import sys
 
+from xlafuse.compile import variants
 from xlafuse.errors import XlafuseError
+from xlafuse.experiment.config import load_config
+from xlafuse.measure.validate_run import require_tools, validate_cells, validate_config
+from xlafuse.models.registry import _resolve  # validates names; builds nothing
+from xlafuse.report.validation import format_text, write_validation
 
 SOME_CELLS_OFF = 1
 
@@ -44,9 +49,6 @@ def register(subparsers) -> None:
 
 def run(args) -> int:
     """Validate the chosen cells; print the tables (or JSON); write files with --out."""
-    from xlafuse.measure.validate_run import require_tools, validate_cells, validate_config
-    from xlafuse.report.validation import format_text, write_validation
-
     _check_usage(args)
     require_tools(args.ncu)
     kwargs = {
@@ -58,8 +60,6 @@ def run(args) -> int:
     }
     say = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
     if args.config:
-        from xlafuse.experiment.config import load_config
-
         config = load_config(args.config, backend="gpu")
         results = validate_config(config, args.only, args.variants, say=say, **kwargs)
     else:
@@ -90,9 +90,6 @@ def _check_usage(args) -> None:
     if args.workload and args.only:
         raise XlafuseError("--only selects workloads of a CONFIG; with --workload, leave it out")
     if args.workload:
-        from xlafuse.compile import variants
-        from xlafuse.models.registry import _resolve  # validates names; builds nothing
-
         _resolve(args.workload, args.size, args.mode, _overrides(args.overrides))
         for name in args.variants or ["default"]:
             variants.get(name)

@@ -19,6 +19,8 @@ import jax
 from xlafuse.compile import child
 from xlafuse.compile.variants import Variant
 from xlafuse.compile.variants import get as get_variant
+from xlafuse.hlo import analyze_hlo
+from xlafuse.hlo.collectives import collectives_of_text
 
 
 class CompiledVariant:
@@ -53,15 +55,11 @@ class CompiledVariant:
     @functools.cached_property
     def report(self):
         """The FusionReport of the optimized HLO (kernels, fusions, modeled bytes, ...)."""
-        from xlafuse.hlo import analyze_hlo
-
         return analyze_hlo(self.hlo_text)
 
     @functools.cached_property
     def collectives(self):
         """The CollectiveReport of the optimized HLO (`xlafuse.hlo.collectives`)."""
-        from xlafuse.hlo.collectives import collectives_of_text
-
         return collectives_of_text(self.hlo_text)
 
     def cost_analysis(self) -> dict[str, float] | None:

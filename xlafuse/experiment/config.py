@@ -53,8 +53,14 @@ from types import MappingProxyType
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 
+from xlafuse import models
+from xlafuse.compile import variants
+from xlafuse.compile.variants import DISABLE_PASSES
 from xlafuse.errors import XlafuseError
+from xlafuse.models.registry import recipe, spec
+from xlafuse.models.sharding import MODEL_PARALLEL_WORKLOADS, PARALLELISMS
 
 SIZES = ("tiny", "small", "full")
 MODES = ("forward", "train")
@@ -179,8 +185,6 @@ class VariantConfig:
 
     def resolve(self):
         """The `xlafuse.variants.Variant` this stands for."""
-        from xlafuse.compile import variants
-
         if self.spec is not None:
             return variants.get(self.spec)
         return variants.from_options(self.options, name=self.name)
@@ -407,8 +411,6 @@ def _parse_workload(problems, where, item, backend) -> WorkloadConfig | None:
 
 
 def _check_mesh(problems, where, name, devices, parallelism) -> None:
-    from xlafuse.models.sharding import MODEL_PARALLEL_WORKLOADS, PARALLELISMS
-
     if devices < 1:
         problems.add(f"{where}.devices", f"must be at least 1, got {devices}")
     _check_choice(problems, f"{where}.parallelism", parallelism, PARALLELISMS, "parallelism")
@@ -422,10 +424,6 @@ def _check_mesh(problems, where, name, devices, parallelism) -> None:
 
 def _check_build(problems, where, name, size, mode, dtype, overrides) -> None:
     """Override values the workload's builder rejects (`ops = -3`), found without any array."""
-    try:
-        from xlafuse.models.registry import recipe
-    except ImportError:
-        return
     try:
         recipe(name, size, mode, dtype, **overrides)
     except ValueError as err:
@@ -453,8 +451,6 @@ def _check_choice(problems, where, value, accepted, kind) -> None:
 
 def _check_workload(problems, where, name, size, mode, overrides, backend) -> None:
     """Name, mode and override names against the workload registry; GPU-only workloads."""
-    from xlafuse import models
-
     names = models.available()
     if name not in names:
         problems.add(
@@ -510,11 +506,7 @@ def _override_defaults(spec, size: str) -> dict[str, Any]:
 
 
 def _workload_spec(name: str):
-    """The registry's spec (modes, override defaults), or None if the registry has no `spec`."""
-    try:
-        from xlafuse.models.registry import spec
-    except ImportError:
-        return None
+    """The registry's spec (modes, override defaults)."""
     return spec(name)
 
 
@@ -536,8 +528,6 @@ def _parse_variants(problems, value, backend) -> list[VariantConfig]:
 
 
 def _parse_variant(problems, where, item) -> VariantConfig | None:
-    from xlafuse.compile import variants
-
     if isinstance(item, Mapping):
         name = _typed(problems, f"{where}.name", item.get("name"), str)
         options = {k: v for k, v in item.items() if k not in _INLINE_VARIANT_META}
@@ -560,8 +550,6 @@ def _parse_variant(problems, where, item) -> VariantConfig | None:
 
 def _check_option_value(problems, where, key, value) -> bool:
     """An XLA option takes one string, boolean or number (a pass list may also be an array)."""
-    from xlafuse.compile.variants import DISABLE_PASSES
-
     if isinstance(value, str | bool | int | float):
         return True
     if key == DISABLE_PASSES and isinstance(value, list) and all(isinstance(v, str) for v in value):
@@ -627,8 +615,6 @@ def xla_rejects(options: Mapping[str, Any]) -> str | None:
 
 @functools.cache
 def _xla_rejects(options_json: str) -> str | None:
-    import jax.numpy as jnp
-
     lowered = jax.jit(lambda x: x + 1).lower(jnp.ones((), jnp.float32))
     try:
         lowered.compile(compiler_options=json.loads(options_json))

@@ -26,6 +26,15 @@ from pathlib import Path
 from typing import Any
 
 import jax
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 
 from xlafuse import models
 from xlafuse.compile.jit import MeasureRequest, compile_workload, unoptimized_hlo
@@ -660,15 +669,6 @@ class _Reporter:
 
     def __enter__(self) -> _Reporter:
         if self._enabled:
-            from rich.progress import (
-                BarColumn,
-                MofNCompleteColumn,
-                Progress,
-                TextColumn,
-                TimeElapsedColumn,
-                TimeRemainingColumn,
-            )
-
             self._progress = Progress(
                 TextColumn("cells"),
                 BarColumn(),
@@ -706,7 +706,6 @@ class _Reporter:
 
 def _console():
     """A rich console that goes quiet when stdout closes (rich's default exits the process)."""
-    from rich.console import Console
 
     class _Console(Console):
         def on_broken_pipe(self) -> None:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from xlafuse.errors import XlafuseError
 from xlafuse.hlo.fusion import FusionReport, KernelInfo, analyze_module
-from xlafuse.hlo.parse import Computation, HloModule, Instruction
+from xlafuse.hlo.ir import Computation, HloModule, Instruction
 
 _LAYOUT = re.compile(r"\{[^{}]*\}")
 _LOOK_THROUGH = frozenset({"bitcast", "get-tuple-element", "copy-done"})

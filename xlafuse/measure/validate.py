@@ -32,6 +32,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from xlafuse.hlo import analyze_hlo
 from xlafuse.measure.ncu import NcuKernel
 
 BYTES_TOLERANCE = 0.10
@@ -313,8 +314,6 @@ class ValidationResult:
 
 def modeled_kernels(hlo: Any) -> list[ModeledKernel]:
     """The kernels of optimized HLO (text, a path, or a FusionReport) as ModeledKernels."""
-    from xlafuse.hlo import analyze_hlo
-
     report = hlo if hasattr(hlo, "kernel_details") else analyze_hlo(hlo)
     return [ModeledKernel.from_kernel_info(k) for k in report.kernel_details]
 

@@ -18,25 +18,26 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import difflib
 import gzip
-import json
 import os
 import re
-import subprocess
 import sys
 import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from xlafuse.compile.protocol import run_child
+from xlafuse.compile.variants import get
 from xlafuse.errors import XlafuseError
+from xlafuse.measure.coldstart import workload_spec
 from xlafuse.measure.ncu import NcuKernel, find_ncu, ncu_command, parse_ncu_csv
 from xlafuse.measure.validate import ValidationResult, compare_kernels, modeled_kernels
 
 DEFAULT_PROFILE_CALLS = 5
 DEFAULT_TIMEOUT_S = 600.0
 _CHILD_MODULE = "xlafuse.measure.validate_child"
-_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit)\b")
 
 
 def require_tools(ncu: str | None = None) -> str:
@@ -92,9 +93,6 @@ def validate_cell(
       XlafuseError: ncu or the CUDA driver is missing, or the child sees no GPU.
       RuntimeError: a child failed or ran past `timeout_s` (its last error line is in the message).
     """
-    from xlafuse.compile.variants import get
-    from xlafuse.measure.coldstart import workload_spec
-
     ncu_path = require_tools(ncu)
     spec = workload_spec(workload)
     chosen = get(variant)
@@ -188,9 +186,6 @@ def validate_cells(
     Raises:
       XlafuseError: ncu or the CUDA driver is missing (checked before the first cell); no GPU.
     """
-    from xlafuse.compile.variants import get
-    from xlafuse.measure.coldstart import workload_spec
-
     require_tools(kwargs.get("ncu"))
     results = []
     for workload, variant in cells:
@@ -207,8 +202,6 @@ def validate_cells(
 
 
 def _check_names(kind: str, names: Iterable[str], accepted: list[str]) -> None:
-    import difflib
-
     for name in names:
         if name not in accepted:
             close = difflib.get_close_matches(name, accepted, n=1)
@@ -225,23 +218,11 @@ def _run_child(request, folder: Path, flags, timeout_s, argv=None):
     Returns:
       The child's result dict; with `argv`, the pair (result dict, ncu's stdout).
     """
-    from xlafuse.compile.child import child_env
-
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "request.json").write_text(json.dumps(request))
     command = argv or [sys.executable, "-m", _CHILD_MODULE, str(folder)]
     what = f"{request['phase']} child ({request['workload']['name']}, {request['variant']['name']})"
-    try:
-        proc = subprocess.run(
-            command, env=child_env(flags), capture_output=True, text=True, timeout=timeout_s
-        )
-    except subprocess.TimeoutExpired:
-        raise RuntimeError(f"validate {what} ran past {timeout_s:g} s and was stopped") from None
-    result_path = folder / "result.json"
-    if proc.returncode != 0 or not result_path.exists():
-        raise RuntimeError(f"validate {what} failed (exit {proc.returncode}): {_last_error(proc)}")
-    result = json.loads(result_path.read_text())
-    return (result, proc.stdout) if argv else result
+    result, stdout = run_child(command, folder, request, f"validate {what}", flags, timeout_s)
+    return (result, stdout) if argv else result
 
 
 def _measured(csv_text: str, spec: Mapping[str, Any], variant: str) -> tuple[NcuKernel, ...]:
@@ -256,18 +237,6 @@ def _measured(csv_text: str, spec: Mapping[str, Any], variant: str) -> tuple[Ncu
         ]
         tail = f"; ncu said: {said[-1]}" if said else ""
         raise RuntimeError(f"ncu output of {spec['name']}, {variant}: {err}{tail}") from None
-
-
-def _last_error(proc: subprocess.CompletedProcess) -> str:
-    """ncu's own ==ERROR== line, else the exception line of the traceback, else the last line.
-
-    JAX appends a note after its filtered tracebacks, so the last line is often not the error.
-    """
-    text = f"{proc.stdout}\n{proc.stderr}"
-    errors = [ln.strip() for ln in text.splitlines() if ln.startswith("==ERROR==")]
-    lines = [ln.strip() for ln in proc.stderr.splitlines() if ln.strip()]
-    raised = [ln for ln in lines if _EXCEPTION_LINE.match(ln)]
-    return (errors or raised or lines or ["no output"])[-1]
 
 
 def _keep(folder: Path, spec: Mapping[str, Any], variant: str, csv_text: str, hlo: str) -> None:

@@ -20,7 +20,7 @@ import optax
 from flax import nnx
 
 from xlafuse.errors import UnknownNameError
-from xlafuse.models import train
+from xlafuse.models import sharding, train
 from xlafuse.models.workload import BuildContext, Recipe, Workload
 
 SIZES = ("tiny", "small", "full")
@@ -170,8 +170,6 @@ def build(
         XlafuseError: an unknown parallelism, more devices than the backend has, or a batch or
             layer dimension that `devices` does not divide.
     """
-    from xlafuse.models import sharding
-
     sharding.check_parallelism(parallelism, name)
     if devices != 1:
         sharding.check_device_count(devices)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from xlafuse.hlo.diff import FusionDiff, KernelGroup
 from xlafuse.hlo.explain import Boundary, Explanation, ResolvedStep
 from xlafuse.inspect.explain import ExplainReport
-from xlafuse.inspect.targets import format_bytes
+from xlafuse.report.format import format_bytes
 
 NO_REASONS = (
     "XLA wrote no reasons for this compile (the CPU writes no priority-fusion dump; on the GPU "

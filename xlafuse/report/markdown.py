@@ -11,8 +11,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from xlafuse.measure.graphs import SKIP_NOTE as GRAPHS_SKIPPED
 from xlafuse.report.coldstart import (
+    GRAPHS_SKIPPED,
     coldstart_plot,
     coldstart_section,
     graphs_section,

@@ -31,7 +31,9 @@ from pathlib import Path
 from typing import Any
 
 import jax
+import jaxlib
 
+import xlafuse
 from xlafuse.errors import XlafuseError
 
 RESULTS_FILE = "results.jsonl"
@@ -243,9 +245,6 @@ def run_settings(config: Any, backend: str, device_kind: str) -> dict[str, Any]:
       backend: "cpu" or "gpu".
       device_kind: the device's kind, e.g. "NVIDIA H200".
     """
-    import jaxlib
-
-    import xlafuse
 
     return {
         "experiment": config.name,
