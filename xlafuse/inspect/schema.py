@@ -80,7 +80,7 @@ class InspectResult:
         target: what was inspected, for people (a path or "workload NAME (SIZE, MODE)").
         target_kind: "file", "folder" or "workload".
         report: the inspected module's FusionReport; None for a folder listing.
-        hlo: the parsed module behind `report` (for `xlafuse.hlo.graph`); None with `report`.
+        hlo: the parsed module behind `report` (for `xlafuse.report.graph`); None with `report`.
         path: the HLO file inspected, if it came from a file.
         variant: the variant a workload was compiled under.
         thunk_launches: launches listed in the thunk sequence file beside the HLO, if any.
