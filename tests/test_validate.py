@@ -12,13 +12,13 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import subprocess
 from pathlib import Path
 
 import jax
 import pytest
 
 from xlafuse.cli import main
+from xlafuse.compile.protocol import error_line
 from xlafuse.errors import XlafuseError
 from xlafuse.measure import validate, validate_child, validate_run
 from xlafuse.measure.ncu import NCU_FLAGS, ncu_command, parse_ncu_csv, to_bytes, to_seconds
@@ -379,10 +379,9 @@ def test_child_errors_name_the_exception_not_jax_notes():
         "Traceback (most recent call last):\n  File x\nValueError: cols must be positive\n"
         "--------------------\nFor simplicity, JAX has removed its internal frames.\n"
     )
-    proc = subprocess.CompletedProcess([], 1, stdout="", stderr=stderr)
-    assert validate_run._last_error(proc) == "ValueError: cols must be positive"
-    ncu = subprocess.CompletedProcess([], 1, stdout="==ERROR== ERR_NVGPUCTRPERM\n", stderr="x\n")
-    assert validate_run._last_error(ncu) == "==ERROR== ERR_NVGPUCTRPERM"
+    assert error_line(stderr) == "ValueError: cols must be positive"
+    assert error_line("x\n", stdout="==ERROR== ERR_NVGPUCTRPERM\n") == "==ERROR== ERR_NVGPUCTRPERM"
+    assert error_line("") == "no output"
 
 
 def test_nothing_profiled_is_a_failed_cell_with_ncus_words():

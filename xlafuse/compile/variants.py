@@ -17,7 +17,6 @@ Three XLA behaviours shape this module (measured on jax 0.10/0.11):
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import os
 import shlex
 from collections.abc import Iterable, Mapping
@@ -28,7 +27,7 @@ import jax
 import jaxlib
 
 from xlafuse.compile.passes import fusion_passes, known_passes
-from xlafuse.errors import UnknownNameError, UnknownPassError
+from xlafuse.errors import UnknownNameError, UnknownPassError, did_you_mean
 
 DISABLE_PASSES = "xla_disable_hlo_passes"
 BACKENDS = ("cpu", "gpu")
@@ -266,10 +265,8 @@ def get(spec: str | Variant | Mapping[str, Any]) -> Variant:
     if "+" in spec and spec not in _PRESETS:
         return compose(*spec.split("+"))
     if spec not in _PRESETS:
-        close = difflib.get_close_matches(spec, _PRESETS, n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
         raise UnknownNameError(
-            f"unknown variant {spec!r}{hint}; presets: {', '.join(_PRESETS)}; "
+            f"unknown variant {spec!r}{did_you_mean(spec, _PRESETS)}; presets: {', '.join(_PRESETS)}; "
             "or pass a dict of XLA options"
         )
     return _PRESETS[spec]
@@ -283,10 +280,8 @@ def validate_passes(names: Iterable[str], backend: str) -> None:
     known = known_passes(backend)
     for name in names:
         if name not in known:
-            close = difflib.get_close_matches(name, known, n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
             raise UnknownPassError(
-                f"unknown HLO pass {name!r}{hint} for backend {backend!r} with jaxlib "
+                f"unknown HLO pass {name!r}{did_you_mean(name, known)} for backend {backend!r} with jaxlib "
                 f"{jaxlib.__version__}: XLA would silently ignore it. Fusion passes here: "
                 f"{', '.join(fusion_passes(backend))}"
             )

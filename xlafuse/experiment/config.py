@@ -42,7 +42,6 @@ line, each prefixed with its TOML location.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import functools
 import hashlib
 import json
@@ -55,43 +54,19 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from xlafuse import models
 from xlafuse.compile import variants
-from xlafuse.compile.variants import DISABLE_PASSES
-from xlafuse.errors import XlafuseError
-from xlafuse.models.registry import recipe, spec
+from xlafuse.compile.variants import BACKENDS, DISABLE_PASSES
+from xlafuse.errors import XlafuseError, did_you_mean
+from xlafuse.measure.timing import TimingSettings
+from xlafuse.models import registry
 from xlafuse.models.sharding import MODEL_PARALLEL_WORKLOADS, PARALLELISMS
-
-SIZES = ("tiny", "small", "full")
-MODES = ("forward", "train")
-DTYPES = ("float32", "bfloat16", "float16")
 
 _TOP_KEYS = ("experiment", "workloads", "timing", "measure")
 _EXPERIMENT_KEYS = ("name", "output", "reference", "variants")
 _WORKLOAD_KEYS = (
     "name", "size", "mode", "dtype", "overrides", "backends", "devices", "parallelism",
 )  # fmt: skip
-BACKENDS = ("cpu", "gpu")
 _INLINE_VARIANT_META = ("name", "description")
-
-
-@dataclasses.dataclass(frozen=True)
-class TimingConfig:
-    """How each cell is timed (see `xlafuse.measure.timing`).
-
-    Attributes:
-      warmup: untimed calls before timing (at least 1: the first call may compile).
-      min_time_s: keep timing synchronized calls until this many seconds have passed...
-      min_iters: ...and at least this many calls were timed.
-      max_iters: never time more calls than this.
-      repeats: pipelined bursts (back-to-back calls, one sync) whose median is reported.
-    """
-
-    warmup: int = 2
-    min_time_s: float = 0.5
-    min_iters: int = 10
-    max_iters: int = 1000
-    repeats: int = 3
 
 
 @dataclasses.dataclass(frozen=True)
@@ -203,7 +178,7 @@ class ExperimentConfig:
     workloads: tuple[WorkloadConfig, ...]
     variants: tuple[VariantConfig, ...]
     reference: str = "default"
-    timing: TimingConfig = TimingConfig()
+    timing: TimingSettings = dataclasses.field(default_factory=TimingSettings)
     measure: MeasureConfig = MeasureConfig()
     source: Path | None = None
 
@@ -318,11 +293,6 @@ class _Problems:
         )
 
 
-def _did_you_mean(value: str, accepted) -> str:
-    close = difflib.get_close_matches(str(value), [str(a) for a in accepted], n=1)
-    return f" (did you mean {close[0]!r}?)" if close else ""
-
-
 def _check_keys(problems: _Problems, prefix: str, table: Any, accepted) -> None:
     if not isinstance(table, Mapping):
         return
@@ -330,7 +300,7 @@ def _check_keys(problems: _Problems, prefix: str, table: Any, accepted) -> None:
         if key not in accepted:
             problems.add(
                 f"{prefix}{key}",
-                f"unknown key{_did_you_mean(key, accepted)}; accepted: {', '.join(accepted)}",
+                f"unknown key{did_you_mean(key, accepted)}; accepted: {', '.join(accepted)}",
             )
 
 
@@ -397,14 +367,9 @@ def _parse_workload(problems, where, item, backend) -> WorkloadConfig | None:
         return None
     before = len(problems.items)
     _check_mesh(problems, where, name, devices, parallelism)
-    _check_choice(problems, f"{where}.size", size, SIZES, "size")
-    _check_choice(problems, f"{where}.dtype", dtype, DTYPES, "dtype")
     # A workload meant for other backends only is still checked, as it would be on the first.
     check_on = backend if backend in backends else backends[0]
-    _check_workload(problems, where, name, size, mode, overrides, check_on)
-    if len(problems.items) == before and check_on == jax.default_backend():
-        # Builders may ask the running backend (cudnn needs a GPU): only check where it runs.
-        _check_build(problems, where, name, size, mode, dtype, overrides)
+    _check_workload(problems, where, name, size, mode, dtype, overrides, check_on)
     if len(problems.items) != before:
         return None
     return WorkloadConfig(name, size, mode, dtype, overrides, backends, devices, parallelism)
@@ -422,13 +387,34 @@ def _check_mesh(problems, where, name, devices, parallelism) -> None:
         )
 
 
-def _check_build(problems, where, name, size, mode, dtype, overrides) -> None:
-    """Override values the workload's builder rejects (`ops = -3`), found without any array."""
-    try:
-        recipe(name, size, mode, dtype, **overrides)
-    except ValueError as err:
-        at = f".overrides.{next(iter(overrides))}" if len(overrides) == 1 else ".overrides"
-        problems.add(f"{where}{at if overrides else ''}", str(err).strip().splitlines()[0])
+def _check_workload(problems, where, name, size, mode, dtype, overrides, backend) -> None:
+    """The registry's problems with the workload, override value types, GPU-only options."""
+    before = len(problems.items)
+    found = registry.problems(name, size, mode, dtype, overrides)
+    for field, message in found:
+        problems.add(f"{where}.{field}", message)
+    if found and found[0][0] == "name":
+        return
+    defaults = registry.spec(name).config(size if size in registry.SIZES else "tiny")
+    for key, value in overrides.items():
+        default = defaults.get(key)
+        kind = float if isinstance(default, float) else type(default)
+        if kind in (int, float, str, bool) and _typed(_Problems(), "", value, kind) is None:
+            problems.add(
+                f"{where}.overrides.{key}",
+                f"must be {_type_name(default)} like the default ({default!r}), "
+                f"not {_type_name(value)} {value!r}",
+            )
+    if overrides.get("implementation") == "cudnn" and backend != "gpu":
+        problems.add(
+            f"{where}.overrides.implementation",
+            f"'cudnn' needs a GPU; the backend is {backend!r} (use 'xla')",
+        )
+    if len(problems.items) != before or backend != jax.default_backend():
+        return
+    # Builders may ask the running backend (cudnn needs a GPU): only build where it runs.
+    for field, message in registry.problems(name, size, mode, dtype, overrides, build=True):
+        problems.add(f"{where}.{field}", message)
 
 
 def _parse_backends(problems, where, value) -> tuple[str, ...]:
@@ -444,70 +430,9 @@ def _check_choice(problems, where, value, accepted, kind) -> None:
     if value is not None and value not in accepted:
         problems.add(
             where,
-            f"{value!r} is not a {kind}{_did_you_mean(value, accepted)} "
+            f"{value!r} is not a {kind}{did_you_mean(value, accepted)} "
             f"(accepted: {', '.join(accepted)})",
         )
-
-
-def _check_workload(problems, where, name, size, mode, overrides, backend) -> None:
-    """Name, mode and override names against the workload registry; GPU-only workloads."""
-    names = models.available()
-    if name not in names:
-        problems.add(
-            f"{where}.name",
-            f"unknown workload {name!r}{_did_you_mean(name, names)} (accepted: {', '.join(names)})",
-        )
-        return
-    spec = _workload_spec(name)
-    modes = tuple(spec.modes) if spec is not None else MODES
-    if mode is not None and mode not in modes:
-        why = " (it has no parameters to train)" if mode == "train" else ""
-        problems.add(
-            f"{where}.mode",
-            f"{mode!r} is not a mode of {name!r}{why} (accepted: {', '.join(modes)})",
-        )
-    if spec is not None:
-        defaults = _override_defaults(spec, size)
-        _check_overrides(problems, f"{where}.overrides", name, overrides, defaults)
-    if overrides.get("implementation") == "cudnn" and backend != "gpu":
-        problems.add(
-            f"{where}.overrides.implementation",
-            f"'cudnn' needs a GPU; the backend is {backend!r} (use 'xla')",
-        )
-
-
-def _check_overrides(problems, where, name, overrides, defaults) -> None:
-    """Override names the workload accepts, with values of its defaults' types."""
-    accepted = sorted(defaults)
-    for key, value in overrides.items():
-        if key not in accepted:
-            problems.add(
-                f"{where}.{key}",
-                f"unknown override for {name!r}{_did_you_mean(key, accepted)} "
-                f"(accepted: {', '.join(accepted) or 'none'})",
-            )
-            continue
-        default = defaults[key]
-        kind = float if isinstance(default, float) else type(default)
-        if kind in (int, float, str, bool) and _typed(_Problems(), "", value, kind) is None:
-            problems.add(
-                f"{where}.{key}",
-                f"must be {_type_name(default)} like the default ({default!r}), "
-                f"not {_type_name(value)} {value!r}",
-            )
-
-
-def _override_defaults(spec, size: str) -> dict[str, Any]:
-    """Override names the workload accepts, with their defaults at `size` (or "tiny")."""
-    size = size if size in SIZES else "tiny"
-    if hasattr(spec, "config"):
-        return dict(spec.config(size))
-    return dict(spec.defaults)
-
-
-def _workload_spec(name: str):
-    """The registry's spec (modes, override defaults)."""
-    return spec(name)
 
 
 def _parse_variants(problems, value, backend) -> list[VariantConfig]:
@@ -568,7 +493,7 @@ def _parse_reference(problems, value, variants) -> str:
     if variants and reference not in names:
         problems.add(
             "experiment.reference",
-            f"{reference!r} is not one of the variants{_did_you_mean(reference, names)} "
+            f"{reference!r} is not one of the variants{did_you_mean(reference, names)} "
             f"(variants: {', '.join(names)})",
         )
     return reference
@@ -637,11 +562,11 @@ def _flat_table(problems, section: str, value, cls, kind_of):
     return cls(**kwargs)
 
 
-def _parse_timing(problems, value) -> TimingConfig:
+def _parse_timing(problems, value) -> TimingSettings:
     def kind_of(key):
         return float if key.endswith("_s") else int
 
-    timing = _flat_table(problems, "timing", value, TimingConfig, kind_of)
+    timing = _flat_table(problems, "timing", value, TimingSettings, kind_of)
     minimum = {"warmup": 1, "min_iters": 1, "max_iters": 1, "repeats": 1, "min_time_s": 0}
     for key, low in minimum.items():
         if getattr(timing, key) < low:

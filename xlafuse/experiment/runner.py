@@ -15,13 +15,12 @@ as "ok" (`fresh=True` moves the old results aside); a Ctrl-C keeps every finishe
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import gc
 import os
 import shutil
 import sys
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +37,7 @@ from rich.progress import (
 
 from xlafuse import models
 from xlafuse.compile.jit import MeasureRequest, compile_workload, unoptimized_hlo
-from xlafuse.errors import XlafuseError
+from xlafuse.errors import check_selected
 from xlafuse.experiment.config import ExperimentConfig, VariantConfig, WorkloadConfig, load_config
 from xlafuse.inspect.explain import missed_fusions
 from xlafuse.measure import cell_kernels, timing
@@ -170,11 +169,11 @@ def select(
     workloads = config.workloads
     if only:
         labels = [w.name for w in workloads] + [w.label for w in workloads]
-        _check_names("workload", only, labels)
+        check_selected("workload", only, labels, "in the config")
         workloads = tuple(w for w in workloads if w.name in only or w.label in only)
     chosen = config.variants
     if variants:
-        _check_names("variant", variants, [v.name for v in config.variants])
+        check_selected("variant", variants, [v.name for v in config.variants], "in the config")
         chosen = tuple(v for v in chosen if v.name in variants or v.name == config.reference)
     return dataclasses.replace(config, workloads=workloads, variants=chosen)
 
@@ -186,16 +185,6 @@ def _for_backend(config: ExperimentConfig, backend: str, say) -> ExperimentConfi
     if skipped:
         say(f"skipped on {backend} (the config's backends key): {', '.join(skipped)}")
     return dataclasses.replace(config, workloads=kept)
-
-
-def _check_names(kind: str, names: Iterable[str], accepted: list[str]) -> None:
-    for name in names:
-        if name not in accepted:
-            close = difflib.get_close_matches(name, accepted, n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise XlafuseError(
-                f"no {kind} {name!r} in the config{hint}; it has: {', '.join(dict.fromkeys(accepted))}"
-            )
 
 
 def _ordered_variants(config: ExperimentConfig) -> list[VariantConfig]:
@@ -304,7 +293,7 @@ def _cell(run: _Run, w, variant: VariantConfig, workload, reference: _Reference)
 
 
 def _measure_request(run: _Run, workload, trace_dir: Path | None = None) -> MeasureRequest:
-    settings = timing.TimingSettings.from_config(run.config.timing)
+    settings = run.config.timing
     profile_calls = PROFILE_CALLS if run.config.measure.profile else 0
     folder = str(trace_dir) if trace_dir is not None else None
     return MeasureRequest(settings, workload.mode == "train", profile_calls, folder)

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
-import difflib
 import gzip
 import os
 import re
@@ -30,7 +29,7 @@ from typing import Any
 
 from xlafuse.compile.protocol import run_child
 from xlafuse.compile.variants import get
-from xlafuse.errors import XlafuseError
+from xlafuse.errors import XlafuseError, check_selected
 from xlafuse.measure.coldstart import workload_spec
 from xlafuse.measure.ncu import NcuKernel, find_ncu, ncu_command, parse_ncu_csv
 from xlafuse.measure.validate import ValidationResult, compare_kernels, modeled_kernels
@@ -156,11 +155,18 @@ def validate_config(
     """
     workloads = [w for w in config.workloads if w.applies_to("gpu")]
     if only:
-        _check_names("workload", only, [w.name for w in workloads] + [w.label for w in workloads])
+        check_selected(
+            "workload",
+            only,
+            [w.name for w in workloads] + [w.label for w in workloads],
+            "among the config's GPU cells",
+        )
         workloads = [w for w in workloads if w.name in only or w.label in only]
     chosen = list(config.variants)
     if variants:
-        _check_names("variant", variants, [v.name for v in chosen])
+        check_selected(
+            "variant", variants, [v.name for v in chosen], "among the config's GPU cells"
+        )
         chosen = [v for v in chosen if v.name in variants]
     cells = [
         (w.to_dict(), dataclasses.replace(v.resolve(), name=v.name))
@@ -199,17 +205,6 @@ def validate_cells(
                 ValidationResult((), 0, 0, workload=spec, variant=chosen.name, error=str(err))
             )
     return results
-
-
-def _check_names(kind: str, names: Iterable[str], accepted: list[str]) -> None:
-    for name in names:
-        if name not in accepted:
-            close = difflib.get_close_matches(name, accepted, n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise XlafuseError(
-                f"no {kind} {name!r} among the config's GPU cells{hint}; "
-                f"it has: {', '.join(dict.fromkeys(accepted))}"
-            )
 
 
 def _run_child(request, folder: Path, flags, timeout_s, argv=None):
