@@ -10,6 +10,7 @@ from xlafuse.compile import variants
 from xlafuse.measure import coldstart
 from xlafuse.models.registry import choose
 from xlafuse.models.registry import spec as workload_spec
+from xlafuse.models.workload import workload_label
 
 
 def register(subparsers) -> None:
@@ -40,7 +41,7 @@ def register(subparsers) -> None:
 def run(args) -> int:
     spec = {"name": args.workload, "size": args.size, "mode": args.mode, "dtype": args.dtype}
     _check(spec, args.variant)
-    label = f"{args.workload}/{args.size}/{args.mode} @ {args.variant}"
+    label = f"{workload_label(args.workload, args.size, args.mode)} @ {args.variant}"
     warm = args.cache is not None and coldstart.cache_entry_count(args.cache) > 0
     with _progress.steps(total=(1 if warm else 2) if args.no_aot else 3) as step:
         result = coldstart.measure_cold_start(

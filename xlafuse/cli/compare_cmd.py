@@ -8,6 +8,7 @@ from xlafuse import models
 from xlafuse.cli import _progress
 from xlafuse.cli._devices import add_mesh_arguments, overrides, rerun_if_needed
 from xlafuse.experiment.compare import compare_workload
+from xlafuse.models.workload import workload_label
 
 
 def register(subparsers) -> None:
@@ -31,7 +32,7 @@ def run(args) -> int:
     if (status := rerun_if_needed(args)) is not None:
         return status
     names = [v.strip() for v in args.variants.split(",") if v.strip()]
-    label = f"{args.workload}/{args.size}/{args.mode}"
+    label = f"{workload_label(args.workload, args.size, args.mode)}"
     if args.devices > 1:
         label += f" ({args.parallelism}-parallel on {args.devices} devices)"
     with _progress.steps(total=1 + len(names)) as step:

@@ -9,6 +9,7 @@ from xlafuse.cli._devices import add_mesh_arguments, overrides, rerun_if_needed
 from xlafuse.errors import XlafuseError
 from xlafuse.inspect.explain import diff_targets
 from xlafuse.measure.kernel_diff import measure_workload_diff
+from xlafuse.models.workload import workload_label
 from xlafuse.report.explain_text import check_top, render_diff
 from xlafuse.report.kernels import render_measured_diff
 
@@ -57,7 +58,7 @@ def run(args) -> int:
         return _measured(args, variants)
     with _progress.steps(total=1) as step:
         if args.workload:
-            label = f"{args.workload}/{args.size}/{args.mode}"
+            label = f"{workload_label(args.workload, args.size, args.mode)}"
             step(f"building and compiling {label} @ {' and @ '.join(variants)}")
         diff = diff_targets(
             args.a,
@@ -85,7 +86,7 @@ def _measured(args, variants: tuple[str, ...]) -> int:
         raise XlafuseError(f"--calls must be a positive number of calls, not {args.calls}")
     with _progress.steps(total=1) as step:
         step(
-            f"compiling and tracing {args.workload}/{args.size}/{args.mode} @ {' and @ '.join(variants)}"
+            f"compiling and tracing {workload_label(args.workload, args.size, args.mode)} @ {' and @ '.join(variants)}"
         )
         measured = measure_workload_diff(
             args.workload, variants, args.size, args.mode, args.calls, args.traces

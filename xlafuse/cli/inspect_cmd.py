@@ -9,6 +9,7 @@ from xlafuse.cli import _progress
 from xlafuse.cli._devices import add_mesh_arguments, overrides, rerun_if_needed
 from xlafuse.errors import XlafuseError
 from xlafuse.inspect.targets import inspect_target
+from xlafuse.models.workload import workload_label
 from xlafuse.report.graph import render_svg, to_dot
 from xlafuse.report.inspect_text import SORT_KEYS, render_text
 
@@ -41,7 +42,9 @@ def run(args) -> int:
         return status
     with _progress.steps(total=1) as step:
         if args.workload:
-            step(f"building and compiling {args.workload}/{args.size}/{args.mode} @ {args.variant}")
+            step(
+                f"building and compiling {workload_label(args.workload, args.size, args.mode)} @ {args.variant}"
+            )
         result = inspect_target(
             path=args.target,
             module=args.module,

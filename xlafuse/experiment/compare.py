@@ -10,6 +10,7 @@ import jax
 
 from xlafuse.compile.jit import compile_variant, compile_workload
 from xlafuse.measure.numerics import compare_outputs, host_outputs, judge_workload
+from xlafuse.models.workload import workload_label
 
 
 @dataclasses.dataclass(frozen=True)
@@ -161,7 +162,9 @@ def compare_workload(
     rows, reference = [], None
     for variant in variants:
         if on_step is not None:
-            on_step(f"compiling {workload.name}/{workload.size}/{workload.mode} under {variant}")
+            on_step(
+                f"compiling {workload_label(workload.name, workload.size, workload.mode)} under {variant}"
+            )
         compiled = compile_workload(workload, variant)
         raw = compiled.measured.outputs if compiled.measured else None
         outputs = host_outputs(
@@ -170,7 +173,7 @@ def compare_workload(
         reference = outputs if reference is None else reference
         diff = judge_workload(workload, reference, outputs)
         rows.append(_row(compiled, diff))
-    label = f"{workload.name}/{workload.size}/{workload.mode}"
+    label = workload_label(workload.name, workload.size, workload.mode)
     if workload.devices > 1:
         label += f" ({workload.parallelism}-parallel on {workload.devices} devices)"
     return Comparison(label, jax.default_backend(), tuple(rows))

@@ -60,6 +60,7 @@ from xlafuse.errors import XlafuseError, did_you_mean
 from xlafuse.measure.timing import TimingSettings
 from xlafuse.models import registry
 from xlafuse.models.sharding import MODEL_PARALLEL_WORKLOADS, PARALLELISMS
+from xlafuse.models.workload import workload_label
 
 _TOP_KEYS = ("experiment", "workloads", "timing", "measure")
 _EXPERIMENT_KEYS = ("name", "output", "reference", "variants")
@@ -121,11 +122,9 @@ class WorkloadConfig:
     @property
     def label(self) -> str:
         """Short human name, e.g. `chain/tiny/forward` or `chain[ops=16]/tiny/forward`."""
-        extra = ",".join(f"{k}={v}" for k, v in sorted(self.overrides.items()))
-        name = f"{self.name}[{extra}]" if extra else self.name
-        dtype = f"/{self.dtype}" if self.dtype else ""
-        mesh = f" @{self.mesh}" if self.mesh else ""
-        return f"{name}/{self.size}/{self.mode}{dtype}{mesh}"
+        return workload_label(
+            self.name, self.size, self.mode, self.overrides, self.dtype, self.mesh
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form."""

@@ -47,6 +47,7 @@ from xlafuse.measure.numerics import host_outputs, judge_workload
 from xlafuse.measure.profile import DeviceProfile, profile_device_time
 from xlafuse.measure.stats import speedup_interval
 from xlafuse.models.sharding import check_device_count
+from xlafuse.models.workload import workload_label
 from xlafuse.report.markdown import speedup_text, write_report
 from xlafuse.results import records as results_lib
 from xlafuse.results.records import CellResult, append_result, cell_id
@@ -601,10 +602,8 @@ def _finish(run: _Run, record: CellResult, reference: CellResult | None, advance
 
 def cell_line(record: CellResult, reference: CellResult | None = None) -> str:
     """One concise line per cell: `mlp/tiny/forward  no-fusion  kernels 9 (+5)  0.12 ms  0.61x  ok`."""
-    extra = ",".join(f"{k}={v}" for k, v in sorted(record.overrides.items()))
-    name = f"{record.workload}{f'[{extra}]' if extra else ''}/{record.size}/{record.mode}"
-    if record.devices > 1:
-        name += f" @{record.parallelism}{record.devices}"
+    mesh = f"{record.parallelism}{record.devices}" if record.devices > 1 else None
+    name = workload_label(record.workload, record.size, record.mode, record.overrides, mesh=mesh)
     if not record.ok:
         return f"{name}  {record.variant}  ERROR {record.error_type}: {record.error}"
     kernels = f"kernels {record.kernels}"

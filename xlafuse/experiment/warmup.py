@@ -29,6 +29,7 @@ from xlafuse.measure.coldstart import (
     persistent_cache,
     workload_spec,
 )
+from xlafuse.models.workload import workload_label
 
 
 @dataclasses.dataclass(frozen=True)
@@ -144,7 +145,7 @@ def _targets(fn_or_workloads, args, jit_kwargs):
         items = [items]
     for item in items:
         workload = item if _is_workload(item) else build_workload(workload_spec(item))
-        label = f"{workload.name}/{workload.size}/{workload.mode}"
+        label = workload_label(workload.name, workload.size, workload.mode)
         # No donation: the runner and the cold-start children compile this way (same cache key).
         donate = {"donate_argnums": workload.donate_argnums} if workload.donate_argnums else {}
         yield label, workload.fn, workload.args, donate  # as `compile_workload` compiles it

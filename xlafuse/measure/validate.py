@@ -34,6 +34,7 @@ from typing import Any
 
 from xlafuse.hlo import analyze_hlo
 from xlafuse.measure.ncu import NcuKernel
+from xlafuse.models.workload import workload_label
 
 BYTES_TOLERANCE = 0.10
 TIME_TOLERANCE = 0.05
@@ -207,10 +208,8 @@ class ValidationResult:
         w = self.workload
         if not w:
             return ""
-        extra = ",".join(f"{k}={v}" for k, v in sorted((w.get("overrides") or {}).items()))
-        name = f"{w['name']}[{extra}]" if extra else w["name"]
-        dtype = f"/{w['dtype']}" if w.get("dtype") else ""
-        return f"{name}/{w.get('size', 'tiny')}/{w.get('mode', 'forward')}{dtype}"
+        size, mode = w.get("size", "tiny"), w.get("mode", "forward")
+        return workload_label(w["name"], size, mode, w.get("overrides"), w.get("dtype"))
 
     @property
     def kernels_equal(self) -> bool:

@@ -12,6 +12,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from xlafuse.models.workload import workload_label
+
 COLD_FIELDS = ("cold_compile_s", "warm_compile_s", "first_call_s", "steady_call_s", "aot_load_s")
 _COLD_COLUMNS = (
     "workload",
@@ -108,7 +110,7 @@ def coldstart_plot(records: Iterable[Any], path: str | Path) -> bool:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    labels = [f"{workload_label(r)}\n{r.get('variant')}" for r in rows]
+    labels = [f"{record_label(r)}\n{r.get('variant')}" for r in rows]
     xs = range(len(rows))
     fig, ax = plt.subplots(figsize=(max(8, 1.6 * len(rows) + 3), 4))
     ax.bar(
@@ -148,21 +150,20 @@ def _has_cold_fields(record: Mapping[str, Any]) -> bool:
     return any(record.get(k) is not None for k in COLD_FIELDS)
 
 
-def workload_label(record: Mapping[str, Any]) -> str:
+def record_label(record: Mapping[str, Any]) -> str:
+    """The workload label of a record dict (a runner cell, or a cold-start result's nested spec)."""
     workload = record.get("workload")
     if isinstance(workload, Mapping):
         record = {**record, **workload, "workload": workload.get("name")}
-    extra = ",".join(f"{k}={v}" for k, v in sorted((record.get("overrides") or {}).items()))
-    name = f"{record.get('workload')}[{extra}]" if extra else str(record.get("workload"))
-    parts = [name, record.get("size"), record.get("mode")]
-    return "/".join(str(p) for p in parts if p)
+    size, mode = record.get("size"), record.get("mode")
+    return workload_label(record.get("workload"), size, mode, record.get("overrides"))
 
 
 def _cold_row(r: Mapping[str, Any]) -> list[str]:
     cold, warm, steady = r.get("cold_compile_s"), r.get("warm_compile_s"), r.get("steady_call_s")
     hit = r.get("cache_hit")
     return [
-        workload_label(r),
+        record_label(r),
         str(r.get("variant", "")),
         _fmt(cold, ".3f"),
         _fmt(warm, ".3f"),
@@ -181,11 +182,11 @@ def _graph_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     cells = [
         r for r in records if r.get("variant") in GRAPH_FLAGS and r.get("time_median_s") is not None
     ]
-    with_off = {workload_label(r) for r in cells if not GRAPH_FLAGS[r["variant"]][0]}
+    with_off = {record_label(r) for r in cells if not GRAPH_FLAGS[r["variant"]][0]}
     for r in cells:
-        if workload_label(r) in with_off:
+        if record_label(r) in with_off:
             graphs, fusion = GRAPH_FLAGS[r["variant"]]
-            rows.append({**r, "workload": workload_label(r), "graphs": graphs, "fusion": fusion})
+            rows.append({**r, "workload": record_label(r), "graphs": graphs, "fusion": fusion})
     return rows
 
 

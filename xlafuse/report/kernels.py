@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from xlafuse.errors import XlafuseError
-from xlafuse.report.coldstart import workload_label
+from xlafuse.report.coldstart import record_label
 
 KERNEL_ROOFLINE_PNG = "kernel_roofline.png"
 DETAIL_ROWS = 10
@@ -145,7 +145,7 @@ def _us(seconds: float) -> str:
 
 def cell_name(record: Any) -> str:
     """`chain[ops=4]/tiny/forward@no-fusion`: what `--roofline-cell` accepts (or the cell_id)."""
-    return f"{workload_label(record.to_dict())}@{record.variant}"
+    return f"{record_label(record.to_dict())}@{record.variant}"
 
 
 def choose_roofline_cell(records: Sequence[Any], wanted: str | None) -> Any | None:

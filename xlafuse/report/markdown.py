@@ -16,7 +16,7 @@ from xlafuse.report.coldstart import (
     coldstart_plot,
     coldstart_section,
     graphs_section,
-    workload_label,
+    record_label,
 )
 from xlafuse.report.explain_text import missed_fusions_markdown
 from xlafuse.report.kernels import (
@@ -256,7 +256,7 @@ def _errors(records: Sequence[CellResult]) -> list[str]:
         return []
     lines = ["## Errors", ""]
     for r in errors:
-        lines.append(f"- `{r.workload}/{r.size}/{r.mode}` `{r.variant}`: {r.error_type}: {r.error}")
+        lines.append(f"- `{_label(r)}` `{r.variant}`: {r.error_type}: {r.error}")
     return [*lines, ""]
 
 
@@ -282,7 +282,7 @@ def write_plots(records: Sequence[CellResult], out_dir: Path) -> list[str]:
 
 def _label(r: CellResult) -> str:
     """`chain[ops=16]/tiny/forward`: the overrides stay, they tell two chains apart."""
-    return workload_label(r.to_dict())
+    return record_label(r.to_dict())
 
 
 def _device(records: Sequence[CellResult]) -> str:
