@@ -11,6 +11,7 @@ import jax
 from xlafuse.compile.jit import compile_variant, compile_workload
 from xlafuse.measure.numerics import compare_outputs, host_outputs, judge_workload
 from xlafuse.models.workload import workload_label
+from xlafuse.report.format import text_table
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,10 +106,8 @@ class Comparison:
             )
             for r in self.rows
         ]
-        widths = [max(len(x) for x in col) for col in zip(header, *lines, strict=True)]
-        fmt = "  ".join(f"{{:<{w}}}" if i == 0 else f"{{:>{w}}}" for i, w in enumerate(widths))
-        title = f"{self.function} on {self.backend}"
-        return "\n".join([title, fmt.format(*header), *(fmt.format(*x) for x in lines)])
+        right = range(1, len(header))
+        return f"{self.function} on {self.backend}\n" + text_table(header, lines, right)
 
 
 def compare(

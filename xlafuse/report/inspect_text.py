@@ -11,7 +11,7 @@ from xlafuse.hlo import FusionReport, KernelInfo
 from xlafuse.hlo.collectives import CollectiveReport
 from xlafuse.hlo.dump import module_label
 from xlafuse.inspect.schema import InspectResult, traffic_share
-from xlafuse.report.format import format_bytes
+from xlafuse.report.format import format_bytes, text_table
 
 SORT_KEYS = ("bytes", "ops", "name")
 # Ops that ride along in almost every fusion; the "main ops" column names the others first.
@@ -114,7 +114,9 @@ def _source_label(kernel: KernelInfo, limit: int = 2) -> str:
     return ", ".join(shown) + more
 
 
-def render_kernel_table(result: InspectResult, top: int | None = None, sort: str = "bytes") -> str:
+def render_kerneltext_table(
+    result: InspectResult, top: int | None = None, sort: str = "bytes"
+) -> str:
     """One row per kernel: name, kind, ops, main ops, bytes in/out, traffic %, source lines.
 
     Args:
@@ -133,7 +135,7 @@ def render_kernel_table(result: InspectResult, top: int | None = None, sort: str
     kernels = sort_kernels(report.kernel_details, sort)
     rows = [_row(k, report) for k in kernels[:top]]
     header = ("kernel", "kind", "ops", "main ops", "in", "out", "traffic", "source")
-    text = _table(header, rows, right={2, 4, 5, 6})
+    text = text_table(header, rows, right={2, 4, 5, 6})
     if top is not None and len(kernels) > top:
         text += f"\n... {len(kernels) - top} more kernels (--top {len(kernels)} shows all)"
     return text
@@ -156,19 +158,6 @@ def _clip(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
-def _table(header, rows, right=frozenset()) -> str:
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-
-    def line(cells):
-        parts = [
-            c.rjust(w) if i in right else c.ljust(w)
-            for i, (c, w) in enumerate(zip(cells, widths, strict=True))
-        ]
-        return "  ".join(parts).rstrip()
-
-    return "\n".join([line(header), *(line(r) for r in rows)])
-
-
 def render_modules(result: InspectResult) -> str:
     """The folder listing: one row per module, largest first, with launches when dumped."""
     rows = [
@@ -186,11 +175,11 @@ def render_modules(result: InspectResult) -> str:
     title = f"{len(result.modules)} optimized modules in {result.target} (largest first)"
     notes = [f"warning: {w}" for w in result.warnings]
     hint = "pick one with --module NAME (a part of its file name)"
-    return "\n".join([title, _table(header, rows, right={1, 2, 3, 4, 5}), hint, *notes])
+    return "\n".join([title, text_table(header, rows, right={1, 2, 3, 4, 5}), hint, *notes])
 
 
 def render_text(result: InspectResult, top: int | None = None, sort: str = "bytes") -> str:
     """The full text report: the folder listing, or the summary and the kernel table."""
     if result.report is None:
         return render_modules(result)
-    return render_summary(result) + "\n\n" + render_kernel_table(result, top, sort)
+    return render_summary(result) + "\n\n" + render_kerneltext_table(result, top, sort)
