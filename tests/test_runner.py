@@ -11,7 +11,7 @@ from xlafuse.errors import XlafuseError
 from xlafuse.experiment import runner
 from xlafuse.experiment.config import VariantConfig, parse_config
 from xlafuse.measure.calibrate import calibrate
-from xlafuse.results.records import REQUIRED_KEYS, append_result, finished_cells, load_results
+from xlafuse.results.records import CellResult, append_result, finished_cells, load_results
 
 FAST_TIMING = {"warmup": 1, "min_time_s": 0, "min_iters": 3, "max_iters": 3, "repeats": 1}
 WORKLOADS = [
@@ -70,7 +70,7 @@ def test_records_are_complete_and_ok(first_run):
     assert len(lines) == len(records) == 6
     for line in lines:
         data = json.loads(line)
-        assert set(REQUIRED_KEYS) <= set(data)
+        assert {f.name for f in dataclasses.fields(CellResult)} <= set(data)
         assert data["status"] == "ok", data["error"]
         assert data["env"]["config_hash"] and data["env"]["jax"]
         assert data["copy_ceiling_bytes_per_s"] > 0
@@ -139,6 +139,33 @@ def test_resume_runs_only_new_cells_and_compares_with_the_recorded_reference(
     new = records[-1]
     assert new.within_tolerance is True and new.speedup_vs_reference is not None
     assert new.kernels == records[1].kernels
+
+
+def test_a_reference_that_fails_to_recompile_on_resume_is_named_in_records_and_report(
+    first_run, tmp_path, monkeypatch
+):
+    out, _ = first_run
+    copy = tmp_path / "broken-reference"
+    copy.mkdir()
+    (copy / "results.jsonl").write_text((out / "results.jsonl").read_text())
+    real = runner.compile_workload
+
+    def failing_reference(workload, variant, *args, **kwargs):
+        if variant.name == "default":
+            raise RuntimeError("out of memory\nsecond line")
+        return real(workload, variant, *args, **kwargs)
+
+    monkeypatch.setattr(runner, "compile_workload", failing_reference)
+    inline = {"name": "no-fusion-inline", "xla_disable_hlo_passes": "fusion"}
+    config = _config(copy, variants=("default", "no-fusion", inline))
+    records = runner.run_experiment(config, only=["mul_add_relu"], progress=False)
+    new = records[-1]
+    message = "recompiling the reference failed: RuntimeError: out of memory"
+    assert new.status == "ok" and new.reference_error == message
+    assert new.within_tolerance is None and new.speedup_vs_reference is None
+    assert records[1].reference_error is None  # recorded before, against the live reference
+    report = (copy / "report.md").read_text()
+    assert f"| not checked: {message} |" in report
 
 
 def test_fresh_starts_over(first_run, tmp_path, compiles):

@@ -272,8 +272,8 @@ def _reference(run: _Run, w, workload, cells, done, advance) -> _Reference:
         compiled = compile_workload(workload, variant.resolve(), _measure_request(run, workload))
         outputs = _first_outputs(compiled, workload)
     except Exception as err:
-        message = f"{type(err).__name__}: {(str(err).strip() or '').splitlines()[:1]}"
-        return dataclasses.replace(reference, error=f"recompiling the reference failed: {message}")
+        message = f"recompiling the reference failed: {_error_line(err)}"
+        return dataclasses.replace(reference, error=message)
     return dataclasses.replace(reference, compiled=compiled, outputs=outputs)
 
 
@@ -405,7 +405,7 @@ def _missed_fusions(workload, compiled) -> dict[str, Any]:
     try:
         return missed_fusions(unoptimized_hlo(workload), compiled.hlo_text, top=MISSED_FUSIONS_TOP)
     except Exception as err:
-        return {"error": f"{type(err).__name__}: {str(err).strip().splitlines()[:1]}"}
+        return {"error": _error_line(err)}
 
 
 def _profile(compiled, workload, request: MeasureRequest, advance):
@@ -586,6 +586,12 @@ def _identity(run: _Run, w: WorkloadConfig, variant: VariantConfig, workload) ->
 
 def _record(run, w, variant, workload, status, fields) -> CellResult:
     return CellResult(**_identity(run, w, variant, workload), status=status, **fields)
+
+
+def _error_line(err: BaseException) -> str:
+    """`TypeName: first line of the message`."""
+    lines = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {lines[0]}" if lines else type(err).__name__
 
 
 def _error_record(run, w, variant, workload, err: BaseException) -> CellResult:

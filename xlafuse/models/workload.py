@@ -189,8 +189,6 @@ class Workload:
             "parallelism": self.parallelism,
         }
 
-    describe = to_dict
-
 
 def _jsonable(value: Any) -> Any:
     if isinstance(value, tuple | list):

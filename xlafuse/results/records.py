@@ -207,9 +207,6 @@ class CellResult:
         return cls(**{k: v for k, v in data.items() if k in names})
 
 
-REQUIRED_KEYS = tuple(f.name for f in dataclasses.fields(CellResult))
-
-
 def _plain(value: Any) -> Any:
     if isinstance(value, Mapping):
         return {str(k): _plain(v) for k, v in value.items()}
