@@ -2,6 +2,7 @@
 
 import dataclasses
 import json
+import pathlib
 
 import jax
 import pytest
@@ -11,8 +12,16 @@ from xlafuse.errors import XlafuseError
 from xlafuse.experiment import runner
 from xlafuse.experiment.config import VariantConfig, parse_config
 from xlafuse.measure.calibrate import calibrate
-from xlafuse.results.records import CellResult, append_result, finished_cells, load_results
+from xlafuse.report.markdown import write_report
+from xlafuse.results.records import (
+    CellResult,
+    append_result,
+    finished_cells,
+    load_results,
+    read_results,
+)
 
+ROOT = pathlib.Path(__file__).resolve().parent.parent
 FAST_TIMING = {"warmup": 1, "min_time_s": 0, "min_iters": 3, "max_iters": 3, "repeats": 1}
 WORKLOADS = [
     {"name": "mul_add_relu"},
@@ -70,7 +79,7 @@ def test_records_are_complete_and_ok(first_run):
     assert len(lines) == len(records) == 6
     for line in lines:
         data = json.loads(line)
-        assert {f.name for f in dataclasses.fields(CellResult)} <= set(data)
+        assert {f.name for f in dataclasses.fields(CellResult)} - {"extra"} <= set(data)
         assert data["status"] == "ok", data["error"]
         assert data["env"]["config_hash"] and data["env"]["jax"]
         assert data["copy_ceiling_bytes_per_s"] > 0
@@ -316,3 +325,54 @@ def test_cold_start_cells_carry_cache_figures(tmp_path):
     report = (tmp_path / "report.md").read_text()
     assert "## Cold start" in report and "| mul_add_relu/tiny/forward | default |" in report
     assert "_skipped: CUDA graphs exist only on the GPU_" in report
+
+
+def test_unknown_keys_are_kept_and_written_back(tmp_path):
+    data = {
+        "workload": "mlp", "size": "tiny", "mode": "forward", "dtype": "float32",
+        "variant": "default", "backend": "cpu", "device_kind": "cpu",
+        "kernels": 3, "torch_twin_s": 0.5, "study": {"name": "x"},
+    }  # fmt: skip
+    record = CellResult.from_dict(data)
+    assert record.kernels == 3
+    assert record.extra == {"torch_twin_s": 0.5, "study": {"name": "x"}}
+    path = tmp_path / "results.jsonl"
+    append_result(path, record)
+    written = json.loads(path.read_text())
+    assert written["torch_twin_s"] == 0.5 and written["study"] == {"name": "x"}
+    assert "extra" not in written and written["schema_version"] == 1
+
+
+def test_a_newer_schema_version_is_skipped_with_a_clear_message(tmp_path):
+    path = tmp_path / "results.jsonl"
+    record = CellResult("mlp", "tiny", "forward", "float32", "default", "cpu", "cpu")
+    append_result(path, record)
+    newer = {**record.to_dict(), "schema_version": 2}
+    with path.open("a") as f:
+        f.write(json.dumps(newer) + "\n")
+    read = read_results(path)
+    assert len(read.records) == 1
+    assert read.skipped == (
+        (2, "written under schema_version 2, newer than the 1 this xlafuse reads: upgrade "
+            "xlafuse to read it"),
+    )  # fmt: skip
+    path.write_text(json.dumps(newer) + "\n")
+    with pytest.raises(XlafuseError, match=r"none of its 1 lines is a record \(line 1: written "):
+        read_results(path)
+
+
+@pytest.mark.parametrize(
+    "folder", sorted(p.parent.name for p in (ROOT / "experiments").glob("*/*/results.jsonl"))
+)
+def test_published_schema_1_results_still_read_and_report(folder, tmp_path):
+    (path,) = (ROOT / "experiments").glob(f"*/{folder}/results.jsonl")
+    read = read_results(path)
+    lines = [line for line in path.read_text().splitlines() if line.strip()]
+    assert len(read.records) == len(lines) and read.skipped == ()
+    assert all(r.schema_version == 1 and r.extra == {} for r in read.records)
+    for line, record in zip(lines, read.records, strict=True):
+        original, written = json.loads(line), json.loads(json.dumps(record.to_dict()))
+        assert {k: written[k] for k in original} == original  # fields added since get defaults
+    write_report(path, tmp_path)
+    report = (tmp_path / "report.md").read_text()
+    assert all(r.variant in report for r in read.records)

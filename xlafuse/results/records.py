@@ -87,6 +87,9 @@ class CellResult:
     status is "ok" or "error" (then `error` holds the message and most figures are None).
     settings: what the measurement depends on besides the cell's name (`cell_settings`); a
     results file holds records of one set of settings only (`check_resumable`).
+    schema_version: the record format (`SCHEMA_VERSION`; a newer one is refused on read,
+    `check_schema_version`). extra: keys of a read record that this version does not know,
+    kept and written back unchanged.
     """
 
     workload: str
@@ -184,6 +187,7 @@ class CellResult:
     settings: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     env: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     schema_version: int = SCHEMA_VERSION
+    extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -191,20 +195,39 @@ class CellResult:
         return self.status == "ok"
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-able form (mappings become plain dicts)."""
-        return {f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self)}
+        """JSON-able form (mappings become plain dicts); `extra` keys are written back as read."""
+        known = {f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self)}
+        del known["extra"]
+        return {**_plain(self.extra), **known}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> CellResult:
-        """From a JSON record; keys this version does not know are dropped.
+        """From a JSON record; keys this version does not know are kept in `extra`.
 
         Raises:
           TypeError: `data` is not a mapping, or lacks a required key.
+          XlafuseError: a schema_version this version cannot read (newer, or not a version).
         """
         if not isinstance(data, Mapping):
             raise TypeError(f"a record is a JSON object, not {type(data).__name__}")
-        names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in names})
+        check_schema_version(data.get("schema_version", 1))
+        names = {f.name for f in dataclasses.fields(cls)} - {"extra"}
+        extra = {k: v for k, v in data.items() if k not in names}
+        return cls(**{k: v for k, v in data.items() if k in names}, extra=extra)
+
+
+def check_schema_version(version: Any) -> None:
+    """Raise XlafuseError unless this version of xlafuse reads records of `version`.
+
+    Records without the key are schema 1 (the first published files).
+    """
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        raise XlafuseError(f"schema_version {version!r} is not a version (a positive integer)")
+    if version > SCHEMA_VERSION:
+        raise XlafuseError(
+            f"written under schema_version {version}, newer than the {SCHEMA_VERSION} this "
+            "xlafuse reads: upgrade xlafuse to read it"
+        )
 
 
 def _plain(value: Any) -> Any:
@@ -556,6 +579,8 @@ def _parse(path: Path) -> tuple[list[CellResult], list[tuple[int, str]]]:
             skipped.append((number, f"not valid JSON ({err})"))
         except TypeError as err:
             skipped.append((number, f"not a cell record ({err})"))
+        except XlafuseError as err:
+            skipped.append((number, str(err)))
     return records, skipped
 
 
