@@ -13,13 +13,8 @@ from xlafuse.experiment import runner
 from xlafuse.experiment.config import VariantConfig, parse_config
 from xlafuse.measure.calibrate import calibrate
 from xlafuse.report.markdown import write_report
-from xlafuse.results.records import (
-    CellResult,
-    append_result,
-    finished_cells,
-    load_results,
-    read_results,
-)
+from xlafuse.results.files import append_result, finished_cells, load_results, read_results
+from xlafuse.results.records import CellResult
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 FAST_TIMING = {"warmup": 1, "min_time_s": 0, "min_iters": 3, "max_iters": 3, "repeats": 1}
@@ -263,7 +258,10 @@ def test_cli_run_config_error_lists_every_problem(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "2 problems in the config" in err
     assert "workloads[0].name: unknown workload 'mlpp' (did you mean 'mlp'?)" in err
-    assert "workloads[1].size: 'huge' is not a size (accepted: tiny, small, full)" in err
+    assert (
+        "workloads[1].size: unknown size 'huge' for workload 'chain'; accepted: tiny, small, full"
+        in err
+    )
 
 
 def test_cli_run_and_report(tmp_path, capsys):

@@ -49,8 +49,11 @@ from xlafuse.measure.stats import speedup_interval
 from xlafuse.models.sharding import check_device_count
 from xlafuse.models.workload import workload_label
 from xlafuse.report.markdown import speedup_text, write_report
-from xlafuse.results import records as results_lib
-from xlafuse.results.records import CellResult, append_result, cell_id
+from xlafuse.results import files as results_files
+from xlafuse.results import records
+from xlafuse.results import settings as results_settings
+from xlafuse.results.files import append_result
+from xlafuse.results.records import CellResult, cell_id
 
 PROFILE_CALLS = 10
 MISSED_FUSIONS_VARIANT = "default"  # the program whose missed fusions the report lists
@@ -131,15 +134,15 @@ def run_experiment(
     backend = jax.default_backend()
     config = _for_backend(config, backend, print)
     check_device_count(max((w.devices for w in config.workloads), default=1))
-    out_dir = results_lib.prepare_output(out if out is not None else config.output)
-    results_path = out_dir / results_lib.RESULTS_FILE
-    settings = results_lib.run_settings(config, backend, jax.devices()[0].device_kind)
-    with results_lib.lock_folder(out_dir):
+    out_dir = results_files.prepare_output(out if out is not None else config.output)
+    results_path = out_dir / results_files.RESULTS_FILE
+    settings = results_settings.run_settings(config, backend, jax.devices()[0].device_kind)
+    with results_files.lock_folder(out_dir):
         if fresh:
             _move_aside(results_path)
-        torn = results_lib.repair_tail(results_path)
-        results_lib.check_resumable(results_path, settings, config.variants)
-        done = results_lib.finished_cells(results_path)
+        torn = results_files.repair_tail(results_path)
+        results_settings.check_resumable(results_path, settings, config.variants)
+        done = results_files.finished_cells(results_path)
         plan = [(w, _todo(config, w, backend, done)) for w in config.workloads]
         todo = sum(len(cells) for _, cells in plan)
         with _Reporter(progress, todo) as reporter:
@@ -203,7 +206,7 @@ def _todo(config, w: WorkloadConfig, backend: str, done) -> list[VariantConfig]:
 
 
 def _move_aside(path: Path) -> None:
-    results_lib.move_aside(path)
+    results_files.move_aside(path)
 
 
 def _start(config, results_path, settings, say, todo: int, skipped: int) -> _Run:
@@ -221,7 +224,7 @@ def _start(config, results_path, settings, say, todo: int, skipped: int) -> _Run
             f"ceilings: copy {ceilings.copy_bytes_per_s / 1e9:.1f} GB/s"
             + (f", matmul {flops / 1e12:.2f} TFLOP/s" if flops else "")
         )
-    env = results_lib.environment(config.config_hash())
+    env = results_settings.environment(config.config_hash())
     return _Run(config, results_path, backend, device_kind, env, ceilings, say, settings)
 
 
@@ -580,7 +583,7 @@ def _identity(run: _Run, w: WorkloadConfig, variant: VariantConfig, workload) ->
         "copy_ceiling_basis": ceilings.copy_basis if ceilings else None,
         "matmul_ceiling_flops_per_s": ceilings.matmul_flops_per_s if ceilings else None,
         "env": run.env,
-        "settings": results_lib.cell_settings(run.settings, variant),
+        "settings": results_settings.cell_settings(run.settings, variant),
     }
 
 
@@ -637,7 +640,7 @@ def _selected_records(
     if not results_path.exists():
         return []
     latest = {
-        r.cell_id: r for r in results_lib.latest_per_cell(results_lib.load_results(results_path))
+        r.cell_id: r for r in records.latest_per_cell(results_files.load_results(results_path))
     }
     keys = [
         _cell_id(w, v.name, backend) for w in config.workloads for v in _ordered_variants(config)

@@ -27,7 +27,8 @@ from xlafuse.report.kernels import (
     traces_section,
 )
 from xlafuse.report.sharded import sharded_section
-from xlafuse.results.records import CellResult, latest_per_cell, read_results
+from xlafuse.results.files import read_results
+from xlafuse.results.records import CellResult, latest_per_cell
 
 SPEEDUP_PNG = "speedup.png"
 KERNELS_PNG = "kernels_vs_time.png"

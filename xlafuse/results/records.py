@@ -1,43 +1,19 @@
-"""Result records: one JSON line per cell (workload x variant), written the moment the cell ends.
+"""The result record: one `CellResult` per measured cell (workload x variant), and its JSON form.
 
-The file is append-only JSONL: a run killed half-way (Ctrl-C, OOM-kill, a dead machine) keeps
-every finished cell, and re-running the same config skips them (`finished_cells`).
-
-What keeps one file honest:
-- every record carries the `settings` it was measured under (`run_settings`: experiment,
-  reference, backend and device, timing and measure tables, XLA_FLAGS, jax/jaxlib/xlafuse
-  versions, and the cell's variant resolved to its XLA options); `check_resumable` refuses to
-  add cells to a file written under other settings, so cells are never mixed or reused;
-- a last line cut short by a crash (no newline) is moved aside, bytes kept, by `repair_tail`,
-  and `append_result` always starts on a new line, so the next record is never swallowed;
-- `lock_folder` keeps a second run out of a folder that a run is writing to;
-- `read_results` says which lines it skipped; a file with no record at all is an error.
+Written as one JSON line per cell (`xlafuse.results.files`); read back with every key kept: those
+this version does not know stay in `extra`, and a newer `schema_version` is refused with a message
+(`check_schema_version`). Files without the key are schema 1, as published in `experiments/`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import fcntl
-import importlib.metadata
 import json
-import os
-import platform
-import subprocess
-import time
-import warnings
-from collections.abc import Iterable, Iterator, Mapping
-from pathlib import Path
+from collections.abc import Iterable, Mapping
 from typing import Any
 
-import jax
-import jaxlib
-
-import xlafuse
 from xlafuse.errors import XlafuseError
 
-RESULTS_FILE = "results.jsonl"
-LOCK_FILE = ".xlafuse.lock"
 SCHEMA_VERSION = 1
 
 
@@ -196,9 +172,9 @@ class CellResult:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form (mappings become plain dicts); `extra` keys are written back as read."""
-        known = {f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self)}
+        known = {f.name: plain(getattr(self, f.name)) for f in dataclasses.fields(self)}
         del known["extra"]
-        return {**_plain(self.extra), **known}
+        return {**plain(self.extra), **known}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> CellResult:
@@ -230,11 +206,11 @@ def check_schema_version(version: Any) -> None:
         )
 
 
-def _plain(value: Any) -> Any:
+def plain(value: Any) -> Any:
     if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
+        return {str(k): plain(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
+        return [plain(v) for v in value]
     return value
 
 
@@ -257,353 +233,6 @@ def cell_id(
     return "/".join(parts + ([mesh] if mesh else []))
 
 
-def run_settings(config: Any, backend: str, device_kind: str) -> dict[str, Any]:
-    """What every cell of a run is measured under, besides its own workload and variant.
-
-    Args:
-      config: the ExperimentConfig (its name, reference, timing and measure tables).
-      backend: "cpu" or "gpu".
-      device_kind: the device's kind, e.g. "NVIDIA H200".
-    """
-
-    return {
-        "experiment": config.name,
-        "reference": config.reference,
-        "backend": backend,
-        "device_kind": device_kind,
-        "timing": dataclasses.asdict(config.timing),
-        # Keeping traces or not changes no measurement: a run may resume with the other choice.
-        "measure": {
-            k: v for k, v in dataclasses.asdict(config.measure).items() if k != "keep_traces"
-        },
-        "XLA_FLAGS": os.environ.get("XLA_FLAGS", ""),
-        "jax": jax.__version__,
-        "jaxlib": jaxlib.__version__,
-        "xlafuse": xlafuse.__version__,
-    }
-
-
-def variant_settings(variant: Any) -> dict[str, Any]:
-    """A config variant resolved to what XLA gets: disabled passes, options, process flags.
-
-    A variant that no longer resolves (a preset gone from the registry) is recorded by its
-    config form, so an error record can still be written.
-    """
-    try:
-        resolved = variant.resolve()
-    except ValueError:
-        return {"unresolved": _plain(variant.to_dict())}
-    return {
-        "disable_passes": list(resolved.disable_passes),
-        "options": _plain(resolved.options),
-        "process_flags": list(resolved.process_flags),
-    }
-
-
-def cell_settings(settings: Mapping[str, Any], variant: Any) -> dict[str, Any]:
-    """`run_settings` plus the cell's resolved variant (`variant_settings`): a record's settings."""
-    return {**settings, "variant": variant_settings(variant)}
-
-
-def check_resumable(
-    path: str | Path, settings: Mapping[str, Any], variants: Iterable[Any] = ()
-) -> None:
-    """Refuse to add cells to a results file that was written under other settings.
-
-    Args:
-      path: the results file (nothing to check when it does not exist).
-      settings: this run's `run_settings`.
-      variants: this run's config variants; a recorded variant of the same name must have
-        resolved to the same XLA options.
-
-    Raises:
-      XlafuseError: one line naming what differs, with the two ways out (`--fresh`, `--out`).
-    """
-    path = Path(path)
-    if not path.exists():
-        return
-    now = {v.name: variant_settings(v) for v in variants}
-    for record in _parse(path)[0]:
-        differences = _differences(record, settings, now)
-        if differences:
-            shown = "; ".join(differences[:3])
-            more = f" and {len(differences) - 3} more" if len(differences) > 3 else ""
-            raise XlafuseError(
-                f"{path} holds results measured under other settings ({shown}{more}): "
-                "resuming would mix them; pass --fresh to move that file aside and start over, "
-                "or write to another --out"
-            )
-
-
-def _differences(
-    record: CellResult, settings: Mapping[str, Any], variants: Mapping[str, Any]
-) -> list[str]:
-    if not record.settings:
-        return [f"cell {record.cell_id or record.workload!r} records no settings (older xlafuse)"]
-    recorded = {k: v for k, v in record.settings.items() if k != "variant"}
-    differences = [
-        f"{key}: {_show(before)} in the file, {_show(after)} now"
-        for key, before, after in _diff_flat(recorded, settings)
-    ]
-    if record.variant in variants and record.settings.get("variant") != variants[record.variant]:
-        differences.append(
-            f"variant {record.variant!r}: {_show(record.settings.get('variant'))} in the file, "
-            f"{_show(variants[record.variant])} now"
-        )
-    return differences
-
-
-def _diff_flat(before: Mapping[str, Any], after: Mapping[str, Any], prefix: str = ""):
-    for key in dict.fromkeys([*before, *after]):
-        a, b = before.get(key), after.get(key)
-        if isinstance(a, Mapping) and isinstance(b, Mapping):
-            yield from _diff_flat(a, b, f"{prefix}{key}.")
-        elif _plain(a) != _plain(b):
-            yield f"{prefix}{key}", a, b
-
-
-def _show(value: Any) -> str:
-    return json.dumps(_plain(value), sort_keys=True, default=str)
-
-
-def repair_tail(path: str | Path) -> Path | None:
-    """Move a torn last line (a write cut short: no final newline) aside, keeping its bytes.
-
-    The file is cut back to its last complete line and the torn bytes go to
-    `results.torn-<time>.txt` beside it, so the next record starts on a line of its own.
-
-    Returns:
-      The file holding the torn bytes, or None when the file ends cleanly (or does not exist).
-    """
-    path = Path(path)
-    if not path.exists():
-        return None
-    data = path.read_bytes()
-    if not data or data.endswith(b"\n"):
-        return None
-    keep = data.rfind(b"\n") + 1
-    aside = _free_name(path.with_name(f"{path.stem}.torn-{time.strftime('%Y%m%d-%H%M%S')}.txt"))
-    aside.write_bytes(data[keep:])
-    with open(path, "r+b") as f:
-        f.truncate(keep)
-        f.flush()
-        os.fsync(f.fileno())
-    return aside
-
-
-def _free_name(path: Path) -> Path:
-    candidate, n = path, 1
-    while candidate.exists():
-        n += 1
-        candidate = path.with_name(f"{path.stem}-{n}{path.suffix}")
-    return candidate
-
-
-def move_aside(path: str | Path) -> Path | None:
-    """Rename a results file to `results.<time>.jsonl.old` (a free name); None if absent."""
-    path = Path(path)
-    if not path.exists():
-        return None
-    aside = _free_name(path.with_name(f"{path.stem}.{time.strftime('%Y%m%d-%H%M%S')}.jsonl.old"))
-    path.rename(aside)
-    return aside
-
-
-def prepare_output(folder: str | Path) -> Path:
-    """Create the output folder if needed and check that results can be written there.
-
-    Raises:
-      XlafuseError: an empty name, a file, a path through a file, or a folder that cannot be
-        created or written to; the message names the folder and the reason.
-    """
-    if not str(folder).strip():
-        raise XlafuseError(
-            "the output folder is an empty name; give a folder, e.g. --out results/x"
-        )
-    path = Path(folder)
-    if path.exists() and not path.is_dir():
-        raise XlafuseError(f"output folder {str(path)!r} is a file, not a folder")
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        probe = path / f".xlafuse-write-test-{os.getpid()}"
-        probe.write_bytes(b"")
-        probe.unlink()
-        results = path / RESULTS_FILE
-        if results.exists():
-            with open(results, "ab"):
-                pass
-    except (FileExistsError, NotADirectoryError):
-        parent = next((p for p in path.parents if p.exists() and not p.is_dir()), None)
-        raise XlafuseError(
-            f"cannot create output folder {str(path)!r}: {str(parent)!r} is a file"
-        ) from None
-    except OSError as err:
-        reason = err.strerror or type(err).__name__
-        raise XlafuseError(f"cannot write to output folder {str(path)!r}: {reason}") from None
-    return path
-
-
-@contextlib.contextmanager
-def lock_folder(folder: str | Path) -> Iterator[Path]:
-    """Hold an exclusive lock on an output folder for the `with` block.
-
-    The lock is an `flock` on `folder/.xlafuse.lock`, which holds the PID of its holder; the
-    kernel releases it when the holder exits, even by kill -9, so a lock is never left stale.
-
-    Raises:
-      XlafuseError: another process holds the folder (its PID is named).
-    """
-    path = Path(folder) / LOCK_FILE
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
-        os.close(fd)
-        raise XlafuseError(
-            f"output folder {str(folder)!r} is in use by another xlafuse run (PID {holder}); "
-            "wait for it to end or pass another --out"
-        ) from None
-    try:
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        yield path
-    finally:
-        os.ftruncate(fd, 0)
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        os.close(fd)
-
-
-def append_result(path: str | Path, record: CellResult | Mapping[str, Any]) -> None:
-    """Append one record as a JSON line; flushed and fsynced before returning.
-
-    If the file does not end with a newline (a torn write), the record starts on a new line, so
-    it is never glued to the torn bytes.
-
-    Args:
-      path: the JSONL file (created with its folder if missing).
-      record: a CellResult or a dict.
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    data = record.to_dict() if isinstance(record, CellResult) else _plain(record)
-    line = json.dumps(data, sort_keys=False, default=str, allow_nan=True).encode() + b"\n"
-    with open(path, "a+b") as f:
-        f.seek(0, os.SEEK_END)
-        if f.tell():
-            f.seek(-1, os.SEEK_END)
-            if f.read(1) != b"\n":
-                line = b"\n" + line
-        f.write(line)
-        f.flush()
-        os.fsync(f.fileno())
-
-
-@dataclasses.dataclass(frozen=True)
-class ResultsFile:
-    """A results file as read: its records and the lines that were not records.
-
-    Attributes:
-      path: the file.
-      records: every record, in file order.
-      skipped: (line number, reason) of each non-blank line that is not a record.
-    """
-
-    path: Path
-    records: tuple[CellResult, ...]
-    skipped: tuple[tuple[int, str], ...] = ()
-
-    def skipped_note(self) -> str | None:
-        """One line saying how many lines were skipped and where; None if none were."""
-        if not self.skipped:
-            return None
-        count = len(self.skipped)
-        where = ", ".join(str(n) for n, _ in self.skipped[:10])
-        more = ", ..." if count > 10 else ""
-        return (
-            f"{self.path}: skipped {count} line{'s' if count > 1 else ''} that "
-            f"{'are' if count > 1 else 'is'} not a record (line{'s' if count > 1 else ''} "
-            f"{where}{more}: {self.skipped[0][1]})"
-        )
-
-
-def results_file(path: str | Path) -> Path:
-    """The results file a path stands for: the file itself, or a folder's results.jsonl.
-
-    Raises:
-      XlafuseError: a folder without results.jsonl, or no such file.
-    """
-    path = Path(path)
-    if path.is_dir():
-        inner = path / RESULTS_FILE
-        if not inner.is_file():
-            raise XlafuseError(f"folder {str(path)!r} has no {RESULTS_FILE}")
-        return inner
-    if not path.exists():
-        raise XlafuseError(f"results file {str(path)!r} not found")
-    return path
-
-
-def read_results(path: str | Path) -> ResultsFile:
-    """Read a results file (or a folder's results.jsonl), saying which lines were skipped.
-
-    Raises:
-      XlafuseError: not a results file: not UTF-8 text, or no line of it is a record.
-    """
-    path = results_file(path)
-    records, skipped = _parse(path)
-    if skipped and not records:
-        number, reason = skipped[0]
-        raise XlafuseError(
-            f"{path} is not a results file (JSON lines from `xlafuse run`): none of its "
-            f"{len(skipped)} lines is a record (line {number}: {reason})"
-        )
-    return ResultsFile(path, tuple(records), tuple(skipped))
-
-
-def _parse(path: Path) -> tuple[list[CellResult], list[tuple[int, str]]]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as err:
-        raise XlafuseError(
-            f"{path} is not a results file: not UTF-8 text (byte {err.object[err.start]:#04x} "
-            f"at offset {err.start})"
-        ) from None
-    records, skipped = [], []
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            records.append(CellResult.from_dict(json.loads(line)))
-        except json.JSONDecodeError as err:
-            skipped.append((number, f"not valid JSON ({err})"))
-        except TypeError as err:
-            skipped.append((number, f"not a cell record ({err})"))
-        except XlafuseError as err:
-            skipped.append((number, str(err)))
-    return records, skipped
-
-
-def load_results(path: str | Path) -> list[CellResult]:
-    """Read every record of a JSONL file.
-
-    A line that is not a record (a write cut short by a crash) is skipped with a warning.
-
-    Raises:
-      FileNotFoundError: no such file.
-      XlafuseError: the file is not UTF-8 text.
-    """
-    path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"results file {str(path)!r} not found")
-    records, skipped = _parse(path)
-    for number, reason in skipped:
-        warnings.warn(
-            f"{path}:{number}: skipping a record that is {reason}", RuntimeWarning, stacklevel=2
-        )
-    return records
-
-
 def latest_per_cell(records: Iterable[CellResult]) -> list[CellResult]:
     """The last record of each cell (a re-run error cell replaces its old record), in order."""
     latest: dict[str, CellResult] = {}
@@ -612,68 +241,3 @@ def latest_per_cell(records: Iterable[CellResult]) -> list[CellResult]:
         latest.pop(key, None)
         latest[key] = record
     return list(latest.values())
-
-
-def finished_cells(path: str | Path) -> dict[str, CellResult]:
-    """Cells already measured with status "ok", by `cell_id` (error cells are run again).
-
-    Returns an empty dict when the file does not exist.
-    """
-    path = Path(path)
-    if not path.exists():
-        return {}
-    return {r.cell_id: r for r in _parse(path)[0] if r.ok and r.cell_id}
-
-
-def environment(config_hash: str | None = None) -> dict[str, Any]:
-    """Versions, device, XLA_FLAGS, git commit and config hash, recorded in every record."""
-    device = jax.devices()[0]
-    env = {
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "jax": _version("jax"),
-        "jaxlib": _version("jaxlib"),
-        "flax": _version("flax"),
-        "optax": _version("optax"),
-        "xlafuse": _version("xlafuse"),
-        "backend": jax.default_backend(),
-        "device": str(device),
-        "device_kind": device.device_kind,
-        "device_count": jax.device_count(),
-        "driver": _driver(device) if device.platform == "gpu" else None,
-        "XLA_FLAGS": os.environ.get("XLA_FLAGS", ""),
-        "git_commit": git_commit(),
-        "config_hash": config_hash,
-    }
-    return env
-
-
-def _version(package: str) -> str | None:
-    try:
-        return importlib.metadata.version(package)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
-def _driver(device: Any) -> str | None:
-    try:
-        return str(device.client.platform_version)
-    except Exception:  # not every PJRT client reports it
-        return None
-
-
-def git_commit(folder: str | Path | None = None) -> str | None:
-    """HEAD's commit of the checkout holding xlafuse (or `folder`); None if not a git checkout."""
-    folder = Path(folder) if folder else Path(__file__).resolve().parent
-    try:
-        done = subprocess.run(
-            ["git", "rev-parse", "HEAD"],
-            cwd=folder,
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=False,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return done.stdout.strip() or None if done.returncode == 0 else None
