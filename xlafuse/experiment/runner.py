@@ -16,39 +16,29 @@ from __future__ import annotations
 
 import dataclasses
 import gc
-import os
 import shutil
-import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import jax
-from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
 
 from xlafuse import models
 from xlafuse.compile.jit import MeasureRequest, compile_workload, unoptimized_hlo
 from xlafuse.errors import check_selected
+from xlafuse.experiment import fields as fields_lib
 from xlafuse.experiment.config import ExperimentConfig, VariantConfig, WorkloadConfig, load_config
+from xlafuse.experiment.progress import Reporter
 from xlafuse.inspect.explain import missed_fusions
 from xlafuse.measure import cell_kernels, timing
 from xlafuse.measure.calibrate import Ceilings, calibrate
-from xlafuse.measure.coldstart import measure_cold_start
 from xlafuse.measure.numerics import host_outputs, judge_workload
 from xlafuse.measure.profile import DeviceProfile, profile_device_time
 from xlafuse.measure.stats import speedup_interval
 from xlafuse.models.sharding import check_device_count
-from xlafuse.models.workload import workload_label
-from xlafuse.report.markdown import speedup_text, write_report
+from xlafuse.report.lines import cell_line
+from xlafuse.report.markdown import write_report
 from xlafuse.results import files as results_files
 from xlafuse.results import records
 from xlafuse.results import settings as results_settings
@@ -58,7 +48,6 @@ from xlafuse.results.records import CellResult, cell_id
 PROFILE_CALLS = 10
 MISSED_FUSIONS_VARIANT = "default"  # the program whose missed fusions the report lists
 MISSED_FUSIONS_TOP = 5
-HOST_BOUND = 1.15  # pipelined time above this x device time: the host sets the pace
 PAIRED = "paired wall clock (rounds alternating with the reference; fastest call per round)"
 UNPAIRED = "unpaired wall clock (timed apart from the reference)"
 
@@ -145,7 +134,7 @@ def run_experiment(
         done = results_files.finished_cells(results_path)
         plan = [(w, _todo(config, w, backend, done)) for w in config.workloads]
         todo = sum(len(cells) for _, cells in plan)
-        with _Reporter(progress, todo) as reporter:
+        with Reporter(progress, todo) as reporter:
             if torn is not None:
                 reporter.say(f"a torn last line of {results_path} was moved aside to {torn}")
             if todo:
@@ -317,10 +306,10 @@ def _measure(
     request = _measure_request(run, workload, trace_dir)
     compiled = compile_workload(workload, variant.resolve(), request)
     fields = {"lower_s": compiled.lower_s, "compile_s": compiled.compile_s}
-    fields.update(_report_fields(compiled.report))
+    fields.update(fields_lib.report_fields(compiled.report))
     if workload.devices > 1:
-        fields.update(_collective_fields(compiled.collectives))
-    fields.update(_analysis_fields(compiled))
+        fields.update(fields_lib.collective_fields(compiled.collectives))
+    fields.update(fields_lib.analysis_fields(compiled))
     outputs = _first_outputs(compiled, workload)
     if is_reference:
         reference.compiled, reference.outputs = compiled, outputs
@@ -350,14 +339,14 @@ def _measure(
     if profile is not None:
         fields["device_time_s"] = profile.device_time_s
         fields["device_kernels_per_call"] = profile.device_kernels_per_call
-        fields.update(_comm_fields(profile.comm))
-        fields.update(_device_speedup(profile, reference.profile, is_reference))
+        fields.update(fields_lib.comm_fields(profile.comm))
+        fields.update(fields_lib.device_speedup_fields(profile, reference.profile, is_reference))
     fields.update(_kernel_fields(run, compiled, workload, trace_dir, reference, variant.name))
     if run.config.measure.cold_start:
-        fields.update(_cold_start_fields(workload, variant))
+        fields.update(fields_lib.cold_start_fields(workload, variant))
     if variant.name == MISSED_FUSIONS_VARIANT:
         fields["missed_fusions"] = _missed_fusions(workload, compiled)
-    fields.update(_derived(run, workload, fields))
+    fields.update(fields_lib.derived_rates(run.backend, run.ceilings, workload, fields))
     if is_reference:
         fields["speedup_vs_reference"] = 1.0
     return fields
@@ -442,121 +431,6 @@ def _kernel_fields(run: _Run, compiled, workload, trace_dir, reference, variant:
     )
 
 
-def _device_speedup(profile, reference_profile, is_reference: bool) -> dict[str, Any]:
-    """Device-time speedup with its interval (per-call kernel times, unpaired) and host-bound."""
-    fields: dict[str, Any] = {}
-    if is_reference or reference_profile is None:
-        return fields
-    ref, own = reference_profile.per_call_s, profile.per_call_s
-    if ref and own and min(ref) > 0 and min(own) > 0:
-        result = speedup_interval(ref, own)
-        fields.update(
-            device_speedup=result.speedup,
-            device_speedup_ci=list(result.ci),
-            device_speedup_verdict=result.verdict,
-        )
-    return fields
-
-
-_COLD_START_KEYS = (
-    "import_s", "cold_compile_s", "warm_compile_s", "first_call_s", "steady_call_s",
-    "aot_export_s", "aot_load_s", "cache_hit", "cache_entries", "cache_speedup",
-)  # fmt: skip
-
-
-def _cold_start_fields(workload, variant: VariantConfig) -> dict[str, Any]:
-    """Cold/warm-cache compile and AOT load of this cell, measured in fresh processes."""
-    measured = measure_cold_start(workload, variant.resolve()).to_dict()
-    return {key: measured[key] for key in _COLD_START_KEYS}
-
-
-def _report_fields(report) -> dict[str, Any]:
-    return {
-        "kernels": report.kernels,
-        "fusions": report.fusions,
-        "real_fusions": report.real_fusions,
-        "custom_calls": report.custom_calls,
-        "custom_call_targets": dict(report.custom_call_targets),
-        "kinds": dict(report.kinds),
-        "modeled_bytes": report.modeled_bytes,
-    }
-
-
-def _collective_fields(report) -> dict[str, Any]:
-    return {
-        "collectives": report.count,
-        "logical_collectives": report.logical,
-        "collective_async_pairs": report.async_pairs,
-        "collective_operand_bytes": report.operand_bytes,
-        "collective_ring_bytes": report.ring_bytes,
-        "collective_counts": report.counts(),
-    }
-
-
-def _comm_fields(comm: dict[str, Any] | None) -> dict[str, Any]:
-    if not comm:
-        return {}
-    return {
-        "comm_time_s": comm["comm_time_s"],
-        "comm_overlap_s": comm["overlap_s"],
-        "comm_overlap_fraction": comm["overlap_fraction"],
-        "comm_kernels_per_call": comm["comm_kernels_per_call"],
-    }
-
-
-def _analysis_fields(compiled) -> dict[str, Any]:
-    fields: dict[str, Any] = {}
-    cost = compiled.cost_analysis() or {}
-    fields["cost_flops"] = cost.get("flops")
-    fields["cost_bytes_accessed"] = cost.get("bytes accessed")
-    memory = compiled.memory_analysis()
-    if memory is not None:
-        parts = ("argument_size_in_bytes", "output_size_in_bytes", "temp_size_in_bytes")
-        total = sum(int(getattr(memory, p, 0) or 0) for p in parts)
-        fields["peak_memory_bytes"] = total - int(getattr(memory, "alias_size_in_bytes", 0) or 0)
-    return fields
-
-
-def _derived(run: _Run, workload, fields) -> dict[str, Any]:
-    """Rates from the measured times: items/s, bandwidth, % of the copy ceiling, TFLOP/s.
-
-    A cell is `host_bound` when its pipelined time per call exceeds HOST_BOUND x its device
-    time: the host (Python, dispatch), not the GPU, sets its pace, so its wall-clock speedups
-    measure the host.
-    """
-    wall = fields["time_median_s"]
-    basis, seconds = _rate_basis(run.backend, fields)
-    derived: dict[str, Any] = {
-        "items_per_s": workload.items_per_call / wall if wall else None,
-        "rate_basis": basis,
-    }
-    if fields.get("modeled_bytes") and seconds:
-        derived["achieved_bytes_per_s"] = fields["modeled_bytes"] / seconds
-        if run.ceilings is not None:
-            ceiling = run.ceilings.copy_bytes_per_s
-            derived["pct_of_copy_ceiling"] = 100.0 * derived["achieved_bytes_per_s"] / ceiling
-    if workload.flops and seconds:
-        derived["tflops"] = workload.flops / seconds / 1e12
-    device, pipelined = fields.get("device_time_s"), fields.get("pipelined_s_per_call")
-    if device and pipelined:
-        derived["host_bound"] = pipelined > HOST_BOUND * device
-    return derived
-
-
-def _rate_basis(backend: str, fields: dict[str, Any]) -> tuple[str, float | None]:
-    """The time that bandwidth and FLOP/s divide by, and its name.
-
-    Device time (profiled kernels) excludes dispatch; without it, on a GPU the pipelined time per
-    call hides most of the launch and sync latency that a synchronized call adds to a short
-    kernel. On a CPU the synchronized wall-clock median is used.
-    """
-    if fields.get("device_time_s"):
-        return "device_time_s", fields["device_time_s"]
-    if backend == "gpu" and fields.get("pipelined_s_per_call"):
-        return "pipelined_s_per_call", fields["pipelined_s_per_call"]
-    return "time_median_s", fields.get("time_median_s")
-
-
 def _identity(run: _Run, w: WorkloadConfig, variant: VariantConfig, workload) -> dict[str, Any]:
     ceilings = run.ceilings
     return {
@@ -609,31 +483,6 @@ def _finish(run: _Run, record: CellResult, reference: CellResult | None, advance
     advance()
 
 
-def cell_line(record: CellResult, reference: CellResult | None = None) -> str:
-    """One concise line per cell: `mlp/tiny/forward  no-fusion  kernels 9 (+5)  0.12 ms  0.61x  ok`."""
-    mesh = f"{record.parallelism}{record.devices}" if record.devices > 1 else None
-    name = workload_label(record.workload, record.size, record.mode, record.overrides, mesh=mesh)
-    if not record.ok:
-        return f"{name}  {record.variant}  ERROR {record.error_type}: {record.error}"
-    kernels = f"kernels {record.kernels}"
-    if reference is not None and reference.kernels is not None and record.kernels is not None:
-        kernels += f" ({record.kernels - reference.kernels:+d})"
-    parts = [name, record.variant, kernels, f"{record.time_median_s * 1e3:.3g} ms"]
-    if record.collectives is not None:
-        parts.append(f"collectives {record.collectives} ({record.logical_collectives} logical)")
-    if record.variant != record.reference and record.speedup_vs_reference is not None:
-        parts.append(speedup_text(record.speedup_vs_reference, record.speedup_verdict))
-    if record.device_speedup is not None:
-        device = speedup_text(record.device_speedup, record.device_speedup_verdict)
-        parts.append(f"device {device}")
-    if record.host_bound:
-        parts.append("HOST-BOUND")
-    if record.within_tolerance is False:
-        parts.append(f"numerics FLAGGED (max abs diff {record.max_abs_diff:.2g})")
-    parts.append("ok")
-    return "  ".join(parts)
-
-
 def _selected_records(
     config: ExperimentConfig, results_path: Path, backend: str
 ) -> list[CellResult]:
@@ -652,72 +501,3 @@ def _write_report(results_path: Path, out_dir: Path, say) -> None:
     if not results_path.exists():
         return
     say(f"report: {write_report(results_path, out_dir)}")
-
-
-class _Reporter:
-    """A rich progress bar with an ETA (optional) and one printed line per finished cell."""
-
-    def __init__(self, enabled: bool, total: int):
-        self._enabled = enabled and total > 1
-        self._total = total
-        self._progress = None
-        self._task = None
-        self._closed = False  # stdout went away (`| head`): stop printing, not the sweep
-
-    def __enter__(self) -> _Reporter:
-        if self._enabled:
-            self._progress = Progress(
-                TextColumn("cells"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TimeElapsedColumn(),
-                TextColumn("ETA"),
-                TimeRemainingColumn(),
-                transient=True,
-                console=_console(),
-            )
-            self._progress.__enter__()
-            self._task = self._progress.add_task("cells", total=self._total)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        if self._progress is not None:
-            self._progress.__exit__(*exc)
-
-    def say(self, line: str) -> None:
-        if self._closed:
-            return
-        try:
-            if self._progress is not None:
-                self._progress.console.print(line, markup=False, highlight=False)
-            else:
-                print(line, flush=True)
-        except BrokenPipeError:
-            self._closed = True
-            _silence_stdout()
-
-    def advance(self) -> None:
-        if self._progress is not None:
-            self._progress.advance(self._task)
-
-
-def _console():
-    """A rich console that goes quiet when stdout closes (rich's default exits the process)."""
-
-    class _Console(Console):
-        def on_broken_pipe(self) -> None:
-            self.quiet = True
-            _silence_stdout()
-
-    return _Console()
-
-
-def _silence_stdout() -> None:
-    """Point a closed stdout at /dev/null so later writes and the exit flush do not fail."""
-    try:
-        fd = sys.stdout.fileno()
-    except (AttributeError, OSError, ValueError):
-        return
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, fd)
-    os.close(devnull)

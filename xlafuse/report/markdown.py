@@ -26,6 +26,7 @@ from xlafuse.report.kernels import (
     plot_kernel_roofline,
     traces_section,
 )
+from xlafuse.report.lines import speedup_text
 from xlafuse.report.sharded import sharded_section
 from xlafuse.results.files import read_results
 from xlafuse.results.records import CellResult, latest_per_cell
@@ -215,13 +216,6 @@ def _missed(group: Sequence[CellResult]) -> list[str]:
     if "error" in summary:
         return [f"Missed fusions could not be traced: {summary['error']}", ""]
     return [*missed_fusions_markdown(summary), ""]
-
-
-def speedup_text(speedup: float | None, verdict: str | None) -> str:
-    """`0.98x (same)`; without a verdict just `0.98x`; `-` without a speedup."""
-    if speedup is None:
-        return "-"
-    return f"{speedup:.2f}x" + (f" ({verdict})" if verdict else "")
 
 
 def _interval(ci: Sequence[float] | None) -> str:
