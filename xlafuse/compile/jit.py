@@ -150,7 +150,7 @@ def compile_workload(workload, variant, measure: MeasureRequest | None = None) -
 def unoptimized_hlo(workload) -> str:
     """The workload's program before XLA's optimizations, as `compile_workload` lowers it.
 
-    HLO text with source locations (`debug_info=True`): what `xlafuse.explain` traces to kernels.
+    HLO text with source locations (`debug_info=True`): what `xlafuse.inspect.explain` traces to kernels.
     """
     jit_kwargs = {"donate_argnums": workload.donate_argnums} if workload.donate_argnums else {}
     lowered = jax.jit(workload.fn, **jit_kwargs).lower(*workload.args)

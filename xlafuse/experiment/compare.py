@@ -148,7 +148,7 @@ def compare_workload(
     """`compare` for an `xlafuse.models.Workload`, on the same program and rule as `xlafuse run`.
 
     Each variant is compiled by `compile_workload` (train state donated) and called once; the
-    numerics verdict is `xlafuse.numerics.judge_workload` (a train step: loss, gradient, batch
+    numerics verdict is `xlafuse.measure.numerics.judge_workload` (a train step: loss, gradient, batch
     statistics and updated parameters), exactly as the runner judges the same cell.
 
     Args:

@@ -112,7 +112,7 @@ def run_experiment(
 
     Raises:
       DeviceCountError: a workload asks for more devices than the backend has (on a CPU,
-        `xlafuse run` runs itself again with enough host devices; see `xlafuse.devices`).
+        `xlafuse run` runs itself again with enough host devices; see `xlafuse.compile.devices`).
       XlafuseError: an invalid config, `only`/`variants` naming nothing in it, an output
         folder that cannot be written, one that another run holds, or a results file there
         written under other settings (resuming would mix them).
@@ -390,7 +390,7 @@ def _time(run: _Run, compiled, workload, reference: _Reference, is_reference: bo
 
 
 def _missed_fusions(workload, compiled) -> dict[str, Any]:
-    """The top kernel boundaries of the default program (`xlafuse.explain.missed_fusions`).
+    """The top kernel boundaries of the default program (`xlafuse.inspect.explain.missed_fusions`).
 
     A failure is recorded in the summary, never lost and never fatal to the cell.
     """

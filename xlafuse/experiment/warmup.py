@@ -123,7 +123,7 @@ def warmup_config(config: Any, cache_dir: str | os.PathLike) -> WarmupSummary:
     Variants that do not apply to this backend are skipped, as the runner skips them.
 
     Args:
-      config: an `ExperimentConfig` (`xlafuse.config.load_config`).
+      config: an `ExperimentConfig` (`xlafuse.experiment.config.load_config`).
       cache_dir: the cache folder.
     """
     backend = jax.default_backend()

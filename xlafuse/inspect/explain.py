@@ -218,7 +218,7 @@ def missed_fusions(unoptimized_text: str, optimized_text: str, top: int = 5) -> 
     """A small JSON-able summary of one compiled cell's largest kernel boundaries.
 
     Meant to be recorded per result cell (default variant) and rendered by
-    `xlafuse.explain_text.missed_fusions_markdown`.
+    `xlafuse.report.explain_text.missed_fusions_markdown`.
 
     Args:
         unoptimized_text: `Lowered.as_text(dialect="hlo", debug_info=True)` of the cell.

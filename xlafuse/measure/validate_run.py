@@ -140,7 +140,7 @@ def validate_config(
     """Validate every GPU cell (workload x variant) of an experiment config, one after another.
 
     Args:
-      config: an `xlafuse.config.ExperimentConfig`.
+      config: an `xlafuse.experiment.config.ExperimentConfig`.
       only: workload names or labels to validate; all when None.
       variants: variant names to validate; all when None (the reference is not added).
       say: called with one progress line per cell; None for silence.

@@ -185,7 +185,7 @@ def _step_line(s: ResolvedStep, e: Explanation) -> str:
 
 
 def missed_fusions_markdown(summary: dict, top: int = 5) -> list[str]:
-    """Markdown lines: one cell's largest kernel boundaries, from `xlafuse.explain.missed_fusions`.
+    """Markdown lines: one cell's largest kernel boundaries, from `xlafuse.inspect.explain.missed_fusions`.
 
     Args:
         summary: the dict `missed_fusions(unoptimized_text, optimized_text)` returned.

@@ -52,7 +52,7 @@ def write_report(
       The path of report.md.
 
     Raises:
-      XlafuseError: no such file, or not a results file (`xlafuse.results.read_results`), or a
+      XlafuseError: no such file, or not a results file (`xlafuse.results.files.read_results`), or a
         `roofline_cell` that names no traced cell.
     """
     data = read_results(results_path)
@@ -95,7 +95,7 @@ def render_markdown(
 
 
 def _kernel_plot(records: Sequence[CellResult], out_dir: Path, wanted: str | None) -> list[str]:
-    """The per-kernel roofline of one traced cell (`xlafuse.report_kernels`), if any."""
+    """The per-kernel roofline of one traced cell (`xlafuse.report.kernels`), if any."""
     cell = choose_roofline_cell([r for r in records if r.ok], wanted)
     if cell is None:
         return []
@@ -169,7 +169,7 @@ READING_NOTES = (
     "The device speedup compares per-call kernel time from a profiler trace (GPU). `host ms/call` "
     "is the host time to issue one call of a pipelined burst; a cell marked HOST-BOUND has a "
     "pipelined time above 1.15x its device time: its wall-clock speedup measures the host, not "
-    "the kernels. Numerics (`xlafuse.numerics`): each output element within `atol + rtol x "
+    "the kernels. Numerics (`xlafuse.measure.numerics`): each output element within `atol + rtol x "
     "|ref|` (float32 1e-4/1e-5, bfloat16 5e-2/1e-2, float16 1e-2/1e-3, atol relative to the "
     "output's largest magnitude); a train step is judged by its loss, gradient, batch "
     "statistics and updated parameters."

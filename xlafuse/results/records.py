@@ -46,12 +46,12 @@ class CellResult:
     in communication kernels per call), comm_overlap_s (of it, overlapped by compute kernels),
     comm_overlap_fraction, comm_kernels_per_call. Scaling against one device is computed in the
     report, from the cell with devices = 1 of the same workload, global batch and variant.
-    Numerics against the reference (`xlafuse.numerics`, one rule for `run` and `compare`):
+    Numerics against the reference (`xlafuse.measure.numerics`, one rule for `run` and `compare`):
     max_abs_diff, max_rel_diff, within_tolerance (forward outputs; for a train step the loss,
     gradient, batch statistics and updated parameters), numerics_worst_part; reference_error
     when the reference could not be compiled again on resume (then no numerics check).
     missed_fusions: for the "default" variant, the largest kernel boundaries of its program
-    (`xlafuse.explain.missed_fusions`: top 5 by modeled bytes).
+    (`xlafuse.inspect.explain.missed_fusions`: top 5 by modeled bytes).
     Cold start (with `measure.cold_start`, fresh processes): import_s, cold_compile_s (empty
     persistent cache), warm_compile_s (filled cache), cache_hit, cache_entries, cache_speedup,
     first_call_s, steady_call_s, aot_export_s, aot_load_s (deserialize + compile + first call).
