@@ -105,9 +105,11 @@ def coldstart_plot(records: Iterable[Any], path: str | Path) -> bool:
     rows = [r for r in map(_as_dict, records) if r.get("warm_compile_s") is not None]
     if not rows:
         return False
+    # deferred: matplotlib is heavy to import and only plots need it
     import matplotlib
 
     matplotlib.use("Agg")
+    # deferred: matplotlib is heavy to import and only plots need it
     import matplotlib.pyplot as plt
 
     labels = [f"{record_label(r)}\n{r.get('variant')}" for r in rows]

@@ -170,6 +170,7 @@ def plot_kernel_roofline(record: Any, path: Path) -> bool:
     """Per-kernel bandwidth roofline of one cell: each top kernel's modeled bytes against its
     achieved bandwidth, under the measured copy ceiling (no per-kernel FLOP count exists: the
     HLO model counts bytes, so this is the memory side of the roofline)."""
+    # deferred: matplotlib is heavy to import and only plots need it
     import matplotlib.pyplot as plt
 
     kt = record.kernel_times

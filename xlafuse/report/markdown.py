@@ -11,6 +11,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from xlafuse.report.coldstart import (
     GRAPHS_SKIPPED,
     coldstart_plot,
@@ -99,6 +101,7 @@ def _kernel_plot(records: Sequence[CellResult], out_dir: Path, wanted: str | Non
     cell = choose_roofline_cell([r for r in records if r.ok], wanted)
     if cell is None:
         return []
+    # deferred: matplotlib is heavy to import and only plots need it
     import matplotlib
 
     matplotlib.use("Agg")
@@ -260,6 +263,7 @@ def write_plots(records: Sequence[CellResult], out_dir: Path) -> list[str]:
     ok = [r for r in records if r.ok and r.time_median_s]
     if not ok:
         return []
+    # deferred: matplotlib is heavy to import and only plots need it
     import matplotlib
 
     matplotlib.use("Agg")
@@ -286,8 +290,8 @@ def _device(records: Sequence[CellResult]) -> str:
 
 
 def _plot_speedup(records: Sequence[CellResult], path: Path) -> bool:
+    # deferred: matplotlib is heavy to import and only plots need it
     import matplotlib.pyplot as plt
-    import numpy as np
 
     rows = [r for r in records if r.speedup_vs_reference is not None]
     if not rows:
@@ -318,6 +322,7 @@ def _plot_speedup(records: Sequence[CellResult], path: Path) -> bool:
 
 
 def _plot_kernels(records: Sequence[CellResult], path: Path) -> bool:
+    # deferred: matplotlib is heavy to import and only plots need it
     import matplotlib.pyplot as plt
 
     rows = [r for r in records if r.kernels]
@@ -347,8 +352,8 @@ _NOTE = {"fontsize": 7, "xytext": (4, 3), "textcoords": "offset points"}
 
 
 def _plot_roofline(records: Sequence[CellResult], path: Path) -> bool:
+    # deferred: matplotlib is heavy to import and only plots need it
     import matplotlib.pyplot as plt
-    import numpy as np
 
     rows = [r for r in records if r.flops and r.modeled_bytes and r.tflops]
     if not rows:
@@ -432,6 +437,7 @@ def _above_note(count: int) -> str:
 
 
 def _save(fig, path: Path, tight: bool = True) -> bool:
+    # deferred: matplotlib is heavy to import and only plots need it
     import matplotlib.pyplot as plt
 
     if tight:
