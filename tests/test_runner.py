@@ -13,8 +13,13 @@ from xlafuse.experiment import runner
 from xlafuse.experiment.config import VariantConfig, parse_config
 from xlafuse.measure.calibrate import calibrate
 from xlafuse.report.markdown import write_report
-from xlafuse.results.files import append_result, finished_cells, load_results, read_results
-from xlafuse.results.records import CellResult
+from xlafuse.results.records import (
+    CellResult,
+    append_result,
+    finished_cells,
+    load_results,
+    read_results,
+)
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 FAST_TIMING = {"warmup": 1, "min_time_s": 0, "min_iters": 3, "max_iters": 3, "repeats": 1}

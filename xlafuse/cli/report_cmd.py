@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from xlafuse.report.markdown import write_report
-from xlafuse.results.files import read_results
+from xlafuse.results.records import read_results
 
 
 def register(subparsers) -> None:

@@ -39,11 +39,9 @@ from xlafuse.measure.stats import speedup_interval
 from xlafuse.models.sharding import check_device_count
 from xlafuse.report.lines import cell_line
 from xlafuse.report.markdown import write_report
-from xlafuse.results import files as results_files
 from xlafuse.results import records
 from xlafuse.results import settings as results_settings
-from xlafuse.results.files import append_result
-from xlafuse.results.records import CellResult, cell_id
+from xlafuse.results.records import CellResult, append_result, cell_id
 
 PROFILE_CALLS = 10
 MISSED_FUSIONS_VARIANT = "default"  # the program whose missed fusions the report lists
@@ -123,15 +121,15 @@ def run_experiment(
     backend = jax.default_backend()
     config = _for_backend(config, backend, print)
     check_device_count(max((w.devices for w in config.workloads), default=1))
-    out_dir = results_files.prepare_output(out if out is not None else config.output)
-    results_path = out_dir / results_files.RESULTS_FILE
+    out_dir = records.prepare_output(out if out is not None else config.output)
+    results_path = out_dir / records.RESULTS_FILE
     settings = results_settings.run_settings(config, backend, jax.devices()[0].device_kind)
-    with results_files.lock_folder(out_dir):
+    with records.lock_folder(out_dir):
         if fresh:
             _move_aside(results_path)
-        torn = results_files.repair_tail(results_path)
+        torn = records.repair_tail(results_path)
         results_settings.check_resumable(results_path, settings, config.variants)
-        done = results_files.finished_cells(results_path)
+        done = records.finished_cells(results_path)
         plan = [(w, _todo(config, w, backend, done)) for w in config.workloads]
         todo = sum(len(cells) for _, cells in plan)
         with Reporter(progress, todo) as reporter:
@@ -195,7 +193,7 @@ def _todo(config, w: WorkloadConfig, backend: str, done) -> list[VariantConfig]:
 
 
 def _move_aside(path: Path) -> None:
-    results_files.move_aside(path)
+    records.move_aside(path)
 
 
 def _start(config, results_path, settings, say, todo: int, skipped: int) -> _Run:
@@ -488,9 +486,7 @@ def _selected_records(
 ) -> list[CellResult]:
     if not results_path.exists():
         return []
-    latest = {
-        r.cell_id: r for r in records.latest_per_cell(results_files.load_results(results_path))
-    }
+    latest = {r.cell_id: r for r in records.latest_per_cell(records.load_results(results_path))}
     keys = [
         _cell_id(w, v.name, backend) for w in config.workloads for v in _ordered_variants(config)
     ]

@@ -30,8 +30,7 @@ from xlafuse.report.kernels import (
 )
 from xlafuse.report.lines import speedup_text
 from xlafuse.report.sharded import sharded_section
-from xlafuse.results.files import read_results
-from xlafuse.results.records import CellResult, latest_per_cell
+from xlafuse.results.records import CellResult, latest_per_cell, read_results
 
 SPEEDUP_PNG = "speedup.png"
 KERNELS_PNG = "kernels_vs_time.png"
@@ -54,7 +53,7 @@ def write_report(
       The path of report.md.
 
     Raises:
-      XlafuseError: no such file, or not a results file (`xlafuse.results.files.read_results`), or a
+      XlafuseError: no such file, or not a results file (`xlafuse.results.records.read_results`), or a
         `roofline_cell` that names no traced cell.
     """
     data = read_results(results_path)

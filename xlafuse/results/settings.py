@@ -24,8 +24,7 @@ import jaxlib
 
 import xlafuse
 from xlafuse.errors import XlafuseError
-from xlafuse.results.files import parse_file
-from xlafuse.results.records import CellResult, plain
+from xlafuse.results.records import CellResult, parse_file, plain
 
 
 def run_settings(config: Any, backend: str, device_kind: str) -> dict[str, Any]:
