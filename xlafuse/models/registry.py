@@ -286,13 +286,29 @@ def problems(
     return found
 
 
+def check(
+    name: str,
+    size: str = "tiny",
+    mode: str = "forward",
+    dtype: Any = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> None:
+    """Raise the first of `problems(...)` (look-ups only, nothing built).
+
+    Raises:
+        UnknownNameError: an unknown name, size, mode, dtype or override; the message lists
+            what is accepted.
+    """
+    found = problems(name, size, mode, dtype, overrides)
+    if found:
+        raise UnknownNameError(found[0][1])
+
+
 def _resolve(
     name: str, size: str, mode: str, overrides: Mapping[str, Any]
 ) -> tuple[WorkloadSpec, dict[str, Any]]:
     """Validates the look-ups and returns the spec and the resolved configuration."""
-    found = problems(name, size, mode, None, overrides)
-    if found:
-        raise UnknownNameError(found[0][1])
+    check(name, size, mode, None, overrides)
     cfg = spec(name).config(size)
     cfg.update(overrides)
     return spec(name), cfg

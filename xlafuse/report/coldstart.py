@@ -212,3 +212,26 @@ def _ratio(a: float | None, b: float | None) -> str:
 
 def _fmt(value: float | None, spec: str) -> str:
     return "-" if value is None else format(value, spec)
+
+
+def coldstart_text(result) -> str:
+    """Human-readable lines of a ColdStartResult."""
+
+    def s(value, spec=".3f", unit=" s"):
+        return "-" if value is None else f"{value:{spec}}{unit}"
+
+    speedup = result.cache_speedup
+    lines = [
+        f"{record_label(result.to_dict())}  variant {result.variant}  backend {result.backend}",
+        f"  import             {s(result.import_s)}",
+        f"  trace + lower      {s(result.lower_s)}",
+        f"  compile, cold      {s(result.cold_compile_s)}",
+        f"  compile, warm      {s(result.warm_compile_s)}  (cache hit: "
+        f"{'yes' if result.cache_hit else 'NO'}, {result.cache_entries} entries)",
+        f"  cache speedup      {s(speedup, '.1f', 'x')}",
+        f"  first call         {s(result.first_call_s)}",
+        f"  steady call        {s(result.steady_call_s and result.steady_call_s * 1e3, '.3f', ' ms')}",
+        f"  AOT export         {s(result.aot_export_s)}",
+        f"  AOT load+1st call  {s(result.aot_load_s)}",
+    ]
+    return "\n".join(lines)
