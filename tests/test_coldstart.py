@@ -19,7 +19,12 @@ from xlafuse.errors import XlafuseError
 from xlafuse.experiment.warmup import warmup
 from xlafuse.measure import coldstart, timing
 from xlafuse.measure.coldstart import run_aot_load, run_start, workload_spec
-from xlafuse.report.coldstart import GRAPHS_SKIPPED, coldstart_section, graphs_section
+from xlafuse.report.coldstart import (
+    GRAPH_FLAGS,
+    GRAPHS_SKIPPED,
+    coldstart_section,
+    graphs_section,
+)
 from xlafuse.report.markdown import render_markdown
 from xlafuse.results.records import CellResult
 
@@ -182,3 +187,10 @@ def test_command_buffers_cut_per_call_latency_of_a_dispatch_bound_chain():
         compiled = compile_workload(workload, variants.get(name))
         median[name] = timing.measure(compiled, workload.args, settings).time_median_s
     assert median["no-fusion-no-graphs"] > median["no-fusion"]
+
+
+def test_the_graphs_table_flags_match_what_the_presets_switch_off():
+    for name, (graphs, fusion) in GRAPH_FLAGS.items():
+        preset = variants.get(name)
+        assert (preset.options_for("gpu").get("xla_gpu_enable_command_buffer") != "") is graphs
+        assert ("fusion" not in preset.passes_for("gpu")) is fusion
