@@ -16,7 +16,8 @@ import sys
 import time
 from pathlib import Path
 
-from xlafuse.inspect import inspect_target, render_text
+from xlafuse.inspect.targets import inspect_target
+from xlafuse.report.inspect_text import render_text
 
 DEFAULT_FOLDER = Path(__file__).parent.parent / "tests/data/h200-jax0.11.2/dump_block_fwd"
 

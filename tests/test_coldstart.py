@@ -11,13 +11,22 @@ import jax
 import numpy as np
 import pytest
 
-from xlafuse import compare_outputs
+from xlafuse import compare_outputs, models
 from xlafuse.cli import main
+from xlafuse.compile import variants
+from xlafuse.compile.jit import compile_workload
 from xlafuse.errors import XlafuseError
-from xlafuse.measure import coldstart, graphs
+from xlafuse.experiment.warmup import warmup
+from xlafuse.measure import coldstart, timing
 from xlafuse.measure.coldstart import run_aot_load, run_start, workload_spec
-from xlafuse.report_coldstart import coldstart_section, graphs_section
-from xlafuse.warmup import warmup
+from xlafuse.report.coldstart import (
+    GRAPH_FLAGS,
+    GRAPHS_SKIPPED,
+    coldstart_section,
+    graphs_section,
+)
+from xlafuse.report.markdown import render_markdown
+from xlafuse.results.records import CellResult
 
 GPT2_TRAIN = {"name": "gpt2", "size": "tiny", "mode": "train"}
 
@@ -115,10 +124,12 @@ def test_workload_spec(given, expected):
     assert {k: spec[k] for k in expected} == expected
 
 
-def test_graphs_study_is_skipped_on_cpu():
-    result = graphs.measure_graphs(backend="cpu")
-    assert result.rows == () and result.skipped == graphs.SKIP_NOTE
-    assert graphs.SKIP_NOTE in graphs_section(result.to_records())
+def test_a_cpu_report_says_the_graphs_study_was_skipped():
+    cell = dict(workload="chain", size="tiny", mode="forward", dtype="float32", variant="default")
+    record = CellResult(**cell, backend="cpu", device_kind="cpu")
+    assert f"## Graph capture (CUDA graphs)\n\n_{GRAPHS_SKIPPED}_" in render_markdown([record])
+    gpu = CellResult(**cell, backend="gpu", device_kind="NVIDIA H200")
+    assert GRAPHS_SKIPPED not in render_markdown([gpu])
 
 
 def test_coldstart_section_shows_speedup_and_compile_to_steady():
@@ -169,8 +180,17 @@ def test_graphs_section_pairs_runner_cells_by_fusion():
 
 @pytest.mark.gpu
 def test_command_buffers_cut_per_call_latency_of_a_dispatch_bound_chain():
-    chain = {"name": "chain", "size": "tiny", "overrides": {"ops": 32, "rows": 32, "cols": 128}}
-    result = graphs.measure_graphs([chain], variants=("no-fusion", "no-fusion-no-graphs"))
-    on, off = result.rows
-    assert on.graphs and not off.graphs
-    assert off.time_median_s > on.time_median_s
+    workload = models.build("chain", "tiny", ops=32, rows=32, cols=128)
+    settings = timing.TimingSettings(warmup=5, min_time_s=1.0, min_iters=200)
+    median = {}
+    for name in ("no-fusion", "no-fusion-no-graphs"):
+        compiled = compile_workload(workload, variants.get(name))
+        median[name] = timing.measure(compiled, workload.args, settings).time_median_s
+    assert median["no-fusion-no-graphs"] > median["no-fusion"]
+
+
+def test_the_graphs_table_flags_match_what_the_presets_switch_off():
+    for name, (graphs, fusion) in GRAPH_FLAGS.items():
+        preset = variants.get(name)
+        assert (preset.options_for("gpu").get("xla_gpu_enable_command_buffer") != "") is graphs
+        assert ("fusion" not in preset.passes_for("gpu")) is fusion

@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from xlafuse.config import ExperimentConfig, load_config, parse_config
 from xlafuse.errors import XlafuseError
+from xlafuse.experiment.config import ExperimentConfig, load_config, parse_config
 
 GOOD = """
 [experiment]
@@ -67,12 +67,14 @@ def test_one_error_lists_every_problem():
     )
     expected = [
         "experimnt: unknown key (did you mean 'experiment'?); accepted: experiment, workloads, timing, measure",
-        "workloads[0].size: 'huge' is not a size (accepted: tiny, small, full)",
-        "workloads[1].name: unknown workload 'gtp2' (did you mean 'gpt2'?)",
-        "workloads[2].mode: 'train' is not a mode of 'mul_add_relu' (it has no parameters to train) (accepted: forward)",
+        "workloads[0].size: unknown size 'huge' for workload 'mlp'; accepted: tiny, small, full",
+        "workloads[1].name: unknown workload 'gtp2' (did you mean 'gpt2'?); accepted: attention,",
+        "workloads[2].mode: mode 'train' needs parameters and workload 'mul_add_relu' has none; "
+        "accepted modes for 'mul_add_relu': forward.",
         "workloads[3].sise: unknown key (did you mean 'size'?)",
+        "workloads[3].overrides.opps: unknown override 'opps' for workload 'chain' (did you mean "
+        "'ops'?); accepted: cols, ops, rows",
         "workloads[3].overrides.ops: must be an integer like the default (8), not a string '16'",
-        "workloads[3].overrides.opps: unknown override for 'chain' (did you mean 'ops'?) (accepted: cols, ops, rows)",
         "experiment.variants[1]: unknown variant 'no-fuson' (did you mean 'no-fusion'?)",
         "experiment.reference: 'dflt' is not one of the variants (did you mean 'default'?)",
         "timing.max_iter: unknown key (did you mean 'max_iters'?)",

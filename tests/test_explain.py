@@ -6,12 +6,12 @@ import jax
 import pytest
 
 from xlafuse.cli import main
-from xlafuse.explain import missed_fusions
-from xlafuse.explain_text import missed_fusions_markdown
 from xlafuse.hlo import parse_hlo
 from xlafuse.hlo.explain import explain_module
 from xlafuse.hlo.lineage import trace_module
 from xlafuse.hlo.priority_dump import parse_priority_dump, read_priority_dump
+from xlafuse.inspect.explain import missed_fusions
+from xlafuse.report.explain_text import missed_fusions_markdown
 
 CHAIN = ("chain_module_1325", "module_1325.jit_f")
 GELU = ("why_gelu_forward", "module_779532.jit_gelu")

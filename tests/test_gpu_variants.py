@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import pytest
 
 import xlafuse
-from xlafuse.passes import known_passes
+from xlafuse.compile.passes import known_passes
 
 pytestmark = pytest.mark.gpu
 

@@ -1,10 +1,12 @@
 """Parsing optimized HLO: shapes, instructions, tables, every sample, and malformed input."""
 
+import re
+
 import pytest
 
 from xlafuse.errors import HloParseError
 from xlafuse.hlo import analyze_hlo, find_optimized_modules, parse_hlo
-from xlafuse.hlo.parse import Shape
+from xlafuse.hlo.ir import Shape
 
 SMALL = """HloModule m, entry_computation_layout={(f32[4]{0})->f32[4]{0}}
 
@@ -103,12 +105,24 @@ def test_stack_frame_tables_resolve_to_file_and_line(samples):
     assert any(f and f.endswith(".py") and n for f, n in lines)
 
 
-def test_every_sample_and_dump_module_parses(samples, dump_folder):
+# XLA prints one instruction per line and opens each computation on a line of its own: counting
+# those lines is an independent check that the parser neither drops nor invents anything.
+_INSTRUCTION_LINE = re.compile(r"^\s+(?:ROOT\s+)?%?[\w.\-]+\s*=\s", re.MULTILINE)
+_COMPUTATION_LINE = re.compile(r"^(?:ENTRY\s+)?%?[\w.\-]+\s.*\{\s*$", re.MULTILINE)
+
+
+def test_every_sample_and_dump_module_parses_every_instruction(samples, dump_folder):
     files = sorted(samples.glob("*.hlo.txt")) + find_optimized_modules(dump_folder)
     assert len(files) == 17 + 102
     for path in files:
-        module = parse_hlo(path.read_text(), source=str(path))
-        assert module.entry.instructions, path
+        text = path.read_text()
+        module = parse_hlo(text, source=str(path))
+        parsed = sum(len(c.instructions) for c in module.computations)
+        assert parsed == len(_INSTRUCTION_LINE.findall(text)), path
+        assert len(module.computations) == len(_COMPUTATION_LINE.findall(text)), path
+        roots = [line for line in text.splitlines() if line.lstrip().startswith("ROOT ")]
+        assert len(roots) == len(module.computations), path
+        assert module.entry.root.name in text, path
 
 
 def _error(text: str) -> str:

@@ -224,7 +224,7 @@ def _binary(tmp_path, samples):
         (["inspect", "{samples}"], "holds no optimized HLO modules (*after_optimizations.txt)"),
         (
             ["inspect", "{binary}"],
-            "line 1: binary file, not HLO text; expected an optimized HLO text file",
+            "line 1: binary file (NUL byte), not HLO text; expected an optimized HLO text file",
         ),
         (["inspect", "{truncated}"], "is not closed; expected optimized HLO text"),
         (

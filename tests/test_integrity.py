@@ -8,12 +8,12 @@ import os
 import jax
 import pytest
 
-from xlafuse import results as results_lib
-from xlafuse import runner
 from xlafuse.cli import main
-from xlafuse.config import VariantConfig, parse_config
 from xlafuse.errors import XlafuseError
-from xlafuse.results import append_result, load_results
+from xlafuse.experiment import runner
+from xlafuse.experiment.config import VariantConfig, parse_config
+from xlafuse.results import records
+from xlafuse.results.records import append_result, finished_cells, load_results
 
 FAST_TIMING = {"warmup": 1, "min_time_s": 0, "min_iters": 2, "max_iters": 2, "repeats": 1}
 
@@ -125,7 +125,7 @@ def test_append_starts_a_new_line_after_torn_bytes(tmp_path):
 
 
 def test_a_second_run_into_a_held_folder_names_the_holder(tmp_path, no_calibration):
-    with results_lib.lock_folder(tmp_path), pytest.raises(XlafuseError) as info:
+    with records.lock_folder(tmp_path), pytest.raises(XlafuseError) as info:
         runner.run_experiment(_config(tmp_path), progress=False)
     assert str(info.value) == (
         f"output folder {str(tmp_path)!r} is in use by another xlafuse run (PID {os.getpid()}); "
@@ -133,7 +133,7 @@ def test_a_second_run_into_a_held_folder_names_the_holder(tmp_path, no_calibrati
     )
     assert not (tmp_path / "results.jsonl").exists()
     # Released on exit: the folder can be used again.
-    with results_lib.lock_folder(tmp_path) as lock:
+    with records.lock_folder(tmp_path) as lock:
         assert lock.read_text() == f"{os.getpid()}\n"
 
 
@@ -210,7 +210,7 @@ def test_variant_config_error_cells_still_resume(tmp_path):
     config = dataclasses.replace(config, variants=(*config.variants, bad))
     records = runner.run_experiment(config, progress=False)
     assert [r.status for r in records] == ["ok", "error"]
-    assert set(results_lib.finished_cells(tmp_path / "results.jsonl")) == {
+    assert set(finished_cells(tmp_path / "results.jsonl")) == {
         "mul_add_relu/tiny/forward/auto/{}/default/cpu"
     }
 
@@ -297,7 +297,7 @@ def test_pass_cache_is_keyed_by_backend_platform_version_and_jaxlib(tmp_path, mo
 
     import jaxlib
 
-    from xlafuse import passes
+    from xlafuse.compile import passes
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     monkeypatch.setattr(passes, "_probe_passes", lambda backend: frozenset({"probed"}))

@@ -3,7 +3,7 @@
 import pytest
 
 from xlafuse import models
-from xlafuse.compile import compile_workload
+from xlafuse.compile.jit import compile_workload
 from xlafuse.measure.kernel_diff import measure_workload_diff, trace_kernel_times
 from xlafuse.measure.kernels import GPU_BASIS, find_trace
 from xlafuse.measure.profile import read_trace

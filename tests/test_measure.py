@@ -4,8 +4,9 @@ import jax
 import jax.numpy as jnp
 import pytest
 
+from xlafuse.measure import calibrate as calibrate_module
 from xlafuse.measure import timing
-from xlafuse.measure.calibrate import calibrate, copy_bandwidth
+from xlafuse.measure.calibrate import calibrate
 from xlafuse.measure.profile import profile_device_time
 
 
@@ -78,16 +79,22 @@ def test_train_state_is_threaded_through_calls():
     assert float(after[0][0]) == 5.0
 
 
-def test_calibration_reports_positive_ceilings():
+def test_calibration_divides_bytes_and_flops_by_the_time_per_call(monkeypatch):
+    if jax.default_backend() == "gpu":
+        pytest.skip("on a GPU the copy time is the profiled kernel time, not the wall clock")
+    calls = []
+
+    def pipelined(fn, args, calls_per_burst, repeats, *rest, **kwargs):
+        calls.append((calls_per_burst, repeats))
+        return 2e-3, 0.0, 0.0  # seconds per call (median, p10, p90)
+
+    monkeypatch.setattr(calibrate_module, "time_pipelined", pipelined)
     ceilings = calibrate(copy_bytes=1 << 20, matmul_size=64)
-    assert ceilings.backend == jax.default_backend()
-    assert ceilings.copy_bytes_per_s > 0
-    assert ceilings.matmul_flops_per_s > 0
-    assert ceilings.copy_array_bytes == 1 << 20
-    assert ceilings.matmul_size == 64
-    bytes_per_s, basis = copy_bandwidth(1 << 16, repeats=1)
-    expected = "device_time_s" if jax.default_backend() == "gpu" else "pipelined_s_per_call"
-    assert bytes_per_s > 0 and basis == expected
+    assert ceilings.backend == "cpu" and ceilings.copy_basis == "pipelined_s_per_call"
+    assert ceilings.copy_bytes_per_s == 2 * (1 << 20) / 2e-3  # read + write, per second
+    assert ceilings.matmul_flops_per_s == 2 * 64**3 / 2e-3
+    assert (ceilings.copy_array_bytes, ceilings.matmul_size) == (1 << 20, 64)
+    assert calls == [(calibrate_module.CALLS_PER_BURST, 7), (calibrate_module.CALLS_PER_BURST, 5)]
 
 
 def test_profile_is_none_without_a_gpu():

@@ -8,9 +8,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from xlafuse import UnknownNameError, models, variants
+from xlafuse import UnknownNameError, models
+from xlafuse.compile import variants
+from xlafuse.measure.numerics import host_outputs, judge_workload
 from xlafuse.models import resnet, transformer
-from xlafuse.numerics import host_outputs, judge_workload
 
 NO_FUSION = variants.get("no-fusion").compiler_options(jax.default_backend())
 

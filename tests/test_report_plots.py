@@ -2,8 +2,9 @@
 
 import pytest
 
-from xlafuse import report, report_coldstart
-from xlafuse.results import CellResult
+from xlafuse.report import coldstart
+from xlafuse.report import markdown as report_md
+from xlafuse.results.records import CellResult
 
 COPY = 5.0e9  # bytes/s
 PEAK = 2.0e11  # FLOP/s
@@ -38,7 +39,7 @@ def figures(monkeypatch):
         saved[path.name] = fig
         return True
 
-    monkeypatch.setattr(report, "_save", save)
+    monkeypatch.setattr(report_md, "_save", save)
     return saved
 
 
@@ -56,7 +57,7 @@ def _texts(fig):
 
 
 def test_speedup_plot_keeps_override_labels(figures, tmp_path):
-    report.write_plots(RECORDS, tmp_path)
+    report_md.write_plots(RECORDS, tmp_path)
     texts = _texts(figures["speedup.png"])
     assert texts["title"] == (
         "Speedup over default = default median time / variant median time\n(cpu)"
@@ -67,7 +68,7 @@ def test_speedup_plot_keeps_override_labels(figures, tmp_path):
 
 
 def test_kernels_plot_names_every_workload_and_variant(figures, tmp_path):
-    report.write_plots(RECORDS, tmp_path)
+    report_md.write_plots(RECORDS, tmp_path)
     texts = _texts(figures["kernels_vs_time.png"])
     assert texts["title"] == "Kernels per call vs time per call (cpu)"
     assert texts["x"] == "kernels per call (count, log scale)"
@@ -77,7 +78,7 @@ def test_kernels_plot_names_every_workload_and_variant(figures, tmp_path):
 
 
 def test_roofline_draws_the_measured_ceilings_and_explains_points_above(figures, tmp_path):
-    report.write_plots(RECORDS, tmp_path)
+    report_md.write_plots(RECORDS, tmp_path)
     texts = _texts(figures["roofline.png"])
     assert texts["title"] == "Roofline under the measured ceilings (cpu)"
     assert texts["x"] == "arithmetic intensity (FLOP / modeled byte)"
@@ -91,8 +92,8 @@ def test_roofline_draws_the_measured_ceilings_and_explains_points_above(figures,
     ]
     assert texts["notes"][:2] == ["1", "1"]
     assert texts["notes"][2].startswith("1 point lies above the measured ceilings: modeled bytes")
-    assert [r.variant for r in report.roofline_points_above(RECORDS)] == ["default"]
-    markdown = report.render_markdown(RECORDS, plots=["roofline.png"])
+    assert [r.variant for r in report_md.roofline_points_above(RECORDS)] == ["default"]
+    markdown = report_md.render_markdown(RECORDS, plots=["roofline.png"])
     assert "Roofline: 1 point lies above the measured ceilings" in markdown
     assert markdown.rstrip().endswith("(mlp/tiny/forward default)")
 
@@ -103,7 +104,7 @@ def test_cold_start_plot_has_title_units_and_labels(monkeypatch, tmp_path):
     saved = []
     monkeypatch.setattr(matplotlib.figure.Figure, "savefig", lambda fig, *a, **k: saved.append(fig))
     rows = [{**RECORDS[0].to_dict(), "cold_compile_s": 0.3, "warm_compile_s": 0.01}]
-    assert report_coldstart.coldstart_plot(rows, tmp_path / "c.png")
+    assert coldstart.coldstart_plot(rows, tmp_path / "c.png")
     texts = _texts(saved[0])
     assert texts["title"] == "Compile time, empty vs filled persistent cache (cpu)"
     assert texts["y"] == "compile time (s, log scale)"

@@ -2,17 +2,26 @@
 
 import dataclasses
 import json
+import pathlib
 
 import jax
 import pytest
 
-from xlafuse import runner
 from xlafuse.cli import main
-from xlafuse.config import VariantConfig, parse_config
 from xlafuse.errors import XlafuseError
+from xlafuse.experiment import runner
+from xlafuse.experiment.config import VariantConfig, parse_config
 from xlafuse.measure.calibrate import calibrate
-from xlafuse.results import REQUIRED_KEYS, append_result, finished_cells, load_results
+from xlafuse.report.markdown import write_report
+from xlafuse.results.records import (
+    CellResult,
+    append_result,
+    finished_cells,
+    load_results,
+    read_results,
+)
 
+ROOT = pathlib.Path(__file__).resolve().parent.parent
 FAST_TIMING = {"warmup": 1, "min_time_s": 0, "min_iters": 3, "max_iters": 3, "repeats": 1}
 WORKLOADS = [
     {"name": "mul_add_relu"},
@@ -70,7 +79,7 @@ def test_records_are_complete_and_ok(first_run):
     assert len(lines) == len(records) == 6
     for line in lines:
         data = json.loads(line)
-        assert set(REQUIRED_KEYS) <= set(data)
+        assert {f.name for f in dataclasses.fields(CellResult)} - {"extra"} <= set(data)
         assert data["status"] == "ok", data["error"]
         assert data["env"]["config_hash"] and data["env"]["jax"]
         assert data["copy_ceiling_bytes_per_s"] > 0
@@ -139,6 +148,33 @@ def test_resume_runs_only_new_cells_and_compares_with_the_recorded_reference(
     new = records[-1]
     assert new.within_tolerance is True and new.speedup_vs_reference is not None
     assert new.kernels == records[1].kernels
+
+
+def test_a_reference_that_fails_to_recompile_on_resume_is_named_in_records_and_report(
+    first_run, tmp_path, monkeypatch
+):
+    out, _ = first_run
+    copy = tmp_path / "broken-reference"
+    copy.mkdir()
+    (copy / "results.jsonl").write_text((out / "results.jsonl").read_text())
+    real = runner.compile_workload
+
+    def failing_reference(workload, variant, *args, **kwargs):
+        if variant.name == "default":
+            raise RuntimeError("out of memory\nsecond line")
+        return real(workload, variant, *args, **kwargs)
+
+    monkeypatch.setattr(runner, "compile_workload", failing_reference)
+    inline = {"name": "no-fusion-inline", "xla_disable_hlo_passes": "fusion"}
+    config = _config(copy, variants=("default", "no-fusion", inline))
+    records = runner.run_experiment(config, only=["mul_add_relu"], progress=False)
+    new = records[-1]
+    message = "recompiling the reference failed: RuntimeError: out of memory"
+    assert new.status == "ok" and new.reference_error == message
+    assert new.within_tolerance is None and new.speedup_vs_reference is None
+    assert records[1].reference_error is None  # recorded before, against the live reference
+    report = (copy / "report.md").read_text()
+    assert f"| not checked: {message} |" in report
 
 
 def test_fresh_starts_over(first_run, tmp_path, compiles):
@@ -227,7 +263,10 @@ def test_cli_run_config_error_lists_every_problem(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "2 problems in the config" in err
     assert "workloads[0].name: unknown workload 'mlpp' (did you mean 'mlp'?)" in err
-    assert "workloads[1].size: 'huge' is not a size (accepted: tiny, small, full)" in err
+    assert (
+        "workloads[1].size: unknown size 'huge' for workload 'chain'; accepted: tiny, small, full"
+        in err
+    )
 
 
 def test_cli_run_and_report(tmp_path, capsys):
@@ -289,3 +328,54 @@ def test_cold_start_cells_carry_cache_figures(tmp_path):
     report = (tmp_path / "report.md").read_text()
     assert "## Cold start" in report and "| mul_add_relu/tiny/forward | default |" in report
     assert "_skipped: CUDA graphs exist only on the GPU_" in report
+
+
+def test_unknown_keys_are_kept_and_written_back(tmp_path):
+    data = {
+        "workload": "mlp", "size": "tiny", "mode": "forward", "dtype": "float32",
+        "variant": "default", "backend": "cpu", "device_kind": "cpu",
+        "kernels": 3, "torch_twin_s": 0.5, "study": {"name": "x"},
+    }  # fmt: skip
+    record = CellResult.from_dict(data)
+    assert record.kernels == 3
+    assert record.extra == {"torch_twin_s": 0.5, "study": {"name": "x"}}
+    path = tmp_path / "results.jsonl"
+    append_result(path, record)
+    written = json.loads(path.read_text())
+    assert written["torch_twin_s"] == 0.5 and written["study"] == {"name": "x"}
+    assert "extra" not in written and written["schema_version"] == 1
+
+
+def test_a_newer_schema_version_is_skipped_with_a_clear_message(tmp_path):
+    path = tmp_path / "results.jsonl"
+    record = CellResult("mlp", "tiny", "forward", "float32", "default", "cpu", "cpu")
+    append_result(path, record)
+    newer = {**record.to_dict(), "schema_version": 2}
+    with path.open("a") as f:
+        f.write(json.dumps(newer) + "\n")
+    read = read_results(path)
+    assert len(read.records) == 1
+    assert read.skipped == (
+        (2, "written under schema_version 2, newer than the 1 this xlafuse reads: upgrade "
+            "xlafuse to read it"),
+    )  # fmt: skip
+    path.write_text(json.dumps(newer) + "\n")
+    with pytest.raises(XlafuseError, match=r"none of its 1 lines is a record \(line 1: written "):
+        read_results(path)
+
+
+@pytest.mark.parametrize(
+    "folder", sorted(p.parent.name for p in (ROOT / "experiments").glob("*/*/results.jsonl"))
+)
+def test_published_schema_1_results_still_read_and_report(folder, tmp_path):
+    (path,) = (ROOT / "experiments").glob(f"*/{folder}/results.jsonl")
+    read = read_results(path)
+    lines = [line for line in path.read_text().splitlines() if line.strip()]
+    assert len(read.records) == len(lines) and read.skipped == ()
+    assert all(r.schema_version == 1 and r.extra == {} for r in read.records)
+    for line, record in zip(lines, read.records, strict=True):
+        original, written = json.loads(line), json.loads(json.dumps(record.to_dict()))
+        assert {k: written[k] for k in original} == original  # fields added since get defaults
+    write_report(path, tmp_path)
+    report = (tmp_path / "report.md").read_text()
+    assert all(r.variant in report for r in read.records)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from xlafuse.devices import forced_host_devices, host_devices_env, with_host_devices
+from xlafuse.compile.devices import forced_host_devices, host_devices_env, with_host_devices
 from xlafuse.hlo.collectives import collectives_of_text, group_size, ring_bytes
 
 REPO = Path(__file__).resolve().parents[1]

@@ -6,16 +6,16 @@ import json
 
 import pytest
 
-from xlafuse import variants
 from xlafuse.cli import main
-from xlafuse.config import parse_config
+from xlafuse.compile import variants
 from xlafuse.errors import XlafuseError
+from xlafuse.experiment.config import parse_config
 from xlafuse.measure.collectives import comm_profile, is_comm_kernel, scaling
 from xlafuse.measure.profile import summarize_device
 from xlafuse.models import build
 from xlafuse.models.sharding import DeviceCountError, check_device_count, leaf_spec
-from xlafuse.report_sharded import sharded_section
-from xlafuse.results import CellResult, cell_id
+from xlafuse.report.sharded import sharded_section
+from xlafuse.results.records import CellResult, cell_id
 
 
 def test_no_collective_combining_switches_off_the_cpu_combiner():

@@ -15,17 +15,18 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from xlafuse import models, runner  # noqa: E402
+from xlafuse import models  # noqa: E402
 from xlafuse.cli import main  # noqa: E402
-from xlafuse.compile import MeasureRequest  # noqa: E402
-from xlafuse.config import load_config, parse_config  # noqa: E402
+from xlafuse.compile.jit import MeasureRequest  # noqa: E402
+from xlafuse.compile.variants import get as get_variant  # noqa: E402
+from xlafuse.experiment import runner  # noqa: E402
+from xlafuse.experiment.config import load_config, parse_config  # noqa: E402
 from xlafuse.measure.calibrate import calibrate  # noqa: E402
+from xlafuse.measure.numerics import host_outputs, judge_workload  # noqa: E402
 from xlafuse.measure.timing import TimingSettings  # noqa: E402
-from xlafuse.numerics import host_outputs, judge_workload  # noqa: E402
 from xlafuse.torch import convert, twins  # noqa: E402
 from xlafuse.torch import measure as torch_measure  # noqa: E402
 from xlafuse.torch.program import build_program  # noqa: E402
-from xlafuse.variants import get as get_variant  # noqa: E402
 
 pytestmark = pytest.mark.torch
 

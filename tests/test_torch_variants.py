@@ -7,12 +7,13 @@ import importlib.util
 
 import pytest
 
-from xlafuse import models, variants
+from xlafuse import models
 from xlafuse.cli import main
-from xlafuse.compile import compile_workload
-from xlafuse.config import parse_config
+from xlafuse.compile import variants
+from xlafuse.compile.jit import compile_workload
 from xlafuse.errors import XlafuseError
-from xlafuse.report_torch import frameworks_section
+from xlafuse.experiment.config import parse_config
+from xlafuse.report.torch import frameworks_section
 
 TORCH_VARIANTS = (
     "torch-eager",

@@ -5,12 +5,12 @@ import json
 import jax.numpy as jnp
 import pytest
 
-from xlafuse import runner
 from xlafuse.cli import main
-from xlafuse.config import parse_config
+from xlafuse.experiment import runner
+from xlafuse.experiment.config import parse_config
 from xlafuse.measure.calibrate import calibrate
 from xlafuse.measure.cell_kernels import trace_folder_name
-from xlafuse.results import load_results
+from xlafuse.results.records import load_results
 
 FAST_TIMING = {"warmup": 1, "min_time_s": 0, "min_iters": 3, "max_iters": 3, "repeats": 1}
 CHAIN = [{"name": "chain", "overrides": {"ops": 4}}]

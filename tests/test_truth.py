@@ -6,14 +6,16 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from xlafuse import child, models, runner, variants
-from xlafuse.compare import compare_workload
-from xlafuse.compile import compile_workload
-from xlafuse.config import parse_config
-from xlafuse.inspect import inspect_target
+from xlafuse import models
+from xlafuse.compile import child, protocol, variants
+from xlafuse.compile.jit import compile_workload
+from xlafuse.experiment import runner
+from xlafuse.experiment.compare import compare_workload
+from xlafuse.experiment.config import parse_config
+from xlafuse.inspect.targets import inspect_target
 from xlafuse.measure import stats, timing
 from xlafuse.measure.calibrate import calibrate
-from xlafuse.numerics import compare_train_steps, host_outputs, judge_workload
+from xlafuse.measure.numerics import compare_train_steps, host_outputs, judge_workload
 
 FAST_TIMING = {"warmup": 1, "min_time_s": 0, "min_iters": 3, "max_iters": 3, "repeats": 1}
 TRAINABLE = models.available("train")
@@ -128,14 +130,14 @@ def test_process_flag_variant_is_measured_in_one_child_per_cell(tmp_path, monkey
     flags = variants.Variant("fast-math-off", process_flags=("--xla_cpu_enable_fast_math=false",))
     monkeypatch.setitem(variants._PRESETS, flags.name, flags)
     starts = {"n": 0}
-    real = child.subprocess.run
+    real = protocol.subprocess.run
 
     def counting(*args, **kwargs):
-        if args and "xlafuse.child" in args[0]:
+        if args and child.CHILD_MODULE in args[0]:
             starts["n"] += 1
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(child.subprocess, "run", counting)
+    monkeypatch.setattr(protocol.subprocess, "run", counting)
     records = _run(tmp_path, [{"name": "mul_add_relu"}], ("default", "fast-math-off"))
     default, in_child = records
     assert starts["n"] == 1

@@ -12,13 +12,13 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import subprocess
 from pathlib import Path
 
 import jax
 import pytest
 
 from xlafuse.cli import main
+from xlafuse.compile.protocol import error_line
 from xlafuse.errors import XlafuseError
 from xlafuse.measure import validate, validate_child, validate_run
 from xlafuse.measure.ncu import NCU_FLAGS, ncu_command, parse_ncu_csv, to_bytes, to_seconds
@@ -31,7 +31,7 @@ from xlafuse.measure.validate import (
     modeled_kernels,
 )
 from xlafuse.measure.validate_run import file_stem
-from xlafuse.report_validation import format_text, render_markdown, write_validation
+from xlafuse.report.validation import format_text, render_markdown, write_validation
 
 NCU_DATA = Path(__file__).parent / "data" / "ncu"
 GIB = 1 << 30
@@ -336,7 +336,7 @@ def test_cli_usage_errors_exit_2(argv, message, capsys):
 
 
 def test_config_selection_names_what_the_config_has():
-    from xlafuse.config import load_config
+    from xlafuse.experiment.config import load_config
 
     config = load_config(Path(__file__).parents[1] / "configs" / "validation.toml", backend="gpu")
     assert [w.label for w in config.workloads] == [
@@ -379,10 +379,9 @@ def test_child_errors_name_the_exception_not_jax_notes():
         "Traceback (most recent call last):\n  File x\nValueError: cols must be positive\n"
         "--------------------\nFor simplicity, JAX has removed its internal frames.\n"
     )
-    proc = subprocess.CompletedProcess([], 1, stdout="", stderr=stderr)
-    assert validate_run._last_error(proc) == "ValueError: cols must be positive"
-    ncu = subprocess.CompletedProcess([], 1, stdout="==ERROR== ERR_NVGPUCTRPERM\n", stderr="x\n")
-    assert validate_run._last_error(ncu) == "==ERROR== ERR_NVGPUCTRPERM"
+    assert error_line(stderr) == "ValueError: cols must be positive"
+    assert error_line("x\n", stdout="==ERROR== ERR_NVGPUCTRPERM\n") == "==ERROR== ERR_NVGPUCTRPERM"
+    assert error_line("") == "no output"
 
 
 def test_nothing_profiled_is_a_failed_cell_with_ncus_words():

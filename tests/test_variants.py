@@ -12,8 +12,8 @@ import jaxlib
 import pytest
 
 import xlafuse
-from xlafuse import variants
-from xlafuse.passes import fusion_passes, known_passes
+from xlafuse.compile import variants
+from xlafuse.compile.passes import fusion_passes, known_passes
 
 
 def mul_add_relu(x, a, b):
@@ -31,29 +31,28 @@ def xab():
     )
 
 
-def test_presets_named_in_the_design_exist():
-    assert variants.available() == [
-        "default",
-        "no-fusion",
-        "no-gemm-fusion",
-        "no-norm-fusion",
-        "no-cuda-graphs",
-        "no-fusion-no-graphs",
-        "no-collective-combining",
-        "no-async-collectives",
-        "torch-eager",
-        "torch-inductor",
-        "torch-inductor-max-autotune",
-        "torch-inductor-cudagraphs",
-    ]
-    assert variants.available("cpu") == [
-        "default",
-        "no-fusion",
-        "no-collective-combining",
-        "torch-eager",
-        "torch-inductor",
-        "torch-inductor-max-autotune",
-    ]
+@pytest.mark.parametrize("name", [n for n in variants.available() if n != "default"])
+def test_every_preset_changes_something_on_each_backend_it_applies_to(name):
+    preset = variants.get(name)
+    assert preset.description
+    default = variants.get("default")
+    for backend in preset.backends:
+        changed = (
+            preset.passes_for(backend) != default.passes_for(backend)
+            or preset.options_for(backend) != default.options_for(backend)
+            or preset.process_flags
+            or preset.framework != "jax"
+        )
+        assert changed, f"{name} changes nothing on {backend}"
+
+
+def test_presets_of_the_design_exist_and_gpu_only_ones_stay_off_the_cpu():
+    design = ("default", "no-fusion", "no-gemm-fusion", "no-norm-fusion", "no-cuda-graphs")
+    assert set(design) <= set(variants.available())
+    cpu = variants.available("cpu")
+    assert {"default", "no-fusion"} <= set(cpu)
+    assert not {"no-gemm-fusion", "no-norm-fusion", "no-cuda-graphs"} & set(cpu)
+    assert cpu == [n for n in variants.available() if variants.get(n).applies_to("cpu")]
 
 
 def test_no_fusion_disables_every_fusion_making_pass():

@@ -11,20 +11,21 @@ Public surface:
   warmup(...), measure_cold_start(workload)   persistent cache and cold-start figures
 """
 
-from xlafuse import models, variants
-from xlafuse.compare import Comparison, VariantRow, compare
-from xlafuse.compile import CompiledVariant, FusedFunction, compile
-from xlafuse.config import ExperimentConfig, load_config
+from xlafuse import models
+from xlafuse.compile import variants
+from xlafuse.compile.jit import CompiledVariant, FusedFunction, compile
+from xlafuse.compile.variants import Variant
 from xlafuse.errors import HloParseError, UnknownNameError, UnknownPassError, XlafuseError
+from xlafuse.experiment.compare import Comparison, VariantRow, compare
+from xlafuse.experiment.config import ExperimentConfig, load_config
+from xlafuse.experiment.runner import run_experiment
+from xlafuse.experiment.warmup import WarmupSummary, warmup
 from xlafuse.hlo import FusionReport, KernelInfo, analyze_hlo
 from xlafuse.hlo.collectives import CollectiveReport, collectives_of_text
 from xlafuse.measure.coldstart import ColdStartResult, measure_cold_start
-from xlafuse.numerics import NumericDiff, compare_outputs
-from xlafuse.report import write_report
-from xlafuse.results import CellResult
-from xlafuse.runner import run_experiment
-from xlafuse.variants import Variant
-from xlafuse.warmup import WarmupSummary, warmup
+from xlafuse.measure.numerics import NumericDiff, compare_outputs
+from xlafuse.report.markdown import write_report
+from xlafuse.results.records import CellResult
 
 __all__ = [
     "CellResult",

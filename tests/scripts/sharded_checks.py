@@ -14,8 +14,8 @@ from pathlib import Path
 import jax
 
 from xlafuse import models
-from xlafuse.compile import compile_workload
-from xlafuse.numerics import host_outputs, judge_workload
+from xlafuse.compile.jit import compile_workload
+from xlafuse.measure.numerics import host_outputs, judge_workload
 
 
 def _compiled(workload, variant):
@@ -61,8 +61,8 @@ def model_parallel_block() -> dict:
 
 def runner_cells(out: str) -> list[dict]:
     """A tiny experiment: the data-parallel mlp step on 1 and 4 devices, two variants."""
-    from xlafuse.config import parse_config
-    from xlafuse.runner import run_experiment
+    from xlafuse.experiment.config import parse_config
+    from xlafuse.experiment.runner import run_experiment
 
     workload = {"name": "mlp", "mode": "train", "overrides": {"batch": 4}}
     config = parse_config(

@@ -39,13 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in _COMMANDS:
-        try:
-            module = importlib.import_module(f"xlafuse.cli.{name}_cmd")
-        except ModuleNotFoundError as err:
-            if err.name != f"xlafuse.cli.{name}_cmd":
-                raise
-            continue
-        module.register(subparsers)
+        importlib.import_module(f"xlafuse.cli.{name}_cmd").register(subparsers)
     return parser
 
 

@@ -11,6 +11,10 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import TextIO
 
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
 
 def is_tty(stream: TextIO) -> bool:
     """Whether `stream` is an interactive terminal."""
@@ -37,9 +41,6 @@ def steps(
     if not (force or is_tty(stream)):
         yield lambda line: None
         return
-    from rich.console import Console
-    from rich.markup import escape
-    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
     progress = Progress(
         SpinnerColumn(),

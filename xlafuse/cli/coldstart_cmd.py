@@ -4,6 +4,13 @@ from __future__ import annotations
 
 import json
 
+from xlafuse.cli import _progress
+from xlafuse.compile import variants
+from xlafuse.measure import coldstart
+from xlafuse.models import registry
+from xlafuse.models.workload import workload_label
+from xlafuse.report.coldstart import coldstart_text
+
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
@@ -31,14 +38,11 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from xlafuse.cli._progress import steps
-    from xlafuse.measure import coldstart
-
     spec = {"name": args.workload, "size": args.size, "mode": args.mode, "dtype": args.dtype}
     _check(spec, args.variant)
-    label = f"{args.workload}/{args.size}/{args.mode} @ {args.variant}"
+    label = f"{workload_label(args.workload, args.size, args.mode)} @ {args.variant}"
     warm = args.cache is not None and coldstart.cache_entry_count(args.cache) > 0
-    with steps(total=(1 if warm else 2) if args.no_aot else 3) as step:
+    with _progress.steps(total=(1 if warm else 2) if args.no_aot else 3) as step:
         result = coldstart.measure_cold_start(
             spec,
             args.variant,
@@ -47,40 +51,11 @@ def run(args) -> int:
             aot=not args.no_aot,
             on_step=lambda line: step(f"{label}: {line}"),
         )
-    print(json.dumps(result.to_dict(), indent=1) if args.json else format_result(result))
+    print(json.dumps(result.to_dict(), indent=1) if args.json else coldstart_text(result))
     return 0
 
 
 def _check(spec: dict, variant: str) -> None:
     """Fail fast, with the accepted names, before any child process starts."""
-    from xlafuse import models, variants
-    from xlafuse.models.registry import choose
-    from xlafuse.models.registry import spec as workload_spec
-
     variants.get(variant)
-    choose("size", spec["size"], models.SIZES)
-    choose("mode", spec["mode"], workload_spec(spec["name"]).modes, f" for {spec['name']!r}")
-
-
-def format_result(result) -> str:
-    """Human-readable lines of a ColdStartResult."""
-
-    def s(value, spec=".3f", unit=" s"):
-        return "-" if value is None else f"{value:{spec}}{unit}"
-
-    w = result.workload
-    speedup = result.cache_speedup
-    lines = [
-        f"{w['name']}/{w['size']}/{w['mode']}  variant {result.variant}  backend {result.backend}",
-        f"  import             {s(result.import_s)}",
-        f"  trace + lower      {s(result.lower_s)}",
-        f"  compile, cold      {s(result.cold_compile_s)}",
-        f"  compile, warm      {s(result.warm_compile_s)}  (cache hit: "
-        f"{'yes' if result.cache_hit else 'NO'}, {result.cache_entries} entries)",
-        f"  cache speedup      {s(speedup, '.1f', 'x')}",
-        f"  first call         {s(result.first_call_s)}",
-        f"  steady call        {s(result.steady_call_s and result.steady_call_s * 1e3, '.3f', ' ms')}",
-        f"  AOT export         {s(result.aot_export_s)}",
-        f"  AOT load+1st call  {s(result.aot_load_s)}",
-    ]
-    return "\n".join(lines)
+    registry.check(spec["name"], spec["size"], spec["mode"], spec["dtype"])

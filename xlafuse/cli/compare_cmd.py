@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import json
 
+from xlafuse import models
+from xlafuse.cli import _progress
 from xlafuse.cli._devices import add_mesh_arguments, overrides, rerun_if_needed
+from xlafuse.experiment.compare import compare_workload
+from xlafuse.models.workload import workload_label
 
 
 def register(subparsers) -> None:
@@ -25,17 +29,13 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from xlafuse import models
-    from xlafuse.cli._progress import steps
-    from xlafuse.compare import compare_workload
-
     if (status := rerun_if_needed(args)) is not None:
         return status
     names = [v.strip() for v in args.variants.split(",") if v.strip()]
-    label = f"{args.workload}/{args.size}/{args.mode}"
+    label = f"{workload_label(args.workload, args.size, args.mode)}"
     if args.devices > 1:
         label += f" ({args.parallelism}-parallel on {args.devices} devices)"
-    with steps(total=1 + len(names)) as step:
+    with _progress.steps(total=1 + len(names)) as step:
         step(f"building {label}")
         workload = models.build(
             args.workload,

@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import json
 
+from xlafuse.cli import _progress
 from xlafuse.cli._devices import add_mesh_arguments, overrides, rerun_if_needed
-from xlafuse.explain import diff_targets
-from xlafuse.explain_text import check_top, render_diff
+from xlafuse.errors import XlafuseError
+from xlafuse.inspect.explain import diff_targets
+from xlafuse.measure.kernel_diff import measure_workload_diff
+from xlafuse.models.workload import workload_label
+from xlafuse.report.explain_text import check_top, render_diff
+from xlafuse.report.kernels import render_measured_diff
 
 
 def register(subparsers) -> None:
@@ -45,17 +50,15 @@ def register(subparsers) -> None:
 
 def run(args) -> int:
     """Diffs A and B and prints the text or JSON."""
-    from xlafuse.cli._progress import steps
-
     check_top(args.top)
     if args.workload and (status := rerun_if_needed(args)) is not None:
         return status
     variants = tuple(v.strip() for v in args.variants.split(",") if v.strip())
     if args.measure:
         return _measured(args, variants)
-    with steps(total=1) as step:
+    with _progress.steps(total=1) as step:
         if args.workload:
-            label = f"{args.workload}/{args.size}/{args.mode}"
+            label = f"{workload_label(args.workload, args.size, args.mode)}"
             step(f"building and compiling {label} @ {' and @ '.join(variants)}")
         diff = diff_targets(
             args.a,
@@ -75,20 +78,15 @@ def run(args) -> int:
 
 def _measured(args, variants: tuple[str, ...]) -> int:
     """`--measure`: both variants compiled, traced and joined; groups by measured time saved."""
-    from xlafuse.cli._progress import steps
-    from xlafuse.errors import XlafuseError
-    from xlafuse.measure.kernel_diff import measure_workload_diff
-    from xlafuse.report_kernels import render_measured_diff
-
     if not args.workload or args.a or args.b:
         raise XlafuseError("--measure needs --workload NAME (HLO files cannot be traced)")
     if len(variants) != 2:
         raise XlafuseError(f"--variants needs two names like default,no-fusion; got {variants}")
     if args.calls < 1:
         raise XlafuseError(f"--calls must be a positive number of calls, not {args.calls}")
-    with steps(total=1) as step:
+    with _progress.steps(total=1) as step:
         step(
-            f"compiling and tracing {args.workload}/{args.size}/{args.mode} @ {' and @ '.join(variants)}"
+            f"compiling and tracing {workload_label(args.workload, args.size, args.mode)} @ {' and @ '.join(variants)}"
         )
         measured = measure_workload_diff(
             args.workload, variants, args.size, args.mode, args.calls, args.traces

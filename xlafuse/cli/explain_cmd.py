@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from xlafuse.explain import explain_target
-from xlafuse.explain_text import check_top, render_explain
+from xlafuse.inspect.explain import explain_target
+from xlafuse.report.explain_text import check_top, render_explain
 
 
 def register(subparsers) -> None:

@@ -5,9 +5,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from xlafuse import inspect as inspect_lib
+from xlafuse.cli import _progress
 from xlafuse.cli._devices import add_mesh_arguments, overrides, rerun_if_needed
 from xlafuse.errors import XlafuseError
+from xlafuse.inspect.targets import inspect_target
+from xlafuse.models.workload import workload_label
+from xlafuse.report.graph import render_svg, to_dot
+from xlafuse.report.inspect_text import SORT_KEYS, render_text
 
 
 def register(subparsers) -> None:
@@ -25,7 +29,7 @@ def register(subparsers) -> None:
     p.add_argument("--variant", default="default", help="fusion variant (default: default)")
     add_mesh_arguments(p)
     p.add_argument("--top", type=int, help="show the first N kernels only")
-    p.add_argument("--sort", default="bytes", choices=inspect_lib.SORT_KEYS, help="kernel order")
+    p.add_argument("--sort", default="bytes", choices=SORT_KEYS, help="kernel order")
     p.add_argument("--json", action="store_true", help="print JSON (docs/inspect-json.md)")
     p.add_argument("--dot", type=Path, metavar="FILE", help="write the kernel graph as DOT")
     p.add_argument("--svg", type=Path, metavar="FILE", help="render the kernel graph to SVG")
@@ -34,14 +38,14 @@ def register(subparsers) -> None:
 
 def run(args) -> int:
     """Inspects the target and prints the text report or JSON; writes DOT/SVG when asked."""
-    from xlafuse.cli._progress import steps
-
     if args.workload and (status := rerun_if_needed(args)) is not None:
         return status
-    with steps(total=1) as step:
+    with _progress.steps(total=1) as step:
         if args.workload:
-            step(f"building and compiling {args.workload}/{args.size}/{args.mode} @ {args.variant}")
-        result = inspect_lib.inspect_target(
+            step(
+                f"building and compiling {workload_label(args.workload, args.size, args.mode)} @ {args.variant}"
+            )
+        result = inspect_target(
             path=args.target,
             module=args.module,
             workload=args.workload,
@@ -57,13 +61,11 @@ def run(args) -> int:
     if args.json:
         print(json.dumps(result.to_json(), indent=1))
     else:
-        print(inspect_lib.render_text(result, top=args.top, sort=args.sort))
+        print(render_text(result, top=args.top, sort=args.sort))
     return 0
 
 
 def _write_graph(result, dot_path: Path | None, svg_path: Path | None) -> None:
-    from xlafuse.hlo.graph import render_svg, to_dot
-
     if result.hlo is None:
         raise XlafuseError("--dot/--svg draw one module: pick one with --module NAME")
     dot_text = to_dot(result.hlo, result.report)

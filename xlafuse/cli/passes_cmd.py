@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import jax
 
-from xlafuse.passes import fusion_passes, known_passes
+from xlafuse.compile.passes import fusion_passes, known_passes
+from xlafuse.compile.variants import BACKENDS
 
 
 def register(subparsers) -> None:
@@ -17,7 +18,7 @@ def register(subparsers) -> None:
     )
     p.add_argument("--all", action="store_true", help="every pass, not only fusion-related ones")
     p.add_argument(
-        "--backend", choices=("cpu", "gpu"), help="cpu or gpu (default: JAX's default backend)"
+        "--backend", choices=BACKENDS, help="cpu or gpu (default: JAX's default backend)"
     )
     p.set_defaults(func=run)
 

@@ -5,6 +5,9 @@ from __future__ import annotations
 import argparse
 import sys
 
+from xlafuse.report.markdown import write_report
+from xlafuse.results.records import read_results
+
 
 def register(subparsers) -> None:
     """Add the `report` subcommand."""
@@ -27,9 +30,6 @@ def register(subparsers) -> None:
 
 def report(args: argparse.Namespace) -> int:
     """Write the report and print its path; say on stderr which lines were not records."""
-    from xlafuse.report import write_report
-    from xlafuse.results import read_results
-
     note = read_results(args.results).skipped_note()
     if note:
         print(note, file=sys.stderr)

@@ -5,7 +5,10 @@ from __future__ import annotations
 import argparse
 import sys
 
+from xlafuse.compile.devices import needs_host_devices, rerun_with_host_devices
 from xlafuse.errors import XlafuseError
+from xlafuse.experiment.config import load_config
+from xlafuse.experiment.runner import run_experiment
 
 SOME_CELLS_FAILED = 1
 CONFIG_ERROR = 2
@@ -39,16 +42,12 @@ def _names(text: str) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     """Run the config; exit status 0 all ok, 1 some cells errored, 2 invalid config."""
-    from xlafuse.config import load_config
-    from xlafuse.runner import run_experiment
-
     try:
         config = load_config(args.config)
     except XlafuseError as err:
         # Every problem on its own line (the dispatcher would keep only the first line).
         print(f"xlafuse run: error: {err}", file=sys.stderr)
         return CONFIG_ERROR
-    from xlafuse.devices import needs_host_devices, rerun_with_host_devices
 
     # Sharded cells on a CPU: the whole run goes to a child with enough host devices (XLA
     # reads the count once, at backend start); one-device cells run there on device 0.

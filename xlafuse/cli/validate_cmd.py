@@ -6,7 +6,13 @@ import json
 import shlex
 import sys
 
+from xlafuse.cli._devices import parse_overrides
+from xlafuse.compile import variants
 from xlafuse.errors import XlafuseError
+from xlafuse.experiment.config import load_config
+from xlafuse.measure.validate_run import require_tools, validate_cells, validate_config
+from xlafuse.models import registry
+from xlafuse.report.validation import format_text, write_validation
 
 SOME_CELLS_OFF = 1
 
@@ -44,9 +50,6 @@ def register(subparsers) -> None:
 
 def run(args) -> int:
     """Validate the chosen cells; print the tables (or JSON); write files with --out."""
-    from xlafuse.measure.validate_run import require_tools, validate_cells, validate_config
-    from xlafuse.report_validation import format_text, write_validation
-
     _check_usage(args)
     require_tools(args.ncu)
     kwargs = {
@@ -58,8 +61,6 @@ def run(args) -> int:
     }
     say = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
     if args.config:
-        from xlafuse.config import load_config
-
         config = load_config(args.config, backend="gpu")
         results = validate_config(config, args.only, args.variants, say=say, **kwargs)
     else:
@@ -68,7 +69,7 @@ def run(args) -> int:
             "size": args.size,
             "mode": args.mode,
             "dtype": args.dtype,
-            "overrides": _overrides(args.overrides),
+            "overrides": parse_overrides(args.overrides),
         }
         cells = [(spec, v) for v in args.variants or ["default"]]
         results = validate_cells(cells, say=say, **kwargs)
@@ -90,34 +91,10 @@ def _check_usage(args) -> None:
     if args.workload and args.only:
         raise XlafuseError("--only selects workloads of a CONFIG; with --workload, leave it out")
     if args.workload:
-        from xlafuse import variants
-        from xlafuse.models.registry import _resolve  # validates names; builds nothing
-
-        _resolve(args.workload, args.size, args.mode, _overrides(args.overrides))
+        registry.check(args.workload, args.size, args.mode, None, parse_overrides(args.overrides))
         for name in args.variants or ["default"]:
             variants.get(name)
 
 
 def _names(text: str) -> list[str]:
     return [n.strip() for n in text.split(",") if n.strip()]
-
-
-def _overrides(texts: list[str] | None) -> dict:
-    """`--overrides a=1,b=2 --overrides c=x` -> {"a": 1, "b": 2, "c": "x"}."""
-    out = {}
-    for item in _names(",".join(texts or ())):
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise XlafuseError(f"override {item!r} is not KEY=VALUE (e.g. ops=8)")
-        out[key.strip()] = _value(value.strip())
-    return out
-
-
-def _value(text: str):
-    """An override value: an int, a float, true/false, or else the string."""
-    for kind in (int, float):
-        try:
-            return kind(text)
-        except ValueError:
-            pass
-    return {"true": True, "false": False}.get(text.lower(), text)

@@ -6,7 +6,7 @@ import json
 
 import jax
 
-from xlafuse import variants
+from xlafuse.compile import variants
 
 
 def register(subparsers) -> None:

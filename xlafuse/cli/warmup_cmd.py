@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 
+from xlafuse.experiment.config import load_config
+from xlafuse.experiment.warmup import warmup_config
+
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
@@ -17,9 +20,6 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from xlafuse.config import load_config
-    from xlafuse.warmup import warmup_config
-
     summary = warmup_config(load_config(args.config), args.cache)
     if args.json:
         print(json.dumps(summary.to_dict(), indent=1))

@@ -1,16 +1,16 @@
 """Optimized HLO: parse it, find its kernels and fusions, model the bytes they move."""
 
+from xlafuse.hlo.dump import find_optimized_modules, thunk_launch_count
 from xlafuse.hlo.fusion import (
     FusionReport,
     KernelInfo,
     analyze_hlo,
     analyze_module,
     executed_computations,
-    find_optimized_modules,
     infer_backend,
-    thunk_launch_count,
 )
-from xlafuse.hlo.parse import Computation, HloModule, Instruction, Shape, parse_hlo
+from xlafuse.hlo.ir import Computation, HloModule, Instruction, Shape
+from xlafuse.hlo.parse import parse_hlo
 from xlafuse.hlo.traffic import instruction_bytes
 
 __all__ = [

@@ -9,7 +9,7 @@ import re
 from itertools import chain
 
 from xlafuse.errors import HloParseError
-from xlafuse.hlo.parse import (
+from xlafuse.hlo.ir import (
     _CLOSE,
     _FIELDS,
     _LITERAL_OPCODES,

@@ -32,7 +32,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from xlafuse.hlo.fusion import executed_computations
-from xlafuse.hlo.parse import Computation, HloModule, Instruction, Shape, parse_hlo
+from xlafuse.hlo.ir import Computation, HloModule, Instruction, Shape
+from xlafuse.hlo.parse import parse_hlo
 
 KINDS = (
     "all-reduce",

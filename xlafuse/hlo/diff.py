@@ -22,8 +22,8 @@ from typing import Any
 
 from xlafuse.hlo.collectives import CollectiveReport, analyze_collectives
 from xlafuse.hlo.fusion import analyze_module
+from xlafuse.hlo.ir import HloModule
 from xlafuse.hlo.lineage import Lineage, trace_module
-from xlafuse.hlo.parse import HloModule
 
 
 @dataclass(frozen=True)

@@ -28,8 +28,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from xlafuse.hlo.ir import HloModule
 from xlafuse.hlo.lineage import NOT_TRACED, Lineage, trace_module
-from xlafuse.hlo.parse import HloModule, parse_hlo
+from xlafuse.hlo.parse import parse_hlo
 from xlafuse.hlo.priority_dump import FusionStep, PriorityDump
 
 

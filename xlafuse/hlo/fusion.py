@@ -37,7 +37,9 @@ from types import MappingProxyType
 from typing import Any
 
 from xlafuse.errors import HloParseError
-from xlafuse.hlo.parse import Computation, HloModule, Instruction, _gc_paused, parse_hlo
+from xlafuse.hlo.dump import read_hlo
+from xlafuse.hlo.ir import Computation, HloModule, Instruction
+from xlafuse.hlo.parse import gc_paused, parse_hlo
 from xlafuse.hlo.traffic import FREE_OPCODES, kernel_bytes
 
 _NOT_LAUNCH = FREE_OPCODES | {
@@ -55,10 +57,6 @@ _GPU_HINTS = ('"operation_queue_id"', '"device_type"', "__cublas", "__cudnn", "_
 _CPU_HINTS = ("__ynn", "__xnn", "xla.cpu", "__onednn", "outer_dimension_partitions")
 _HINTS = _GPU_HINTS + _CPU_HINTS
 _GPU_FILE = re.compile(r"gpu_after_optimizations|\.sm_\d")
-_THUNK_LINE = re.compile(r"^\s*\d+:\s+(k\w+)", re.MULTILINE)
-_NON_LAUNCH_THUNKS = frozenset(
-    {"kWhile", "kConditional", "kSequential", "kCommandBuffer", "kWaitForStreams", "kCopyDone"}
-)
 
 
 @dataclass(frozen=True)
@@ -127,7 +125,7 @@ def analyze_module(module: HloModule) -> FusionReport:
     kernels: list[KernelInfo] = []
     instr = module.entry.root
     try:
-        with _gc_paused():
+        with gc_paused():
             for comp in executed_computations(module):
                 for instr in comp.instructions:
                     if _is_launch(instr):
@@ -166,7 +164,7 @@ def analyze_hlo(text_or_path: str | Path) -> FusionReport:
     Raises:
         HloParseError: malformed text, a binary file, or a path that does not exist.
     """
-    text, source = _read(text_or_path)
+    text, source = read_hlo(text_or_path)
     return analyze_module(parse_hlo(text, source))
 
 
@@ -203,45 +201,6 @@ def infer_backend(module: HloModule) -> str | None:
             if any(h in text for h in _CPU_HINTS):
                 return "cpu"
     return None
-
-
-def find_optimized_modules(folder: str | Path) -> list[Path]:
-    """The optimized-module files of a `--xla_dump_to` folder, sorted by name.
-
-    Args:
-        folder: the dump folder.
-
-    Returns:
-        Paths ending in `after_optimizations.txt` (e.g. `*.sm_9.0a_gpu_after_optimizations.txt`),
-        not the `-buffer-assignment`/`-memory-usage-report` companions.
-
-    Raises:
-        HloParseError: when `folder` is not a directory.
-    """
-    path = Path(folder)
-    if not path.is_dir():
-        raise HloParseError(f"not a directory: {str(path)!r} (expected an --xla_dump_to folder)")
-    return sorted(p for p in path.iterdir() if p.name.endswith("after_optimizations.txt"))
-
-
-def thunk_launch_count(path: str | Path) -> int | None:
-    """Launches listed in the `*.thunk_sequence.txt` next to a dumped module file.
-
-    Args:
-        path: a module file from `find_optimized_modules`.
-
-    Returns:
-        The number of listed thunks that launch work (kernels, library calls), not control
-        thunks (kWhile, kConditional, kSequential, kCommandBuffer, ...); None when no thunk
-        sequence file exists for that module.
-    """
-    path = Path(path)
-    module_id = path.name.split(".", 1)[0]
-    found = sorted(path.parent.glob(f"{module_id}.*thunk_sequence.txt"))
-    if not found:
-        return None
-    kinds = _THUNK_LINE.findall(found[0].read_text(errors="replace"))
-    return sum(k not in _NON_LAUNCH_THUNKS for k in kinds)
 
 
 def _runs(instr: Instruction) -> tuple[str, ...]:
@@ -352,38 +311,3 @@ def _scalar_broadcast(instr: Instruction, by_name: Mapping[str, Instruction]) ->
 
 def _distinct(values) -> tuple[str, ...]:
     return tuple(dict.fromkeys(v for v in values if v))
-
-
-def _read(text_or_path: str | Path) -> tuple[str, str | None]:
-    if isinstance(text_or_path, str) and not _looks_like_path(text_or_path):
-        return text_or_path, None
-    path = Path(text_or_path)
-    try:
-        is_file = path.is_file()
-        data = path.read_bytes() if is_file else b""
-    except OSError as exc:  # too long a name, no permission, ...
-        raise HloParseError(f"cannot read {str(path)!r}: {exc.strerror or exc}") from None
-    if not is_file:
-        raise HloParseError(
-            f"no such file: {str(path)!r} (expected HLO text or a path to an HLO text file)"
-        )
-    source = str(path)
-    nul = data.find(b"\x00")
-    if nul >= 0:
-        raise HloParseError(
-            "binary file (NUL byte), not HLO text", data.count(b"\n", 0, nul) + 1, source
-        )
-    try:
-        return data.decode("utf-8"), source
-    except UnicodeDecodeError as exc:
-        line = data.count(b"\n", 0, exc.start) + 1
-        raise HloParseError(
-            f"not UTF-8 text ({exc.reason} at byte {exc.start})", line, source
-        ) from None
-
-
-def _looks_like_path(text: str) -> bool:
-    """A str is a path when it could name a file: one line, no NUL, OS name limits kept."""
-    if not text or "\n" in text or "\x00" in text or "HloModule" in text or len(text) > 4096:
-        return False
-    return all(len(part) <= 255 for part in text.replace("\\", "/").split("/"))

@@ -50,7 +50,7 @@ from types import MappingProxyType
 from typing import Any
 
 from xlafuse.hlo.fusion import analyze_module, executed_computations
-from xlafuse.hlo.parse import Computation, HloModule, Instruction, Shape
+from xlafuse.hlo.ir import Computation, HloModule, Instruction, Shape
 
 NOT_TRACED = frozenset({"parameter", "constant", "tuple", "get-tuple-element"})
 _VIEWS = frozenset({"reshape", "bitcast", "copy"})

@@ -14,7 +14,7 @@ calls' scratch workspaces (the `s8[...]`/`u8[...]` leaf of a cuBLAS/cuDNN tuple)
 
 from __future__ import annotations
 
-from xlafuse.hlo.parse import Computation, Instruction, Shape
+from xlafuse.hlo.ir import Computation, Instruction, Shape
 
 FREE_OPCODES = frozenset({"bitcast", "tuple", "get-tuple-element", "parameter", "constant"})
 _EMPTY = Shape(None)  # an operand not in the computation (the parser rules it out): no bytes

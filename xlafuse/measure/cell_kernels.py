@@ -19,6 +19,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import jax
+
+from xlafuse.hlo.diff import diff_modules
+from xlafuse.hlo.parse import parse_hlo
 from xlafuse.measure.kernel_diff import kernel_diff_record
 from xlafuse.measure.kernels import GPU_BASIS, KernelTimes, find_trace, join_trace, trace_events
 
@@ -101,10 +105,6 @@ def kernel_fields(
 
 def _diff(baseline: Baseline, compiled, workload, times: KernelTimes, labels) -> dict[str, Any]:
     """The reference vs this cell with measured times; an error here never fails the cell."""
-    import jax
-
-    from xlafuse.hlo.diff import diff_modules
-    from xlafuse.hlo.parse import parse_hlo
 
     try:
         if baseline.unoptimized is None:

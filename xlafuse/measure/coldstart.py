@@ -25,17 +25,36 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import os
-import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from xlafuse.child import child_env
+import jax
+from jax._src import monitoring  # the only place the persistent-cache events are published
+from jax.experimental.compilation_cache import compilation_cache
+
+from xlafuse import models
+from xlafuse.compile.protocol import run_child
+from xlafuse.compile.variants import get as get_variant
 from xlafuse.errors import XlafuseError
+
+# Run by a bare `python -c` with the request folder as argv[1]; times what a serving process
+# imports before it can compile, then hands over to `main`.
+BOOTSTRAP = """\
+import sys, time
+start = time.perf_counter()
+import jax, flax
+import xlafuse, xlafuse.models
+import_s = time.perf_counter() - start
+from xlafuse.measure.coldstart_child import main
+main(sys.argv[1], import_s)
+"""
+
+CACHE_HITS = "/jax/compilation_cache/cache_hits"
+CACHE_MISSES = "/jax/compilation_cache/cache_misses"
 
 CACHE_ENTRY_SUFFIX = "-cache"  # jax's LRU file cache writes KEY-cache (and KEY-atime) files
 DEFAULT_STEADY_CALLS = 10
@@ -171,9 +190,6 @@ def persistent_cache(cache_dir: str | os.PathLike) -> Iterator[Path]:
     Yields:
       The cache folder (created if missing).
     """
-    import jax
-    from jax.experimental.compilation_cache import compilation_cache
-
     folder = Path(cache_dir)
     folder.mkdir(parents=True, exist_ok=True)
     settings = cache_settings(folder)
@@ -188,6 +204,34 @@ def persistent_cache(cache_dir: str | os.PathLike) -> Iterator[Path]:
         compilation_cache.reset_cache()
         for key, value in before.items():
             jax.config.update(key, value)
+
+
+@contextlib.contextmanager
+def cache_events() -> Iterator[dict[str, int]]:
+    """Counts of persistent-cache hits and misses (CACHE_HITS, CACHE_MISSES) in the block."""
+    counts = {CACHE_HITS: 0, CACHE_MISSES: 0}
+
+    def on_event(event: str, **kwargs) -> None:
+        if event in counts:
+            counts[event] += 1
+
+    monitoring.register_event_listener(on_event)
+    try:
+        yield counts
+    finally:
+        monitoring.unregister_event_listener(on_event)
+
+
+def build_workload(spec: Mapping[str, Any]):
+    """The workload a `workload_spec` describes, built (in a child process)."""
+    return models.build(
+        spec["name"],
+        size=spec["size"],
+        mode=spec["mode"],
+        dtype=spec["dtype"],
+        seed=spec["seed"],
+        **spec["overrides"],
+    )
 
 
 def workload_spec(workload: Any) -> dict[str, Any]:
@@ -387,31 +431,13 @@ def check_cache_dir(cache_dir: str | os.PathLike) -> Path:
 
 
 def _variant_dict(variant: Any) -> dict[str, Any]:
-    from xlafuse.variants import get
-
-    return get(variant).to_dict()
+    return get_variant(variant).to_dict()
 
 
 def _run_child(request: dict[str, Any]) -> dict[str, Any]:
     """Run the child on `request`; returns its result dict."""
     with tempfile.TemporaryDirectory(prefix="xlafuse-coldstart-child-") as tmp:
-        folder = Path(tmp)
-        (folder / "request.json").write_text(json.dumps(request))
-        flags = tuple(request["variant"].get("process_flags", ()))
-        from xlafuse.measure.coldstart_child import BOOTSTRAP
-
-        proc = subprocess.run(
-            [sys.executable, "-c", BOOTSTRAP, str(folder)],
-            env=child_env(flags),
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        result_path = folder / "result.json"
-        if proc.returncode != 0 or not result_path.exists():
-            lines = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()]
-            raise RuntimeError(
-                f"cold-start child ({request['phase']}, {request['workload']['name']}) failed "
-                f"(exit {proc.returncode}): {lines[-1] if lines else 'no output'}"
-            )
-        return json.loads(result_path.read_text())
+        what = f"cold-start child ({request['phase']}, {request['workload']['name']})"
+        command = [sys.executable, "-c", BOOTSTRAP, tmp]
+        flags = request["variant"].get("process_flags", ())
+        return run_child(command, Path(tmp), request, what, flags)[0]

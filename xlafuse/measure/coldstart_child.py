@@ -1,6 +1,6 @@
 """The child process of the cold-start measurements (internal).
 
-Started by `xlafuse.measure.coldstart` as `python -c BOOTSTRAP FOLDER`: reads FOLDER/request.json,
+Started by `xlafuse.measure.coldstart` as `python -c BOOTSTRAP FOLDER` (BOOTSTRAP lives there): reads FOLDER/request.json,
 writes FOLDER/result.json. `import_s` is timed by BOOTSTRAP in a bare interpreter, from before
 `import jax` to after `import flax`, `xlafuse` and its models: `python -m` on this module would
 import the `xlafuse` package (hence JAX) before any code here could start a clock. Phases:
@@ -11,27 +11,25 @@ import the `xlafuse` package (hence JAX) before any code here could start a cloc
 
 from __future__ import annotations
 
-import json
 import pickle
 import statistics
 import time
 from pathlib import Path
 from typing import Any
 
-# Run by a bare `python -c` with the request folder as argv[1]; times what a serving process
-# imports before it can compile, then hands over to `main`.
-BOOTSTRAP = """\
-import sys, time
-start = time.perf_counter()
-import jax, flax
-import xlafuse, xlafuse.models
-import_s = time.perf_counter() - start
-from xlafuse.measure.coldstart_child import main
-main(sys.argv[1], import_s)
-"""
+import jax
+import numpy as np
 
-_HITS = "/jax/compilation_cache/cache_hits"
-_MISSES = "/jax/compilation_cache/cache_misses"
+from xlafuse.compile.protocol import read_request, write_result
+from xlafuse.compile.variants import Variant
+from xlafuse.measure.coldstart import (
+    CACHE_HITS,
+    CACHE_MISSES,
+    build_workload,
+    cache_entry_count,
+    cache_events,
+    cache_settings,
+)
 
 
 def per_call_seconds(compiled, args, calls: int, on_first=None, train=False) -> list[float]:
@@ -44,8 +42,6 @@ def per_call_seconds(compiled, args, calls: int, on_first=None, train=False) -> 
       on_first: called with the first call's output.
       train: each call's first output is the next call's first argument (a train step).
     """
-    import jax
-
     seconds = []
     for _ in range(calls):
         start = time.perf_counter()
@@ -58,28 +54,8 @@ def per_call_seconds(compiled, args, calls: int, on_first=None, train=False) -> 
     return seconds
 
 
-def _build(spec: dict[str, Any]):
-    from xlafuse import models
-
-    return models.build(
-        spec["name"],
-        size=spec["size"],
-        mode=spec["mode"],
-        dtype=spec["dtype"],
-        seed=spec["seed"],
-        **spec["overrides"],
-    )
-
-
-def _variant(spec: dict[str, Any]):
-    from xlafuse.variants import Variant
-
-    return Variant.from_dict(spec)
-
-
 def _flat(fn, treedef):
     """`fn` over a flat list of array leaves: exports cannot serialize Flax pytree types."""
-    import jax
 
     def flat_fn(*leaves):
         return jax.tree.leaves(fn(*jax.tree.unflatten(treedef, leaves)))
@@ -91,25 +67,18 @@ def _flat(fn, treedef):
 def _save_outputs(path: str | None, out) -> None:
     if path is None:
         return
-    import jax
-    import numpy as np
-
     with open(path, "wb") as f:
         pickle.dump([np.asarray(x) for x in jax.tree.leaves(out)], f)
 
 
 def _phase_jit(request: dict[str, Any], import_s: float) -> dict[str, Any]:
-    import jax
-
-    from xlafuse.measure.coldstart import cache_entry_count, cache_settings
-
     if request["cache_dir"]:
         for key, value in cache_settings(request["cache_dir"]).items():
             jax.config.update(key, value)
     start = time.perf_counter()
-    workload = _build(request["workload"])
+    workload = build_workload(request["workload"])
     build_s = time.perf_counter() - start
-    options = _variant(request["variant"]).compiler_options(jax.default_backend())
+    options = Variant.from_dict(request["variant"]).compiler_options(jax.default_backend())
     args = workload.args  # this process calls it alone: no copies (they would compile)
     aot_export_s = _export(workload, request["export_to"])
     # Donated as the runner compiles it (`compile_workload`), so a warm-up serves both.
@@ -117,12 +86,10 @@ def _phase_jit(request: dict[str, Any], import_s: float) -> dict[str, Any]:
     start = time.perf_counter()
     lowered = jitted.lower(*args)
     lower_s = time.perf_counter() - start
-    events = _listen()
-    start = time.perf_counter()
-    compiled = lowered.compile(compiler_options=options)
-    compile_s = time.perf_counter() - start
-    counted = dict(events)
-    events.clear()
+    with cache_events() as counted:
+        start = time.perf_counter()
+        compiled = lowered.compile(compiler_options=options)
+        compile_s = time.perf_counter() - start
     steady = per_call_seconds(
         compiled,
         args,
@@ -138,8 +105,8 @@ def _phase_jit(request: dict[str, Any], import_s: float) -> dict[str, Any]:
         "compile_s": compile_s,
         "first_call_s": steady[0],
         "steady_call_s": statistics.median(steady[1:]) if len(steady) > 1 else steady[0],
-        "cache_hits": counted.get(_HITS, 0),
-        "cache_misses": counted.get(_MISSES, 0),
+        "cache_hits": counted[CACHE_HITS],
+        "cache_misses": counted[CACHE_MISSES],
         "cache_entries": cache_entry_count(request["cache_dir"]),
         "aot_export_s": aot_export_s,
     }
@@ -149,8 +116,6 @@ def _export(workload, path: str | None) -> float | None:
     """Export the workload's function to `path`; seconds to trace, lower and serialize."""
     if path is None:
         return None
-    import jax
-
     leaves, treedef = jax.tree.flatten(workload.args)
     start = time.perf_counter()
     exported = jax.export.export(jax.jit(_flat(workload.fn, treedef)))(*leaves)
@@ -160,26 +125,10 @@ def _export(workload, path: str | None) -> float | None:
     return seconds
 
 
-def _listen() -> dict[str, int]:
-    """Counts of the persistent-cache monitoring events from now on (cleared by the caller)."""
-    from jax._src import monitoring  # the only place these events are published
-
-    counts: dict[str, int] = {}
-
-    def on_event(event: str, **kwargs) -> None:
-        if event in (_HITS, _MISSES):
-            counts[event] = counts.get(event, 0) + 1
-
-    monitoring.register_event_listener(on_event)
-    return counts
-
-
 def _phase_aot(request: dict[str, Any], import_s: float) -> dict[str, Any]:
-    import jax
-
-    workload = _build(request["workload"])
+    workload = build_workload(request["workload"])
     leaves = jax.tree.leaves(workload.args)
-    options = _variant(request["variant"]).compiler_options(jax.default_backend())
+    options = Variant.from_dict(request["variant"]).compiler_options(jax.default_backend())
     blob = Path(request["exported_path"]).read_bytes()
     start = time.perf_counter()
     exported = jax.export.deserialize(bytearray(blob))
@@ -197,7 +146,7 @@ def main(folder: str, import_s: float) -> None:
       folder: the request folder.
       import_s: seconds the bootstrap spent importing jax, flax and xlafuse.
     """
-    request = json.loads((Path(folder) / "request.json").read_text())
+    request = read_request(folder)
     phase = {"jit": _phase_jit, "aot": _phase_aot}[request["phase"]]
     result = phase(request, import_s)
-    (Path(folder) / "result.json").write_text(json.dumps(result))
+    write_result(folder, result)

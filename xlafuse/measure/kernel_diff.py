@@ -15,8 +15,17 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from xlafuse.hlo.diff import FusionDiff, KernelGroup
-from xlafuse.measure.kernels import KernelTimes
+import jax
+
+from xlafuse import models
+from xlafuse.compile.jit import compile_workload
+from xlafuse.compile.variants import get as get_variant
+from xlafuse.errors import XlafuseError
+from xlafuse.hlo.diff import FusionDiff, KernelGroup, diff_modules
+from xlafuse.hlo.parse import parse_hlo
+from xlafuse.measure import timing
+from xlafuse.measure.kernels import KernelTimes, find_trace, join_trace, trace_events
+from xlafuse.measure.profile import trace_calls
 
 SCHEMA = "xlafuse.kernel_diff/1"
 TOP = 10
@@ -158,13 +167,6 @@ def measure_workload_diff(
       UnknownNameError: an unknown workload, size, mode or variant.
       XlafuseError: a trace without events (nothing ran).
     """
-    import jax
-
-    from xlafuse import models
-    from xlafuse.compile import compile_workload
-    from xlafuse.hlo.diff import diff_modules
-    from xlafuse.hlo.parse import parse_hlo
-    from xlafuse.variants import get as get_variant
 
     work = models.build(workload, size=size, mode=mode)
     chosen = [get_variant(v) for v in variants]
@@ -193,11 +195,6 @@ def trace_kernel_times(compiled, work, calls: int, folder: Path, ceiling=None) -
     Raises:
       XlafuseError: the trace holds no kernel or thunk event.
     """
-    from xlafuse.errors import XlafuseError
-    from xlafuse.measure import timing
-    from xlafuse.measure.kernels import find_trace, join_trace, trace_events
-    from xlafuse.measure.profile import trace_calls
-
     advance = timing.thread_state if work.mode == "train" else timing.same_args
     trace_calls(compiled, work.fresh_args(), calls, advance, folder)
     path = find_trace(folder)

@@ -34,6 +34,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from jax.profiler import ProfileData
+
+from xlafuse.hlo import analyze_hlo
+from xlafuse.measure.profile import gpu_kernel_events
 from xlafuse.measure.validate import ModeledKernel, join_kernels
 
 SCHEMA = "xlafuse.kernel_times/1"
@@ -152,12 +156,9 @@ class KernelTimes:
 def trace_events(path: str | Path) -> tuple[str, list[Event]]:
     """(basis, events) of an `*.xplane.pb` file: GPU kernels if it has a device plane, else the
     CPU thunks carrying an `hlo_op` stat (a thunk holding others gives way to them)."""
-    from jax.profiler import ProfileData
-
-    from xlafuse.measure.profile import _gpu_kernel_events
 
     data = ProfileData.from_file(str(path))
-    gpu = [Event(n, s, d) for n, s, d in _gpu_kernel_events(data.planes)]
+    gpu = [Event(n, s, d) for n, s, d in gpu_kernel_events(data.planes)]
     if gpu:
         return GPU_BASIS, gpu
     return CPU_BASIS, _innermost(_cpu_thunk_events(data.planes))
@@ -194,8 +195,6 @@ def join_trace(
     if calls < 1:
         raise ValueError(f"calls must be a positive number of traced calls, not {calls!r}")
     if not hasattr(report, "kernel_details"):
-        from xlafuse.hlo import analyze_hlo
-
         report = analyze_hlo(report)
     details = list(report.kernel_details)
     modeled = [ModeledKernel.from_kernel_info(k) for k in details]

@@ -21,7 +21,9 @@ from pathlib import Path
 from typing import Any
 
 import jax
+from jax.profiler import ProfileData
 
+from xlafuse.measure.collectives import comm_profile, is_comm_kernel
 from xlafuse.measure.stats import speedup_interval
 from xlafuse.measure.timing import Advance, same_args
 
@@ -132,8 +134,6 @@ def read_trace(path: str | Path, calls: int) -> DeviceProfile | None:
     Returns:
       The DeviceProfile, or None when the trace has no GPU plane.
     """
-    from jax.profiler import ProfileData
-
     data = ProfileData.from_file(str(path))
     by_device = device_kernel_events(data.planes)
     if not by_device:
@@ -144,8 +144,6 @@ def read_trace(path: str | Path, calls: int) -> DeviceProfile | None:
 
 def summarize_device(kernels: list[tuple[str, int, int]], calls: int, devices: int = 1):
     """`summarize_kernels` of one device, with its communication summary and device count."""
-    from xlafuse.measure.collectives import comm_profile, is_comm_kernel
-
     profile = summarize_kernels(kernels, calls)
     comm = None
     if any(is_comm_kernel(name) for name, _, _ in kernels):
@@ -158,7 +156,7 @@ def device_kernel_events(planes: Iterable[Any]) -> dict[str, list[tuple[str, int
     are left out."""
     out: dict[str, list[tuple[str, int, int]]] = {}
     for plane in planes:
-        events = list(_gpu_kernel_events([plane]))
+        events = list(gpu_kernel_events([plane]))
         if events:
             out[plane.name] = events
     return out
@@ -195,7 +193,7 @@ def summarize_kernels(kernels: list[tuple[str, int, int]], calls: int) -> Device
     )
 
 
-def _gpu_kernel_events(planes: Iterable[Any]):
+def gpu_kernel_events(planes: Iterable[Any]):
     """(name, start_ns, duration_ns) of every event on a "Stream" line of a GPU plane."""
     for plane in planes:
         if not plane.name.startswith(GPU_PLANE_PREFIX):

@@ -44,14 +44,14 @@ UNPAIRED = "unpaired wall clock (timed apart from the reference)"
 
 @dataclasses.dataclass(frozen=True)
 class TimingSettings:
-    """When to stop timing.
+    """How each call is timed: when to stop (also a config's `[timing]` table).
 
     Attributes:
-      warmup: untimed calls first (at least 1).
-      min_time_s: time synchronized calls until this many seconds have passed...
+      warmup: untimed calls before timing (at least 1: the first call may compile).
+      min_time_s: keep timing synchronized calls until this many seconds have passed...
       min_iters: ...and at least this many calls were timed.
-      max_iters: never more than this many timed calls.
-      repeats: pipelined bursts; their median seconds per call is reported.
+      max_iters: never time more calls than this.
+      repeats: pipelined bursts (back-to-back calls, one sync) whose median is reported.
     """
 
     warmup: int = 2
@@ -59,11 +59,6 @@ class TimingSettings:
     min_iters: int = 10
     max_iters: int = 1000
     repeats: int = 3
-
-    @classmethod
-    def from_config(cls, config: Any) -> TimingSettings:
-        """From anything with the same attribute names (e.g. `config.TimingConfig`)."""
-        return cls(**{f.name: getattr(config, f.name) for f in dataclasses.fields(cls)})
 
 
 @dataclasses.dataclass(frozen=True)

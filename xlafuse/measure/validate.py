@@ -32,7 +32,9 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from xlafuse.hlo import analyze_hlo
 from xlafuse.measure.ncu import NcuKernel
+from xlafuse.models.workload import workload_label
 
 BYTES_TOLERANCE = 0.10
 TIME_TOLERANCE = 0.05
@@ -206,10 +208,8 @@ class ValidationResult:
         w = self.workload
         if not w:
             return ""
-        extra = ",".join(f"{k}={v}" for k, v in sorted((w.get("overrides") or {}).items()))
-        name = f"{w['name']}[{extra}]" if extra else w["name"]
-        dtype = f"/{w['dtype']}" if w.get("dtype") else ""
-        return f"{name}/{w.get('size', 'tiny')}/{w.get('mode', 'forward')}{dtype}"
+        size, mode = w.get("size", "tiny"), w.get("mode", "forward")
+        return workload_label(w["name"], size, mode, w.get("overrides"), w.get("dtype"))
 
     @property
     def kernels_equal(self) -> bool:
@@ -313,8 +313,6 @@ class ValidationResult:
 
 def modeled_kernels(hlo: Any) -> list[ModeledKernel]:
     """The kernels of optimized HLO (text, a path, or a FusionReport) as ModeledKernels."""
-    from xlafuse.hlo import analyze_hlo
-
     report = hlo if hasattr(hlo, "kernel_details") else analyze_hlo(hlo)
     return [ModeledKernel.from_kernel_info(k) for k in report.kernel_details]
 

@@ -20,41 +20,39 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
-import json
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
+
+import jax
+from jax.profiler import ProfileData
+
+from xlafuse.compile.jit import compile_workload
+from xlafuse.compile.protocol import read_request, write_result
+from xlafuse.compile.variants import Variant
+from xlafuse.measure.coldstart import CACHE_HITS, build_workload, cache_events, cache_settings
+from xlafuse.measure.profile import gpu_kernel_events
+from xlafuse.measure.timing import same_args, thread_state, warm_up
 
 _CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE = 38
 
 
 def _compile(workload, variant):
     """The one line that compiles: the runner's path (`compile_workload`, train state donated)."""
-    from xlafuse.compile import compile_workload
-
     return compile_workload(workload, variant)
 
 
 def _build(request: dict[str, Any]):
-    import jax
-
-    from xlafuse.measure.coldstart import cache_settings
-    from xlafuse.measure.coldstart_child import _build, _variant
-
     for key, value in cache_settings(request["cache_dir"]).items():
         jax.config.update(key, value)
-    variant = dataclasses.replace(_variant(request["variant"]), process_flags=())
-    return _build(request["workload"]), variant
+    variant = dataclasses.replace(Variant.from_dict(request["variant"]), process_flags=())
+    return build_workload(request["workload"]), variant
 
 
 def _phase_warm(request: dict[str, Any], folder: Path) -> dict[str, Any]:
-    import jax
-
     if jax.default_backend() != "gpu":
         return {"backend": jax.default_backend()}
-    from xlafuse.measure.timing import warm_up
-
     workload, variant = _build(request)
     compiled = _compile(workload, variant)
     advance = _advance(workload)
@@ -68,15 +66,10 @@ def _phase_warm(request: dict[str, Any], folder: Path) -> dict[str, Any]:
 
 
 def _phase_ncu(request: dict[str, Any], folder: Path) -> dict[str, Any]:
-    import jax
-
-    from xlafuse.measure.coldstart_child import _HITS, _listen
-    from xlafuse.measure.timing import warm_up
-
     workload, variant = _build(request)
-    events = _listen()
-    compiled = _compile(workload, variant)
-    hits = events.get(_HITS, 0)
+    with cache_events() as events:
+        compiled = _compile(workload, variant)
+    hits = events[CACHE_HITS]
     args = warm_up(compiled, workload.args, 2, _advance(workload))
     driver = _driver()
     _check(driver.cuProfilerStart(), "cuProfilerStart")
@@ -89,8 +82,6 @@ def _phase_ncu(request: dict[str, Any], folder: Path) -> dict[str, Any]:
 def _advance(workload):
     """How one call's output makes the next call's arguments (a train step threads its state,
     so a donated buffer is never passed twice)."""
-    from xlafuse.measure.timing import same_args, thread_state
-
     return thread_state if workload.mode == "train" else same_args
 
 
@@ -98,11 +89,6 @@ def _profile(compiled, args, advance, calls: int) -> dict[str, float] | None:
     """Device seconds per call of each kernel name over `calls` traced calls; None if none."""
     if calls <= 0:
         return None
-    import jax
-    from jax.profiler import ProfileData
-
-    from xlafuse.measure.profile import _gpu_kernel_events  # the device-plane reader
-
     with tempfile.TemporaryDirectory(prefix="xlafuse-validate-trace-") as tmp:
         with jax.profiler.trace(tmp):
             out = None
@@ -114,7 +100,7 @@ def _profile(compiled, args, advance, calls: int) -> dict[str, float] | None:
         if not files:
             return None
         per_name: dict[str, float] = {}
-        for name, _, ns in _gpu_kernel_events(ProfileData.from_file(str(files[-1])).planes):
+        for name, _, ns in gpu_kernel_events(ProfileData.from_file(str(files[-1])).planes):
             per_name[name] = per_name.get(name, 0.0) + ns * 1e-9 / calls
     return per_name or None
 
@@ -137,8 +123,6 @@ def _driver():
 
 
 def _ordinal() -> int:
-    import jax
-
     return int(getattr(jax.devices()[0], "local_hardware_id", None) or 0)
 
 
@@ -163,10 +147,10 @@ def _check(status: int, call: str) -> None:
 def main(folder: str) -> None:
     """Serve one request from `folder` (request.json -> result.json)."""
     path = Path(folder)
-    request = json.loads((path / "request.json").read_text())
+    request = read_request(path)
     phase = {"warm": _phase_warm, "ncu": _phase_ncu}[request["phase"]]
     result = phase(request, path)
-    (path / "result.json").write_text(json.dumps(result))
+    write_result(path, result)
 
 
 if __name__ == "__main__":

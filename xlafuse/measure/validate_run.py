@@ -19,24 +19,24 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import gzip
-import json
 import os
 import re
-import subprocess
 import sys
 import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from xlafuse.errors import XlafuseError
+from xlafuse.compile.protocol import run_child
+from xlafuse.compile.variants import get
+from xlafuse.errors import XlafuseError, check_selected
+from xlafuse.measure.coldstart import workload_spec
 from xlafuse.measure.ncu import NcuKernel, find_ncu, ncu_command, parse_ncu_csv
 from xlafuse.measure.validate import ValidationResult, compare_kernels, modeled_kernels
 
 DEFAULT_PROFILE_CALLS = 5
 DEFAULT_TIMEOUT_S = 600.0
 _CHILD_MODULE = "xlafuse.measure.validate_child"
-_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit)\b")
 
 
 def require_tools(ncu: str | None = None) -> str:
@@ -92,9 +92,6 @@ def validate_cell(
       XlafuseError: ncu or the CUDA driver is missing, or the child sees no GPU.
       RuntimeError: a child failed or ran past `timeout_s` (its last error line is in the message).
     """
-    from xlafuse.measure.coldstart import workload_spec
-    from xlafuse.variants import get
-
     ncu_path = require_tools(ncu)
     spec = workload_spec(workload)
     chosen = get(variant)
@@ -143,7 +140,7 @@ def validate_config(
     """Validate every GPU cell (workload x variant) of an experiment config, one after another.
 
     Args:
-      config: an `xlafuse.config.ExperimentConfig`.
+      config: an `xlafuse.experiment.config.ExperimentConfig`.
       only: workload names or labels to validate; all when None.
       variants: variant names to validate; all when None (the reference is not added).
       say: called with one progress line per cell; None for silence.
@@ -158,11 +155,18 @@ def validate_config(
     """
     workloads = [w for w in config.workloads if w.applies_to("gpu")]
     if only:
-        _check_names("workload", only, [w.name for w in workloads] + [w.label for w in workloads])
+        check_selected(
+            "workload",
+            only,
+            [w.name for w in workloads] + [w.label for w in workloads],
+            "among the config's GPU cells",
+        )
         workloads = [w for w in workloads if w.name in only or w.label in only]
     chosen = list(config.variants)
     if variants:
-        _check_names("variant", variants, [v.name for v in chosen])
+        check_selected(
+            "variant", variants, [v.name for v in chosen], "among the config's GPU cells"
+        )
         chosen = [v for v in chosen if v.name in variants]
     cells = [
         (w.to_dict(), dataclasses.replace(v.resolve(), name=v.name))
@@ -188,9 +192,6 @@ def validate_cells(
     Raises:
       XlafuseError: ncu or the CUDA driver is missing (checked before the first cell); no GPU.
     """
-    from xlafuse.measure.coldstart import workload_spec
-    from xlafuse.variants import get
-
     require_tools(kwargs.get("ncu"))
     results = []
     for workload, variant in cells:
@@ -206,42 +207,17 @@ def validate_cells(
     return results
 
 
-def _check_names(kind: str, names: Iterable[str], accepted: list[str]) -> None:
-    import difflib
-
-    for name in names:
-        if name not in accepted:
-            close = difflib.get_close_matches(name, accepted, n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise XlafuseError(
-                f"no {kind} {name!r} among the config's GPU cells{hint}; "
-                f"it has: {', '.join(dict.fromkeys(accepted))}"
-            )
-
-
 def _run_child(request, folder: Path, flags, timeout_s, argv=None):
     """Run the child on `request` in `folder`, directly or (argv) under ncu.
 
     Returns:
       The child's result dict; with `argv`, the pair (result dict, ncu's stdout).
     """
-    from xlafuse.child import child_env
-
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "request.json").write_text(json.dumps(request))
     command = argv or [sys.executable, "-m", _CHILD_MODULE, str(folder)]
     what = f"{request['phase']} child ({request['workload']['name']}, {request['variant']['name']})"
-    try:
-        proc = subprocess.run(
-            command, env=child_env(flags), capture_output=True, text=True, timeout=timeout_s
-        )
-    except subprocess.TimeoutExpired:
-        raise RuntimeError(f"validate {what} ran past {timeout_s:g} s and was stopped") from None
-    result_path = folder / "result.json"
-    if proc.returncode != 0 or not result_path.exists():
-        raise RuntimeError(f"validate {what} failed (exit {proc.returncode}): {_last_error(proc)}")
-    result = json.loads(result_path.read_text())
-    return (result, proc.stdout) if argv else result
+    result, stdout = run_child(command, folder, request, f"validate {what}", flags, timeout_s)
+    return (result, stdout) if argv else result
 
 
 def _measured(csv_text: str, spec: Mapping[str, Any], variant: str) -> tuple[NcuKernel, ...]:
@@ -256,18 +232,6 @@ def _measured(csv_text: str, spec: Mapping[str, Any], variant: str) -> tuple[Ncu
         ]
         tail = f"; ncu said: {said[-1]}" if said else ""
         raise RuntimeError(f"ncu output of {spec['name']}, {variant}: {err}{tail}") from None
-
-
-def _last_error(proc: subprocess.CompletedProcess) -> str:
-    """ncu's own ==ERROR== line, else the exception line of the traceback, else the last line.
-
-    JAX appends a note after its filtered tracebacks, so the last line is often not the error.
-    """
-    text = f"{proc.stdout}\n{proc.stderr}"
-    errors = [ln.strip() for ln in text.splitlines() if ln.startswith("==ERROR==")]
-    lines = [ln.strip() for ln in proc.stderr.splitlines() if ln.strip()]
-    raised = [ln for ln in lines if _EXCEPTION_LINE.match(ln)]
-    return (errors or raised or lines or ["no output"])[-1]
 
 
 def _keep(folder: Path, spec: Mapping[str, Any], variant: str, csv_text: str, hlo: str) -> None:

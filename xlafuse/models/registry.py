@@ -8,7 +8,6 @@ configuration (the size's table with overrides applied) and a `BuildContext`, an
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import math
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
@@ -19,8 +18,8 @@ import jax.numpy as jnp
 import optax
 from flax import nnx
 
-from xlafuse.errors import UnknownNameError
-from xlafuse.models import train
+from xlafuse.errors import UnknownNameError, unknown_name
+from xlafuse.models import sharding, train
 from xlafuse.models.workload import BuildContext, Recipe, Workload
 
 SIZES = ("tiny", "small", "full")
@@ -118,11 +117,7 @@ def choose(kind: str, value: Any, accepted: tuple[str, ...] | list[str], where: 
     """
     if value in accepted:
         return value
-    close = difflib.get_close_matches(str(value), [str(a) for a in accepted], n=1)
-    hint = f" (did you mean {close[0]!r}?)" if close else ""
-    raise UnknownNameError(
-        f"unknown {kind} {value!r}{where}{hint}; accepted: {', '.join(map(str, accepted))}"
-    )
+    raise UnknownNameError(unknown_name(kind, value, accepted, where))
 
 
 def spec(name: str) -> WorkloadSpec:
@@ -170,8 +165,6 @@ def build(
         XlafuseError: an unknown parallelism, more devices than the backend has, or a batch or
             layer dimension that `devices` does not divide.
     """
-    from xlafuse.models import sharding
-
     sharding.check_parallelism(parallelism, name)
     if devices != 1:
         sharding.check_device_count(devices)
@@ -241,19 +234,84 @@ def count_params(model: nnx.Module) -> int:
     return sum(math.prod(leaf.shape) for leaf in leaves)
 
 
+def problems(
+    name: str,
+    size: str = "tiny",
+    mode: str = "forward",
+    dtype: Any = None,
+    overrides: Mapping[str, Any] | None = None,
+    build: bool = False,
+) -> list[tuple[str, str]]:
+    """Everything wrong with a workload configuration, found without making any array.
+
+    Args:
+        name, size, mode, dtype, overrides: as for `build` (dtype None: not checked).
+        build: also run the builder on the configuration (it may reject override values, and
+            may ask the running backend: `implementation="cudnn"` needs a GPU).
+
+    Returns:
+        (field, message) pairs, field being "name", "size", "mode", "dtype", "overrides.KEY"
+        or "overrides"; [] when the configuration is good. An unknown name is the only problem
+        reported for it.
+    """
+    overrides = dict(overrides or {})
+    try:
+        workload_spec = spec(name)
+    except UnknownNameError as err:
+        return [("name", str(err))]
+    where = f" for workload {name!r}"
+    checks = [
+        ("size", lambda: choose("size", size, SIZES, where)),
+        ("mode", lambda: _check_mode(workload_spec, mode)),
+    ]
+    if dtype is not None:
+        checks.append(("dtype", lambda: _dtype_name(dtype)))
+    accepted = sorted(workload_spec.config(size if size in SIZES else "tiny"))
+    for key in overrides:
+        checks.append(
+            (f"overrides.{key}", lambda key=key: choose("override", key, accepted, where))
+        )
+    found = []
+    for field, check in checks:
+        try:
+            check()
+        except UnknownNameError as err:
+            found.append((field, str(err)))
+    if build and not found:
+        try:
+            recipe(name, size, mode, dtype, **overrides)
+        except ValueError as err:
+            at = f"overrides.{next(iter(overrides))}" if len(overrides) == 1 else "overrides"
+            found.append((at if overrides else "name", str(err).strip().splitlines()[0]))
+    return found
+
+
+def check(
+    name: str,
+    size: str = "tiny",
+    mode: str = "forward",
+    dtype: Any = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> None:
+    """Raise the first of `problems(...)` (look-ups only, nothing built).
+
+    Raises:
+        UnknownNameError: an unknown name, size, mode, dtype or override; the message lists
+            what is accepted.
+    """
+    found = problems(name, size, mode, dtype, overrides)
+    if found:
+        raise UnknownNameError(found[0][1])
+
+
 def _resolve(
     name: str, size: str, mode: str, overrides: Mapping[str, Any]
 ) -> tuple[WorkloadSpec, dict[str, Any]]:
     """Validates the look-ups and returns the spec and the resolved configuration."""
-    workload_spec = spec(name)
-    where = f" for workload {name!r}"
-    choose("size", size, SIZES, where)
-    _check_mode(workload_spec, mode)
-    cfg = workload_spec.config(size)
-    for key in overrides:
-        choose("override", key, sorted(cfg), where)
+    check(name, size, mode, None, overrides)
+    cfg = spec(name).config(size)
     cfg.update(overrides)
-    return workload_spec, cfg
+    return spec(name), cfg
 
 
 def _check_mode(workload_spec: WorkloadSpec, mode: str) -> None:
@@ -270,10 +328,14 @@ def _check_mode(workload_spec: WorkloadSpec, mode: str) -> None:
 def _context(workload_spec: WorkloadSpec, mode: str, dtype: Any) -> BuildContext:
     if dtype is None:
         dtype = workload_spec.default_dtype or _backend_dtype()
-    name = choose("dtype", jnp.dtype(dtype).name if _is_dtype(dtype) else dtype, DTYPES)
-    compute = jnp.dtype(name)
+    compute = jnp.dtype(_dtype_name(dtype))
     param_dtype = jnp.dtype(jnp.float32) if mode == "train" else compute
     return BuildContext(dtype=compute, param_dtype=param_dtype, train=mode == "train")
+
+
+def _dtype_name(dtype: Any) -> str:
+    """The accepted dtype name of `dtype` (a name or a NumPy/JAX dtype)."""
+    return choose("dtype", jnp.dtype(dtype).name if _is_dtype(dtype) else dtype, DTYPES)
 
 
 def _is_dtype(value: Any) -> bool:

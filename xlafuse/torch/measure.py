@@ -17,7 +17,7 @@ What each figure means here (recorded with its basis, `kernels_basis` and `model
 - timing: `xlafuse.measure.timing`, the XLA cells' functions and settings; paired with the XLA
   reference (timed in alternation) when it is in this process, as for an XLA variant.
 - numerics: the first call (a train step from the Flax workload's initial state) against the
-  XLA reference's outputs, by `xlafuse.numerics.judge_workload`.
+  XLA reference's outputs, by `xlafuse.measure.numerics.judge_workload`.
 """
 
 from __future__ import annotations
@@ -37,10 +37,10 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from xlafuse.measure import timing
+from xlafuse.measure.numerics import judge_workload
 from xlafuse.measure.profile import DeviceProfile, device_speedup_fields
 from xlafuse.measure.stats import speedup_interval
 from xlafuse.measure.timing import PAIRED, UNPAIRED
-from xlafuse.numerics import judge_workload
 from xlafuse.torch.program import TorchProgram, build_program, host_outputs, synchronize
 
 TOP_KERNELS = 5
@@ -68,7 +68,7 @@ class TwinRun:
 
     Attributes:
       program: the callable twin (`xlafuse.torch.program.TorchProgram`).
-      outputs: the first call's outputs in the form `xlafuse.numerics.judge_workload` compares.
+      outputs: the first call's outputs in the form `xlafuse.measure.numerics.judge_workload` compares.
       counts: record fields of that call: compile_s (Inductor), kernels, kernels_basis,
         modeled_bytes, modeled_bytes_basis, generated_kernels (what the device can answer).
     """
@@ -132,7 +132,7 @@ def measure_cell(
 
     Args:
       workload: the `xlafuse.models.Workload`.
-      variant: the resolved `xlafuse.variants.Variant` (framework "torch").
+      variant: the resolved `xlafuse.compile.variants.Variant` (framework "torch").
       request: the runner's `MeasureRequest` (timing settings, train, profile calls).
       reference: the runner's reference holder (compiled XLA program, outputs, timing, profile).
       cold_start: also compile again from Inductor's filled cache (warm_compile_s).
@@ -271,7 +271,7 @@ def _advance(program: TorchProgram):
 
 
 def _timed(program: TorchProgram, workload, request, reference) -> dict[str, Any]:
-    """Timing and speedup, by the XLA cells' rules (`xlafuse.runner._time`).
+    """Timing and speedup, by the XLA cells' rules (`xlafuse.experiment.runner._time`).
 
     With the XLA reference compiled in this process, the twin is timed in alternation with it
     (`timing.measure_pair`: a paired speedup); otherwise alone, against the reference cell's

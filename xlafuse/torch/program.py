@@ -200,7 +200,7 @@ def _train(workload, model, compile_kwargs, dev) -> TorchProgram:
 
 
 def host_outputs(program: TorchProgram, workload: Any, out: Any) -> Any:
-    """One call's outputs in the form `xlafuse.numerics.judge_workload` compares.
+    """One call's outputs in the form `xlafuse.measure.numerics.judge_workload` compares.
 
     A forward call: the output on the host. A train step (the first one, from the Flax
     workload's initial state): loss, gradient, batch statistics and updated parameters, as

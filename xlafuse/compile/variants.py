@@ -3,13 +3,13 @@
 A variant is applied per compilation, through `Lowered.compile(compiler_options=...)`: XLA_FLAGS is
 read once when the backend starts, so changing it later does nothing. Options that only take effect
 at backend start go in `process_flags`; such a variant is compiled in a child process that gets them
-in its XLA_FLAGS (see `xlafuse.child`).
+in its XLA_FLAGS (see `xlafuse.compile.child`).
 
 Three XLA behaviours shape this module (measured on jax 0.10/0.11):
 - `xla_disable_hlo_passes` given per compile REPLACES the list from XLA_FLAGS, so the
   environment's list is merged in here rather than silently dropped.
 - An unknown pass name is silently ignored by XLA, so every name is checked against the passes
-  the running XLA really has (`xlafuse.passes`) and `UnknownPassError` is raised otherwise.
+  the running XLA really has (`xlafuse.compile.passes`) and `UnknownPassError` is raised otherwise.
 - An unknown option key or a bad value fails at compile time with XLA's message; `compile`
   re-raises it as a ValueError that keeps that message.
 """
@@ -17,7 +17,6 @@ Three XLA behaviours shape this module (measured on jax 0.10/0.11):
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import importlib.metadata
 import importlib.util
 import os
@@ -29,8 +28,8 @@ from typing import Any
 import jax
 import jaxlib
 
-from xlafuse.errors import UnknownNameError, UnknownPassError
-from xlafuse.passes import fusion_passes, known_passes
+from xlafuse.compile.passes import fusion_passes, known_passes
+from xlafuse.errors import UnknownNameError, UnknownPassError, did_you_mean
 
 DISABLE_PASSES = "xla_disable_hlo_passes"
 BACKENDS = ("cpu", "gpu")
@@ -310,10 +309,8 @@ def get(spec: str | Variant | Mapping[str, Any]) -> Variant:
     if "+" in spec and spec not in _PRESETS:
         return compose(*spec.split("+"))
     if spec not in _PRESETS:
-        close = difflib.get_close_matches(spec, _PRESETS, n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
         raise UnknownNameError(
-            f"unknown variant {spec!r}{hint}; presets: {', '.join(_PRESETS)}; "
+            f"unknown variant {spec!r}{did_you_mean(spec, _PRESETS)}; presets: {', '.join(_PRESETS)}; "
             "or pass a dict of XLA options"
         )
     return _PRESETS[spec]
@@ -327,10 +324,8 @@ def validate_passes(names: Iterable[str], backend: str) -> None:
     known = known_passes(backend)
     for name in names:
         if name not in known:
-            close = difflib.get_close_matches(name, known, n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
             raise UnknownPassError(
-                f"unknown HLO pass {name!r}{hint} for backend {backend!r} with jaxlib "
+                f"unknown HLO pass {name!r}{did_you_mean(name, known)} for backend {backend!r} with jaxlib "
                 f"{jaxlib.__version__}: XLA would silently ignore it. Fusion passes here: "
                 f"{', '.join(fusion_passes(backend))}"
             )

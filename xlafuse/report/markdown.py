@@ -11,24 +11,27 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from xlafuse.explain_text import missed_fusions_markdown
-from xlafuse.measure.graphs import SKIP_NOTE as GRAPHS_SKIPPED
-from xlafuse.report_coldstart import (
+import numpy as np
+
+from xlafuse.report.coldstart import (
+    GRAPHS_SKIPPED,
     coldstart_plot,
     coldstart_section,
     graphs_section,
-    workload_label,
+    record_label,
 )
-from xlafuse.report_kernels import (
+from xlafuse.report.explain_text import missed_fusions_markdown
+from xlafuse.report.kernels import (
     KERNEL_ROOFLINE_PNG,
     choose_roofline_cell,
     kernel_sections,
     plot_kernel_roofline,
     traces_section,
 )
-from xlafuse.report_sharded import sharded_section
-from xlafuse.report_torch import FRAMEWORKS_PNG, frameworks_plot, frameworks_section
-from xlafuse.results import CellResult, latest_per_cell, read_results
+from xlafuse.report.lines import speedup_text
+from xlafuse.report.sharded import sharded_section
+from xlafuse.report.torch import FRAMEWORKS_PNG, frameworks_plot, frameworks_section
+from xlafuse.results.records import CellResult, latest_per_cell, read_results
 
 SPEEDUP_PNG = "speedup.png"
 KERNELS_PNG = "kernels_vs_time.png"
@@ -51,7 +54,7 @@ def write_report(
       The path of report.md.
 
     Raises:
-      XlafuseError: no such file, or not a results file (`xlafuse.results.read_results`), or a
+      XlafuseError: no such file, or not a results file (`xlafuse.results.records.read_results`), or a
         `roofline_cell` that names no traced cell.
     """
     data = read_results(results_path)
@@ -94,10 +97,11 @@ def render_markdown(
 
 
 def _kernel_plot(records: Sequence[CellResult], out_dir: Path, wanted: str | None) -> list[str]:
-    """The per-kernel roofline of one traced cell (`xlafuse.report_kernels`), if any."""
+    """The per-kernel roofline of one traced cell (`xlafuse.report.kernels`), if any."""
     cell = choose_roofline_cell([r for r in records if r.ok], wanted)
     if cell is None:
         return []
+    # deferred: matplotlib is heavy to import and only plots need it
     import matplotlib
 
     matplotlib.use("Agg")
@@ -170,7 +174,7 @@ READING_NOTES = (
     "The device speedup compares per-call kernel time from a profiler trace (GPU). `host ms/call` "
     "is the host time to issue one call of a pipelined burst; a cell marked HOST-BOUND has a "
     "pipelined time above 1.15x its device time: its wall-clock speedup measures the host, not "
-    "the kernels. Numerics (`xlafuse.numerics`): each output element within `atol + rtol x "
+    "the kernels. Numerics (`xlafuse.measure.numerics`): each output element within `atol + rtol x "
     "|ref|` (float32 1e-4/1e-5, bfloat16 5e-2/1e-2, float16 1e-2/1e-3, atol relative to the "
     "output's largest magnitude); a train step is judged by its loss, gradient, batch "
     "statistics and updated parameters."
@@ -219,13 +223,6 @@ def _missed(group: Sequence[CellResult]) -> list[str]:
     return [*missed_fusions_markdown(summary), ""]
 
 
-def speedup_text(speedup: float | None, verdict: str | None) -> str:
-    """`0.98x (same)`; without a verdict just `0.98x`; `-` without a speedup."""
-    if speedup is None:
-        return "-"
-    return f"{speedup:.2f}x" + (f" ({verdict})" if verdict else "")
-
-
 def _interval(ci: Sequence[float] | None) -> str:
     return f"{ci[0]:.2f}-{ci[1]:.2f}" if ci else "-"
 
@@ -259,7 +256,7 @@ def _errors(records: Sequence[CellResult]) -> list[str]:
         return []
     lines = ["## Errors", ""]
     for r in errors:
-        lines.append(f"- `{r.workload}/{r.size}/{r.mode}` `{r.variant}`: {r.error_type}: {r.error}")
+        lines.append(f"- `{_label(r)}` `{r.variant}`: {r.error_type}: {r.error}")
     return [*lines, ""]
 
 
@@ -268,6 +265,7 @@ def write_plots(records: Sequence[CellResult], out_dir: Path) -> list[str]:
     ok = [r for r in records if r.ok and r.time_median_s]
     if not ok:
         return []
+    # deferred: matplotlib is heavy to import and only plots need it
     import matplotlib
 
     matplotlib.use("Agg")
@@ -290,7 +288,7 @@ def _frameworks_plot(records: Sequence[CellResult], path: Path) -> bool:
 
 def _label(r: CellResult) -> str:
     """`chain[ops=16]/tiny/forward`: the overrides stay, they tell two chains apart."""
-    return workload_label(r.to_dict())
+    return record_label(r.to_dict())
 
 
 def _device(records: Sequence[CellResult]) -> str:
@@ -299,8 +297,8 @@ def _device(records: Sequence[CellResult]) -> str:
 
 
 def _plot_speedup(records: Sequence[CellResult], path: Path) -> bool:
+    # deferred: matplotlib is heavy to import and only plots need it
     import matplotlib.pyplot as plt
-    import numpy as np
 
     rows = [r for r in records if r.speedup_vs_reference is not None]
     if not rows:
@@ -331,6 +329,7 @@ def _plot_speedup(records: Sequence[CellResult], path: Path) -> bool:
 
 
 def _plot_kernels(records: Sequence[CellResult], path: Path) -> bool:
+    # deferred: matplotlib is heavy to import and only plots need it
     import matplotlib.pyplot as plt
 
     rows = [r for r in records if r.kernels]
@@ -360,8 +359,8 @@ _NOTE = {"fontsize": 7, "xytext": (4, 3), "textcoords": "offset points"}
 
 
 def _plot_roofline(records: Sequence[CellResult], path: Path) -> bool:
+    # deferred: matplotlib is heavy to import and only plots need it
     import matplotlib.pyplot as plt
-    import numpy as np
 
     rows = [r for r in records if r.flops and r.modeled_bytes and r.tflops]
     if not rows:
@@ -445,6 +444,7 @@ def _above_note(count: int) -> str:
 
 
 def _save(fig, path: Path, tight: bool = True) -> bool:
+    # deferred: matplotlib is heavy to import and only plots need it
     import matplotlib.pyplot as plt
 
     if tight:

@@ -21,7 +21,8 @@ from pathlib import Path
 
 from xlafuse.errors import XlafuseError
 from xlafuse.hlo.fusion import FusionReport, KernelInfo, analyze_module
-from xlafuse.hlo.parse import Computation, HloModule, Instruction
+from xlafuse.hlo.ir import Computation, HloModule, Instruction
+from xlafuse.report.format import format_bytes
 
 _LAYOUT = re.compile(r"\{[^{}]*\}")
 _LOOK_THROUGH = frozenset({"bitcast", "get-tuple-element", "copy-done"})
@@ -102,7 +103,7 @@ class _Graph:
             lines += [f"    {_quote(n)} [{self.nodes[n]}];" for n in ids]
             lines.append("  }")
         for (src, dst), nbytes in self.edges.items():
-            lines.append(f'  {_quote(src)} -> {_quote(dst)} [label="{_format_bytes(nbytes)}"];')
+            lines.append(f'  {_quote(src)} -> {_quote(dst)} [label="{format_bytes(nbytes)}"];')
         lines.append("}")
         return "\n".join(lines) + "\n"
 
@@ -216,10 +217,3 @@ def _esc(text: str) -> str:
 
 def _quote(text: str) -> str:
     return f'"{_esc(text)}"'
-
-
-def _format_bytes(n: int) -> str:
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if n >= scale:
-            return f"{n / scale:.3g} {unit}"
-    return f"{n} B"

@@ -16,9 +16,11 @@ from typing import Any
 
 import jax
 
-from xlafuse import child
-from xlafuse.variants import Variant
-from xlafuse.variants import get as get_variant
+from xlafuse.compile import child
+from xlafuse.compile.variants import Variant
+from xlafuse.compile.variants import get as get_variant
+from xlafuse.hlo import analyze_hlo
+from xlafuse.hlo.collectives import collectives_of_text
 
 
 class CompiledVariant:
@@ -53,15 +55,11 @@ class CompiledVariant:
     @functools.cached_property
     def report(self):
         """The FusionReport of the optimized HLO (kernels, fusions, modeled bytes, ...)."""
-        from xlafuse.hlo import analyze_hlo
-
         return analyze_hlo(self.hlo_text)
 
     @functools.cached_property
     def collectives(self):
         """The CollectiveReport of the optimized HLO (`xlafuse.hlo.collectives`)."""
-        from xlafuse.hlo.collectives import collectives_of_text
-
         return collectives_of_text(self.hlo_text)
 
     def cost_analysis(self) -> dict[str, float] | None:
@@ -152,7 +150,7 @@ def compile_workload(workload, variant, measure: MeasureRequest | None = None) -
 def unoptimized_hlo(workload) -> str:
     """The workload's program before XLA's optimizations, as `compile_workload` lowers it.
 
-    HLO text with source locations (`debug_info=True`): what `xlafuse.explain` traces to kernels.
+    HLO text with source locations (`debug_info=True`): what `xlafuse.inspect.explain` traces to kernels.
     """
     jit_kwargs = {"donate_argnums": workload.donate_argnums} if workload.donate_argnums else {}
     lowered = jax.jit(workload.fn, **jit_kwargs).lower(*workload.args)

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from xlafuse.explain import ExplainReport
 from xlafuse.hlo.diff import FusionDiff, KernelGroup
 from xlafuse.hlo.explain import Boundary, Explanation, ResolvedStep
-from xlafuse.inspect import format_bytes
+from xlafuse.inspect.explain import ExplainReport
+from xlafuse.report.format import format_bytes
 
 NO_REASONS = (
     "XLA wrote no reasons for this compile (the CPU writes no priority-fusion dump; on the GPU "
@@ -185,7 +185,7 @@ def _step_line(s: ResolvedStep, e: Explanation) -> str:
 
 
 def missed_fusions_markdown(summary: dict, top: int = 5) -> list[str]:
-    """Markdown lines: one cell's largest kernel boundaries, from `xlafuse.explain.missed_fusions`.
+    """Markdown lines: one cell's largest kernel boundaries, from `xlafuse.inspect.explain.missed_fusions`.
 
     Args:
         summary: the dict `missed_fusions(unoptimized_text, optimized_text)` returned.

@@ -15,39 +15,38 @@ as "ok" (`fresh=True` moves the old results aside); a Ctrl-C keeps every finishe
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import gc
-import os
 import shutil
-import sys
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import jax
 
 from xlafuse import models
-from xlafuse import results as results_lib
-from xlafuse.compile import MeasureRequest, compile_workload, unoptimized_hlo
-from xlafuse.config import ExperimentConfig, VariantConfig, WorkloadConfig, load_config
-from xlafuse.errors import XlafuseError
-from xlafuse.explain import missed_fusions
+from xlafuse.compile.jit import MeasureRequest, compile_workload, unoptimized_hlo
+from xlafuse.errors import check_selected
+from xlafuse.experiment import fields as fields_lib
+from xlafuse.experiment.config import ExperimentConfig, VariantConfig, WorkloadConfig, load_config
+from xlafuse.experiment.progress import Reporter
+from xlafuse.inspect.explain import missed_fusions
 from xlafuse.measure import cell_kernels, timing
 from xlafuse.measure.calibrate import Ceilings, calibrate
-from xlafuse.measure.coldstart import measure_cold_start
+from xlafuse.measure.numerics import host_outputs, judge_workload
 from xlafuse.measure.profile import DeviceProfile, device_speedup_fields, profile_device_time
 from xlafuse.measure.stats import speedup_interval
 from xlafuse.measure.timing import PAIRED, UNPAIRED
 from xlafuse.models.sharding import check_device_count
-from xlafuse.numerics import host_outputs, judge_workload
-from xlafuse.report import speedup_text, write_report
-from xlafuse.results import CellResult, append_result, cell_id
+from xlafuse.report.lines import cell_line
+from xlafuse.report.markdown import write_report
+from xlafuse.results import records
+from xlafuse.results import settings as results_settings
+from xlafuse.results.records import CellResult, append_result, cell_id
 
 PROFILE_CALLS = 10
 MISSED_FUSIONS_VARIANT = "default"  # the program whose missed fusions the report lists
 MISSED_FUSIONS_TOP = 5
-HOST_BOUND = 1.15  # pipelined time above this x device time: the host sets the pace
 
 
 @dataclasses.dataclass
@@ -110,7 +109,7 @@ def run_experiment(
 
     Raises:
       DeviceCountError: a workload asks for more devices than the backend has (on a CPU,
-        `xlafuse run` runs itself again with enough host devices; see `xlafuse.devices`).
+        `xlafuse run` runs itself again with enough host devices; see `xlafuse.compile.devices`).
       XlafuseError: an invalid config, `only`/`variants` naming nothing in it, an output
         folder that cannot be written, one that another run holds, or a results file there
         written under other settings (resuming would mix them).
@@ -121,18 +120,18 @@ def run_experiment(
     backend = jax.default_backend()
     config = _for_backend(config, backend, print)
     check_device_count(max((w.devices for w in config.workloads), default=1))
-    out_dir = results_lib.prepare_output(out if out is not None else config.output)
-    results_path = out_dir / results_lib.RESULTS_FILE
-    settings = results_lib.run_settings(config, backend, jax.devices()[0].device_kind)
-    with results_lib.lock_folder(out_dir):
+    out_dir = records.prepare_output(out if out is not None else config.output)
+    results_path = out_dir / records.RESULTS_FILE
+    settings = results_settings.run_settings(config, backend, jax.devices()[0].device_kind)
+    with records.lock_folder(out_dir):
         if fresh:
             _move_aside(results_path)
-        torn = results_lib.repair_tail(results_path)
-        results_lib.check_resumable(results_path, settings, config.variants)
-        done = results_lib.finished_cells(results_path)
+        torn = records.repair_tail(results_path)
+        results_settings.check_resumable(results_path, settings, config.variants)
+        done = records.finished_cells(results_path)
         plan = [(w, _todo(config, w, backend, done)) for w in config.workloads]
         todo = sum(len(cells) for _, cells in plan)
-        with _Reporter(progress, todo) as reporter:
+        with Reporter(progress, todo) as reporter:
             if torn is not None:
                 reporter.say(f"a torn last line of {results_path} was moved aside to {torn}")
             if todo:
@@ -160,11 +159,11 @@ def select(
     workloads = config.workloads
     if only:
         labels = [w.name for w in workloads] + [w.label for w in workloads]
-        _check_names("workload", only, labels)
+        check_selected("workload", only, labels, "in the config")
         workloads = tuple(w for w in workloads if w.name in only or w.label in only)
     chosen = config.variants
     if variants:
-        _check_names("variant", variants, [v.name for v in config.variants])
+        check_selected("variant", variants, [v.name for v in config.variants], "in the config")
         chosen = tuple(v for v in chosen if v.name in variants or v.name == config.reference)
     return dataclasses.replace(config, workloads=workloads, variants=chosen)
 
@@ -176,16 +175,6 @@ def _for_backend(config: ExperimentConfig, backend: str, say) -> ExperimentConfi
     if skipped:
         say(f"skipped on {backend} (the config's backends key): {', '.join(skipped)}")
     return dataclasses.replace(config, workloads=kept)
-
-
-def _check_names(kind: str, names: Iterable[str], accepted: list[str]) -> None:
-    for name in names:
-        if name not in accepted:
-            close = difflib.get_close_matches(name, accepted, n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise XlafuseError(
-                f"no {kind} {name!r} in the config{hint}; it has: {', '.join(dict.fromkeys(accepted))}"
-            )
 
 
 def _ordered_variants(config: ExperimentConfig) -> list[VariantConfig]:
@@ -203,7 +192,7 @@ def _todo(config, w: WorkloadConfig, backend: str, done) -> list[VariantConfig]:
 
 
 def _move_aside(path: Path) -> None:
-    results_lib.move_aside(path)
+    records.move_aside(path)
 
 
 def _start(config, results_path, settings, say, todo: int, skipped: int) -> _Run:
@@ -221,7 +210,7 @@ def _start(config, results_path, settings, say, todo: int, skipped: int) -> _Run
             f"ceilings: copy {ceilings.copy_bytes_per_s / 1e9:.1f} GB/s"
             + (f", matmul {flops / 1e12:.2f} TFLOP/s" if flops else "")
         )
-    env = results_lib.environment(config.config_hash())
+    env = results_settings.environment(config.config_hash())
     return _Run(config, results_path, backend, device_kind, env, ceilings, say, settings)
 
 
@@ -272,8 +261,8 @@ def _reference(run: _Run, w, workload, cells, done, advance) -> _Reference:
         compiled = compile_workload(workload, variant.resolve(), _measure_request(run, workload))
         outputs = _first_outputs(compiled, workload)
     except Exception as err:
-        message = f"{type(err).__name__}: {(str(err).strip() or '').splitlines()[:1]}"
-        return dataclasses.replace(reference, error=f"recompiling the reference failed: {message}")
+        message = f"recompiling the reference failed: {_error_line(err)}"
+        return dataclasses.replace(reference, error=message)
     return dataclasses.replace(reference, compiled=compiled, outputs=outputs)
 
 
@@ -294,7 +283,7 @@ def _cell(run: _Run, w, variant: VariantConfig, workload, reference: _Reference)
 
 
 def _measure_request(run: _Run, workload, trace_dir: Path | None = None) -> MeasureRequest:
-    settings = timing.TimingSettings.from_config(run.config.timing)
+    settings = run.config.timing
     profile_calls = PROFILE_CALLS if run.config.measure.profile else 0
     folder = str(trace_dir) if trace_dir is not None else None
     return MeasureRequest(settings, workload.mode == "train", profile_calls, folder)
@@ -316,16 +305,16 @@ def _measure(
 
         request = _measure_request(run, workload)
         fields = measure_cell(workload, resolved, request, reference, run.config.measure.cold_start)
-        fields.update(_derived(run, workload, fields))
+        fields.update(fields_lib.derived_rates(run.backend, run.ceilings, workload, fields))
         return fields
     is_reference = variant.name == run.config.reference
     request = _measure_request(run, workload, trace_dir)
     compiled = compile_workload(workload, resolved, request)
     fields = {"lower_s": compiled.lower_s, "compile_s": compiled.compile_s}
-    fields.update(_report_fields(compiled.report))
+    fields.update(fields_lib.report_fields(compiled.report))
     if workload.devices > 1:
-        fields.update(_collective_fields(compiled.collectives))
-    fields.update(_analysis_fields(compiled))
+        fields.update(fields_lib.collective_fields(compiled.collectives))
+    fields.update(fields_lib.analysis_fields(compiled))
     outputs = _first_outputs(compiled, workload)
     if is_reference:
         reference.compiled, reference.outputs = compiled, outputs
@@ -356,15 +345,15 @@ def _measure(
         fields["device_time_s"] = profile.device_time_s
         fields["device_kernels_per_call"] = profile.device_kernels_per_call
         fields["top_kernels"] = [list(k) for k in profile.top_kernels]
-        fields.update(_comm_fields(profile.comm))
+        fields.update(fields_lib.comm_fields(profile.comm))
         if not is_reference:
             fields.update(device_speedup_fields(profile, reference.profile))
     fields.update(_kernel_fields(run, compiled, workload, trace_dir, reference, variant.name))
     if run.config.measure.cold_start:
-        fields.update(_cold_start_fields(workload, variant))
+        fields.update(fields_lib.cold_start_fields(workload, variant))
     if variant.name == MISSED_FUSIONS_VARIANT:
         fields["missed_fusions"] = _missed_fusions(workload, compiled)
-    fields.update(_derived(run, workload, fields))
+    fields.update(fields_lib.derived_rates(run.backend, run.ceilings, workload, fields))
     if is_reference:
         fields["speedup_vs_reference"] = 1.0
     return fields
@@ -408,14 +397,14 @@ def _time(run: _Run, compiled, workload, reference: _Reference, is_reference: bo
 
 
 def _missed_fusions(workload, compiled) -> dict[str, Any]:
-    """The top kernel boundaries of the default program (`xlafuse.explain.missed_fusions`).
+    """The top kernel boundaries of the default program (`xlafuse.inspect.explain.missed_fusions`).
 
     A failure is recorded in the summary, never lost and never fatal to the cell.
     """
     try:
         return missed_fusions(unoptimized_hlo(workload), compiled.hlo_text, top=MISSED_FUSIONS_TOP)
     except Exception as err:
-        return {"error": f"{type(err).__name__}: {str(err).strip().splitlines()[:1]}"}
+        return {"error": _error_line(err)}
 
 
 def _profile(compiled, workload, request: MeasureRequest, advance):
@@ -449,105 +438,6 @@ def _kernel_fields(run: _Run, compiled, workload, trace_dir, reference, variant:
     )
 
 
-_COLD_START_KEYS = (
-    "import_s", "cold_compile_s", "warm_compile_s", "first_call_s", "steady_call_s",
-    "aot_export_s", "aot_load_s", "cache_hit", "cache_entries", "cache_speedup",
-)  # fmt: skip
-
-
-def _cold_start_fields(workload, variant: VariantConfig) -> dict[str, Any]:
-    """Cold/warm-cache compile and AOT load of this cell, measured in fresh processes."""
-    measured = measure_cold_start(workload, variant.resolve()).to_dict()
-    return {key: measured[key] for key in _COLD_START_KEYS}
-
-
-def _report_fields(report) -> dict[str, Any]:
-    return {
-        "kernels": report.kernels,
-        "fusions": report.fusions,
-        "real_fusions": report.real_fusions,
-        "custom_calls": report.custom_calls,
-        "custom_call_targets": dict(report.custom_call_targets),
-        "kinds": dict(report.kinds),
-        "modeled_bytes": report.modeled_bytes,
-    }
-
-
-def _collective_fields(report) -> dict[str, Any]:
-    return {
-        "collectives": report.count,
-        "logical_collectives": report.logical,
-        "collective_async_pairs": report.async_pairs,
-        "collective_operand_bytes": report.operand_bytes,
-        "collective_ring_bytes": report.ring_bytes,
-        "collective_counts": report.counts(),
-    }
-
-
-def _comm_fields(comm: dict[str, Any] | None) -> dict[str, Any]:
-    if not comm:
-        return {}
-    return {
-        "comm_time_s": comm["comm_time_s"],
-        "comm_overlap_s": comm["overlap_s"],
-        "comm_overlap_fraction": comm["overlap_fraction"],
-        "comm_kernels_per_call": comm["comm_kernels_per_call"],
-    }
-
-
-def _analysis_fields(compiled) -> dict[str, Any]:
-    fields: dict[str, Any] = {}
-    cost = compiled.cost_analysis() or {}
-    fields["cost_flops"] = cost.get("flops")
-    fields["cost_bytes_accessed"] = cost.get("bytes accessed")
-    memory = compiled.memory_analysis()
-    if memory is not None:
-        parts = ("argument_size_in_bytes", "output_size_in_bytes", "temp_size_in_bytes")
-        total = sum(int(getattr(memory, p, 0) or 0) for p in parts)
-        fields["peak_memory_bytes"] = total - int(getattr(memory, "alias_size_in_bytes", 0) or 0)
-    return fields
-
-
-def _derived(run: _Run, workload, fields) -> dict[str, Any]:
-    """Rates from the measured times: items/s, bandwidth, % of the copy ceiling, TFLOP/s.
-
-    A cell is `host_bound` when its pipelined time per call exceeds HOST_BOUND x its device
-    time: the host (Python, dispatch), not the GPU, sets its pace, so its wall-clock speedups
-    measure the host.
-    """
-    wall = fields["time_median_s"]
-    basis, seconds = _rate_basis(run.backend, fields)
-    derived: dict[str, Any] = {
-        "items_per_s": workload.items_per_call / wall if wall else None,
-        "rate_basis": basis,
-    }
-    if fields.get("modeled_bytes") and seconds:
-        derived["achieved_bytes_per_s"] = fields["modeled_bytes"] / seconds
-        if run.ceilings is not None:
-            ceiling = run.ceilings.copy_bytes_per_s
-            derived["pct_of_copy_ceiling"] = 100.0 * derived["achieved_bytes_per_s"] / ceiling
-    if workload.flops and seconds:
-        derived["tflops"] = workload.flops / seconds / 1e12
-    device, pipelined = fields.get("device_time_s"), fields.get("pipelined_s_per_call")
-    if device and pipelined:
-        derived["host_bound"] = pipelined > HOST_BOUND * device
-    return derived
-
-
-def _rate_basis(backend: str, fields: dict[str, Any]) -> tuple[str, float | None]:
-    """The time that bandwidth and FLOP/s divide by, and its name.
-
-    Device time (profiled kernels) excludes dispatch; without it, on a GPU the pipelined time per
-    call hides most of the launch and sync latency that a synchronized call adds to a short
-    kernel. On a CPU the synchronized wall-clock median is used.
-    """
-    if fields.get("device_time_s"):
-        return "device_time_s", fields["device_time_s"]
-    if backend == "gpu" and fields.get("pipelined_s_per_call"):
-        return "pipelined_s_per_call", fields["pipelined_s_per_call"]
-    return "time_median_s", fields.get("time_median_s")
-
-
 def _identity(run: _Run, w: WorkloadConfig, variant: VariantConfig, workload) -> dict[str, Any]:
     ceilings = run.ceilings
     return {
@@ -575,7 +465,7 @@ def _identity(run: _Run, w: WorkloadConfig, variant: VariantConfig, workload) ->
         "copy_ceiling_basis": ceilings.copy_basis if ceilings else None,
         "matmul_ceiling_flops_per_s": ceilings.matmul_flops_per_s if ceilings else None,
         "env": run.env,
-        "settings": results_lib.cell_settings(run.settings, variant),
+        "settings": results_settings.cell_settings(run.settings, variant),
     }
 
 
@@ -592,6 +482,12 @@ def _record(run, w, variant, workload, status, fields) -> CellResult:
     return CellResult(**_identity(run, w, variant, workload), status=status, **fields)
 
 
+def _error_line(err: BaseException) -> str:
+    """`TypeName: first line of the message`."""
+    lines = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {lines[0]}" if lines else type(err).__name__
+
+
 def _error_record(run, w, variant, workload, err: BaseException) -> CellResult:
     message = (str(err).strip() or type(err).__name__).splitlines()[0][:2000]
     fields = {"error": message, "error_type": type(err).__name__}
@@ -604,41 +500,12 @@ def _finish(run: _Run, record: CellResult, reference: CellResult | None, advance
     advance()
 
 
-def cell_line(record: CellResult, reference: CellResult | None = None) -> str:
-    """One concise line per cell: `mlp/tiny/forward  no-fusion  kernels 9 (+5)  0.12 ms  0.61x  ok`."""
-    extra = ",".join(f"{k}={v}" for k, v in sorted(record.overrides.items()))
-    name = f"{record.workload}{f'[{extra}]' if extra else ''}/{record.size}/{record.mode}"
-    if record.devices > 1:
-        name += f" @{record.parallelism}{record.devices}"
-    if not record.ok:
-        return f"{name}  {record.variant}  ERROR {record.error_type}: {record.error}"
-    kernels = f"kernels {record.kernels}"
-    if reference is not None and reference.kernels is not None and record.kernels is not None:
-        kernels += f" ({record.kernels - reference.kernels:+d})"
-    parts = [name, record.variant, kernels, f"{record.time_median_s * 1e3:.3g} ms"]
-    if record.collectives is not None:
-        parts.append(f"collectives {record.collectives} ({record.logical_collectives} logical)")
-    if record.variant != record.reference and record.speedup_vs_reference is not None:
-        parts.append(speedup_text(record.speedup_vs_reference, record.speedup_verdict))
-    if record.device_speedup is not None:
-        device = speedup_text(record.device_speedup, record.device_speedup_verdict)
-        parts.append(f"device {device}")
-    if record.host_bound:
-        parts.append("HOST-BOUND")
-    if record.within_tolerance is False:
-        parts.append(f"numerics FLAGGED (max abs diff {record.max_abs_diff:.2g})")
-    parts.append("ok")
-    return "  ".join(parts)
-
-
 def _selected_records(
     config: ExperimentConfig, results_path: Path, backend: str
 ) -> list[CellResult]:
     if not results_path.exists():
         return []
-    latest = {
-        r.cell_id: r for r in results_lib.latest_per_cell(results_lib.load_results(results_path))
-    }
+    latest = {r.cell_id: r for r in records.latest_per_cell(records.load_results(results_path))}
     keys = [
         _cell_id(w, v.name, backend) for w in config.workloads for v in _ordered_variants(config)
     ]
@@ -649,82 +516,3 @@ def _write_report(results_path: Path, out_dir: Path, say) -> None:
     if not results_path.exists():
         return
     say(f"report: {write_report(results_path, out_dir)}")
-
-
-class _Reporter:
-    """A rich progress bar with an ETA (optional) and one printed line per finished cell."""
-
-    def __init__(self, enabled: bool, total: int):
-        self._enabled = enabled and total > 1
-        self._total = total
-        self._progress = None
-        self._task = None
-        self._closed = False  # stdout went away (`| head`): stop printing, not the sweep
-
-    def __enter__(self) -> _Reporter:
-        if self._enabled:
-            from rich.progress import (
-                BarColumn,
-                MofNCompleteColumn,
-                Progress,
-                TextColumn,
-                TimeElapsedColumn,
-                TimeRemainingColumn,
-            )
-
-            self._progress = Progress(
-                TextColumn("cells"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TimeElapsedColumn(),
-                TextColumn("ETA"),
-                TimeRemainingColumn(),
-                transient=True,
-                console=_console(),
-            )
-            self._progress.__enter__()
-            self._task = self._progress.add_task("cells", total=self._total)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        if self._progress is not None:
-            self._progress.__exit__(*exc)
-
-    def say(self, line: str) -> None:
-        if self._closed:
-            return
-        try:
-            if self._progress is not None:
-                self._progress.console.print(line, markup=False, highlight=False)
-            else:
-                print(line, flush=True)
-        except BrokenPipeError:
-            self._closed = True
-            _silence_stdout()
-
-    def advance(self) -> None:
-        if self._progress is not None:
-            self._progress.advance(self._task)
-
-
-def _console():
-    """A rich console that goes quiet when stdout closes (rich's default exits the process)."""
-    from rich.console import Console
-
-    class _Console(Console):
-        def on_broken_pipe(self) -> None:
-            self.quiet = True
-            _silence_stdout()
-
-    return _Console()
-
-
-def _silence_stdout() -> None:
-    """Point a closed stdout at /dev/null so later writes and the exit flush do not fail."""
-    try:
-        fd = sys.stdout.fileno()
-    except (AttributeError, OSError, ValueError):
-        return
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, fd)
-    os.close(devnull)

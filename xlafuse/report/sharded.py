@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from xlafuse.measure.collectives import scaling
-from xlafuse.results import CellResult
+from xlafuse.models.workload import workload_label
+from xlafuse.results.records import CellResult
 
 COLUMNS = (
     "workload", "layout", "variant", "collectives", "logical", "async", "coll. MB/step",
@@ -63,8 +64,7 @@ def step_time(r: CellResult) -> tuple[float | None, str]:
 
 
 def _row(r: CellResult, one: CellResult | None) -> list[str]:
-    extra = ",".join(f"{k}={v}" for k, v in sorted(r.overrides.items()))
-    name = f"{r.workload}{f'[{extra}]' if extra else ''}/{r.size}/{r.mode}"
+    name = workload_label(r.workload, r.size, r.mode, r.overrides)
     own, basis = step_time(r)
     result = None
     if one is not None:

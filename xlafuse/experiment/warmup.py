@@ -11,21 +11,25 @@ exactly as the measurements and the runner compile, so the cache keys match.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import os
 import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+import jax
+
+from xlafuse.compile.variants import get
 from xlafuse.measure.coldstart import (
+    CACHE_HITS,
+    build_workload,
     cache_entry_count,
+    cache_events,
     check_cache_dir,
     persistent_cache,
     workload_spec,
 )
-
-CACHE_HIT_EVENT = "/jax/compilation_cache/cache_hits"
+from xlafuse.models.workload import workload_label
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,8 +93,6 @@ def warmup(
         one that does not apply to this backend.
       XlafuseError: `cache_dir` cannot serve as a cache folder (a file, or not writable).
     """
-    from xlafuse.variants import get
-
     check_cache_dir(cache_dir)
     resolved = [get(v) for v in variants]
     for variant in resolved:
@@ -103,34 +105,16 @@ def warmup(
     labels: list[str] = []
     hits: list[str] = []
     compile_s = 0.0
-    with persistent_cache(cache_dir) as folder, _cache_hit_counter() as counted:
+    with persistent_cache(cache_dir) as folder, cache_events() as counted:
         for label, fn, fn_args, kwargs in _targets(fn_or_workloads, args, jit_kwargs):
             for variant in resolved:
-                hits_before = counted["hits"]
+                hits_before = counted[CACHE_HITS]
                 compile_s += _compile(fn, fn_args, kwargs, variant)
                 labels.append(f"{label} @ {variant.name}")
-                if counted["hits"] > hits_before:
+                if counted[CACHE_HITS] > hits_before:
                     hits.append(labels[-1])
     after = cache_entry_count(folder)
     return WarmupSummary(str(folder), tuple(labels), before, after, compile_s, tuple(hits))
-
-
-@contextlib.contextmanager
-def _cache_hit_counter():
-    """Counts JAX's persistent-cache hit events in the block (`counted["hits"]`)."""
-    from jax._src import monitoring  # the only place these events are published
-
-    counted = {"hits": 0}
-
-    def on_event(event: str, **kwargs) -> None:
-        if event == CACHE_HIT_EVENT:
-            counted["hits"] += 1
-
-    monitoring.register_event_listener(on_event)
-    try:
-        yield counted
-    finally:
-        monitoring.unregister_event_listener(on_event)
 
 
 def warmup_config(config: Any, cache_dir: str | os.PathLike) -> WarmupSummary:
@@ -140,11 +124,9 @@ def warmup_config(config: Any, cache_dir: str | os.PathLike) -> WarmupSummary:
     are torch variants (Inductor has its own cache; XLA compiles nothing for them).
 
     Args:
-      config: an `ExperimentConfig` (`xlafuse.config.load_config`).
+      config: an `ExperimentConfig` (`xlafuse.experiment.config.load_config`).
       cache_dir: the cache folder.
     """
-    import jax
-
     backend = jax.default_backend()
     variants = [v.resolve() for v in config.variants]
     variants = [
@@ -167,8 +149,8 @@ def _targets(fn_or_workloads, args, jit_kwargs):
     if _is_workload(items) or isinstance(items, str | dict) or hasattr(items, "to_dict"):
         items = [items]
     for item in items:
-        workload = item if _is_workload(item) else _build(workload_spec(item))
-        label = f"{workload.name}/{workload.size}/{workload.mode}"
+        workload = item if _is_workload(item) else build_workload(workload_spec(item))
+        label = workload_label(workload.name, workload.size, workload.mode)
         # No donation: the runner and the cold-start children compile this way (same cache key).
         donate = {"donate_argnums": workload.donate_argnums} if workload.donate_argnums else {}
         yield label, workload.fn, workload.args, donate  # as `compile_workload` compiles it
@@ -178,19 +160,8 @@ def _is_workload(obj: Any) -> bool:
     return hasattr(obj, "fn") and hasattr(obj, "args") and hasattr(obj, "donate_argnums")
 
 
-def _build(spec: dict[str, Any]):
-    from xlafuse import models
-
-    overrides = spec["overrides"]
-    return models.build(
-        spec["name"], spec["size"], spec["mode"], spec["dtype"], spec["seed"], **overrides
-    )
-
-
 def _compile(fn: Callable, args: Sequence, jit_kwargs: dict, variant) -> float:
     """Lower afresh and compile (the cache stores it); returns the compile seconds."""
-    import jax
-
     options = variant.compiler_options(jax.default_backend())
     lowered = jax.jit(fn, **jit_kwargs).lower(*args)
     start = time.perf_counter()

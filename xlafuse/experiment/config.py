@@ -42,7 +42,6 @@ line, each prefixed with its TOML location.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import functools
 import hashlib
 import json
@@ -53,39 +52,22 @@ from types import MappingProxyType
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 
-from xlafuse.errors import XlafuseError
-
-SIZES = ("tiny", "small", "full")
-MODES = ("forward", "train")
-DTYPES = ("float32", "bfloat16", "float16")
+from xlafuse.compile import variants
+from xlafuse.compile.variants import BACKENDS, DISABLE_PASSES
+from xlafuse.errors import XlafuseError, did_you_mean
+from xlafuse.measure.timing import TimingSettings
+from xlafuse.models import registry
+from xlafuse.models.sharding import MODEL_PARALLEL_WORKLOADS, PARALLELISMS
+from xlafuse.models.workload import workload_label
 
 _TOP_KEYS = ("experiment", "workloads", "timing", "measure")
 _EXPERIMENT_KEYS = ("name", "output", "reference", "variants")
 _WORKLOAD_KEYS = (
     "name", "size", "mode", "dtype", "overrides", "backends", "devices", "parallelism",
 )  # fmt: skip
-BACKENDS = ("cpu", "gpu")
 _INLINE_VARIANT_META = ("name", "description")
-
-
-@dataclasses.dataclass(frozen=True)
-class TimingConfig:
-    """How each cell is timed (see `xlafuse.measure.timing`).
-
-    Attributes:
-      warmup: untimed calls before timing (at least 1: the first call may compile).
-      min_time_s: keep timing synchronized calls until this many seconds have passed...
-      min_iters: ...and at least this many calls were timed.
-      max_iters: never time more calls than this.
-      repeats: pipelined bursts (back-to-back calls, one sync) whose median is reported.
-    """
-
-    warmup: int = 2
-    min_time_s: float = 0.5
-    min_iters: int = 10
-    max_iters: int = 1000
-    repeats: int = 3
 
 
 @dataclasses.dataclass(frozen=True)
@@ -140,11 +122,9 @@ class WorkloadConfig:
     @property
     def label(self) -> str:
         """Short human name, e.g. `chain/tiny/forward` or `chain[ops=16]/tiny/forward`."""
-        extra = ",".join(f"{k}={v}" for k, v in sorted(self.overrides.items()))
-        name = f"{self.name}[{extra}]" if extra else self.name
-        dtype = f"/{self.dtype}" if self.dtype else ""
-        mesh = f" @{self.mesh}" if self.mesh else ""
-        return f"{name}/{self.size}/{self.mode}{dtype}{mesh}"
+        return workload_label(
+            self.name, self.size, self.mode, self.overrides, self.dtype, self.mesh
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form."""
@@ -179,8 +159,6 @@ class VariantConfig:
 
     def resolve(self):
         """The `xlafuse.variants.Variant` this stands for."""
-        from xlafuse import variants
-
         if self.spec is not None:
             return variants.get(self.spec)
         return variants.from_options(self.options, name=self.name)
@@ -199,7 +177,7 @@ class ExperimentConfig:
     workloads: tuple[WorkloadConfig, ...]
     variants: tuple[VariantConfig, ...]
     reference: str = "default"
-    timing: TimingConfig = TimingConfig()
+    timing: TimingSettings = dataclasses.field(default_factory=TimingSettings)
     measure: MeasureConfig = MeasureConfig()
     source: Path | None = None
 
@@ -314,11 +292,6 @@ class _Problems:
         )
 
 
-def _did_you_mean(value: str, accepted) -> str:
-    close = difflib.get_close_matches(str(value), [str(a) for a in accepted], n=1)
-    return f" (did you mean {close[0]!r}?)" if close else ""
-
-
 def _check_keys(problems: _Problems, prefix: str, table: Any, accepted) -> None:
     if not isinstance(table, Mapping):
         return
@@ -326,7 +299,7 @@ def _check_keys(problems: _Problems, prefix: str, table: Any, accepted) -> None:
         if key not in accepted:
             problems.add(
                 f"{prefix}{key}",
-                f"unknown key{_did_you_mean(key, accepted)}; accepted: {', '.join(accepted)}",
+                f"unknown key{did_you_mean(key, accepted)}; accepted: {', '.join(accepted)}",
             )
 
 
@@ -393,22 +366,15 @@ def _parse_workload(problems, where, item, backend) -> WorkloadConfig | None:
         return None
     before = len(problems.items)
     _check_mesh(problems, where, name, devices, parallelism)
-    _check_choice(problems, f"{where}.size", size, SIZES, "size")
-    _check_choice(problems, f"{where}.dtype", dtype, DTYPES, "dtype")
     # A workload meant for other backends only is still checked, as it would be on the first.
     check_on = backend if backend in backends else backends[0]
-    _check_workload(problems, where, name, size, mode, overrides, check_on)
-    if len(problems.items) == before and check_on == jax.default_backend():
-        # Builders may ask the running backend (cudnn needs a GPU): only check where it runs.
-        _check_build(problems, where, name, size, mode, dtype, overrides)
+    _check_workload(problems, where, name, size, mode, dtype, overrides, check_on)
     if len(problems.items) != before:
         return None
     return WorkloadConfig(name, size, mode, dtype, overrides, backends, devices, parallelism)
 
 
 def _check_mesh(problems, where, name, devices, parallelism) -> None:
-    from xlafuse.models.sharding import MODEL_PARALLEL_WORKLOADS, PARALLELISMS
-
     if devices < 1:
         problems.add(f"{where}.devices", f"must be at least 1, got {devices}")
     _check_choice(problems, f"{where}.parallelism", parallelism, PARALLELISMS, "parallelism")
@@ -420,17 +386,34 @@ def _check_mesh(problems, where, name, devices, parallelism) -> None:
         )
 
 
-def _check_build(problems, where, name, size, mode, dtype, overrides) -> None:
-    """Override values the workload's builder rejects (`ops = -3`), found without any array."""
-    try:
-        from xlafuse.models.registry import recipe
-    except ImportError:
+def _check_workload(problems, where, name, size, mode, dtype, overrides, backend) -> None:
+    """The registry's problems with the workload, override value types, GPU-only options."""
+    before = len(problems.items)
+    found = registry.problems(name, size, mode, dtype, overrides)
+    for field, message in found:
+        problems.add(f"{where}.{field}", message)
+    if found and found[0][0] == "name":
         return
-    try:
-        recipe(name, size, mode, dtype, **overrides)
-    except ValueError as err:
-        at = f".overrides.{next(iter(overrides))}" if len(overrides) == 1 else ".overrides"
-        problems.add(f"{where}{at if overrides else ''}", str(err).strip().splitlines()[0])
+    defaults = registry.spec(name).config(size if size in registry.SIZES else "tiny")
+    for key, value in overrides.items():
+        default = defaults.get(key)
+        kind = float if isinstance(default, float) else type(default)
+        if kind in (int, float, str, bool) and _typed(_Problems(), "", value, kind) is None:
+            problems.add(
+                f"{where}.overrides.{key}",
+                f"must be {_type_name(default)} like the default ({default!r}), "
+                f"not {_type_name(value)} {value!r}",
+            )
+    if overrides.get("implementation") == "cudnn" and backend != "gpu":
+        problems.add(
+            f"{where}.overrides.implementation",
+            f"'cudnn' needs a GPU; the backend is {backend!r} (use 'xla')",
+        )
+    if len(problems.items) != before or backend != jax.default_backend():
+        return
+    # Builders may ask the running backend (cudnn needs a GPU): only build where it runs.
+    for field, message in registry.problems(name, size, mode, dtype, overrides, build=True):
+        problems.add(f"{where}.{field}", message)
 
 
 def _parse_backends(problems, where, value) -> tuple[str, ...]:
@@ -446,76 +429,9 @@ def _check_choice(problems, where, value, accepted, kind) -> None:
     if value is not None and value not in accepted:
         problems.add(
             where,
-            f"{value!r} is not a {kind}{_did_you_mean(value, accepted)} "
+            f"{value!r} is not a {kind}{did_you_mean(value, accepted)} "
             f"(accepted: {', '.join(accepted)})",
         )
-
-
-def _check_workload(problems, where, name, size, mode, overrides, backend) -> None:
-    """Name, mode and override names against the workload registry; GPU-only workloads."""
-    from xlafuse import models
-
-    names = models.available()
-    if name not in names:
-        problems.add(
-            f"{where}.name",
-            f"unknown workload {name!r}{_did_you_mean(name, names)} (accepted: {', '.join(names)})",
-        )
-        return
-    spec = _workload_spec(name)
-    modes = tuple(spec.modes) if spec is not None else MODES
-    if mode is not None and mode not in modes:
-        why = " (it has no parameters to train)" if mode == "train" else ""
-        problems.add(
-            f"{where}.mode",
-            f"{mode!r} is not a mode of {name!r}{why} (accepted: {', '.join(modes)})",
-        )
-    if spec is not None:
-        defaults = _override_defaults(spec, size)
-        _check_overrides(problems, f"{where}.overrides", name, overrides, defaults)
-    if overrides.get("implementation") == "cudnn" and backend != "gpu":
-        problems.add(
-            f"{where}.overrides.implementation",
-            f"'cudnn' needs a GPU; the backend is {backend!r} (use 'xla')",
-        )
-
-
-def _check_overrides(problems, where, name, overrides, defaults) -> None:
-    """Override names the workload accepts, with values of its defaults' types."""
-    accepted = sorted(defaults)
-    for key, value in overrides.items():
-        if key not in accepted:
-            problems.add(
-                f"{where}.{key}",
-                f"unknown override for {name!r}{_did_you_mean(key, accepted)} "
-                f"(accepted: {', '.join(accepted) or 'none'})",
-            )
-            continue
-        default = defaults[key]
-        kind = float if isinstance(default, float) else type(default)
-        if kind in (int, float, str, bool) and _typed(_Problems(), "", value, kind) is None:
-            problems.add(
-                f"{where}.{key}",
-                f"must be {_type_name(default)} like the default ({default!r}), "
-                f"not {_type_name(value)} {value!r}",
-            )
-
-
-def _override_defaults(spec, size: str) -> dict[str, Any]:
-    """Override names the workload accepts, with their defaults at `size` (or "tiny")."""
-    size = size if size in SIZES else "tiny"
-    if hasattr(spec, "config"):
-        return dict(spec.config(size))
-    return dict(spec.defaults)
-
-
-def _workload_spec(name: str):
-    """The registry's spec (modes, override defaults), or None if the registry has no `spec`."""
-    try:
-        from xlafuse.models.registry import spec
-    except ImportError:
-        return None
-    return spec(name)
 
 
 def _parse_variants(problems, value, backend) -> list[VariantConfig]:
@@ -536,8 +452,6 @@ def _parse_variants(problems, value, backend) -> list[VariantConfig]:
 
 
 def _parse_variant(problems, where, item) -> VariantConfig | None:
-    from xlafuse import variants
-
     if isinstance(item, Mapping):
         name = _typed(problems, f"{where}.name", item.get("name"), str)
         options = {k: v for k, v in item.items() if k not in _INLINE_VARIANT_META}
@@ -560,8 +474,6 @@ def _parse_variant(problems, where, item) -> VariantConfig | None:
 
 def _check_option_value(problems, where, key, value) -> bool:
     """An XLA option takes one string, boolean or number (a pass list may also be an array)."""
-    from xlafuse.variants import DISABLE_PASSES
-
     if isinstance(value, str | bool | int | float):
         return True
     if key == DISABLE_PASSES and isinstance(value, list) and all(isinstance(v, str) for v in value):
@@ -580,7 +492,7 @@ def _parse_reference(problems, value, variants) -> str:
     if variants and reference not in names:
         problems.add(
             "experiment.reference",
-            f"{reference!r} is not one of the variants{_did_you_mean(reference, names)} "
+            f"{reference!r} is not one of the variants{did_you_mean(reference, names)} "
             f"(variants: {', '.join(names)})",
         )
     chosen = [v for v in variants if v.name == reference]
@@ -648,8 +560,6 @@ def xla_rejects(options: Mapping[str, Any]) -> str | None:
 
 @functools.cache
 def _xla_rejects(options_json: str) -> str | None:
-    import jax.numpy as jnp
-
     lowered = jax.jit(lambda x: x + 1).lower(jnp.ones((), jnp.float32))
     try:
         lowered.compile(compiler_options=json.loads(options_json))
@@ -672,11 +582,11 @@ def _flat_table(problems, section: str, value, cls, kind_of):
     return cls(**kwargs)
 
 
-def _parse_timing(problems, value) -> TimingConfig:
+def _parse_timing(problems, value) -> TimingSettings:
     def kind_of(key):
         return float if key.endswith("_s") else int
 
-    timing = _flat_table(problems, "timing", value, TimingConfig, kind_of)
+    timing = _flat_table(problems, "timing", value, TimingSettings, kind_of)
     minimum = {"warmup": 1, "min_iters": 1, "max_iters": 1, "repeats": 1, "min_time_s": 0}
     for key, low in minimum.items():
         if getattr(timing, key) < low:

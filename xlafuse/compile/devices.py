@@ -15,6 +15,8 @@ import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 
+import jax
+
 HOST_DEVICES_FLAG = "--xla_force_host_platform_device_count"
 
 
@@ -48,8 +50,6 @@ def needs_host_devices(devices: int) -> bool:
     True only on the CPU backend, when it has fewer than `devices` and XLA_FLAGS did not already
     ask for them (a child that still has too few must fail, not start another child).
     """
-    import jax
-
     if devices <= 1 or jax.default_backend() != "cpu":
         return False
     return len(jax.devices()) < devices and (forced_host_devices() or 0) < devices

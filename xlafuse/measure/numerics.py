@@ -34,6 +34,8 @@ from typing import Any
 import jax
 import numpy as np
 
+from xlafuse.models.train import gradient_of_first_step
+
 # (rtol, atol as a fraction of the reference's largest magnitude), by dtype name.
 _TOLERANCES = {
     "float64": (1e-9, 1e-12),
@@ -240,7 +242,6 @@ def host_outputs(workload: Any, outputs: Any) -> Any:
     """
     if workload.mode != "train":
         return jax.device_get(outputs)
-    from xlafuse.models.train import gradient_of_first_step
 
     new_leaves, loss = outputs
     state = workload.structured_state(jax.device_get(new_leaves))

@@ -1,9 +1,9 @@
 """Report sections for the cold-start and graph-capture studies (markdown, optional PNG).
 
 Both take records as dicts (or objects with `to_dict()`): runner cells that carry the cold-start
-fields (`cold_compile_s`, `warm_compile_s`, `first_call_s`, `steady_call_s`, `aot_load_s`), the
-`ColdStartResult.to_dict()` of `xlafuse.measure.coldstart`, or the `GraphsResult.to_records()` of
-`xlafuse.measure.graphs`. Records without those fields are ignored.
+fields (`cold_compile_s`, `warm_compile_s`, `first_call_s`, `steady_call_s`, `aot_load_s`) or the
+`ColdStartResult.to_dict()` of `xlafuse.measure.coldstart`; the graphs table is made of runner
+cells of the GRAPH_FLAGS variants (`configs/graphs.toml`). Records without those fields are ignored.
 """
 
 from __future__ import annotations
@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from xlafuse.models.workload import workload_label
 
 COLD_FIELDS = ("cold_compile_s", "warm_compile_s", "first_call_s", "steady_call_s", "aot_load_s")
 _COLD_COLUMNS = (
@@ -32,6 +34,7 @@ GRAPH_FLAGS = {
     "no-fusion": (True, False),
     "no-fusion-no-graphs": (False, False),
 }
+GRAPHS_SKIPPED = "skipped: CUDA graphs exist only on the GPU"
 _GRAPH_COLUMNS = (
     "workload",
     "fusion",
@@ -102,12 +105,14 @@ def coldstart_plot(records: Iterable[Any], path: str | Path) -> bool:
     rows = [r for r in map(_as_dict, records) if r.get("warm_compile_s") is not None]
     if not rows:
         return False
+    # deferred: matplotlib is heavy to import and only plots need it
     import matplotlib
 
     matplotlib.use("Agg")
+    # deferred: matplotlib is heavy to import and only plots need it
     import matplotlib.pyplot as plt
 
-    labels = [f"{workload_label(r)}\n{r.get('variant')}" for r in rows]
+    labels = [f"{record_label(r)}\n{r.get('variant')}" for r in rows]
     xs = range(len(rows))
     fig, ax = plt.subplots(figsize=(max(8, 1.6 * len(rows) + 3), 4))
     ax.bar(
@@ -147,21 +152,20 @@ def _has_cold_fields(record: Mapping[str, Any]) -> bool:
     return any(record.get(k) is not None for k in COLD_FIELDS)
 
 
-def workload_label(record: Mapping[str, Any]) -> str:
+def record_label(record: Mapping[str, Any]) -> str:
+    """The workload label of a record dict (a runner cell, or a cold-start result's nested spec)."""
     workload = record.get("workload")
     if isinstance(workload, Mapping):
         record = {**record, **workload, "workload": workload.get("name")}
-    extra = ",".join(f"{k}={v}" for k, v in sorted((record.get("overrides") or {}).items()))
-    name = f"{record.get('workload')}[{extra}]" if extra else str(record.get("workload"))
-    parts = [name, record.get("size"), record.get("mode")]
-    return "/".join(str(p) for p in parts if p)
+    size, mode = record.get("size"), record.get("mode")
+    return workload_label(record.get("workload"), size, mode, record.get("overrides"))
 
 
 def _cold_row(r: Mapping[str, Any]) -> list[str]:
     cold, warm, steady = r.get("cold_compile_s"), r.get("warm_compile_s"), r.get("steady_call_s")
     hit = r.get("cache_hit")
     return [
-        workload_label(r),
+        record_label(r),
         str(r.get("variant", "")),
         _fmt(cold, ".3f"),
         _fmt(warm, ".3f"),
@@ -175,20 +179,16 @@ def _cold_row(r: Mapping[str, Any]) -> list[str]:
 
 
 def _graph_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Study records, plus runner cells of workloads that were timed with graphs off."""
-    rows = [r for r in records if r.get("study") == "graphs"]
+    """Runner cells of the workloads that were timed with graphs off as well as on."""
+    rows = []
     cells = [
-        r
-        for r in records
-        if r.get("study") is None
-        and r.get("variant") in GRAPH_FLAGS
-        and r.get("time_median_s") is not None
+        r for r in records if r.get("variant") in GRAPH_FLAGS and r.get("time_median_s") is not None
     ]
-    with_off = {workload_label(r) for r in cells if not GRAPH_FLAGS[r["variant"]][0]}
+    with_off = {record_label(r) for r in cells if not GRAPH_FLAGS[r["variant"]][0]}
     for r in cells:
-        if workload_label(r) in with_off:
+        if record_label(r) in with_off:
             graphs, fusion = GRAPH_FLAGS[r["variant"]]
-            rows.append({**r, "workload": workload_label(r), "graphs": graphs, "fusion": fusion})
+            rows.append({**r, "workload": record_label(r), "graphs": graphs, "fusion": fusion})
     return rows
 
 
@@ -212,3 +212,26 @@ def _ratio(a: float | None, b: float | None) -> str:
 
 def _fmt(value: float | None, spec: str) -> str:
     return "-" if value is None else format(value, spec)
+
+
+def coldstart_text(result) -> str:
+    """Human-readable lines of a ColdStartResult."""
+
+    def s(value, spec=".3f", unit=" s"):
+        return "-" if value is None else f"{value:{spec}}{unit}"
+
+    speedup = result.cache_speedup
+    lines = [
+        f"{record_label(result.to_dict())}  variant {result.variant}  backend {result.backend}",
+        f"  import             {s(result.import_s)}",
+        f"  trace + lower      {s(result.lower_s)}",
+        f"  compile, cold      {s(result.cold_compile_s)}",
+        f"  compile, warm      {s(result.warm_compile_s)}  (cache hit: "
+        f"{'yes' if result.cache_hit else 'NO'}, {result.cache_entries} entries)",
+        f"  cache speedup      {s(speedup, '.1f', 'x')}",
+        f"  first call         {s(result.first_call_s)}",
+        f"  steady call        {s(result.steady_call_s and result.steady_call_s * 1e3, '.3f', ' ms')}",
+        f"  AOT export         {s(result.aot_export_s)}",
+        f"  AOT load+1st call  {s(result.aot_load_s)}",
+    ]
+    return "\n".join(lines)

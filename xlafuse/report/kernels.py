@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from xlafuse.errors import XlafuseError
-from xlafuse.report_coldstart import workload_label
+from xlafuse.report.coldstart import record_label
 
 KERNEL_ROOFLINE_PNG = "kernel_roofline.png"
 DETAIL_ROWS = 10
@@ -145,7 +145,7 @@ def _us(seconds: float) -> str:
 
 def cell_name(record: Any) -> str:
     """`chain[ops=4]/tiny/forward@no-fusion`: what `--roofline-cell` accepts (or the cell_id)."""
-    return f"{workload_label(record.to_dict())}@{record.variant}"
+    return f"{record_label(record.to_dict())}@{record.variant}"
 
 
 def choose_roofline_cell(records: Sequence[Any], wanted: str | None) -> Any | None:
@@ -170,6 +170,7 @@ def plot_kernel_roofline(record: Any, path: Path) -> bool:
     """Per-kernel bandwidth roofline of one cell: each top kernel's modeled bytes against its
     achieved bandwidth, under the measured copy ceiling (no per-kernel FLOP count exists: the
     HLO model counts bytes, so this is the memory side of the roofline)."""
+    # deferred: matplotlib is heavy to import and only plots need it
     import matplotlib.pyplot as plt
 
     kt = record.kernel_times

@@ -13,6 +13,7 @@ from xlafuse.measure.validate import (
     KernelRow,
     ValidationResult,
 )
+from xlafuse.report.format import text_table
 
 _COLUMNS = (
     "#", "HLO kernel", "kind", "ncu kernel", "match", "modeled MB", "DRAM read MB",
@@ -73,15 +74,8 @@ def format_text(results: Sequence[ValidationResult]) -> str:
         head = f"{result.label}  variant {result.variant}: {result.verdict}"
         lines = [head, *(line[2:] for line in summary_lines(result))]
         if result.rows:
-            table = [list(_COLUMNS)] + [kernel_cells(i, r) for i, r in enumerate(result.rows, 1)]
-            widths = [max(len(row[c]) for row in table) for c in range(len(_COLUMNS))]
-            lines += [
-                "  ".join(
-                    cell.rjust(w) if c in _NUMERIC else cell.ljust(w)
-                    for c, (cell, w) in enumerate(zip(row, widths, strict=True))
-                ).rstrip()
-                for row in table
-            ]
+            rows = [kernel_cells(i, r) for i, r in enumerate(result.rows, 1)]
+            lines += text_table(_COLUMNS, rows, right=_NUMERIC).splitlines()
         blocks.append("\n".join(lines))
     return "\n\n".join(blocks)
 

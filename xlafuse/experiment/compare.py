@@ -8,9 +8,11 @@ from typing import Any
 
 import jax
 
-from xlafuse.compile import compile_variant, compile_workload
-from xlafuse.numerics import compare_outputs, host_outputs, judge_workload
-from xlafuse.variants import get as get_variant
+from xlafuse.compile.jit import compile_variant, compile_workload
+from xlafuse.compile.variants import get as get_variant
+from xlafuse.measure.numerics import compare_outputs, host_outputs, judge_workload
+from xlafuse.models.workload import workload_label
+from xlafuse.report.format import text_table
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,10 +110,8 @@ class Comparison:
             )
             for r in self.rows
         ]
-        widths = [max(len(x) for x in col) for col in zip(header, *lines, strict=True)]
-        fmt = "  ".join(f"{{:<{w}}}" if i == 0 else f"{{:>{w}}}" for i, w in enumerate(widths))
-        title = f"{self.function} on {self.backend}"
-        return "\n".join([title, fmt.format(*header), *(fmt.format(*x) for x in lines)])
+        right = range(1, len(header))
+        return f"{self.function} on {self.backend}\n" + text_table(header, lines, right)
 
 
 def _text(value: float | None, scale: float = 1.0, spec: str = "") -> str:
@@ -158,7 +158,7 @@ def compare_workload(
     """`compare` for an `xlafuse.models.Workload`, on the same program and rule as `xlafuse run`.
 
     Each variant is compiled by `compile_workload` (train state donated) and called once; the
-    numerics verdict is `xlafuse.numerics.judge_workload` (a train step: loss, gradient, batch
+    numerics verdict is `xlafuse.measure.numerics.judge_workload` (a train step: loss, gradient, batch
     statistics and updated parameters), exactly as the runner judges the same cell.
 
     Args:
@@ -171,7 +171,9 @@ def compare_workload(
     rows, reference = [], None
     for spec in variants:
         if on_step is not None:
-            on_step(f"compiling {workload.name}/{workload.size}/{workload.mode} under {spec}")
+            on_step(
+                f"compiling {workload_label(workload.name, workload.size, workload.mode)} under {spec}"
+            )
         variant = get_variant(spec)
         if variant.framework == "torch":
             if reference is None:
@@ -189,7 +191,7 @@ def compare_workload(
         reference = outputs if reference is None else reference
         diff = judge_workload(workload, reference, outputs)
         rows.append(_row(compiled, diff))
-    label = f"{workload.name}/{workload.size}/{workload.mode}"
+    label = workload_label(workload.name, workload.size, workload.mode)
     if workload.devices > 1:
         label += f" ({workload.parallelism}-parallel on {workload.devices} devices)"
     return Comparison(label, jax.default_backend(), tuple(rows))

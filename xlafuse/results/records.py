@@ -1,13 +1,13 @@
-"""Result records: one JSON line per cell (workload x variant), written the moment the cell ends.
+"""Result records: one `CellResult` per cell (workload x variant), one JSON line each, written the
+moment the cell ends.
 
 The file is append-only JSONL: a run killed half-way (Ctrl-C, OOM-kill, a dead machine) keeps
-every finished cell, and re-running the same config skips them (`finished_cells`).
+every finished cell, and re-running the same config skips them (`finished_cells`). A record is
+read back with every key kept: those this version does not know stay in `extra`, and a newer
+`schema_version` is refused with a message (`check_schema_version`). Files without the key are
+schema 1, as published in `experiments/`.
 
-What keeps one file honest:
-- every record carries the `settings` it was measured under (`run_settings`: experiment,
-  reference, backend and device, timing and measure tables, XLA_FLAGS, jax/jaxlib/xlafuse
-  versions, and the cell's variant resolved to its XLA options); `check_resumable` refuses to
-  add cells to a file written under other settings, so cells are never mixed or reused;
+What keeps one file honest (besides one set of settings per file: `xlafuse.results.settings`):
 - a last line cut short by a crash (no newline) is moved aside, bytes kept, by `repair_tail`,
   and `append_result` always starts on a new line, so the next record is never swallowed;
 - `lock_folder` keeps a second run out of a folder that a run is writing to;
@@ -19,18 +19,13 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import fcntl
-import importlib.metadata
 import json
 import os
-import platform
-import subprocess
 import time
 import warnings
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
-
-import jax
 
 from xlafuse.errors import XlafuseError
 
@@ -68,12 +63,12 @@ class CellResult:
     in communication kernels per call), comm_overlap_s (of it, overlapped by compute kernels),
     comm_overlap_fraction, comm_kernels_per_call. Scaling against one device is computed in the
     report, from the cell with devices = 1 of the same workload, global batch and variant.
-    Numerics against the reference (`xlafuse.numerics`, one rule for `run` and `compare`):
+    Numerics against the reference (`xlafuse.measure.numerics`, one rule for `run` and `compare`):
     max_abs_diff, max_rel_diff, within_tolerance (forward outputs; for a train step the loss,
     gradient, batch statistics and updated parameters), numerics_worst_part; reference_error
     when the reference could not be compiled again on resume (then no numerics check).
     missed_fusions: for the "default" variant, the largest kernel boundaries of its program
-    (`xlafuse.explain.missed_fusions`: top 5 by modeled bytes).
+    (`xlafuse.inspect.explain.missed_fusions`: top 5 by modeled bytes).
     Cold start (with `measure.cold_start`, fresh processes): import_s, cold_compile_s (empty
     persistent cache), warm_compile_s (filled cache), cache_hit, cache_entries, cache_speedup,
     first_call_s, steady_call_s, aot_export_s, aot_load_s (deserialize + compile + first call).
@@ -90,6 +85,9 @@ class CellResult:
     status is "ok" or "error" (then `error` holds the message and most figures are None).
     settings: what the measurement depends on besides the cell's name (`cell_settings`); a
     results file holds records of one set of settings only (`check_resumable`).
+    schema_version: the record format (`SCHEMA_VERSION`; a newer one is refused on read,
+    `check_schema_version`). extra: keys of a read record that this version does not know,
+    kept and written back unchanged.
     """
 
     workload: str
@@ -193,6 +191,7 @@ class CellResult:
     settings: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     env: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     schema_version: int = SCHEMA_VERSION
+    extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -200,30 +199,46 @@ class CellResult:
         return self.status == "ok"
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-able form (mappings become plain dicts)."""
-        return {f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self)}
+        """JSON-able form (mappings become plain dicts); `extra` keys are written back as read."""
+        known = {f.name: plain(getattr(self, f.name)) for f in dataclasses.fields(self)}
+        del known["extra"]
+        return {**plain(self.extra), **known}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> CellResult:
-        """From a JSON record; keys this version does not know are dropped.
+        """From a JSON record; keys this version does not know are kept in `extra`.
 
         Raises:
           TypeError: `data` is not a mapping, or lacks a required key.
+          XlafuseError: a schema_version this version cannot read (newer, or not a version).
         """
         if not isinstance(data, Mapping):
             raise TypeError(f"a record is a JSON object, not {type(data).__name__}")
-        names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in names})
+        check_schema_version(data.get("schema_version", 1))
+        names = {f.name for f in dataclasses.fields(cls)} - {"extra"}
+        extra = {k: v for k, v in data.items() if k not in names}
+        return cls(**{k: v for k, v in data.items() if k in names}, extra=extra)
 
 
-REQUIRED_KEYS = tuple(f.name for f in dataclasses.fields(CellResult))
+def check_schema_version(version: Any) -> None:
+    """Raise XlafuseError unless this version of xlafuse reads records of `version`.
+
+    Records without the key are schema 1 (the first published files).
+    """
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        raise XlafuseError(f"schema_version {version!r} is not a version (a positive integer)")
+    if version > SCHEMA_VERSION:
+        raise XlafuseError(
+            f"written under schema_version {version}, newer than the {SCHEMA_VERSION} this "
+            "xlafuse reads: upgrade xlafuse to read it"
+        )
 
 
-def _plain(value: Any) -> Any:
+def plain(value: Any) -> Any:
     if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
+        return {str(k): plain(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
+        return [plain(v) for v in value]
     return value
 
 
@@ -246,123 +261,14 @@ def cell_id(
     return "/".join(parts + ([mesh] if mesh else []))
 
 
-def run_settings(config: Any, backend: str, device_kind: str) -> dict[str, Any]:
-    """What every cell of a run is measured under, besides its own workload and variant.
-
-    Args:
-      config: the ExperimentConfig (its name, reference, timing and measure tables).
-      backend: "cpu" or "gpu".
-      device_kind: the device's kind, e.g. "NVIDIA H200".
-    """
-    import jaxlib
-
-    import xlafuse
-
-    return {
-        "experiment": config.name,
-        "reference": config.reference,
-        "backend": backend,
-        "device_kind": device_kind,
-        "timing": dataclasses.asdict(config.timing),
-        # Keeping traces or not changes no measurement: a run may resume with the other choice.
-        "measure": {
-            k: v for k, v in dataclasses.asdict(config.measure).items() if k != "keep_traces"
-        },
-        "XLA_FLAGS": os.environ.get("XLA_FLAGS", ""),
-        "jax": jax.__version__,
-        "jaxlib": jaxlib.__version__,
-        "xlafuse": xlafuse.__version__,
-    }
-
-
-def variant_settings(variant: Any) -> dict[str, Any]:
-    """A config variant resolved to what XLA gets: disabled passes, options, process flags.
-
-    A variant that no longer resolves (a preset gone from the registry) is recorded by its
-    config form, so an error record can still be written.
-    """
-    try:
-        resolved = variant.resolve()
-    except ValueError:
-        return {"unresolved": _plain(variant.to_dict())}
-    if resolved.framework != "jax":
-        compile_kwargs = resolved.torch_compile
-        return {
-            "framework": resolved.framework,
-            "framework_version": resolved.framework_version(),
-            "torch_compile": None if compile_kwargs is None else _plain(compile_kwargs),
-        }
-    return {
-        "disable_passes": list(resolved.disable_passes),
-        "options": _plain(resolved.options),
-        "process_flags": list(resolved.process_flags),
-    }
-
-
-def cell_settings(settings: Mapping[str, Any], variant: Any) -> dict[str, Any]:
-    """`run_settings` plus the cell's resolved variant (`variant_settings`): a record's settings."""
-    return {**settings, "variant": variant_settings(variant)}
-
-
-def check_resumable(
-    path: str | Path, settings: Mapping[str, Any], variants: Iterable[Any] = ()
-) -> None:
-    """Refuse to add cells to a results file that was written under other settings.
-
-    Args:
-      path: the results file (nothing to check when it does not exist).
-      settings: this run's `run_settings`.
-      variants: this run's config variants; a recorded variant of the same name must have
-        resolved to the same XLA options.
-
-    Raises:
-      XlafuseError: one line naming what differs, with the two ways out (`--fresh`, `--out`).
-    """
-    path = Path(path)
-    if not path.exists():
-        return
-    now = {v.name: variant_settings(v) for v in variants}
-    for record in _parse(path)[0]:
-        differences = _differences(record, settings, now)
-        if differences:
-            shown = "; ".join(differences[:3])
-            more = f" and {len(differences) - 3} more" if len(differences) > 3 else ""
-            raise XlafuseError(
-                f"{path} holds results measured under other settings ({shown}{more}): "
-                "resuming would mix them; pass --fresh to move that file aside and start over, "
-                "or write to another --out"
-            )
-
-
-def _differences(
-    record: CellResult, settings: Mapping[str, Any], variants: Mapping[str, Any]
-) -> list[str]:
-    if not record.settings:
-        return [f"cell {record.cell_id or record.workload!r} records no settings (older xlafuse)"]
-    recorded = {k: v for k, v in record.settings.items() if k != "variant"}
-    differences = [
-        f"{key}: {_show(before)} in the file, {_show(after)} now"
-        for key, before, after in _diff_flat(recorded, settings)
-    ]
-    if record.variant in variants and record.settings.get("variant") != variants[record.variant]:
-        differences.append(
-            f"variant {record.variant!r}: {_show(record.settings.get('variant'))} in the file, "
-            f"{_show(variants[record.variant])} now"
-        )
-    return differences
-
-
-def _diff_flat(before: Mapping[str, Any], after: Mapping[str, Any], prefix: str = ""):
-    for key in dict.fromkeys([*before, *after]):
-        a, b = before.get(key), after.get(key)
-        if isinstance(a, Mapping) and isinstance(b, Mapping):
-            yield from _diff_flat(a, b, f"{prefix}{key}.")
-        elif _plain(a) != _plain(b):
-            yield f"{prefix}{key}", a, b
-
-
-def _show(value: Any) -> str:
-    return json.dumps(_plain(value), sort_keys=True, default=str)
+def latest_per_cell(records: Iterable[CellResult]) -> list[CellResult]:
+    """The last record of each cell (a re-run error cell replaces its old record), in order."""
+    latest: dict[str, CellResult] = {}
+    for record in records:
+        key = record.cell_id or f"{id(record)}"
+        latest.pop(key, None)
+        latest[key] = record
+    return list(latest.values())
 
 
 def repair_tail(path: str | Path) -> Path | None:
@@ -485,7 +391,7 @@ def append_result(path: str | Path, record: CellResult | Mapping[str, Any]) -> N
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    data = record.to_dict() if isinstance(record, CellResult) else _plain(record)
+    data = record.to_dict() if isinstance(record, CellResult) else plain(record)
     line = json.dumps(data, sort_keys=False, default=str, allow_nan=True).encode() + b"\n"
     with open(path, "a+b") as f:
         f.seek(0, os.SEEK_END)
@@ -550,7 +456,7 @@ def read_results(path: str | Path) -> ResultsFile:
       XlafuseError: not a results file: not UTF-8 text, or no line of it is a record.
     """
     path = results_file(path)
-    records, skipped = _parse(path)
+    records, skipped = parse_file(path)
     if skipped and not records:
         number, reason = skipped[0]
         raise XlafuseError(
@@ -560,7 +466,7 @@ def read_results(path: str | Path) -> ResultsFile:
     return ResultsFile(path, tuple(records), tuple(skipped))
 
 
-def _parse(path: Path) -> tuple[list[CellResult], list[tuple[int, str]]]:
+def parse_file(path: Path) -> tuple[list[CellResult], list[tuple[int, str]]]:
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as err:
@@ -578,6 +484,8 @@ def _parse(path: Path) -> tuple[list[CellResult], list[tuple[int, str]]]:
             skipped.append((number, f"not valid JSON ({err})"))
         except TypeError as err:
             skipped.append((number, f"not a cell record ({err})"))
+        except XlafuseError as err:
+            skipped.append((number, str(err)))
     return records, skipped
 
 
@@ -593,22 +501,12 @@ def load_results(path: str | Path) -> list[CellResult]:
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"results file {str(path)!r} not found")
-    records, skipped = _parse(path)
+    records, skipped = parse_file(path)
     for number, reason in skipped:
         warnings.warn(
             f"{path}:{number}: skipping a record that is {reason}", RuntimeWarning, stacklevel=2
         )
     return records
-
-
-def latest_per_cell(records: Iterable[CellResult]) -> list[CellResult]:
-    """The last record of each cell (a re-run error cell replaces its old record), in order."""
-    latest: dict[str, CellResult] = {}
-    for record in records:
-        key = record.cell_id or f"{id(record)}"
-        latest.pop(key, None)
-        latest[key] = record
-    return list(latest.values())
 
 
 def finished_cells(path: str | Path) -> dict[str, CellResult]:
@@ -619,58 +517,4 @@ def finished_cells(path: str | Path) -> dict[str, CellResult]:
     path = Path(path)
     if not path.exists():
         return {}
-    return {r.cell_id: r for r in _parse(path)[0] if r.ok and r.cell_id}
-
-
-def environment(config_hash: str | None = None) -> dict[str, Any]:
-    """Versions, device, XLA_FLAGS, git commit and config hash, recorded in every record."""
-    device = jax.devices()[0]
-    env = {
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "jax": _version("jax"),
-        "jaxlib": _version("jaxlib"),
-        "flax": _version("flax"),
-        "optax": _version("optax"),
-        "xlafuse": _version("xlafuse"),
-        "backend": jax.default_backend(),
-        "device": str(device),
-        "device_kind": device.device_kind,
-        "device_count": jax.device_count(),
-        "driver": _driver(device) if device.platform == "gpu" else None,
-        "XLA_FLAGS": os.environ.get("XLA_FLAGS", ""),
-        "git_commit": git_commit(),
-        "config_hash": config_hash,
-    }
-    return env
-
-
-def _version(package: str) -> str | None:
-    try:
-        return importlib.metadata.version(package)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
-def _driver(device: Any) -> str | None:
-    try:
-        return str(device.client.platform_version)
-    except Exception:  # not every PJRT client reports it
-        return None
-
-
-def git_commit(folder: str | Path | None = None) -> str | None:
-    """HEAD's commit of the checkout holding xlafuse (or `folder`); None if not a git checkout."""
-    folder = Path(folder) if folder else Path(__file__).resolve().parent
-    try:
-        done = subprocess.run(
-            ["git", "rev-parse", "HEAD"],
-            cwd=folder,
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=False,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return done.stdout.strip() or None if done.returncode == 0 else None
+    return {r.cell_id: r for r in parse_file(path)[0] if r.ok and r.cell_id}

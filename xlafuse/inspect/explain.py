@@ -12,6 +12,11 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import jax
+
+from xlafuse import models
+from xlafuse.compile.jit import compile_workload, unoptimized_hlo
+from xlafuse.compile.variants import get as get_variant
 from xlafuse.errors import XlafuseError
 from xlafuse.hlo.diff import FusionDiff, diff_modules
 from xlafuse.hlo.explain import Boundary, Explanation, explain_module, removed_boundaries
@@ -22,7 +27,7 @@ from xlafuse.hlo.priority_dump import (
     find_priority_dump,
     read_priority_dump,
 )
-from xlafuse.inspect import ACCEPTED, load_module
+from xlafuse.inspect.targets import ACCEPTED, load_module
 
 DUMP_OPTIONS = {"xla_dump_hlo_pass_re": "priority-fusion"}
 
@@ -83,11 +88,6 @@ def compile_for_explain(
     Raises:
         UnknownNameError: an unknown workload, size, mode or variant.
     """
-    import jax
-
-    from xlafuse import models
-    from xlafuse.compile import compile_workload, unoptimized_hlo
-    from xlafuse.variants import get as get_variant
 
     work = models.build(
         workload,
@@ -218,7 +218,7 @@ def missed_fusions(unoptimized_text: str, optimized_text: str, top: int = 5) -> 
     """A small JSON-able summary of one compiled cell's largest kernel boundaries.
 
     Meant to be recorded per result cell (default variant) and rendered by
-    `xlafuse.explain_text.missed_fusions_markdown`.
+    `xlafuse.report.explain_text.missed_fusions_markdown`.
 
     Args:
         unoptimized_text: `Lowered.as_text(dialect="hlo", debug_info=True)` of the cell.

@@ -1,0 +1,1 @@
+"""Experiments: configs, the runner that measures each cell, cache warm-up, `compare`."""

@@ -1,0 +1,337 @@
+"""Parsed HLO as frozen dataclasses (module, computation, instruction, shape); what is read.
+
+Reads what XLA reads: what `Compiled.as_text()` prints, what `--xla_dump_to` writes
+(`*after_optimizations.txt`, with its `FileNames`/`FunctionNames`/`FileLocations`/`StackFrames`
+tables), and HLO written by hand as in XLA's own tests. As in XLA's own lexer, line breaks are
+only whitespace: an instruction, shape, attribute list or header may run over several lines, a
+computation may sit on one line, and `//` and `/* */` comments may appear between any two tokens.
+Also read: instructions without a shape (XLA infers it; here the shape is unknown, `Shape.sized`
+is False), nested operands (`add(p, f32[] constant(1))`, named `constant.anon` as XLA names
+them), buffer types `b(f32[8])`, unbounded dims `f32[?,784]`, a module without `ENTRY` (the last
+computation is the entry) and `}, execution_thread="host"` after a computation.
+
+Speed: a whole-text scanner (`_reader.py`), regexes anchored at a position. An instruction on one line in
+the form XLA prints is matched by one regex (the fast path); anything else goes through the
+general token-by-token path, which accepts the forms above. Attributes are split on first use.
+
+Malformed text raises `HloParseError` naming the line and the reason; no other exception escapes.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+from operator import attrgetter
+from types import MappingProxyType
+
+# Bits per element. Sub-byte types are packed: bytes = ceil(bits * elements / 8).
+DTYPE_BITS: Mapping[str, int] = MappingProxyType(
+    {
+        "pred": 8, "token": 0, "opaque": 0,
+        "s1": 1, "s2": 2, "s4": 4, "s8": 8, "s16": 16, "s32": 32, "s64": 64,
+        "u1": 1, "u2": 2, "u4": 4, "u8": 8, "u16": 16, "u32": 32, "u64": 64,
+        "f16": 16, "bf16": 16, "f32": 32, "f64": 64, "c64": 64, "c128": 128,
+        "f4e2m1fn": 4, "f8e8m0fnu": 8, "f8e3m4": 8, "f8e4m3": 8, "f8e4m3fn": 8,
+        "f8e4m3fnuz": 8, "f8e4m3b11fnuz": 8, "f8e5m2": 8, "f8e5m2fnuz": 8,
+    }
+)  # fmt: skip
+UNKNOWN_DTYPE = "?"  # the dtype of an instruction printed without a shape
+
+_ATTR_SPLIT = re.compile(r",\s*(?=[A-Za-z_][\w.\-]*\s*=)")
+_ATTR_TOK = re.compile(r'"(?:[^"\\]|\\.)*"|[{}()\[\],]')
+_COMP_REF = re.compile(r"%?([^\s,{}%]+)")
+_BACKEND_KIND = re.compile(r'"kind"\s*:\s*"([^"]+)"')
+_CUSTOM_TARGET = re.compile(r'"((?:[^"\\]|\\.)*)"')
+
+_name_of = attrgetter("name")
+_operands_of = attrgetter("operands")
+_OPEN = {"(": ")", "{": "}", "[": "]"}
+_CLOSE = {")", "}", "]"}
+_CALL_ATTRS = ("calls", "to_apply", "body", "condition", "true_computation", "false_computation")
+_CALL_LIST_ATTRS = ("branch_computations", "called_computations")
+_LITERAL_OPCODES = frozenset({"constant", "parameter"})
+
+
+@dataclass(frozen=True)
+class Shape:
+    """An HLO shape: an array (`dtype`, `dims`) or a tuple (`tuple_shapes`, dtype None).
+
+    An unbounded dim (`f32[?,784]`) is -1 (and dynamic); an instruction printed without a shape
+    has dtype "?" (`UNKNOWN_DTYPE`). Neither can be sized: `sized` is False, sizes are 0.
+    A buffer type `b(f32[8])` is read as the array it holds.
+    """
+
+    dtype: str | None
+    dims: tuple[int, ...] = ()
+    tuple_shapes: tuple[Shape, ...] = ()
+    layout: str | None = None
+    dynamic: tuple[bool, ...] = ()
+
+    @property
+    def is_tuple(self) -> bool:
+        return self.dtype is None
+
+    @cached_property
+    def sized(self) -> bool:
+        """Whether the byte size is known: a known dtype, no unbounded dim (all leaves)."""
+        if self.is_tuple:
+            return all(s.sized for s in self.tuple_shapes)
+        return self.dtype in DTYPE_BITS and all(d >= 0 for d in self.dims)
+
+    @cached_property
+    def num_elements(self) -> int:
+        """Elements (dynamic dims at their bound; 0 when not `sized`); a tuple sums its leaves."""
+        if self.is_tuple:
+            return sum(s.num_elements for s in self.tuple_shapes)
+        return math.prod(self.dims) if self.sized else 0
+
+    @cached_property
+    def byte_size(self) -> int:
+        """Bytes in memory: packed sub-byte types round up; a tuple sums its leaves; 0 if unsized."""
+        if self.is_tuple:
+            return sum(s.byte_size for s in self.tuple_shapes)
+        return (DTYPE_BITS.get(self.dtype, 0) * self.num_elements + 7) // 8
+
+    def leaves(self) -> tuple[Shape, ...]:
+        """The array shapes of a (nested) tuple, in order; an array is its own only leaf."""
+        if not self.is_tuple:
+            return (self,)
+        return tuple(leaf for s in self.tuple_shapes for leaf in s.leaves())
+
+    def __str__(self) -> str:
+        if self.is_tuple:
+            return "(" + ", ".join(str(s) for s in self.tuple_shapes) + ")"
+        if self.dtype == UNKNOWN_DTYPE:
+            return UNKNOWN_DTYPE
+        dynamic = self.dynamic or (False,) * len(self.dims)
+        dims = ",".join(
+            "?" if d < 0 else f"<={d}" if dyn else str(d)
+            for d, dyn in zip(self.dims, dynamic, strict=True)
+        )
+        return f"{self.dtype}[{dims}]{self.layout or ''}"
+
+
+UNKNOWN_SHAPE = Shape(UNKNOWN_DTYPE)
+
+
+class _Attributes(Mapping):
+    """Attribute name -> raw value text, split from the instruction's text on first use."""
+
+    __slots__ = ("_items", "_text")
+
+    def __init__(self, text: str = "", items: dict[str, str] | None = None):
+        self._text = text
+        self._items = items
+
+    def _dict(self) -> dict[str, str]:
+        if self._items is None:
+            self._items = _split_attributes(self._text)
+        return self._items
+
+    @property
+    def text(self) -> str:
+        """The attributes as printed after the operands: `, key=value, ...` (for fast scans)."""
+        if self._items is not None and not self._text:
+            self._text = "".join(f", {k}={v}" for k, v in self._items.items())
+        return self._text
+
+    def __getitem__(self, key: str) -> str:
+        return self._dict()[key]
+
+    def get(self, key: str, default=None):
+        return self._dict().get(key, default)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._dict()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._dict())
+
+    def __len__(self) -> int:
+        return len(self._dict())
+
+    def __repr__(self) -> str:
+        return repr(self._dict())
+
+
+_NO_ATTRIBUTES = _Attributes("", {})
+
+
+@dataclass(frozen=True)
+class Instruction:
+    """One HLO instruction. `operands` are instruction names (no `%`, no `#N` tuple index)."""
+
+    name: str
+    opcode: str
+    shape: Shape
+    operands: tuple[str, ...] = ()
+    attributes: Mapping[str, str] = field(default_factory=dict, hash=False, compare=False)
+    is_root: bool = False
+    op_name: str | None = None
+    source_file: str | None = None
+    source_line: int | None = None
+    # `%x#1` -> 1: reads tuple element 1 of x; None for a whole operand; () when no operand has #
+    operand_indices: tuple[int | None, ...] = ()
+    line: int | None = field(default=None, compare=False)
+
+    def attr(self, key: str) -> str | None:
+        """The raw text of attribute `key`, or None when absent."""
+        return self.attributes.get(key)
+
+    @property
+    def called_computations(self) -> tuple[str, ...]:
+        """Names of computations this instruction calls (fused, reducer, loop, branch, ...)."""
+        names: list[str] = []
+        for key in _CALL_ATTRS + _CALL_LIST_ATTRS:
+            value = self.attributes.get(key)
+            if value:
+                names.extend(_COMP_REF.findall(value.strip("{}")))
+        return tuple(names)
+
+    @property
+    def fusion_kind(self) -> str | None:
+        """ "kLoop", "kInput", "kOutput" or "kCustom" for a fusion, else None."""
+        return self.attributes.get("kind")
+
+    @property
+    def custom_call_target(self) -> str | None:
+        """The custom_call_target of a custom-call (e.g. "__cublas$lt$matmul"), else None."""
+        value = self.attributes.get("custom_call_target")
+        if value is None:
+            return None
+        m = _CUSTOM_TARGET.fullmatch(value)
+        return m.group(1) if m else value
+
+    @property
+    def backend_kind(self) -> str | None:
+        """The `"kind"` in backend_config (e.g. "__triton_gemm", "__ynn_fusion"), else None."""
+        config = self.attributes.get("backend_config")
+        if not config:
+            return None
+        m = _BACKEND_KIND.search(config)
+        return m.group(1) if m else None
+
+
+_FIELDS = tuple(Instruction.__dataclass_fields__)
+_new = object.__new__
+_set = object.__setattr__
+
+
+def _instruction(
+    name, opcode, shape, operands, attributes, is_root, op_name, source_file, source_line,
+    operand_indices, line,
+) -> Instruction:  # fmt: skip
+    """Builds an Instruction without the frozen dataclass's per-field __setattr__ (hot path)."""
+    instr = _new(Instruction)
+    _set(instr, "__dict__", {
+        "name": name, "opcode": opcode, "shape": shape, "operands": operands,
+        "attributes": attributes, "is_root": is_root, "op_name": op_name,
+        "source_file": source_file, "source_line": source_line,
+        "operand_indices": operand_indices, "line": line,
+    })  # fmt: skip
+    return instr
+
+
+@dataclass(frozen=True)
+class Computation:
+    """A named list of instructions in printed order; the entry computation has is_entry."""
+
+    name: str
+    instructions: tuple[Instruction, ...]
+    is_entry: bool = False
+    execution_thread: str | None = None
+    _index: Mapping[str, Instruction] = field(
+        init=False, repr=False, compare=False, hash=False, default_factory=dict
+    )
+
+    def __post_init__(self) -> None:
+        index = dict(zip(map(_name_of, self.instructions), self.instructions, strict=True))
+        object.__setattr__(self, "_index", MappingProxyType(index))
+
+    @property
+    def by_name(self) -> Mapping[str, Instruction]:
+        """Instruction name -> instruction."""
+        return self._index
+
+    @property
+    def root(self) -> Instruction | None:
+        """The ROOT instruction (the last one when none is marked), or None when empty."""
+        for instr in self.instructions:
+            if instr.is_root:
+                return instr
+        return self.instructions[-1] if self.instructions else None
+
+
+@dataclass(frozen=True)
+class HloModule:
+    """A parsed HLO module. `source` is the file it came from, when known."""
+
+    name: str
+    computations: tuple[Computation, ...]
+    source: str | None = None
+    header: str = field(default="", compare=False)
+    text: str = field(default="", repr=False, compare=False)  # the HLO text it was parsed from
+    _index: Mapping[str, Computation] = field(
+        init=False, repr=False, compare=False, hash=False, default_factory=dict
+    )
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_index", MappingProxyType({c.name: c for c in self.computations}))
+
+    @property
+    def entry(self) -> Computation:
+        """The ENTRY computation (the parser guarantees there is one)."""
+        return next(c for c in self.computations if c.is_entry)
+
+    def computation(self, name: str) -> Computation:
+        """The computation called `name` (with or without `%`).
+
+        Raises:
+            KeyError: when the module has no computation of that name.
+        """
+        try:
+            return self._index[name.lstrip("%")]
+        except KeyError:
+            raise KeyError(f"module {self.name!r} has no computation named {name!r}") from None
+
+
+def _split_attributes(text: str) -> dict[str, str]:
+    """`, k=v, k2={...}` -> {k: v, k2: {...}}: split at commas outside brackets and quotes."""
+    pieces = _ATTR_SPLIT.split(text[1:])
+    if not all(map(_balanced, pieces)):  # a candidate ', key=' sat inside brackets/quotes
+        pieces = _split_top(text, 1)
+    attrs: dict[str, str] = {}
+    for piece in pieces:
+        key, _, value = piece.partition("=")
+        attrs[key.strip()] = value.strip()
+    return attrs
+
+
+def _balanced(piece: str) -> bool:
+    return (
+        piece.count("{") == piece.count("}")
+        and piece.count("(") == piece.count(")")
+        and piece.count("[") == piece.count("]")
+        and (piece.count('"') - piece.count('\\"')) % 2 == 0
+    )
+
+
+def _split_top(text: str, start: int = 0) -> list[str]:
+    """Splits `text[start:]` at commas outside brackets and quotes."""
+    pieces: list[str] = []
+    depth = 0
+    last = start
+    for tok in _ATTR_TOK.finditer(text, start):
+        c = tok.group()
+        if c in _OPEN:
+            depth += 1
+        elif c in _CLOSE:
+            depth -= 1
+        elif c == "," and depth == 0:
+            pieces.append(text[last : tok.start()])
+            last = tok.end()
+    pieces.append(text[last:])
+    return pieces

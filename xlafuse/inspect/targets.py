@@ -1,0 +1,225 @@
+"""`xlafuse inspect`: what XLA fused in one HLO file, a `--xla_dump_to` folder, or a workload.
+
+A target is one of:
+
+* an optimized HLO text file (`Compiled.as_text()`, or a dumped `*after_optimizations.txt`);
+* a `--xla_dump_to` folder: its optimized modules (`*after_optimizations.txt`, with or without a
+  GPU prefix such as `sm_9.0a_gpu_`) are listed largest first (most kernels, then most modeled
+  bytes, then file name); `module=NAME` picks one of them by a substring of its file name;
+* a workload from `xlafuse.models`, built and compiled under a fusion variant.
+
+When a dumped module has a `*.thunk_sequence.txt` beside it (XLA's list of GPU launches), its
+launch count is reported next to the modeled kernel count, with a warning when they differ.
+
+The result and its JSON schema are `xlafuse.inspect.schema`; the text is `xlafuse.report.inspect_text`.
+
+Bytes are modeled HBM bytes (see `xlafuse.hlo.traffic`), not measurements.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from xlafuse import models
+from xlafuse.compile.jit import compile_workload
+from xlafuse.errors import HloParseError, XlafuseError
+from xlafuse.hlo import (
+    FusionReport,
+    HloModule,
+    analyze_module,
+    find_optimized_modules,
+    parse_hlo,
+    thunk_launch_count,
+)
+from xlafuse.hlo.collectives import analyze_collectives
+from xlafuse.hlo.dump import module_label, read_hlo
+from xlafuse.inspect.schema import InspectResult, ModuleSummary
+
+HLO_TEXT = "expected optimized HLO text (Compiled.as_text() or a dumped *after_optimizations.txt)"
+ACCEPTED = (
+    "expected an optimized HLO text file (Compiled.as_text() or *after_optimizations.txt), "
+    "an --xla_dump_to folder, or --workload NAME"
+)
+
+
+def inspect_target(
+    path: str | Path | None = None,
+    module: str | None = None,
+    workload: str | None = None,
+    size: str = "tiny",
+    mode: str = "forward",
+    variant: str = "default",
+    overrides: Mapping[str, Any] | None = None,
+    devices: int = 1,
+    parallelism: str = "data",
+) -> InspectResult:
+    """Inspects an HLO file, a dump folder (or one module of it), or a compiled workload.
+
+    Args:
+        path: an optimized HLO text file or an `--xla_dump_to` folder.
+        module: in a folder, the module whose file name contains this text.
+        workload: instead of `path`, a workload name from `xlafuse.models`.
+        size: the workload size ("tiny", "small", "full").
+        mode: the workload mode ("forward", "train").
+        variant: the fusion variant to compile the workload under.
+        overrides: workload overrides (e.g. `{"batch": 4}`).
+        devices: shard the workload over this many devices (`xlafuse.models.build`).
+        parallelism: "data" or "model", with devices > 1.
+
+    Returns:
+        The InspectResult.
+
+    Raises:
+        XlafuseError: no target, both targets, a missing path, a folder without optimized HLO,
+            a module name matching no file or several, an unknown workload or variant.
+        HloParseError: the file is binary, truncated or not HLO.
+    """
+    if (path is None) == (workload is None):
+        raise XlafuseError(f"give exactly one target: {ACCEPTED}")
+    if workload is not None:
+        if module is not None:
+            raise XlafuseError("--module picks a module of a dump folder, not of a workload")
+        mesh = (devices, parallelism)
+        return _inspect_workload(workload, size, mode, variant, dict(overrides or {}), mesh)
+    target = Path(path)
+    if target.is_dir():
+        return _inspect_folder(target, module)
+    if not target.exists():
+        raise XlafuseError(f"no such file or folder: {str(target)!r}; {ACCEPTED}")
+    if module is not None:
+        raise XlafuseError(f"--module picks a module of a dump folder; {str(target)!r} is a file")
+    return _inspect_file(target, "file")
+
+
+def load_module(path: str | Path) -> HloModule:
+    """Reads and parses one HLO text file (errors say what a target can be).
+
+    Raises:
+        XlafuseError: the file does not exist or is a folder.
+        HloParseError: binary or non-UTF-8 data, or text that is not well-formed HLO.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise XlafuseError(f"no such file: {str(path)!r}; {ACCEPTED}")
+    try:
+        text, source = read_hlo(path)
+    except HloParseError as err:
+        raise HloParseError(f"{err.reason}; {ACCEPTED}", err.line, err.source) from None
+    try:
+        return parse_hlo(text, source)
+    except HloParseError as err:
+        raise HloParseError(f"{err.reason}; {HLO_TEXT}", err.line, err.source) from err
+
+
+def _inspect_file(path: Path, kind: str, target: str | None = None) -> InspectResult:
+    hlo = load_module(path)
+    report = analyze_module(hlo)
+    launches = thunk_launch_count(path)
+    return InspectResult(
+        target=target or str(path),
+        target_kind=kind,
+        report=report,
+        hlo=hlo,
+        path=str(path),
+        thunk_launches=launches,
+        warnings=_launch_warning(report.kernels, launches),
+        collectives=analyze_collectives(hlo),
+    )
+
+
+def _launch_warning(kernels: int, launches: int | None) -> tuple[str, ...]:
+    if launches is None or launches == kernels:
+        return ()
+    return (
+        f"the thunk sequence lists {launches} launches but the model counts {kernels} kernels "
+        "(XLA may have split, merged or added launches after the HLO was printed)",
+    )
+
+
+def _optimized_files(folder: Path) -> list[Path]:
+    files = find_optimized_modules(folder)
+    if not files:
+        raise XlafuseError(
+            f"folder {str(folder)!r} holds no optimized HLO modules (*after_optimizations.txt); "
+            f"{ACCEPTED}"
+        )
+    return files
+
+
+def _inspect_folder(folder: Path, module: str | None) -> InspectResult:
+    files = _optimized_files(folder)
+    if module is not None:
+        chosen = _pick_module(files, module, folder)
+        return _inspect_file(chosen, "folder", target=f"{folder} (module {chosen.name})")
+    summaries, warnings = [], []
+    for path in files:
+        try:
+            summaries.append(_summarize(path))
+        except HloParseError as err:
+            warnings.append(f"skipped {path.name}: {err}")
+    if not summaries:
+        raise XlafuseError(f"no module of folder {str(folder)!r} could be parsed: {warnings[0]}")
+    summaries.sort(key=lambda s: (-s.kernels, -s.modeled_bytes, s.file))
+    for s in summaries:
+        warnings.extend(f"{s.file}: {w}" for w in _launch_warning(s.kernels, s.thunk_launches))
+    return InspectResult(str(folder), "folder", modules=tuple(summaries), warnings=tuple(warnings))
+
+
+def _pick_module(files: list[Path], text: str, folder: Path) -> Path:
+    matches = [p for p in files if text in p.name]
+    if len(matches) == 1:
+        return matches[0]
+    if not matches:
+        names = ", ".join(module_label(p.name) for p in files[:8])
+        more = f" and {len(files) - 8} more" if len(files) > 8 else ""
+        raise XlafuseError(
+            f"no module file in {str(folder)!r} contains {text!r}; modules: {names}{more}"
+        )
+    names = ", ".join(p.name for p in matches[:8])
+    raise XlafuseError(
+        f"{len(matches)} module files in {str(folder)!r} contain {text!r}: {names}; "
+        "give a longer part of the file name"
+    )
+
+
+def _summarize(path: Path) -> ModuleSummary:
+    report = analyze_module(load_module(path))
+    return ModuleSummary(
+        file=path.name,
+        module=report.module,
+        kernels=report.kernels,
+        fusions=report.fusions,
+        real_fusions=report.real_fusions,
+        modeled_bytes=report.modeled_bytes,
+        thunk_launches=thunk_launch_count(path),
+    )
+
+
+def _inspect_workload(name, size, mode, variant, overrides, mesh=(1, "data")) -> InspectResult:
+    devices, parallelism = mesh
+    work = models.build(
+        name, size=size, mode=mode, devices=devices, parallelism=parallelism, **overrides
+    )
+    compiled = compile_workload(work, variant)
+    hlo = parse_hlo(compiled.hlo_text, f"workload {name}")
+    report = analyze_module(hlo)
+    if report.backend is None:
+        report = _with_backend(report, compiled.backend)
+    on = f", {parallelism}-parallel on {devices} devices" if devices > 1 else ""
+    return InspectResult(
+        target=f"workload {name} ({size}, {mode}{on})",
+        target_kind="workload",
+        report=report,
+        hlo=hlo,
+        variant=compiled.variant.name,
+        collectives=analyze_collectives(hlo),
+        devices=work.devices,
+        parallelism=work.parallelism,
+    )
+
+
+def _with_backend(report: FusionReport, backend: str) -> FusionReport:
+    return replace(report, backend=backend)

@@ -1,0 +1,1 @@
+"""Reports: markdown, plots and text tables; the only layer that formats."""
