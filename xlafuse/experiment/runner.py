@@ -319,13 +319,7 @@ def _measure(
     if is_reference:
         reference.compiled, reference.outputs = compiled, outputs
     elif reference.outputs is not None:
-        diff = judge_workload(workload, reference.outputs, outputs)
-        fields.update(
-            max_abs_diff=diff.max_abs_diff,
-            max_rel_diff=diff.max_rel_diff,
-            within_tolerance=diff.within_tolerance,
-            numerics_worst_part=diff.worst_part,
-        )
+        fields.update(judge_workload(workload, reference.outputs, outputs).record_fields())
     if reference.error:
         fields["reference_error"] = reference.error
     measured, speedup, profile = _time(run, compiled, workload, reference, is_reference, request)

@@ -78,6 +78,15 @@ class NumericDiff:
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
+    def record_fields(self) -> dict[str, Any]:
+        """The fields a results record keeps of this diff (`CellResult`)."""
+        return {
+            "max_abs_diff": self.max_abs_diff,
+            "max_rel_diff": self.max_rel_diff,
+            "within_tolerance": self.within_tolerance,
+            "numerics_worst_part": self.worst_part,
+        }
+
 
 def compare_outputs(reference: Any, outputs: Any, compute_dtype: Any = None) -> NumericDiff:
     """Compare two pytrees of arrays leaf by leaf.

@@ -144,13 +144,7 @@ def measure_cell(
         twin = run_twin(workload, variant)
         program, fields = twin.program, dict(twin.counts)
         if reference.outputs is not None:
-            diff = judge_workload(workload, reference.outputs, twin.outputs)
-            fields.update(
-                max_abs_diff=diff.max_abs_diff,
-                max_rel_diff=diff.max_rel_diff,
-                within_tolerance=diff.within_tolerance,
-                numerics_worst_part=diff.worst_part,
-            )
+            fields.update(judge_workload(workload, reference.outputs, twin.outputs).record_fields())
         if reference.error:
             fields["reference_error"] = reference.error
         fields.update(_timed(program, workload, request, reference))
