@@ -200,7 +200,7 @@ def compare_workload(
 def _torch_row(workload, variant, reference) -> VariantRow:
     """A torch variant's row: its twin built and called once (`xlafuse.torch.measure`)."""
     variant.check_framework()
-    from xlafuse.torch.measure import fresh_inductor_cache, run_twin
+    from xlafuse.torch.measure import fresh_inductor_cache, run_twin  # deferred: torch is optional
 
     with fresh_inductor_cache():
         twin = run_twin(workload, variant)

@@ -301,7 +301,7 @@ def _measure(
 ) -> dict:
     resolved = variant.resolve()
     if resolved.framework == "torch":  # the workload's PyTorch twin (xlafuse.torch)
-        from xlafuse.torch.measure import measure_cell
+        from xlafuse.torch.measure import measure_cell  # deferred: torch is an optional extra
 
         request = _measure_request(run, workload)
         fields = measure_cell(workload, resolved, request, reference, run.config.measure.cold_start)
