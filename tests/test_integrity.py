@@ -403,5 +403,6 @@ def test_readme_quickstart_claim_is_machine_checked():
     spec = importlib.util.spec_from_file_location("bench_quickstart", path)
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
-    # benchmarks/bench_quickstart.py times the command and compares with this figure.
-    assert bench.readme_claim_s() == 25.0
+    # benchmarks/bench_quickstart.py times the command and compares with this figure; the
+    # quickstart's budget on 2 cores is 60 s (stable verdicts may cost that much, not more).
+    assert 0 < bench.readme_claim_s() <= 60
