@@ -12,8 +12,10 @@ import jax
 import jax.numpy as jnp
 import pytest
 
+import xlafuse
 from xlafuse.hlo import analyze_hlo
 from xlafuse.hlo.diff import diff_modules
+from xlafuse.hlo.ir import portable_source
 from xlafuse.hlo.parse import parse_hlo
 from xlafuse.measure.kernel_diff import kernel_diff_record, time_groups
 from xlafuse.measure.kernels import (
@@ -200,3 +202,14 @@ def test_cpu_trace_joins_host_thunks_by_their_hlo_op(tmp_path):
     assert times.unattributed == ()
     assert all(k.match == "hlo_op" and k.launches_per_call == 1 for k in times.kernels)
     assert times.launches_per_call == report.kernels == 12
+
+
+def test_recorded_source_lines_carry_no_folders_of_the_machine():
+    checkout = Path(xlafuse.__file__).resolve().parents[1]
+    assert portable_source(f"{checkout}/xlafuse/models/mlp.py:52") == "xlafuse/models/mlp.py:52"
+    assert (
+        portable_source("/opt/venv/lib/python3.12/site-packages/flax/nnx/nn/linear.py:422")
+        == "flax/nnx/nn/linear.py:422"
+    )
+    assert portable_source("/home/me/model.py:7") == "/home/me/model.py:7"  # the user's own
+    assert portable_source("model.py") == "model.py"

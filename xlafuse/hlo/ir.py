@@ -25,7 +25,31 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from operator import attrgetter
+from pathlib import Path
 from types import MappingProxyType
+
+_CHECKOUT = Path(__file__).resolve().parents[2]  # the folder that holds the xlafuse package
+_INSTALLED = re.compile(r"^.*/(?:site|dist)-packages/")
+
+
+def portable_source(source: str) -> str:
+    """A `file:line` of HLO metadata without the machine's own folders, for records.
+
+    `.../site-packages/flax/nnx/nn/linear.py:422` -> `flax/nnx/nn/linear.py:422`; a file in this
+    xlafuse checkout -> its path from the checkout (`xlafuse/models/mlp.py:52`); anything else
+    is kept as written (the user's own files: their path is the information).
+    """
+    path, sep, line = source.rpartition(":")
+    if not sep or not line.isdigit():
+        path, line = source, ""
+    trimmed = _INSTALLED.sub("", path)
+    if trimmed == path and Path(path).is_absolute():
+        try:
+            trimmed = Path(path).relative_to(_CHECKOUT).as_posix()
+        except ValueError:
+            trimmed = path
+    return f"{trimmed}:{line}" if line else trimmed
+
 
 # Bits per element. Sub-byte types are packed: bytes = ceil(bits * elements / 8).
 DTYPE_BITS: Mapping[str, int] = MappingProxyType(

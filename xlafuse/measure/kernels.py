@@ -37,6 +37,7 @@ from typing import Any, NamedTuple
 from jax.profiler import ProfileData
 
 from xlafuse.hlo import analyze_hlo
+from xlafuse.hlo.ir import portable_source
 from xlafuse.measure.profile import gpu_kernel_events
 from xlafuse.measure.validate import ModeledKernel, join_kernels
 
@@ -68,7 +69,8 @@ class KernelTime:
       modeled_bytes: the traffic model's bytes (inputs + outputs).
       achieved_bytes_per_s: modeled_bytes / time_s; None without time.
       pct_of_copy_ceiling: achieved bandwidth as % of the measured copy ceiling; None without one.
-      source_lines: `file:line` of the Python that made its instructions.
+      source_lines: `file:line` of the Python that made its instructions, without the
+        machine's folders (`xlafuse.hlo.ir.portable_source`).
       match: how its events were joined ("name", "name + suffix", "reused kernel", "library",
         "hlo_op" on the CPU, "-" when none was).
     """
@@ -231,7 +233,7 @@ def _kernel_time(info, time_s, launches, match, ceiling) -> KernelTime:
     pct = 100.0 * achieved / ceiling if achieved and ceiling else None
     return KernelTime(
         info.name, info.kind, time_s, launches, modeled, achieved, pct,
-        tuple(info.source_lines), match,
+        tuple(portable_source(s) for s in info.source_lines), match,
     )  # fmt: skip
 
 
