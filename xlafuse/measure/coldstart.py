@@ -39,7 +39,7 @@ from jax.experimental.compilation_cache import compilation_cache
 from xlafuse import models
 from xlafuse.compile.protocol import run_child
 from xlafuse.compile.variants import get as get_variant
-from xlafuse.errors import XlafuseError
+from xlafuse.folders import writable_folder
 
 # Run by a bare `python -c` with the request folder as argv[1]; times what a serving process
 # imports before it can compile, then hands over to `main`.
@@ -404,30 +404,14 @@ def measure_cold_start(
 
 
 def check_cache_dir(cache_dir: str | os.PathLike) -> Path:
-    """Create a persistent-cache folder if needed and check that entries can be written there.
-
-    JAX itself ignores a cache folder it cannot use (every compile would be cold, silently).
+    """Create a persistent-cache folder if needed and check that entries can be written there
+    (`xlafuse.folders.writable_folder`): JAX itself ignores a cache folder it cannot use (every
+    compile would be cold, silently).
 
     Raises:
       XlafuseError: a file, a path through a file, or a folder that cannot be written.
     """
-    folder = Path(cache_dir)
-    if folder.exists() and not folder.is_dir():
-        raise XlafuseError(f"cache {str(folder)!r} is a file; --cache takes a folder")
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        probe = folder / f".xlafuse-write-test-{os.getpid()}"
-        probe.write_bytes(b"")
-        probe.unlink()
-    except (FileExistsError, NotADirectoryError):
-        raise XlafuseError(
-            f"cache {str(folder)!r} cannot be created: a part of its path is a file"
-        ) from None
-    except OSError as err:
-        raise XlafuseError(
-            f"cache {str(folder)!r} cannot be written: {err.strerror or type(err).__name__}"
-        ) from None
-    return folder
+    return writable_folder(cache_dir, "cache folder")
 
 
 def _variant_dict(variant: Any) -> dict[str, Any]:

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from xlafuse.errors import XlafuseError
+from xlafuse.folders import writable_folder
 
 RESULTS_FILE = "results.jsonl"
 LOCK_FILE = ".xlafuse.lock"
@@ -315,36 +316,25 @@ def move_aside(path: str | Path) -> Path | None:
 
 
 def prepare_output(folder: str | Path) -> Path:
-    """Create the output folder if needed and check that results can be written there.
+    """Create the output folder if needed and check that results can be written there
+    (`xlafuse.folders.writable_folder`), the results file included when it exists.
 
     Raises:
-      XlafuseError: an empty name, a file, a path through a file, or a folder that cannot be
-        created or written to; the message names the folder and the reason.
+      XlafuseError: the message names the folder and the reason.
     """
     if not str(folder).strip():
         raise XlafuseError(
             "the output folder is an empty name; give a folder, e.g. --out results/x"
         )
-    path = Path(folder)
-    if path.exists() and not path.is_dir():
-        raise XlafuseError(f"output folder {str(path)!r} is a file, not a folder")
+    path = writable_folder(folder, "output folder")
+    results = path / RESULTS_FILE
     try:
-        path.mkdir(parents=True, exist_ok=True)
-        probe = path / f".xlafuse-write-test-{os.getpid()}"
-        probe.write_bytes(b"")
-        probe.unlink()
-        results = path / RESULTS_FILE
         if results.exists():
             with open(results, "ab"):
                 pass
-    except (FileExistsError, NotADirectoryError):
-        parent = next((p for p in path.parents if p.exists() and not p.is_dir()), None)
-        raise XlafuseError(
-            f"cannot create output folder {str(path)!r}: {str(parent)!r} is a file"
-        ) from None
     except OSError as err:
         reason = err.strerror or type(err).__name__
-        raise XlafuseError(f"cannot write to output folder {str(path)!r}: {reason}") from None
+        raise XlafuseError(f"cannot write to {str(results)!r}: {reason}") from None
     return path
 
 
