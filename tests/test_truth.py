@@ -8,7 +8,7 @@ import pytest
 
 from xlafuse import models
 from xlafuse.compile import child, protocol, variants
-from xlafuse.compile.jit import compile_workload
+from xlafuse.compile.jit import compile_workload, unoptimized_hlo
 from xlafuse.experiment import runner
 from xlafuse.experiment.compare import compare_workload
 from xlafuse.experiment.config import parse_config
@@ -222,3 +222,12 @@ def test_measure_pair_alternates_and_stops_when_decided():
     assert measured.iters == 3 * 12
     # Decided at the first check after min_time_s: far below the PAIR_BUDGET x min_time_s cap.
     assert clock.now < timing.PAIR_BUDGET * settings.min_time_s
+
+
+def test_the_kept_lowering_is_the_program_before_optimization():
+    # The runner's missed-fusions summary reads the compile's own lowering instead of lowering
+    # the workload again: it must be the very program `unoptimized_hlo` gives.
+    workload = models.build("mlp", size="tiny", mode="train")
+    compiled = compile_workload(workload, "default")
+    assert compiled.unoptimized_hlo() == unoptimized_hlo(workload)
+    assert "donated" in compiled.unoptimized_hlo() or "alias" in compiled.unoptimized_hlo()

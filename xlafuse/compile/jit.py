@@ -35,10 +35,21 @@ class CompiledVariant:
       compile_s: seconds XLA took to compile it (no cache involved).
       measured: for a variant compiled in a child process, what the child measured there
         (first outputs, timing, device profile); None in-process.
+      lowered: the `jax.stages.Lowered` it was compiled from (in-process only), kept so that the
+        program before optimization is not lowered a second time (`unoptimized_hlo`).
     """
 
     def __init__(
-        self, variant, backend, compiled, hlo_text, lower_s, compile_s, runner=None, measured=None
+        self,
+        variant,
+        backend,
+        compiled,
+        hlo_text,
+        lower_s,
+        compile_s,
+        runner=None,
+        measured=None,
+        lowered=None,
     ):
         self.variant: Variant = variant
         self.backend: str = backend
@@ -47,10 +58,18 @@ class CompiledVariant:
         self.lower_s: float = lower_s
         self.compile_s: float = compile_s
         self.measured: ChildMeasurement | None = measured
+        self.lowered: jax.stages.Lowered | None = lowered
         self._runner = runner or compiled
 
     def __call__(self, *args, **kwargs):
         return self._runner(*args, **kwargs)
+
+    def unoptimized_hlo(self) -> str | None:
+        """The program before XLA's optimizations, with source locations (as the module-level
+        `unoptimized_hlo` writes it); None when compiled in a child process."""
+        if self.lowered is None:
+            return None
+        return self.lowered.as_text(dialect="hlo", debug_info=True)
 
     @functools.cached_property
     def report(self):
@@ -201,7 +220,9 @@ def compile_variant(
             ) from err
         raise
     compile_s = time.perf_counter() - start
-    return CompiledVariant(variant, backend, compiled, compiled.as_text(), lower_s, compile_s)
+    return CompiledVariant(
+        variant, backend, compiled, compiled.as_text(), lower_s, compile_s, lowered=lowered
+    )
 
 
 def _is_sharded(args: Sequence) -> bool:

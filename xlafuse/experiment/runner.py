@@ -396,7 +396,8 @@ def _missed_fusions(workload, compiled) -> dict[str, Any]:
     A failure is recorded in the summary, never lost and never fatal to the cell.
     """
     try:
-        return missed_fusions(unoptimized_hlo(workload), compiled.hlo_text, top=MISSED_FUSIONS_TOP)
+        unoptimized = compiled.unoptimized_hlo() or unoptimized_hlo(workload)
+        return missed_fusions(unoptimized, compiled.hlo_text, top=MISSED_FUSIONS_TOP)
     except Exception as err:
         return {"error": _error_line(err)}
 
