@@ -4,6 +4,7 @@ import dataclasses
 import io
 import json
 import os
+import subprocess
 
 import jax
 import pytest
@@ -406,3 +407,25 @@ def test_readme_quickstart_claim_is_machine_checked():
     # benchmarks/bench_quickstart.py times the command and compares with this figure; the
     # quickstart's budget on 2 cores is 60 s (stable verdicts may cost that much, not more).
     assert 0 < bench.readme_claim_s() <= 60
+
+
+def test_git_commit_names_a_dirty_tree_and_honours_the_override(tmp_path, monkeypatch):
+    from xlafuse.results.settings import COMMIT_ENV, git_commit
+
+    def git(*args):
+        subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
+
+    monkeypatch.delenv(COMMIT_ENV, raising=False)
+    assert git_commit(tmp_path) is None  # not a checkout
+    git("init", "-q")
+    (tmp_path / "a.txt").write_text("one\n")
+    git("add", "a.txt")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "one")
+    head = git_commit(tmp_path)
+    assert len(head) == 40 and not head.endswith("-dirty")
+    (tmp_path / "untracked.txt").write_text("not part of the tree\n")
+    assert git_commit(tmp_path) == head
+    (tmp_path / "a.txt").write_text("two\n")
+    assert git_commit(tmp_path) == f"{head}-dirty"
+    monkeypatch.setenv(COMMIT_ENV, "abc1234")
+    assert git_commit(tmp_path) == "abc1234"

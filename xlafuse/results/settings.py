@@ -180,17 +180,27 @@ def _driver(device: Any) -> str | None:
         return None
 
 
+COMMIT_ENV = "XLAFUSE_GIT_COMMIT"
+
+
 def git_commit(folder: str | Path | None = None) -> str | None:
-    """HEAD's commit of the checkout holding xlafuse (or `folder`); None if not a git checkout."""
+    """HEAD's commit of the checkout holding xlafuse (or `folder`), `-dirty` when tracked files differ
+    from it; None if not a git checkout. `XLAFUSE_GIT_COMMIT` names the commit instead, for a copy of
+    a checkout made without its `.git` (as on a machine the tree is copied to)."""
+    if os.environ.get(COMMIT_ENV):
+        return os.environ[COMMIT_ENV]
     folder = Path(folder) if folder else Path(__file__).resolve().parent
+    head = _git(folder, "rev-parse", "HEAD")
+    if not head:
+        return None
+    changed = _git(folder, "status", "--porcelain", "--untracked-files=no")
+    return f"{head}-dirty" if changed else head
+
+
+def _git(folder: Path, *args: str) -> str | None:
     try:
         done = subprocess.run(
-            ["git", "rev-parse", "HEAD"],
-            cwd=folder,
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=False,
+            ["git", *args], cwd=folder, capture_output=True, text=True, timeout=10, check=False
         )
     except (OSError, subprocess.SubprocessError):
         return None
