@@ -293,7 +293,13 @@ def test_gpu_inductor_fuses_the_chain_into_one_device_kernel():
     assert cells["torch-eager"]["device_kernels_per_call"] == 8
     assert cells["torch-inductor"]["device_kernels_per_call"] == 1
     assert cells["torch-inductor"]["kernels_basis"] == torch_measure.KERNELS_PROFILED
-    assert cells["torch-inductor-cudagraphs"]["device_kernels_per_call"] == 1
+    # The graph replays the one Triton kernel; its input is not a static address, so each call
+    # first copies it into the graph's buffer (one _foreach_copy_ launch at this size).
+    graphs = cells["torch-inductor-cudagraphs"]
+    assert graphs["device_kernels_per_call"] == 2
+    assert graphs["input_copy_kernels_per_call"] == 1
+    assert 0 < graphs["input_copy_time_s"] < graphs["device_time_s"]
+    assert cells["torch-inductor"]["input_copy_kernels_per_call"] == 0
     assert cells["torch-inductor"]["top_kernels"][0][0].startswith("triton_")
 
 
@@ -318,3 +324,34 @@ def test_study_config_is_valid_on_gpu():
     ]
     assert config.measure.profile is True
     assert all(models.registry.spec(w.name) and twins.has_twin(w.name) for w in config.workloads)
+
+
+def test_cuda_graph_input_copies_are_counted_apart_and_reported():
+    copy = (
+        "void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::"
+        "(anonymous namespace)::TensorListMetadata<2>, at::native::(anonymous namespace)::"
+        "UnaryOpFunctor<float, 2, 1, 1>, at::native::Copy<float, float> >(...)"
+    )
+    adam = "void at::native::(anonymous namespace)::multi_tensor_apply_kernel<FusedAdamMathFunctor>"
+    events = [(copy, 3e-4), ("triton_poi_fused_add_0", 5e-4), (copy, 2e-4), (adam, 1e-4)] * 2
+    fields = torch_measure.input_copy_fields(events, calls=2)
+    assert fields == {"input_copy_kernels_per_call": 2.0, "input_copy_time_s": pytest.approx(5e-4)}
+
+    from xlafuse.report.torch import frameworks_section
+
+    common = {"workload": "chain", "size": "full", "mode": "forward", "dtype": "float32"}
+    records = [
+        {**common, "variant": "default", "reference": "default", "status": "ok", "kernels": 1},
+        {
+            **common,
+            "variant": "torch-inductor-cudagraphs",
+            "framework": "torch",
+            "status": "ok",
+            "device_kernels_per_call": 14.0,
+            "input_copy_kernels_per_call": 13.0,
+            "input_copy_time_s": 5.776e-4,
+        },
+    ]
+    section = frameworks_section(records)
+    assert "| torch | torch-inductor-cudagraphs | 14 (13 input copies, 0.578 ms) |" in section
+    assert "| jax | default | 1 |" in section

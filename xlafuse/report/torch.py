@@ -86,7 +86,9 @@ def _versions(records: Sequence[Mapping[str, Any]]) -> str:
 _BASIS_NOTE = (
     "XLA rows count kernels in the optimized HLO (a GPU profile where profiled) and model bytes "
     "from it; torch rows say their basis below. Speedups are against the XLA reference, timed "
-    "by the same functions and rules (paired in alternation where the reference is in process)."
+    "by the same functions and rules (paired in alternation where the reference is in process). "
+    "Under Inductor's CUDA graphs, kernels/call includes the launches that copy each non-static "
+    "input into the graph's buffers before a replay (shown in brackets with their device time)."
 )
 
 
@@ -98,7 +100,7 @@ def _row(r: Mapping[str, Any]) -> list[str]:
     return [
         r.get("framework") or "jax",
         r["variant"],
-        _num(kernels, spec=".4g"),
+        _num(kernels, spec=".4g") + _input_copies(r),
         _num(r.get("modeled_bytes"), 1e-6, ".4g"),
         _num(r.get("time_median_s"), 1e3, ".4g"),
         _num(r.get("device_time_s"), 1e3, ".4g"),
@@ -107,6 +109,13 @@ def _row(r: Mapping[str, Any]) -> list[str]:
         compile_text,
         _numerics(r),
     ]
+
+
+def _input_copies(r: Mapping[str, Any]) -> str:
+    copies = r.get("input_copy_kernels_per_call")
+    if not copies:
+        return ""
+    return f" ({copies:.4g} input copies, {r['input_copy_time_s'] * 1e3:.3g} ms)"
 
 
 def _speedup(value: float | None, verdict: str | None) -> str:

@@ -77,7 +77,9 @@ class CellResult:
     framework_version. Torch cells say what their counts mean: kernels_basis (profiler device
     kernels on a GPU; on the CPU Inductor's generated kernel calls or eager's aten ops),
     modeled_bytes_basis, generated_kernels (Inductor's kernels generated at compile), and
-    top_kernels ((name, seconds per call) of the longest device kernels, profiled on a GPU).
+    top_kernels ((name, seconds per call) of the longest device kernels, profiled on a GPU);
+    under CUDA graphs, input_copy_kernels_per_call and input_copy_time_s (the launches that copy
+    inputs into the graph's buffers before each replay, `xlafuse.torch.measure.input_copy_fields`).
     Kernels (with `measure.profile`, `xlafuse.measure.kernels`): trace_path (the cell's trace
     folder, relative to the results folder; None when not kept), kernel_times (totals and the
     top kernels by time, each joined to its HLO kernel; `KernelTimes.summary()`), kernel_diff
@@ -189,6 +191,8 @@ class CellResult:
     modeled_bytes_basis: str | None = None
     generated_kernels: int | None = None
     top_kernels: tuple[tuple[str, float], ...] | None = None
+    input_copy_kernels_per_call: float | None = None
+    input_copy_time_s: float | None = None
     settings: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     env: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     schema_version: int = SCHEMA_VERSION

@@ -7,9 +7,10 @@ What each figure means here (recorded with its basis, `kernels_basis` and `model
   folder filled (Inductor's FX graph cache), cache_hit whether the FX graph cache answered.
   Eager cells have no compile (compile_s None).
 - kernels per call: on a GPU, the device kernels the torch profiler sees per call (memcpy and
-  memset included, as XLA's profile counts them). On the CPU: for Inductor, the kernel calls in
-  its generated wrapper code (`cpp_fused_*` loops plus library `extern_kernels.*` / aten
-  fallbacks: each runs once per call); for eager, the non-view aten ops dispatched in one call
+  memset included, as XLA's profile counts them; with CUDA graphs, the launches that copy
+  inputs into the graph's buffers too, also counted apart as input_copy_kernels_per_call). On
+  the CPU: for Inductor, the kernel calls in its generated wrapper code (`cpp_fused_*` loops plus
+  library `extern_kernels.*` / aten fallbacks: each runs once per call); for eager, the non-view aten ops dispatched in one call
   (each is one kernel, or one library call, of torch's CPU backend).
 - modeled_bytes: for Inductor, its own estimate (`GraphLowering.count_bytes`: the bytes each
   generated kernel reads and writes, summed over the graphs of a call); for eager, the input and
@@ -51,6 +52,8 @@ _KERNEL_CALL = re.compile(
     r"|torch\.ops\.\w+\.\w+(?:\.\w+)?)\(",
     re.MULTILINE,
 )
+# The kernel of `torch._foreach_copy_`, with which CUDA-graph replays copy their inputs.
+_INPUT_COPY = re.compile(r"multi_tensor_apply_kernel<.*Copy<")
 
 # What `kernels` counts, by device and kind (recorded as kernels_basis).
 KERNELS_PROFILED = "device kernels per call, torch profiler"
@@ -299,6 +302,11 @@ def _timed(program: TorchProgram, workload, request, reference) -> dict[str, Any
 
 def profile_device(program: TorchProgram, calls: int) -> DeviceProfile:
     """Device kernels and their time per call from the torch profiler (CUDA only)."""
+    return _device_profile(_profiled_events(program, calls), calls)
+
+
+def _profiled_events(program: TorchProgram, calls: int) -> list[Any]:
+    """The CUDA events of `calls` calls under the torch profiler, in start order."""
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
@@ -311,6 +319,10 @@ def profile_device(program: TorchProgram, calls: int) -> DeviceProfile:
         synchronize(program.device)
     events = [e for e in prof.events() if e.device_type == DeviceType.CUDA]
     events.sort(key=lambda e: e.time_range.start)
+    return events
+
+
+def _device_profile(events: list[Any], calls: int) -> DeviceProfile:
     durations = [e.time_range.elapsed_us() * 1e-6 for e in events]
     per_call: tuple[float, ...] = ()
     if events and len(events) % calls == 0:
@@ -329,8 +341,25 @@ def profile_device(program: TorchProgram, calls: int) -> DeviceProfile:
     )
 
 
+def input_copy_fields(names_and_seconds: list[tuple[str, float]], calls: int) -> dict[str, Any]:
+    """How many of a call's device kernels copy inputs into CUDA-graph buffers, and their time.
+
+    Inductor's CUDA graphs (mode "reduce-overhead", cudagraph trees) copy every input that is not
+    a static address (parameters and buffers are; plain tensor arguments are not) into the graph's
+    own buffers before each replay, with `torch._foreach_copy_`: one or more launches of
+    `multi_tensor_apply_kernel<..., Copy<...>>`. They are real work of such a call; the report
+    shows them apart from the program's own kernels.
+    """
+    copies = [seconds for name, seconds in names_and_seconds if _INPUT_COPY.search(name)]
+    return {
+        "input_copy_kernels_per_call": len(copies) / calls,
+        "input_copy_time_s": sum(copies) / calls,
+    }
+
+
 def _profiled(program: TorchProgram, request, reference) -> dict[str, Any]:
-    profile = profile_device(program, request.profile_calls)
+    events = _profiled_events(program, request.profile_calls)
+    profile = _device_profile(events, request.profile_calls)
     fields: dict[str, Any] = {
         "device_time_s": profile.device_time_s,
         "device_kernels_per_call": profile.device_kernels_per_call,
@@ -338,6 +367,8 @@ def _profiled(program: TorchProgram, request, reference) -> dict[str, Any]:
         "kernels": round(profile.device_kernels_per_call),
         "kernels_basis": KERNELS_PROFILED,
     }
+    timed = [(e.name, e.time_range.elapsed_us() * 1e-6) for e in events]
+    fields.update(input_copy_fields(timed, request.profile_calls))
     fields.update(device_speedup_fields(profile, reference.profile))
     return fields
 
