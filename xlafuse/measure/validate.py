@@ -4,13 +4,24 @@
 (`xlafuse.measure.ncu.parse_ncu_csv`) and makes the per-kernel table; `validate_run` produces
 both on a GPU. What is judged (`KernelRow.verdict`, `ValidationResult.ok`):
 
-* counts: kernels in the HLO == kernels ncu saw (a while loop's body counts once in the HLO but
-  launches once per iteration: such programs fail this check, by design of the count);
+* counts: every HLO kernel paired with ncu's launches and every launch with an HLO kernel, and
+  the counts equal once two known differences are taken out: a library call may launch several
+  kernels (cuDNN's padding kernel before a convolution, cuBLAS's split-K reduction after a GEMM),
+  and a plain `copy` runs as a memcpy, which ncu (kernels only) does not see (a while loop's body
+  counts once in the HLO but launches once per iteration: such programs fail this check);
 * bytes: DRAM bytes read + written within `BYTES_TOLERANCE` (10%) of the modeled bytes, judged
   only for kernels whose modeled bytes are at least `L2_FACTOR` (4) times the L2 size: a smaller
   kernel's data may stay in L2 (hits, or writes not yet evicted), so it is listed, not judged;
-* time: ncu's duration within `TIME_TOLERANCE` (5%) of the profiler's, for the whole call, and
-  per kernel for the kernels whose bytes are judged (microsecond kernels are listed, not judged).
+* time: ncu's duration within `TIME_TOLERANCE` (5%) of the profiler's, per judged kernel (their
+  sum is reported); the whole call's figure is listed, not judged: ncu flushes the caches before
+  each kernel, so a kernel whose data stays in L2 in the run is slower under ncu (GPT-2 small
+  forward on the H200: +39% over the call).
+
+A judged kernel that misses by at most one L2 of traffic, in the direction ncu's cache flush
+gives, is explained, not failed (`KernelRow.explanation`): at the end of a kernel up to one L2 of
+its writes are still in L2; under ncu nobody pays for them, while in the run the next kernel writes
+them back. So ncu may see up to `l2_bytes` fewer DRAM bytes than the model, and a time shorter by
+the time those bytes take at the kernel's rate.
 
 The join (`join_kernels`), in four passes over ncu's launches: (1) by name: XLA names a kernel
 after its fusion, "." mangled to "_" (`wrapped_multiply.1` runs as `wrapped_multiply_1`);
@@ -52,6 +63,11 @@ UNMATCHED = "-"
 
 OK = "ok"
 NOT_JUDGED = "L2, not judged"
+MEMCPY = "memcpy, not a kernel"
+L2_CARRY_OVER = (
+    "at most one L2 of this kernel's writes left in L2: ncu flushes it outside the kernel, "
+    "in the run the next kernel writes it back"
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,6 +115,7 @@ class KernelRow:
       profiler_time_s: the profiler's device time of these launches: its per-call time of the
         kernel name divided among that name's launches; None when not profiled.
       judged: whether the bytes (and this row's time) are judged: modeled bytes >= L2_FACTOR x L2.
+      l2_bytes: the device's L2 size, which bounds the misses `explanation` accepts.
     """
 
     name: str | None
@@ -112,6 +129,7 @@ class KernelRow:
     ncu_time_s: float | None
     profiler_time_s: float | None = None
     judged: bool = False
+    l2_bytes: int = DEFAULT_L2_BYTES
 
     @property
     def dram_bytes(self) -> int | None:
@@ -141,7 +159,7 @@ class KernelRow:
         if self.name is None:
             return "not in the HLO"
         if not self.launch_ids:
-            return "no ncu launch"
+            return MEMCPY if self.kind == "copy" else "no ncu launch"
         if not self.judged:
             return NOT_JUDGED
         wrong = []
@@ -152,9 +170,31 @@ class KernelRow:
         return ", ".join(wrong) or OK
 
     @property
+    def explanation(self) -> str | None:
+        """Why a judged kernel's miss is expected (`L2_CARRY_OVER`), or None.
+
+        Accepted only in the direction ncu's cache flush gives (fewer DRAM bytes than the model,
+        less time than the profiler) and only up to one L2: `l2_bytes` fewer bytes, and a time
+        shorter by at most the time `l2_bytes` take at the kernel's rate under ncu.
+        """
+        if self.verdict in (OK, NOT_JUDGED, MEMCPY) or not self.name or not self.launch_ids:
+            return None
+        bytes_short = (self.modeled_bytes or 0) - (self.dram_bytes or 0)
+        bytes_off = self.bytes_error is not None and abs(self.bytes_error) > BYTES_TOLERANCE
+        if bytes_off and not 0 < bytes_short <= self.l2_bytes:
+            return None
+        if self.time_error is not None and abs(self.time_error) > TIME_TOLERANCE:
+            if not self.dram_bytes or not self.ncu_time_s or not self.profiler_time_s:
+                return None
+            l2_time_s = self.l2_bytes * self.ncu_time_s / self.dram_bytes
+            if not 0 < self.profiler_time_s - self.ncu_time_s <= l2_time_s:
+                return None
+        return L2_CARRY_OVER
+
+    @property
     def ok(self) -> bool:
-        """True when the verdict is "ok" or "L2, not judged"."""
-        return self.verdict in (OK, NOT_JUDGED)
+        """True when the verdict is "ok", "L2, not judged" or a memcpy, or the miss is explained."""
+        return self.verdict in (OK, NOT_JUDGED, MEMCPY) or self.explanation is not None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form, with the derived fields."""
@@ -166,6 +206,7 @@ class KernelRow:
             bytes_error=self.bytes_error,
             time_error=self.time_error,
             verdict=self.verdict,
+            explanation=self.explanation,
         )
         return out
 
@@ -213,8 +254,34 @@ class ValidationResult:
 
     @property
     def kernels_equal(self) -> bool:
-        """Whether the HLO's kernel count equals ncu's launch count."""
+        """Whether the HLO's kernel count equals ncu's launch count, as counted."""
         return self.hlo_kernels == self.ncu_kernels
+
+    @property
+    def extra_library_launches(self) -> dict[str, int]:
+        """Library calls that launched more than one kernel: name -> launches beyond the first."""
+        return {
+            r.name: len(r.launch_ids) - 1
+            for r in self.rows
+            if r.name and r.match == LIBRARY and len(r.launch_ids) > 1
+        }
+
+    @property
+    def memcpy_copies(self) -> tuple[str, ...]:
+        """HLO copies that ran as memcpys (no kernel for ncu to see)."""
+        return tuple(r.name for r in self.rows if r.name and r.verdict == MEMCPY)
+
+    @property
+    def kernels_explained(self) -> bool:
+        """Every kernel paired, and the counts equal once library launches and memcpys are
+        taken out."""
+        expected = (
+            self.hlo_kernels - len(self.memcpy_copies) + sum(self.extra_library_launches.values())
+        )
+        unmatched = any(
+            r.name is None or (not r.launch_ids and r.verdict != MEMCPY) for r in self.rows
+        )
+        return expected == self.ncu_kernels and not unmatched
 
     @property
     def judged_min_bytes(self) -> int:
@@ -234,9 +301,21 @@ class ValidationResult:
         return self.ncu_time_s / self.profiler_time_s - 1
 
     @property
+    def judged_time_error(self) -> float | None:
+        """ncu's time over the profiler's, summed over the judged kernels, - 1; None without one."""
+        timed = [r for r in self.rows if r.judged and r.ncu_time_s and r.profiler_time_s]
+        if not timed:
+            return None
+        return sum(r.ncu_time_s for r in timed) / sum(r.profiler_time_s for r in timed) - 1
+
+    @property
     def unmatched_hlo(self) -> tuple[str, ...]:
-        """HLO kernels that no ncu launch was paired with."""
-        return tuple(r.name for r in self.rows if r.name is not None and not r.launch_ids)
+        """HLO kernels that no ncu launch was paired with (memcpys are not kernels)."""
+        return tuple(
+            r.name
+            for r in self.rows
+            if r.name is not None and not r.launch_ids and r.verdict != MEMCPY
+        )
 
     @property
     def unmatched_ncu(self) -> tuple[str, ...]:
@@ -255,11 +334,9 @@ class ValidationResult:
 
     @property
     def ok(self) -> bool:
-        """Counts equal, everything matched, every row ok, whole-call time within tolerance."""
-        time_ok = self.time_error is None or abs(self.time_error) <= TIME_TOLERANCE
-        return (
-            self.error is None and self.kernels_equal and time_ok and all(r.ok for r in self.rows)
-        )
+        """Counts explained, every row ok or explained (each judged kernel's time included: the
+        judged kernels' summed time is then within the tolerance too, or explained)."""
+        return self.error is None and self.kernels_explained and all(r.ok for r in self.rows)
 
     @property
     def verdict(self) -> str:
@@ -269,14 +346,12 @@ class ValidationResult:
         if self.error is not None:
             return f"failed: {self.error}"
         wrong = []
-        if not self.kernels_equal:
+        if not self.kernels_explained:
             wrong.append(f"kernels {self.hlo_kernels} in HLO vs {self.ncu_kernels} in ncu")
         if self.unmatched_hlo or self.unmatched_ncu:
             wrong.append(f"{len(self.unmatched_hlo) + len(self.unmatched_ncu)} unmatched")
         off = Counter(r.verdict for r in self.rows if r.launch_ids and r.name and not r.ok)
         wrong.extend(f"{n} {verdict}" for verdict, n in off.items())
-        if self.time_error is not None and abs(self.time_error) > TIME_TOLERANCE:
-            wrong.append("call time off")
         return "; ".join(wrong)
 
     def to_dict(self) -> dict[str, Any]:
@@ -290,6 +365,9 @@ class ValidationResult:
             "hlo_kernels": self.hlo_kernels,
             "ncu_kernels": self.ncu_kernels,
             "kernels_equal": self.kernels_equal,
+            "kernels_explained": self.kernels_explained,
+            "extra_library_launches": self.extra_library_launches,
+            "memcpy_copies": list(self.memcpy_copies),
             "unmatched_hlo": list(self.unmatched_hlo),
             "unmatched_ncu": list(self.unmatched_ncu),
             "l2_bytes": self.l2_bytes,
@@ -299,6 +377,7 @@ class ValidationResult:
             "ncu_time_s": self.ncu_time_s,
             "profiler_time_s": self.profiler_time_s,
             "time_error": self.time_error,
+            "judged_time_error": self.judged_time_error,
             "compiled_under_ncu": self.compiled_under_ncu,
             "same_kernels": self.same_kernels,
             "error": self.error,
@@ -475,6 +554,7 @@ def _row(kernel, launches, match, profiler_kernel_s, launches_per_name, l2) -> K
         ncu_time_s=sum(k.time_s for k in launches) if launches else None,
         profiler_time_s=profiler or None,
         judged=kernel is not None and kernel.modeled_bytes >= L2_FACTOR * l2,
+        l2_bytes=l2,
     )
 
 
