@@ -211,9 +211,11 @@ def test_mixed_config_records_framework_counts_and_numerics(mixed_run):
     assert by_cell[("chain", "default")].kernels == 1
     assert by_cell[("layernorm", "torch-inductor")].compile_s > 0
     assert by_cell[("layernorm", "torch-eager")].compile_s is None
-    line = json.loads((out / "results.jsonl").read_text().splitlines()[1])
-    assert line["framework"] == "torch"
-    assert line["settings"]["variant"]["torch_compile"] is None  # eager
+    # Every XLA cell first, then the twins (torch's profiler would keep CUPTI from jax's).
+    lines = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert [r["framework"] for r in lines] == ["jax"] * 2 + ["torch"] * 4
+    assert [r["workload"] for r in lines[2:]] == ["chain", "chain", "layernorm", "layernorm"]
+    assert lines[2]["settings"]["variant"]["torch_compile"] is None  # eager
 
 
 def test_mixed_config_resumes_without_running_again(mixed_run, tmp_path, monkeypatch):

@@ -354,6 +354,39 @@ def test_markdown_and_json_carry_the_figures(tmp_path):
     assert render_markdown([fused]).count("## ") == 1
 
 
+def test_rejudge_reads_recorded_measurements_and_judges_them_again(tmp_path, capsys):
+    # A validation.json as an older version wrote it: its verdict strings are not read back.
+    measured = parse_ncu_csv(_csv("default"))
+    cell = compare_kernels(
+        DEFAULT_KERNELS, measured, {"loop_add_fusion": 520e-6}, workload=CHAIN, variant="default"
+    ).to_dict()
+    cell.update(ok=False, verdict="call time off", judged_ok=0)
+    for row in cell["rows"]:
+        row.pop("l2_bytes")
+        row["verdict"] = "time off"
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps({"command": "xlafuse validate --workload chain", "cells": [cell]}))
+    assert main(["validate", "--rejudge", str(old), "--out", str(tmp_path / "new")]) == 0
+    assert (
+        capsys.readouterr().out.splitlines()[0] == "chain[ops=8]/full/forward  variant default: ok"
+    )
+    again = json.loads((tmp_path / "new" / "validation.json").read_text())
+    assert (again["cells"][0]["verdict"], again["cells"][0]["judged_ok"]) == ("ok", 1)
+    assert again["cells"][0]["rows"][0]["time_error"] == pytest.approx(501_088e-9 / 520e-6 - 1)
+    md = (tmp_path / "new" / "validation.md").read_text()
+    assert (
+        "xlafuse validate --workload chain\n# verdicts judged again from those measurements:" in md
+    )
+    (tmp_path / "bad.json").write_text('{"cells": [{"rows": []}]}')
+    assert main(["validate", "--rejudge", str(tmp_path / "bad.json")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("xlafuse validate: error: --rejudge: ") and "not a validation.json" in err
+    assert main(["validate", "--rejudge", str(tmp_path / "missing.json")]) == 2
+    assert "cannot read" in capsys.readouterr().err
+    assert main(["validate", "configs/validation.toml", "--rejudge", str(old)]) == 2
+    assert "give no CONFIG or --workload" in capsys.readouterr().err
+
+
 def test_summary_names_at_most_eight_unmatched_kernels():
     result = compare_kernels(NO_FUSION_KERNELS, _fake_launches(["mystery"]))
     line = format_text([result]).splitlines()[1]

@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 import shlex
 import sys
+from pathlib import Path
 
 from xlafuse.cli._devices import parse_overrides
 from xlafuse.compile import variants
 from xlafuse.errors import XlafuseError
 from xlafuse.experiment.config import load_config
+from xlafuse.measure.validate import result_from_dict
 from xlafuse.measure.validate_run import require_tools, validate_cells, validate_config
 from xlafuse.models import registry
 from xlafuse.report.validation import format_text, write_validation
@@ -45,12 +47,20 @@ def register(subparsers) -> None:
     p.add_argument("--timeout", type=float, default=600.0, help="seconds per child process")
     p.add_argument("--out", metavar="DIR", help="write validation.md, validation.json, ncu/")
     p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument(
+        "--rejudge",
+        metavar="JSON",
+        help="judge the measurements of an earlier run's validation.json again, by this "
+        "version's rules (no GPU or ncu needed)",
+    )
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
     """Validate the chosen cells; print the tables (or JSON); write files with --out."""
     _check_usage(args)
+    if args.rejudge:
+        return _rejudge(args)
     require_tools(args.ncu)
     kwargs = {
         "cache_dir": args.cache,
@@ -74,17 +84,49 @@ def run(args) -> int:
         cells = [(spec, v) for v in args.variants or ["default"]]
         results = validate_cells(cells, say=say, **kwargs)
     if args.out:
-        command = "xlafuse " + " ".join(shlex.quote(a) for a in sys.argv[1:] if a != "--debug")
+        write_validation(results, args.out, _command())
+    return _print(results, args.json)
+
+
+def _rejudge(args) -> int:
+    """Judge the measurements recorded in an earlier validation.json again."""
+    try:
+        payload = json.loads(Path(args.rejudge).read_text())
+        results = [result_from_dict(cell) for cell in payload["cells"]]
+    except OSError as err:
+        raise XlafuseError(f"--rejudge: cannot read {args.rejudge}: {err.strerror}") from err
+    except (json.JSONDecodeError, KeyError, TypeError, ValueError) as err:
+        raise XlafuseError(
+            f"--rejudge: {args.rejudge} is not a validation.json written by `xlafuse validate "
+            f"--out` ({err})"
+        ) from err
+    if args.out:
+        measured = payload.get("command") or "(not recorded)"
+        command = f"{measured}\n# verdicts judged again from those measurements:\n{_command()}"
         write_validation(results, args.out, command)
-    print(
-        json.dumps([r.to_dict() for r in results], indent=1) if args.json else format_text(results)
-    )
+    return _print(results, args.json)
+
+
+def _command() -> str:
+    return "xlafuse " + " ".join(shlex.quote(a) for a in sys.argv[1:] if a != "--debug")
+
+
+def _print(results, as_json: bool) -> int:
+    print(json.dumps([r.to_dict() for r in results], indent=1) if as_json else format_text(results))
     return 0 if all(r.ok for r in results) else SOME_CELLS_OFF
 
 
 def _check_usage(args) -> None:
+    if args.rejudge:
+        if args.config or args.workload:
+            raise XlafuseError(
+                "--rejudge reads an earlier validation.json: give no CONFIG or --workload"
+            )
+        return
     if bool(args.config) == bool(args.workload):
-        raise XlafuseError("give either a CONFIG or --workload NAME (one of them, not both)")
+        raise XlafuseError(
+            "give either a CONFIG or --workload NAME (one of them, not both), or --rejudge JSON"
+        )
     with_workload = ("overrides", "dtype")
     if args.config and any(getattr(args, k) for k in with_workload):
         raise XlafuseError("--overrides and --dtype go with --workload, not with a CONFIG")

@@ -137,8 +137,10 @@ def run_experiment(
             if todo:
                 run = _start(config, results_path, settings, reporter.say, todo, len(done))
                 try:
-                    for workload_config, cells in plan:
-                        _run_workload(run, workload_config, cells, done, reporter.advance)
+                    for phase in _phases(plan):
+                        done = records.finished_cells(results_path)
+                        for workload_config, cells in phase:
+                            _run_workload(run, workload_config, cells, done, reporter.advance)
                 finally:
                     _write_report(results_path, out_dir, reporter.say)
             else:
@@ -181,6 +183,22 @@ def _ordered_variants(config: ExperimentConfig) -> list[VariantConfig]:
     """The reference first, then the others in config order."""
     reference = [v for v in config.variants if v.name == config.reference]
     return reference + [v for v in config.variants if v.name != config.reference]
+
+
+def _phases(plan: list[tuple[WorkloadConfig, list[VariantConfig]]]) -> list[list[tuple]]:
+    """The XLA cells of every workload first, then the cells of the PyTorch twins.
+
+    Once torch's profiler has run, it keeps CUPTI for the rest of the process and jax's profiler
+    can no longer subscribe: an XLA cell measured after a torch cell would have no device time.
+    The torch cells of a workload find its reference recorded and compile it again.
+    """
+    xla = [(w, [v for v in cells if not _is_torch(v)]) for w, cells in plan]
+    twins = [(w, [v for v in cells if _is_torch(v)]) for w, cells in plan]
+    return [xla, twins] if any(cells for _, cells in twins) else [xla]
+
+
+def _is_torch(variant: VariantConfig) -> bool:
+    return _framework(variant)["framework"] == "torch"
 
 
 def _cell_id(w: WorkloadConfig, variant: str, backend: str) -> str:

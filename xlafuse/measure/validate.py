@@ -329,8 +329,11 @@ class ValidationResult:
 
     @property
     def judged_ok(self) -> int:
-        """Judged rows whose verdict is "ok"."""
-        return sum(r.judged and r.verdict == OK for r in self.rows)
+        """Judged rows whose DRAM bytes are within `BYTES_TOLERANCE` of the model."""
+        return sum(
+            r.judged and r.bytes_error is not None and abs(r.bytes_error) <= BYTES_TOLERANCE
+            for r in self.rows
+        )
 
     @property
     def ok(self) -> bool:
@@ -388,6 +391,39 @@ class ValidationResult:
             },
             "rows": [r.to_dict() for r in self.rows],
         }
+
+
+def result_from_dict(cell: Mapping[str, Any]) -> ValidationResult:
+    """A ValidationResult from its `to_dict` form (a cell of validation.json), judged by this
+    version's rules: the measurements are kept, the derived checks are computed again."""
+    try:
+        l2 = int(cell.get("l2_bytes") or DEFAULT_L2_BYTES)
+        names = {f.name for f in dataclasses.fields(KernelRow)}
+        rows = tuple(
+            KernelRow(
+                **{k: v for k, v in row.items() if k in names and k != "l2_bytes"},
+                l2_bytes=l2,
+            )
+            for row in cell["rows"]
+        )
+        rows = tuple(
+            dataclasses.replace(r, ncu_names=tuple(r.ncu_names), launch_ids=tuple(r.launch_ids))
+            for r in rows
+        )
+        return ValidationResult(
+            rows=rows,
+            hlo_kernels=int(cell["hlo_kernels"]),
+            ncu_kernels=int(cell["ncu_kernels"]),
+            l2_bytes=l2,
+            profiler_time_s=cell.get("profiler_time_s"),
+            workload=cell.get("workload") or {},
+            variant=cell.get("variant", ""),
+            compiled_under_ncu=cell.get("compiled_under_ncu"),
+            same_kernels=cell.get("same_kernels"),
+            error=cell.get("error"),
+        )
+    except (KeyError, TypeError, ValueError) as err:
+        raise ValueError(f"not a cell of validation.json ({type(err).__name__}: {err})") from err
 
 
 def modeled_kernels(hlo: Any) -> list[ModeledKernel]:
