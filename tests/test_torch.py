@@ -357,3 +357,37 @@ def test_cuda_graph_input_copies_are_counted_apart_and_reported():
     section = frameworks_section(records)
     assert "| torch | torch-inductor-cudagraphs | 14 (13 input copies, 0.578 ms) |" in section
     assert "| jax | default | 1 |" in section
+
+
+def test_twins_get_the_reference_profile_from_the_xla_phase(tmp_path, monkeypatch):
+    # On a GPU, jax's profiler cannot trace once torch's has run: the twins, measured after every
+    # XLA cell, compare their device time with the profile the reference had in the XLA phase.
+    from xlafuse.measure.profile import DeviceProfile
+
+    fake = DeviceProfile(
+        device_time_s=1e-3, device_kernels_per_call=1, calls=3, per_call_s=(1e-3,) * 3
+    )
+    monkeypatch.setattr(runner, "_profile", lambda *args, **kwargs: fake)
+    monkeypatch.setattr(runner, "calibrate", _small_calibration)
+    seen = []
+
+    def measure_cell(workload, variant, request, reference, cold_start=False):
+        seen.append((workload.name, reference.profile, reference.compiled is not None))
+        return {"kernels": 1}
+
+    monkeypatch.setattr(torch_measure, "measure_cell", measure_cell)
+    config = parse_config(
+        {
+            "experiment": {
+                "name": "m",
+                "output": str(tmp_path),
+                "variants": ["default", "torch-eager"],
+            },
+            "workloads": MIXED_WORKLOADS,
+            "timing": FAST_TIMING,
+            "measure": {"profile": True},
+        },
+        backend="cpu",
+    )
+    runner.run_experiment(config, progress=False)
+    assert seen == [("chain", fake, True), ("layernorm", fake, True)]

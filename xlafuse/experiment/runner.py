@@ -61,6 +61,9 @@ class _Run:
     ceilings: Ceilings | None
     say: Callable[[str], None]
     settings: dict[str, Any] = dataclasses.field(default_factory=dict)
+    # The references' DeviceProfiles by cell id, from the XLA phase: the twins' device speedups
+    # need them, and jax's profiler cannot trace the reference again once torch's has run.
+    reference_profiles: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass
@@ -269,12 +272,15 @@ def _reference(run: _Run, w, workload, cells, done, advance) -> _Reference:
     """
     name = run.config.reference
     variant = run.config.variant(name)
+    cell = _cell_id(w, name, run.backend)
     if any(v.name == name for v in cells):
         reference = _Reference()
         record = _cell(run, w, variant, workload, reference)
         _finish(run, record, None, advance)
+        if reference.profile is not None:
+            run.reference_profiles[cell] = reference.profile
         return dataclasses.replace(reference, record=record)
-    reference = _Reference(record=done.get(_cell_id(w, name, run.backend)))
+    reference = _Reference(record=done.get(cell), profile=run.reference_profiles.get(cell))
     try:
         compiled = compile_workload(workload, variant.resolve(), _measure_request(run, workload))
         outputs = _first_outputs(compiled, workload)
