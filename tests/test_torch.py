@@ -201,16 +201,16 @@ def test_mixed_config_records_framework_counts_and_numerics(mixed_run):
         assert r.framework == framework
         assert r.framework_version == (jax.__version__ if framework == "jax" else torch.__version__)
         if framework == "torch":
-            assert r.within_tolerance is True
-            assert r.speedup_basis == runner.PAIRED
-            assert r.speedup_verdict in ("faster", "slower", "same", "undecided")
-            assert len(r.speedup_ci) == 2
-            assert r.iters == 3
-    assert by_cell[("chain", "torch-eager")].kernels == 8
-    assert by_cell[("chain", "torch-inductor")].kernels == 1
-    assert by_cell[("chain", "default")].kernels == 1
-    assert by_cell[("layernorm", "torch-inductor")].compile_s > 0
-    assert by_cell[("layernorm", "torch-eager")].compile_s is None
+            assert r.numerics.within_tolerance is True
+            assert r.speedup.basis == runner.PAIRED
+            assert r.speedup.verdict in ("faster", "slower", "same", "undecided")
+            assert len(r.speedup.ci) == 2
+            assert r.timing.iters == 3
+    assert by_cell[("chain", "torch-eager")].fusion.kernels == 8
+    assert by_cell[("chain", "torch-inductor")].fusion.kernels == 1
+    assert by_cell[("chain", "default")].fusion.kernels == 1
+    assert by_cell[("layernorm", "torch-inductor")].compile.compile_s > 0
+    assert by_cell[("layernorm", "torch-eager")].compile.compile_s is None
     line = json.loads((out / "results.jsonl").read_text().splitlines()[1])
     assert line["framework"] == "torch"
     assert line["settings"]["variant"]["torch_compile"] is None  # eager
