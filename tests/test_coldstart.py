@@ -132,6 +132,12 @@ def test_a_cpu_report_says_the_graphs_study_was_skipped():
     assert GRAPHS_SKIPPED not in render_markdown([gpu])
 
 
+def _record(flat):
+    """A record from its flat keys, as a results file gives them."""
+    name = {"dtype": "float32", "backend": "gpu", "device_kind": "NVIDIA H200"}
+    return CellResult.from_dict({**name, **flat})
+
+
 def test_coldstart_section_shows_speedup_and_compile_to_steady():
     record = {
         "workload": "gpt2",
@@ -145,7 +151,8 @@ def test_coldstart_section_shows_speedup_and_compile_to_steady():
         "aot_load_s": 1.5,
         "cache_hit": True,
     }
-    text = coldstart_section([record, {"workload": "mlp", "variant": "default"}])
+    other = {"workload": "mlp", "size": "tiny", "mode": "forward", "variant": "default"}
+    text = coldstart_section([_record(record), _record(other)])
     assert (
         "| gpt2/tiny/train | default | 2.000 | 0.100 | 20.0x | 1.500 | 0.200 | 4.000 | 500 | yes |"
         in text
@@ -172,6 +179,7 @@ def test_graphs_section_pairs_runner_cells_by_fusion():
             ("no-fusion-no-graphs", 162e-6),
         ]
     ]
+    cells = [_record(c) for c in cells]
     text = graphs_section(cells)
     assert "| chain/tiny/forward | off | 73.0 (73.0-73.0) | 162.0 (162.0-162.0) | 2.2x |" in text
     assert "| chain/tiny/forward | on | 20.0 (20.0-20.0) | 30.0 (30.0-30.0) | 1.5x |" in text

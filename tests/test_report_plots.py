@@ -1,9 +1,20 @@
 """Every plot says what it shows: title, axis units, workload and variant names, ceilings' basis."""
 
+import dataclasses
+
 import pytest
 
 from xlafuse.report import coldstart
 from xlafuse.report import markdown as report_md
+from xlafuse.results.parts import (
+    CeilingsRecord,
+    ColdStartRecord,
+    FusionRecord,
+    ModelRecord,
+    RatesRecord,
+    SpeedupRecord,
+    TimingRecord,
+)
 from xlafuse.results.records import CellResult
 
 COPY = 5.0e9  # bytes/s
@@ -14,10 +25,15 @@ def _cell(workload, variant, kernels, median_s, flops=None, tflops=None, **extra
     return CellResult(
         workload=workload, size="tiny", mode="forward", dtype="float32", variant=variant,
         backend="cpu", device_kind="cpu", cell_id=f"{workload}{extra}/{variant}",
-        kernels=kernels, time_median_s=median_s, speedup_vs_reference=1e-3 / median_s,
-        flops=flops, modeled_bytes=1_000_000 if flops else None, tflops=tflops,
-        rate_basis="time_median_s", copy_ceiling_bytes_per_s=COPY,
-        copy_ceiling_basis="pipelined_s_per_call", matmul_ceiling_flops_per_s=PEAK, **extra,
+        model=ModelRecord(flops=flops),
+        fusion=FusionRecord(kernels=kernels, modeled_bytes=1_000_000 if flops else None),
+        timing=TimingRecord(median_s=median_s),
+        speedup=SpeedupRecord(vs_reference=1e-3 / median_s),
+        rates=RatesRecord(tflops=tflops, basis="time_median_s"),
+        ceilings=CeilingsRecord(
+            copy_bytes_per_s=COPY, copy_basis="pipelined_s_per_call", matmul_flops_per_s=PEAK
+        ),
+        **extra,
     )  # fmt: skip
 
 
@@ -103,7 +119,8 @@ def test_cold_start_plot_has_title_units_and_labels(monkeypatch, tmp_path):
 
     saved = []
     monkeypatch.setattr(matplotlib.figure.Figure, "savefig", lambda fig, *a, **k: saved.append(fig))
-    rows = [{**RECORDS[0].to_dict(), "cold_compile_s": 0.3, "warm_compile_s": 0.01}]
+    cold_start = ColdStartRecord(cold_compile_s=0.3, warm_compile_s=0.01)
+    rows = [dataclasses.replace(RECORDS[0], cold_start=cold_start)]
     assert coldstart.coldstart_plot(rows, tmp_path / "c.png")
     texts = _texts(saved[0])
     assert texts["title"] == "Compile time, empty vs filled persistent cache (cpu)"

@@ -12,13 +12,11 @@ from xlafuse.errors import XlafuseError
 from xlafuse.experiment import runner
 from xlafuse.experiment.config import VariantConfig, parse_config
 from xlafuse.measure.calibrate import calibrate
-from xlafuse.report.markdown import write_report
 from xlafuse.results.records import (
-    CellResult,
+    FLAT_KEYS,
     append_result,
     finished_cells,
     load_results,
-    read_results,
 )
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -79,7 +77,7 @@ def test_records_are_complete_and_ok(first_run):
     assert len(lines) == len(records) == 6
     for line in lines:
         data = json.loads(line)
-        assert {f.name for f in dataclasses.fields(CellResult)} - {"extra"} <= set(data)
+        assert set(FLAT_KEYS) <= set(data)
         assert data["status"] == "ok", data["error"]
         assert data["env"]["config_hash"] and data["env"]["jax"]
         assert data["copy_ceiling_bytes_per_s"] > 0
@@ -92,20 +90,20 @@ def test_reference_and_fusion_figures(first_run):
     cells = {(r.workload, r.mode, r.variant): r for r in records}
     default = cells["mul_add_relu", "forward", "default"]
     unfused = cells["mul_add_relu", "forward", "no-fusion"]
-    assert default.speedup_vs_reference == 1.0
-    assert default.within_tolerance is None  # the reference is not compared with itself
-    assert unfused.kernels > default.kernels
-    assert unfused.modeled_bytes > default.modeled_bytes
-    assert unfused.within_tolerance is True
+    assert default.speedup.vs_reference == 1.0
+    assert default.numerics.within_tolerance is None  # the reference is not compared with itself
+    assert unfused.fusion.kernels > default.fusion.kernels
+    assert unfused.fusion.modeled_bytes > default.fusion.modeled_bytes
+    assert unfused.numerics.within_tolerance is True
     # Timed in alternation with the reference: the speedup comes from the paired samples.
-    low, high = unfused.speedup_ci
-    assert low <= unfused.speedup_vs_reference <= high
-    assert unfused.speedup_verdict in ("faster", "slower", "same")
-    assert unfused.speedup_basis == runner.PAIRED
-    assert default.speedup_ci is None and default.speedup_verdict is None
+    low, high = unfused.speedup.ci
+    assert low <= unfused.speedup.vs_reference <= high
+    assert unfused.speedup.verdict in ("faster", "slower", "same")
+    assert unfused.speedup.basis == runner.PAIRED
+    assert default.speedup.ci is None and default.speedup.verdict is None
     train = cells["mlp", "train", "no-fusion"]
-    assert train.num_params > 0 and train.flops > 0 and train.tflops > 0
-    assert train.peak_memory_bytes > 0
+    assert train.model.num_params > 0 and train.model.flops > 0 and train.rates.tflops > 0
+    assert train.compile.peak_memory_bytes > 0
     assert cells["chain", "forward", "default"].overrides == {"ops": 4}
 
 
@@ -146,8 +144,8 @@ def test_resume_runs_only_new_cells_and_compares_with_the_recorded_reference(
     assert compiles["n"] == 2
     assert [r.variant for r in records] == ["default", "no-fusion", "no-fusion-inline"]
     new = records[-1]
-    assert new.within_tolerance is True and new.speedup_vs_reference is not None
-    assert new.kernels == records[1].kernels
+    assert new.numerics.within_tolerance is True and new.speedup.vs_reference is not None
+    assert new.fusion.kernels == records[1].fusion.kernels
 
 
 def test_a_reference_that_fails_to_recompile_on_resume_is_named_in_records_and_report(
@@ -170,9 +168,11 @@ def test_a_reference_that_fails_to_recompile_on_resume_is_named_in_records_and_r
     records = runner.run_experiment(config, only=["mul_add_relu"], progress=False)
     new = records[-1]
     message = "recompiling the reference failed: RuntimeError: out of memory"
-    assert new.status == "ok" and new.reference_error == message
-    assert new.within_tolerance is None and new.speedup_vs_reference is None
-    assert records[1].reference_error is None  # recorded before, against the live reference
+    assert new.status == "ok" and new.numerics.reference_error == message
+    assert new.numerics.within_tolerance is None and new.speedup.vs_reference is None
+    assert (
+        records[1].numerics.reference_error is None
+    )  # recorded before, against the live reference
     report = (copy / "report.md").read_text()
     assert f"| not checked: {message} |" in report
 
@@ -320,62 +320,13 @@ def test_cold_start_cells_carry_cache_figures(tmp_path):
     )
     (record,) = runner.run_experiment(config, progress=False)
     assert record.ok, record.error
-    assert record.cache_hit is True
-    assert record.cache_entries >= 1
-    assert record.cold_compile_s > 0 and record.warm_compile_s > 0
-    assert record.cache_speedup == pytest.approx(record.cold_compile_s / record.warm_compile_s)
-    assert record.aot_load_s > 0
+    assert record.cold_start.cache_hit is True
+    assert record.cold_start.cache_entries >= 1
+    assert record.cold_start.cold_compile_s > 0 and record.cold_start.warm_compile_s > 0
+    assert record.cold_start.cache_speedup == pytest.approx(
+        record.cold_start.cold_compile_s / record.cold_start.warm_compile_s
+    )
+    assert record.cold_start.aot_load_s > 0
     report = (tmp_path / "report.md").read_text()
     assert "## Cold start" in report and "| mul_add_relu/tiny/forward | default |" in report
     assert "_skipped: CUDA graphs exist only on the GPU_" in report
-
-
-def test_unknown_keys_are_kept_and_written_back(tmp_path):
-    data = {
-        "workload": "mlp", "size": "tiny", "mode": "forward", "dtype": "float32",
-        "variant": "default", "backend": "cpu", "device_kind": "cpu",
-        "kernels": 3, "torch_twin_s": 0.5, "study": {"name": "x"},
-    }  # fmt: skip
-    record = CellResult.from_dict(data)
-    assert record.kernels == 3
-    assert record.extra == {"torch_twin_s": 0.5, "study": {"name": "x"}}
-    path = tmp_path / "results.jsonl"
-    append_result(path, record)
-    written = json.loads(path.read_text())
-    assert written["torch_twin_s"] == 0.5 and written["study"] == {"name": "x"}
-    assert "extra" not in written and written["schema_version"] == 1
-
-
-def test_a_newer_schema_version_is_skipped_with_a_clear_message(tmp_path):
-    path = tmp_path / "results.jsonl"
-    record = CellResult("mlp", "tiny", "forward", "float32", "default", "cpu", "cpu")
-    append_result(path, record)
-    newer = {**record.to_dict(), "schema_version": 2}
-    with path.open("a") as f:
-        f.write(json.dumps(newer) + "\n")
-    read = read_results(path)
-    assert len(read.records) == 1
-    assert read.skipped == (
-        (2, "written under schema_version 2, newer than the 1 this xlafuse reads: upgrade "
-            "xlafuse to read it"),
-    )  # fmt: skip
-    path.write_text(json.dumps(newer) + "\n")
-    with pytest.raises(XlafuseError, match=r"none of its 1 lines is a record \(line 1: written "):
-        read_results(path)
-
-
-@pytest.mark.parametrize(
-    "folder", sorted(p.parent.name for p in (ROOT / "experiments").glob("*/*/results.jsonl"))
-)
-def test_published_schema_1_results_still_read_and_report(folder, tmp_path):
-    (path,) = (ROOT / "experiments").glob(f"*/{folder}/results.jsonl")
-    read = read_results(path)
-    lines = [line for line in path.read_text().splitlines() if line.strip()]
-    assert len(read.records) == len(lines) and read.skipped == ()
-    assert all(r.schema_version == 1 and r.extra == {} for r in read.records)
-    for line, record in zip(lines, read.records, strict=True):
-        original, written = json.loads(line), json.loads(json.dumps(record.to_dict()))
-        assert {k: written[k] for k in original} == original  # fields added since get defaults
-    write_report(path, tmp_path)
-    report = (tmp_path / "report.md").read_text()
-    assert all(r.variant in report for r in read.records)

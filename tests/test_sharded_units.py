@@ -15,6 +15,7 @@ from xlafuse.measure.profile import summarize_device
 from xlafuse.models import build
 from xlafuse.models.sharding import DeviceCountError, check_device_count, leaf_spec
 from xlafuse.report.sharded import sharded_section
+from xlafuse.results.parts import CollectivesRecord, CommRecord, DeviceRecord, TimingRecord
 from xlafuse.results.records import CellResult, cell_id
 
 
@@ -152,15 +153,19 @@ def test_scaling_and_report_section():
     def cell(devices, device_time, **extra):
         return CellResult(
             workload="gpt2", size="full", mode="train", dtype="bfloat16", variant="default",
-            backend="gpu", device_kind="NVIDIA H200", devices=devices, device_time_s=device_time,
-            time_median_s=1.0, parallelism="data" if devices > 1 else None, **extra,
+            backend="gpu", device_kind="NVIDIA H200", devices=devices,
+            device=DeviceRecord(time_s=device_time), timing=TimingRecord(median_s=1.0),
+            parallelism="data" if devices > 1 else None, **extra,
         )  # fmt: skip
 
     records = [
         cell(1, 0.010),
         cell(
-            2, 0.006, collectives=2, logical_collectives=150, collective_async_pairs=2,
-            collective_operand_bytes=497_759_232, comm_time_s=0.002, comm_overlap_fraction=0.25,
+            2, 0.006,
+            collectives=CollectivesRecord(
+                count=2, logical=150, async_pairs=2, operand_bytes=497_759_232
+            ),
+            comm=CommRecord(time_s=0.002, overlap_fraction=0.25),
         ),
     ]  # fmt: skip
     lines = sharded_section(records)

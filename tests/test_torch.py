@@ -24,6 +24,8 @@ from xlafuse.experiment.config import load_config, parse_config  # noqa: E402
 from xlafuse.measure.calibrate import calibrate  # noqa: E402
 from xlafuse.measure.numerics import host_outputs, judge_workload  # noqa: E402
 from xlafuse.measure.timing import TimingSettings  # noqa: E402
+from xlafuse.report.torch import frameworks_section  # noqa: E402
+from xlafuse.results.records import CellResult  # noqa: E402
 from xlafuse.torch import convert, twins  # noqa: E402
 from xlafuse.torch import measure as torch_measure  # noqa: E402
 from xlafuse.torch.program import build_program  # noqa: E402
@@ -201,16 +203,16 @@ def test_mixed_config_records_framework_counts_and_numerics(mixed_run):
         assert r.framework == framework
         assert r.framework_version == (jax.__version__ if framework == "jax" else torch.__version__)
         if framework == "torch":
-            assert r.within_tolerance is True
-            assert r.speedup_basis == runner.PAIRED
-            assert r.speedup_verdict in ("faster", "slower", "same", "undecided")
-            assert len(r.speedup_ci) == 2
-            assert r.iters == 3
-    assert by_cell[("chain", "torch-eager")].kernels == 8
-    assert by_cell[("chain", "torch-inductor")].kernels == 1
-    assert by_cell[("chain", "default")].kernels == 1
-    assert by_cell[("layernorm", "torch-inductor")].compile_s > 0
-    assert by_cell[("layernorm", "torch-eager")].compile_s is None
+            assert r.numerics.within_tolerance is True
+            assert r.speedup.basis == runner.PAIRED
+            assert r.speedup.verdict in ("faster", "slower", "same", "undecided")
+            assert len(r.speedup.ci) == 2
+            assert r.timing.iters == 3
+    assert by_cell[("chain", "torch-eager")].fusion.kernels == 8
+    assert by_cell[("chain", "torch-inductor")].fusion.kernels == 1
+    assert by_cell[("chain", "default")].fusion.kernels == 1
+    assert by_cell[("layernorm", "torch-inductor")].compile.compile_s > 0
+    assert by_cell[("layernorm", "torch-eager")].compile.compile_s is None
     # Every XLA cell first, then the twins (torch's profiler would keep CUPTI from jax's).
     lines = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     assert [r["framework"] for r in lines] == ["jax"] * 2 + ["torch"] * 4
@@ -339,10 +341,9 @@ def test_cuda_graph_input_copies_are_counted_apart_and_reported():
     fields = torch_measure.input_copy_fields(events, calls=2)
     assert fields == {"input_copy_kernels_per_call": 2.0, "input_copy_time_s": pytest.approx(5e-4)}
 
-    from xlafuse.report.torch import frameworks_section
-
     common = {"workload": "chain", "size": "full", "mode": "forward", "dtype": "float32"}
-    records = [
+    common |= {"backend": "gpu", "device_kind": "NVIDIA H200"}
+    flat = [
         {**common, "variant": "default", "reference": "default", "status": "ok", "kernels": 1},
         {
             **common,
@@ -354,6 +355,8 @@ def test_cuda_graph_input_copies_are_counted_apart_and_reported():
             "input_copy_time_s": 5.776e-4,
         },
     ]
+    records = [CellResult.from_dict(r) for r in flat]
+    assert records[1].device.input_copy_kernels_per_call == 13.0
     section = frameworks_section(records)
     assert "| torch | torch-inductor-cudagraphs | 14 (13 input copies, 0.578 ms) |" in section
     assert "| jax | default | 1 |" in section
@@ -373,7 +376,7 @@ def test_twins_get_the_reference_profile_from_the_xla_phase(tmp_path, monkeypatc
 
     def measure_cell(workload, variant, request, reference, cold_start=False):
         seen.append((workload.name, reference.profile, reference.compiled is not None))
-        return {"kernels": 1}
+        return {"kernels": 1, "time_median_s": 1e-3}
 
     monkeypatch.setattr(torch_measure, "measure_cell", measure_cell)
     config = parse_config(

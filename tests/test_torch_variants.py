@@ -14,6 +14,7 @@ from xlafuse.compile.jit import compile_workload
 from xlafuse.errors import XlafuseError
 from xlafuse.experiment.config import parse_config
 from xlafuse.report.torch import frameworks_section
+from xlafuse.results.records import CellResult
 
 TORCH_VARIANTS = (
     "torch-eager",
@@ -113,19 +114,24 @@ def test_xla_compile_path_refuses_a_torch_variant():
 
 
 def _record(variant, framework, **fields):
-    return {
-        "workload": "chain",
-        "size": "full",
-        "mode": "forward",
-        "dtype": "float32",
-        "overrides": {"ops": 8},
-        "variant": variant,
-        "reference": "default",
-        "framework": framework,
-        "status": "ok",
-        "framework_version": "0.11.2" if framework == "jax" else "2.11.0",
-        **fields,
-    }
+    """A GPU record from its flat keys, as a results file gives them."""
+    return CellResult.from_dict(
+        {
+            "backend": "gpu",
+            "device_kind": "NVIDIA H200",
+            "workload": "chain",
+            "size": "full",
+            "mode": "forward",
+            "dtype": "float32",
+            "overrides": {"ops": 8},
+            "variant": variant,
+            "reference": "default",
+            "framework": framework,
+            "status": "ok",
+            "framework_version": "0.11.2" if framework == "jax" else "2.11.0",
+            **fields,
+        }
+    )
 
 
 GPU_RECORDS = [

@@ -48,9 +48,9 @@ def test_traces_are_kept_under_traces_cell_and_their_path_recorded(kept):
     out, records = kept
     for variant, record in records.items():
         name = f"chain_tiny_forward_auto_ops_4_{variant}_cpu"
-        assert record.trace_path == f"traces/{name}"
+        assert record.trace.path == f"traces/{name}"
         assert trace_folder_name(record.cell_id) == name
-        files = list((out / record.trace_path).rglob("*.xplane.pb"))
+        files = list((out / record.trace.path).rglob("*.xplane.pb"))
         assert len(files) == 1 and files[0].stat().st_size > 0
     assert sorted(p.name for p in (out / "traces").iterdir()) == [
         "chain_tiny_forward_auto_ops_4_default_cpu",
@@ -61,26 +61,26 @@ def test_traces_are_kept_under_traces_cell_and_their_path_recorded(kept):
 def test_kernel_times_cover_every_kernel_of_each_cell(kept):
     _, records = kept
     for record in records.values():
-        kt = record.kernel_times
+        kt = record.trace.kernel_times
         assert kt["basis"] == "host thunks" and kt["calls"] == runner.PROFILE_CALLS
-        assert kt["kernels"] == kt["kernels_seen"] == record.kernels
-        assert kt["launches_per_call"] == record.kernels
+        assert kt["kernels"] == kt["kernels_seen"] == record.fusion.kernels
+        assert kt["launches_per_call"] == record.fusion.kernels
         assert kt["unattributed_s"] == 0 and kt["unattributed_share"] == 0.0
         assert sum(r["time_s"] for r in kt["top"]) == pytest.approx(kt["time_s"], rel=1e-9)
-    assert records["default"].kernel_diff is None
+    assert records["default"].trace.kernel_diff is None
 
 
 def test_the_other_variant_records_its_kernel_groups_timed_against_the_reference(kept):
     _, records = kept
-    diff = records["no-fusion"].kernel_diff
+    diff = records["no-fusion"].trace.kernel_diff
     assert (diff["a"], diff["b"], diff["kernels_a"], diff["kernels_b"]) == (
         "default",
         "no-fusion",
         1,
         8,
     )
-    assert diff["time_a_s"] == records["default"].kernel_times["time_s"]
-    assert diff["time_b_s"] == records["no-fusion"].kernel_times["time_s"]
+    assert diff["time_a_s"] == records["default"].trace.kernel_times["time_s"]
+    assert diff["time_b_s"] == records["no-fusion"].trace.kernel_times["time_s"]
     assert sum(g["time_a_s"] for g in diff["top"]) == pytest.approx(diff["time_a_s"], rel=1e-9)
     assert sum(g["time_b_s"] for g in diff["top"]) == pytest.approx(diff["time_b_s"], rel=1e-9)
     assert [g["n_b"] for g in diff["top"]] == [8]
@@ -114,8 +114,8 @@ def test_keep_traces_false_leaves_no_trace_but_still_records_kernel_times(tmp_pa
     runner.run_experiment(_config(tmp_path, keep=False), progress=False)
     records = load_results(tmp_path / "results.jsonl")
     assert not (tmp_path / "traces").exists()
-    assert [r.trace_path for r in records] == [None, None]
-    assert all(r.kernel_times["kernels_seen"] == r.kernels for r in records)
+    assert [r.trace.path for r in records] == [None, None]
+    assert all(r.trace.kernel_times["kernels_seen"] == r.fusion.kernels for r in records)
     assert _temporary_traces() == before
     assert "## Traces" not in (tmp_path / "report.md").read_text()
 

@@ -53,8 +53,8 @@ def test_run_compare_and_inspect_count_the_same_kernels(tmp_path, name):
     workload = models.build(name, "tiny", "train")
     row = compare_workload(workload, ["default"]).rows[0]
     inspected = inspect_target(workload=name, mode="train").report
-    assert record.kernels == row.kernels == inspected.kernels
-    assert record.modeled_bytes == row.modeled_bytes == inspected.modeled_bytes
+    assert record.fusion.kernels == row.kernels == inspected.kernels
+    assert record.fusion.modeled_bytes == row.modeled_bytes == inspected.modeled_bytes
 
 
 def test_train_state_is_donated():
@@ -85,9 +85,9 @@ def test_run_and_compare_give_one_verdict(tmp_path):
             continue
         workload = models.build(record.workload, "tiny", record.mode)
         row = compare_workload(workload, ["default", "no-fusion"]).row("no-fusion")
-        assert row.within_tolerance == record.within_tolerance
-        assert row.max_abs_diff == pytest.approx(record.max_abs_diff, rel=1e-6, abs=1e-12)
-        assert row.kernels == record.kernels
+        assert row.within_tolerance == record.numerics.within_tolerance
+        assert row.max_abs_diff == pytest.approx(record.numerics.max_abs_diff, rel=1e-6, abs=1e-12)
+        assert row.kernels == record.fusion.kernels
 
 
 def test_train_step_rule_judges_loss_gradient_and_parameters():
@@ -141,12 +141,12 @@ def test_process_flag_variant_is_measured_in_one_child_per_cell(tmp_path, monkey
     records = _run(tmp_path, [{"name": "mul_add_relu"}], ("default", "fast-math-off"))
     default, in_child = records
     assert starts["n"] == 1
-    assert in_child.kernels == default.kernels
-    assert in_child.within_tolerance is True
-    assert in_child.iters == FAST_TIMING["max_iters"]
-    assert in_child.speedup_basis == runner.UNPAIRED
+    assert in_child.fusion.kernels == default.fusion.kernels
+    assert in_child.numerics.within_tolerance is True
+    assert in_child.timing.iters == FAST_TIMING["max_iters"]
+    assert in_child.speedup.basis == runner.UNPAIRED
     # Timed in the child, not as a process start per call (which takes about a second).
-    assert in_child.time_median_s < 0.05
+    assert in_child.timing.median_s < 0.05
 
 
 def test_speedup_interval_on_known_samples():

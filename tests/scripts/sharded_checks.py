@@ -81,7 +81,8 @@ def runner_cells(out: str) -> list[dict]:
     records = run_experiment(config, progress=False)
     keys = ("cell_id", "status", "devices", "parallelism", "collectives", "logical_collectives")
     keys += ("collective_operand_bytes", "collective_counts", "within_tolerance")
-    cells = [{k: getattr(r, k) for k in keys} for r in records]
+    flat = [r.to_dict() for r in records]  # the records as the results file has them
+    cells = [{k: line[k] for k in keys} for line in flat]
     report = (Path(out) / "report.md").read_text()
     start = report.index("## Sharded programs")
     return {"cells": cells, "section": report[start : report.index("\n## ", start + 3)]}

@@ -1,116 +1,153 @@
-"""Each measured source as record fields: the one place they are flattened into a `CellResult`.
+"""Each measured source as a part of the record: the one place a source becomes a `CellResult`
+part (`xlafuse.results.parts`).
 
-A FusionReport, a CollectiveReport, XLA's cost and memory analyses, a device profile's
-communication figures, a cold-start result and the rates derived from the measured times each
-become a dict of the record's keys here; the runner only merges them.
+A built workload, a compile and XLA's analyses of it, a FusionReport, a Timing, a speedup, a
+DeviceProfile (and its communication figures), a CollectiveReport, a NumericDiff, a cold-start
+result and the run's ceilings each become one part here, mostly by same-named attributes
+(`Part.of`); the rates derived from the measured times are computed from the record's parts.
+The runner only puts the parts together.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from xlafuse.measure.calibrate import Ceilings
 from xlafuse.measure.coldstart import measure_cold_start
+from xlafuse.measure.numerics import NumericDiff
+from xlafuse.measure.profile import DeviceProfile, device_speedup_fields
+from xlafuse.measure.stats import Speedup
+from xlafuse.measure.timing import Timing
+from xlafuse.results import parts
+from xlafuse.results.records import CellResult
 
 HOST_BOUND = 1.15  # pipelined time above this x device time: the host sets the pace
 
 
-_COLD_START_KEYS = (
-    "import_s", "cold_compile_s", "warm_compile_s", "first_call_s", "steady_call_s",
-    "aot_export_s", "aot_load_s", "cache_hit", "cache_entries", "cache_speedup",
-)  # fmt: skip
+def model_part(workload: Any) -> parts.ModelRecord:
+    """num_params, items_per_call, items_unit, flops of a built workload (None: not built)."""
+    return parts.ModelRecord.of(workload)
 
 
-def cold_start_fields(workload, variant) -> dict[str, Any]:
-    """Cold/warm-cache compile and AOT load of this cell, measured in fresh processes."""
-    measured = measure_cold_start(workload, variant.resolve()).to_dict()
-    return {key: measured[key] for key in _COLD_START_KEYS}
+def ceilings_part(ceilings: Ceilings | None) -> parts.CeilingsRecord:
+    return parts.CeilingsRecord.of(ceilings)
 
 
-def report_fields(report) -> dict[str, Any]:
-    return {
-        "kernels": report.kernels,
-        "fusions": report.fusions,
-        "real_fusions": report.real_fusions,
-        "custom_calls": report.custom_calls,
-        "custom_call_targets": dict(report.custom_call_targets),
-        "kinds": dict(report.kinds),
-        "modeled_bytes": report.modeled_bytes,
-    }
-
-
-def collective_fields(report) -> dict[str, Any]:
-    return {
-        "collectives": report.count,
-        "logical_collectives": report.logical,
-        "collective_async_pairs": report.async_pairs,
-        "collective_operand_bytes": report.operand_bytes,
-        "collective_ring_bytes": report.ring_bytes,
-        "collective_counts": report.counts(),
-    }
-
-
-def comm_fields(comm: dict[str, Any] | None) -> dict[str, Any]:
-    if not comm:
-        return {}
-    return {
-        "comm_time_s": comm["comm_time_s"],
-        "comm_overlap_s": comm["overlap_s"],
-        "comm_overlap_fraction": comm["overlap_fraction"],
-        "comm_kernels_per_call": comm["comm_kernels_per_call"],
-    }
-
-
-def analysis_fields(compiled) -> dict[str, Any]:
-    fields: dict[str, Any] = {}
+def compile_part(compiled: Any) -> parts.CompileRecord:
+    """Lower and compile seconds, XLA's cost analysis and its memory analysis (argument +
+    output + temp - alias bytes)."""
     cost = compiled.cost_analysis() or {}
-    fields["cost_flops"] = cost.get("flops")
-    fields["cost_bytes_accessed"] = cost.get("bytes accessed")
+    peak = None
     memory = compiled.memory_analysis()
     if memory is not None:
-        parts = ("argument_size_in_bytes", "output_size_in_bytes", "temp_size_in_bytes")
-        total = sum(int(getattr(memory, p, 0) or 0) for p in parts)
-        fields["peak_memory_bytes"] = total - int(getattr(memory, "alias_size_in_bytes", 0) or 0)
-    return fields
+        sizes = ("argument_size_in_bytes", "output_size_in_bytes", "temp_size_in_bytes")
+        total = sum(int(getattr(memory, s, 0) or 0) for s in sizes)
+        peak = total - int(getattr(memory, "alias_size_in_bytes", 0) or 0)
+    return parts.CompileRecord.of(
+        compiled,
+        cost_flops=cost.get("flops"),
+        cost_bytes_accessed=cost.get("bytes accessed"),
+        peak_memory_bytes=peak,
+    )
 
 
-def derived_rates(
-    backend: str, ceilings: Ceilings | None, workload, fields: dict[str, Any]
-) -> dict[str, Any]:
-    """Rates from the measured times: items/s, bandwidth, % of the copy ceiling, TFLOP/s.
+def fusion_part(report: Any, missed_fusions: Any = None) -> parts.FusionRecord:
+    """The FusionReport's counts and modeled bytes (and the default program's missed fusions)."""
+    return parts.FusionRecord.of(report, missed_fusions=missed_fusions)
+
+
+def collectives_part(report: Any) -> parts.CollectivesRecord:
+    """A CollectiveReport's figures per device per step."""
+    return parts.CollectivesRecord.of(report, counts=report.counts())
+
+
+def numerics_part(diff: NumericDiff | None, reference_error: str | None) -> parts.NumericsRecord:
+    """A NumericDiff's record keys (`NumericDiff.record_fields`, as a torch cell gives them),
+    and why the reference could not be compiled again (then there is no diff)."""
+    measured = diff.record_fields() if diff is not None else {}
+    return parts.NumericsRecord.from_flat({**measured, "reference_error": reference_error})
+
+
+def timing_part(measured: Timing) -> parts.TimingRecord:
+    return parts.TimingRecord.from_flat(measured.to_dict())
+
+
+def speedup_part(
+    speedup: Speedup | None, basis: str | None = None, reference_median_s: float | None = None
+) -> parts.SpeedupRecord:
+    """The speedup over the reference with its interval, verdict and basis (empty: none)."""
+    if speedup is None:
+        return parts.SpeedupRecord()
+    return parts.SpeedupRecord(
+        vs_reference=speedup.speedup,
+        ci=speedup.ci,
+        verdict=speedup.verdict,
+        basis=basis,
+        reference_median_s=reference_median_s,
+    )
+
+
+def device_part(profile: DeviceProfile, reference: DeviceProfile | None) -> parts.DeviceRecord:
+    """Kernel time per call of a profiled cell, and its speedup over the reference's profile
+    (None for the reference itself: pass `reference=None`)."""
+    speedup = device_speedup_fields(profile, reference)
+    return parts.DeviceRecord.from_flat({**profile.to_dict(), **speedup})
+
+
+def comm_part(comm: dict[str, Any] | None) -> parts.CommRecord:
+    """A device profile's communication figures (`CommProfile.to_dict()`); empty without."""
+    if not comm:
+        return parts.CommRecord()
+    return parts.CommRecord(
+        time_s=comm["comm_time_s"],
+        overlap_s=comm["overlap_s"],
+        overlap_fraction=comm["overlap_fraction"],
+        kernels_per_call=comm["comm_kernels_per_call"],
+    )
+
+
+def cold_start_part(workload: Any, variant: Any) -> parts.ColdStartRecord:
+    """Cold/warm-cache compile and AOT load of this cell, measured in fresh processes."""
+    return parts.ColdStartRecord.of(measure_cold_start(workload, variant.resolve()))
+
+
+def with_rates(record: CellResult, backend: str) -> CellResult:
+    """The record with its `rates` part: items/s, bandwidth, % of the copy ceiling, TFLOP/s.
 
     A cell is `host_bound` when its pipelined time per call exceeds HOST_BOUND x its device
     time: the host (Python, dispatch), not the GPU, sets its pace, so its wall-clock speedups
     measure the host.
     """
-    wall = fields["time_median_s"]
-    basis, seconds = rate_basis(backend, fields)
-    derived: dict[str, Any] = {
-        "items_per_s": workload.items_per_call / wall if wall else None,
-        "rate_basis": basis,
+    wall, model = record.timing.median_s, record.model
+    basis, seconds = rate_basis(backend, record)
+    rates: dict[str, Any] = {
+        "items_per_s": model.items_per_call / wall if wall else None,
+        "basis": basis,
     }
-    if fields.get("modeled_bytes") and seconds:
-        derived["achieved_bytes_per_s"] = fields["modeled_bytes"] / seconds
-        if ceilings is not None:
-            ceiling = ceilings.copy_bytes_per_s
-            derived["pct_of_copy_ceiling"] = 100.0 * derived["achieved_bytes_per_s"] / ceiling
-    if workload.flops and seconds:
-        derived["tflops"] = workload.flops / seconds / 1e12
-    device, pipelined = fields.get("device_time_s"), fields.get("pipelined_s_per_call")
+    modeled = record.fusion.modeled_bytes
+    if modeled and seconds:
+        rates["achieved_bytes_per_s"] = modeled / seconds
+        ceiling = record.ceilings.copy_bytes_per_s
+        if ceiling is not None:
+            rates["pct_of_copy_ceiling"] = 100.0 * rates["achieved_bytes_per_s"] / ceiling
+    if model.flops and seconds:
+        rates["tflops"] = model.flops / seconds / 1e12
+    device, pipelined = record.device.time_s, record.timing.pipelined_s_per_call
     if device and pipelined:
-        derived["host_bound"] = pipelined > HOST_BOUND * device
-    return derived
+        rates["host_bound"] = pipelined > HOST_BOUND * device
+    return dataclasses.replace(record, rates=parts.RatesRecord(**rates))
 
 
-def rate_basis(backend: str, fields: dict[str, Any]) -> tuple[str, float | None]:
-    """The time that bandwidth and FLOP/s divide by, and its name.
+def rate_basis(backend: str, record: CellResult) -> tuple[str, float | None]:
+    """The time that bandwidth and FLOP/s divide by, and its flat key.
 
     Device time (profiled kernels) excludes dispatch; without it, on a GPU the pipelined time per
     call hides most of the launch and sync latency that a synchronized call adds to a short
     kernel. On a CPU the synchronized wall-clock median is used.
     """
-    if fields.get("device_time_s"):
-        return "device_time_s", fields["device_time_s"]
-    if backend == "gpu" and fields.get("pipelined_s_per_call"):
-        return "pipelined_s_per_call", fields["pipelined_s_per_call"]
-    return "time_median_s", fields.get("time_median_s")
+    if record.device.time_s:
+        return "device_time_s", record.device.time_s
+    if backend == "gpu" and record.timing.pipelined_s_per_call:
+        return "pipelined_s_per_call", record.timing.pipelined_s_per_call
+    return "time_median_s", record.timing.median_s

@@ -5,7 +5,9 @@ differences have something to compare with): compile under the variant, read the
 XLA's cost and memory analyses, run once for the outputs, compare them with the reference's,
 time the calls, trace them if asked (the trace kept in `traces/<cell>/`, every kernel's time
 joined to its HLO kernel, and each other variant's kernel groups timed against the reference's:
-`_kernel_fields`), derive rates, and append the record at once.
+`_kernel_fields`), derive rates, and append the record at once. Each source becomes one part of
+the record (`xlafuse.experiment.fields`); a torch cell's flat keys are unflattened into the same
+parts (`xlafuse.results.records.unflatten`).
 
 A cell that raises (an out-of-memory, a compile error, XLA rejecting an option) becomes a record
 with status "error" and the sweep goes on. Re-running a config skips the cells already recorded
@@ -34,13 +36,13 @@ from xlafuse.inspect.explain import missed_fusions
 from xlafuse.measure import cell_kernels, timing
 from xlafuse.measure.calibrate import Ceilings, calibrate
 from xlafuse.measure.numerics import host_outputs, judge_workload
-from xlafuse.measure.profile import DeviceProfile, device_speedup_fields, profile_device_time
+from xlafuse.measure.profile import DeviceProfile, profile_device_time
 from xlafuse.measure.stats import speedup_interval
 from xlafuse.measure.timing import PAIRED, UNPAIRED
 from xlafuse.models.sharding import check_device_count
 from xlafuse.report.lines import cell_line
 from xlafuse.report.markdown import write_report
-from xlafuse.results import records
+from xlafuse.results import parts, records
 from xlafuse.results import settings as results_settings
 from xlafuse.results.records import CellResult, append_result, cell_id
 
@@ -303,7 +305,7 @@ def _cell(run: _Run, w, variant: VariantConfig, workload, reference: _Reference)
         if trace_dir is not None and not run.config.measure.keep_traces:
             shutil.rmtree(trace_dir, ignore_errors=True)
     fields["wall_s"] = time.perf_counter() - start
-    return _record(run, w, variant, workload, "ok", fields)
+    return fields_lib.with_rates(_record(run, w, variant, workload, "ok", fields), run.backend)
 
 
 def _measure_request(run: _Run, workload, trace_dir: Path | None = None) -> MeasureRequest:
@@ -322,59 +324,49 @@ def _first_outputs(compiled, workload):
 
 def _measure(
     run: _Run, variant: VariantConfig, workload, reference: _Reference, trace_dir=None
-) -> dict:
+) -> dict[str, Any]:
+    """The cell's measured parts, by CellResult field name (`fields_lib` makes each)."""
     resolved = variant.resolve()
     if resolved.framework == "torch":  # the workload's PyTorch twin (xlafuse.torch)
         from xlafuse.torch.measure import measure_cell  # deferred: torch is an optional extra
 
         request = _measure_request(run, workload)
-        fields = measure_cell(workload, resolved, request, reference, run.config.measure.cold_start)
-        fields.update(fields_lib.derived_rates(run.backend, run.ceilings, workload, fields))
-        return fields
+        flat = measure_cell(workload, resolved, request, reference, run.config.measure.cold_start)
+        measured, unknown = records.unflatten(flat)
+        if unknown:
+            raise ValueError(f"torch cell fields that no record part holds: {sorted(unknown)}")
+        return measured
     is_reference = variant.name == run.config.reference
     request = _measure_request(run, workload, trace_dir)
     compiled = compile_workload(workload, resolved, request)
-    fields = {"lower_s": compiled.lower_s, "compile_s": compiled.compile_s}
-    fields.update(fields_lib.report_fields(compiled.report))
+    measured: dict[str, Any] = {"compile": fields_lib.compile_part(compiled)}
     if workload.devices > 1:
-        fields.update(fields_lib.collective_fields(compiled.collectives))
-    fields.update(fields_lib.analysis_fields(compiled))
+        measured["collectives"] = fields_lib.collectives_part(compiled.collectives)
     outputs = _first_outputs(compiled, workload)
+    diff = None
     if is_reference:
         reference.compiled, reference.outputs = compiled, outputs
     elif reference.outputs is not None:
-        fields.update(judge_workload(workload, reference.outputs, outputs).record_fields())
-    if reference.error:
-        fields["reference_error"] = reference.error
-    measured, speedup, profile = _time(run, compiled, workload, reference, is_reference, request)
-    fields.update(measured.to_dict())
+        diff = judge_workload(workload, reference.outputs, outputs)
+    measured["numerics"] = fields_lib.numerics_part(diff, reference.error)
+    timed, speedup, profile = _time(run, compiled, workload, reference, is_reference, request)
+    measured["timing"] = fields_lib.timing_part(timed)
     if is_reference:
-        reference.timing, reference.profile = measured, profile
-    if speedup is not None:
-        result, basis, reference_median = speedup
-        fields.update(
-            reference_time_median_s=reference_median,
-            speedup_vs_reference=result.speedup,
-            speedup_ci=list(result.ci),
-            speedup_verdict=result.verdict,
-            speedup_basis=basis,
-        )
+        reference.timing, reference.profile = timed, profile
+        measured["speedup"] = parts.SpeedupRecord(vs_reference=1.0)
+    elif speedup is not None:
+        measured["speedup"] = fields_lib.speedup_part(*speedup)
     if profile is not None:
-        fields["device_time_s"] = profile.device_time_s
-        fields["device_kernels_per_call"] = profile.device_kernels_per_call
-        fields["top_kernels"] = [list(k) for k in profile.top_kernels]
-        fields.update(fields_lib.comm_fields(profile.comm))
-        if not is_reference:
-            fields.update(device_speedup_fields(profile, reference.profile))
-    fields.update(_kernel_fields(run, compiled, workload, trace_dir, reference, variant.name))
+        own_reference = None if is_reference else reference.profile
+        measured["device"] = fields_lib.device_part(profile, own_reference)
+        measured["comm"] = fields_lib.comm_part(profile.comm)
+    kernels = _kernel_fields(run, compiled, workload, trace_dir, reference, variant.name)
+    measured["trace"] = parts.TraceRecord.from_flat(kernels)
     if run.config.measure.cold_start:
-        fields.update(fields_lib.cold_start_fields(workload, variant))
-    if variant.name == MISSED_FUSIONS_VARIANT:
-        fields["missed_fusions"] = _missed_fusions(workload, compiled)
-    fields.update(fields_lib.derived_rates(run.backend, run.ceilings, workload, fields))
-    if is_reference:
-        fields["speedup_vs_reference"] = 1.0
-    return fields
+        measured["cold_start"] = fields_lib.cold_start_part(workload, variant)
+    missed = _missed_fusions(workload, compiled) if variant.name == MISSED_FUSIONS_VARIANT else None
+    measured["fusion"] = fields_lib.fusion_part(compiled.report, missed)
+    return measured
 
 
 def _time(run: _Run, compiled, workload, reference: _Reference, is_reference: bool, request):
@@ -458,7 +450,6 @@ def _kernel_fields(run: _Run, compiled, workload, trace_dir, reference, variant:
 
 
 def _identity(run: _Run, w: WorkloadConfig, variant: VariantConfig, workload) -> dict[str, Any]:
-    ceilings = run.ceilings
     return {
         "workload": w.name,
         "size": w.size,
@@ -476,13 +467,8 @@ def _identity(run: _Run, w: WorkloadConfig, variant: VariantConfig, workload) ->
         "device_kind": run.device_kind,
         "cell_id": _cell_id(w, variant.name, run.backend),
         "experiment": run.config.name,
-        "num_params": getattr(workload, "num_params", None),
-        "items_per_call": getattr(workload, "items_per_call", None),
-        "items_unit": getattr(workload, "items_unit", None),
-        "flops": getattr(workload, "flops", None),
-        "copy_ceiling_bytes_per_s": ceilings.copy_bytes_per_s if ceilings else None,
-        "copy_ceiling_basis": ceilings.copy_basis if ceilings else None,
-        "matmul_ceiling_flops_per_s": ceilings.matmul_flops_per_s if ceilings else None,
+        "model": fields_lib.model_part(workload),
+        "ceilings": fields_lib.ceilings_part(run.ceilings),
         "env": run.env,
         "settings": results_settings.cell_settings(run.settings, variant),
     }

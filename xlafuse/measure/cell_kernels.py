@@ -2,7 +2,8 @@
 
 Per profiled cell the runner gets a trace folder (`new_trace_dir`: `traces/<cell>/` of the
 results folder, or a temporary one when `measure.keep_traces` is false) and, after the cell is
-traced, asks `kernel_fields` for the record's `trace_path`, `kernel_times` (every kernel joined
+traced, asks `kernel_fields` for the record's `trace_path`, `kernel_times` (its `trace` part, as
+flat keys; every kernel joined
 to its HLO kernel, `xlafuse.measure.kernels`; totals and the top kernels kept) and, for a
 variant other than the reference, `kernel_diff` (the reference vs this variant, kernel group by
 kernel group with measured times, `xlafuse.measure.kernel_diff`). The diff is computed here,

@@ -93,7 +93,7 @@ def time_groups(
 def kernel_diff_record(
     diff: FusionDiff, times_a: KernelTimes, times_b: KernelTimes, top: int = TOP
 ) -> dict[str, Any]:
-    """The compact record of A vs B (`CellResult.kernel_diff`): totals and the top savings."""
+    """The compact record of A vs B (`CellResult.trace.kernel_diff`): totals and the top savings."""
     timed = time_groups(diff, times_a.times_by_kernel(), times_b.times_by_kernel())
     return {
         "schema": SCHEMA,

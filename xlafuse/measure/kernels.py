@@ -137,7 +137,7 @@ class KernelTimes:
         return {k.name: k.time_s for k in self.kernels}
 
     def summary(self, top: int = TOP) -> dict[str, Any]:
-        """The compact record of a cell (`CellResult.kernel_times`): totals and the top kernels."""
+        """The compact record of a cell (`CellResult.trace.kernel_times`): totals and the top kernels."""
         return {
             "schema": SCHEMA,
             "basis": self.basis,

@@ -79,7 +79,8 @@ class NumericDiff:
         return dataclasses.asdict(self)
 
     def record_fields(self) -> dict[str, Any]:
-        """The fields a results record keeps of this diff (`CellResult`)."""
+        """The flat record keys of this diff (`CellResult.numerics` on disk); XLA and torch cells
+        both give their numerics this way."""
         return {
             "max_abs_diff": self.max_abs_diff,
             "max_rel_diff": self.max_rel_diff,

@@ -1,18 +1,20 @@
 """Report sections for the cold-start and graph-capture studies (markdown, optional PNG).
 
-Both take records as dicts (or objects with `to_dict()`): runner cells that carry the cold-start
-fields (`cold_compile_s`, `warm_compile_s`, `first_call_s`, `steady_call_s`, `aot_load_s`) or the
-`ColdStartResult.to_dict()` of `xlafuse.measure.coldstart`; the graphs table is made of runner
-cells of the GRAPH_FLAGS variants (`configs/graphs.toml`). Records without those fields are ignored.
+Both read runner records (`CellResult`): the cold-start table those whose `cold_start` part was
+measured (`measure.cold_start`, or a torch variant's warm compile), the graphs table the cells of
+the GRAPH_FLAGS variants (`configs/graphs.toml`). Other records are ignored. `coldstart_text` is
+the text of `xlafuse coldstart` (a `ColdStartResult` of `xlafuse.measure.coldstart`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from xlafuse.models.workload import workload_label
+from xlafuse.report.lines import cell_label
+from xlafuse.results.records import CellResult
 
 COLD_FIELDS = ("cold_compile_s", "warm_compile_s", "first_call_s", "steady_call_s", "aot_load_s")
 _COLD_COLUMNS = (
@@ -44,16 +46,16 @@ _GRAPH_COLUMNS = (
 )
 
 
-def coldstart_section(records: Iterable[Any]) -> str:
+def coldstart_section(records: Iterable[CellResult]) -> str:
     """Markdown section: compile time vs steady time and the persistent-cache speedup.
 
     Args:
-      records: result records; those without cold-start fields are skipped.
+      records: result records; those without cold-start figures (COLD_FIELDS) are skipped.
 
     Returns:
-      The section ("" when no record has cold-start fields).
+      The section ("" when no record has cold-start figures).
     """
-    rows = [r for r in map(_as_dict, records) if _has_cold_fields(r)]
+    rows = [r for r in records if _has_cold_fields(r)]
     if not rows:
         return ""
     lines = [
@@ -70,39 +72,38 @@ def coldstart_section(records: Iterable[Any]) -> str:
     return "\n".join([*lines, ""])
 
 
-def graphs_section(records: Iterable[Any]) -> str:
+def graphs_section(records: Iterable[CellResult]) -> str:
     """Markdown section: per-call latency with CUDA graphs on/off x fusion on/off.
 
     Args:
-      records: `GraphsResult.to_records()` (or runner cells of the graph variants).
+      records: result records; the cells of the GRAPH_FLAGS variants of workloads timed with
+        graphs off as well as on make the table.
 
     Returns:
-      The section; on a CPU the skip note; "" when no record belongs to the study.
+      The section; "" when no record belongs to the study.
     """
-    rows = _graph_rows([_as_dict(r) for r in records])
-    if not rows:
+    pairs = _graph_pairs(records)
+    if not pairs:
         return ""
-    lines = ["## Graph capture (CUDA graphs)", ""]
-    skipped = [r["skipped"] for r in rows if r.get("skipped")]
-    if skipped:
-        return "\n".join([*lines, f"_{skipped[0]}_ (backend {rows[0].get('backend')}).", ""])
-    lines += [
+    lines = [
+        "## Graph capture (CUDA graphs)",
+        "",
         "Synchronized per-call latency on dispatch-bound workloads; graphs gain = off / on.",
         "",
         "| " + " | ".join(_GRAPH_COLUMNS) + " |",
         "|" + "---|" * len(_GRAPH_COLUMNS),
     ]
-    for (workload, fusion), pair in _graph_pairs(rows).items():
+    for (workload, fusion), pair in pairs.items():
         on, off = pair.get(True), pair.get(False)
-        gain = _ratio(off and off["time_median_s"], on and on["time_median_s"])
+        gain = _ratio(off and off.timing.median_s, on and on.timing.median_s)
         cells = [workload, "on" if fusion else "off", _latency(on), _latency(off), gain]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join([*lines, ""])
 
 
-def coldstart_plot(records: Iterable[Any], path: str | Path) -> bool:
+def coldstart_plot(records: Iterable[CellResult], path: str | Path) -> bool:
     """Bar chart of cold vs warm compile seconds (log scale); False when nothing to plot."""
-    rows = [r for r in map(_as_dict, records) if r.get("warm_compile_s") is not None]
+    rows = [r for r in records if r.cold_start.warm_compile_s is not None]
     if not rows:
         return False
     # deferred: matplotlib is heavy to import and only plots need it
@@ -112,18 +113,18 @@ def coldstart_plot(records: Iterable[Any], path: str | Path) -> bool:
     # deferred: matplotlib is heavy to import and only plots need it
     import matplotlib.pyplot as plt
 
-    labels = [f"{record_label(r)}\n{r.get('variant')}" for r in rows]
+    labels = [f"{cell_label(r)}\n{r.variant}" for r in rows]
     xs = range(len(rows))
     fig, ax = plt.subplots(figsize=(max(8, 1.6 * len(rows) + 3), 4))
     ax.bar(
         [x - 0.2 for x in xs],
-        [r.get("cold_compile_s") or 0 for r in rows],
+        [r.cold_start.cold_compile_s or 0 for r in rows],
         0.4,
         label="cold (empty cache, new process)",
     )
     ax.bar(
         [x + 0.2 for x in xs],
-        [r["warm_compile_s"] for r in rows],
+        [r.cold_start.warm_compile_s for r in rows],
         0.4,
         label="warm (filled cache, new process)",
     )
@@ -131,8 +132,7 @@ def coldstart_plot(records: Iterable[Any], path: str | Path) -> bool:
     ax.set_ylabel("compile time (s, log scale)")
     ax.set_xlabel("workload / size / mode, variant")
     ax.set_xticks(list(xs), labels, fontsize=7)
-    backend = rows[0].get("backend", "")
-    ax.set_title(f"Compile time, empty vs filled persistent cache ({backend})", fontsize=10)
+    ax.set_title(f"Compile time, empty vs filled persistent cache ({rows[0].backend})", fontsize=10)
     for bars in ax.containers:
         ax.bar_label(bars, fmt="%.3g s", fontsize=7)
     ax.legend(title="compile", fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
@@ -142,18 +142,12 @@ def coldstart_plot(records: Iterable[Any], path: str | Path) -> bool:
     return True
 
 
-def _as_dict(record: Any) -> dict[str, Any]:
-    if isinstance(record, Mapping):
-        return dict(record)
-    return dict(record.to_dict())
-
-
-def _has_cold_fields(record: Mapping[str, Any]) -> bool:
-    return any(record.get(k) is not None for k in COLD_FIELDS)
+def _has_cold_fields(record: CellResult) -> bool:
+    return any(getattr(record.cold_start, k) is not None for k in COLD_FIELDS)
 
 
 def record_label(record: Mapping[str, Any]) -> str:
-    """The workload label of a record dict (a runner cell, or a cold-start result's nested spec)."""
+    """The workload label of a cold-start result's dict (its workload: a nested spec)."""
     workload = record.get("workload")
     if isinstance(workload, Mapping):
         record = {**record, **workload, "workload": workload.get("name")}
@@ -161,49 +155,41 @@ def record_label(record: Mapping[str, Any]) -> str:
     return workload_label(record.get("workload"), size, mode, record.get("overrides"))
 
 
-def _cold_row(r: Mapping[str, Any]) -> list[str]:
-    cold, warm, steady = r.get("cold_compile_s"), r.get("warm_compile_s"), r.get("steady_call_s")
-    hit = r.get("cache_hit")
+def _cold_row(r: CellResult) -> list[str]:
+    c = r.cold_start
+    cold, warm, steady = c.cold_compile_s, c.warm_compile_s, c.steady_call_s
     return [
-        record_label(r),
-        str(r.get("variant", "")),
+        cell_label(r),
+        r.variant,
         _fmt(cold, ".3f"),
         _fmt(warm, ".3f"),
         _ratio(cold, warm),
-        _fmt(r.get("aot_load_s"), ".3f"),
-        _fmt(r.get("first_call_s"), ".3f"),
+        _fmt(c.aot_load_s, ".3f"),
+        _fmt(c.first_call_s, ".3f"),
         _fmt(steady and steady * 1e3, ".3f"),
         _fmt(cold / steady if cold and steady else None, ",.0f"),
-        "-" if hit is None else ("yes" if hit else "NO"),
+        "-" if c.cache_hit is None else ("yes" if c.cache_hit else "NO"),
     ]
 
 
-def _graph_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Runner cells of the workloads that were timed with graphs off as well as on."""
-    rows = []
-    cells = [
-        r for r in records if r.get("variant") in GRAPH_FLAGS and r.get("time_median_s") is not None
-    ]
-    with_off = {record_label(r) for r in cells if not GRAPH_FLAGS[r["variant"]][0]}
+def _graph_pairs(records: Iterable[CellResult]) -> dict[tuple[str, bool], dict[bool, CellResult]]:
+    """(workload label, fusion on) -> graphs on/off -> its cell, for the workloads that were
+    timed with graphs off as well as on."""
+    cells = [r for r in records if r.variant in GRAPH_FLAGS and r.timing.median_s is not None]
+    with_off = {cell_label(r) for r in cells if not GRAPH_FLAGS[r.variant][0]}
+    pairs: dict[tuple[str, bool], dict[bool, CellResult]] = {}
     for r in cells:
-        if record_label(r) in with_off:
-            graphs, fusion = GRAPH_FLAGS[r["variant"]]
-            rows.append({**r, "workload": record_label(r), "graphs": graphs, "fusion": fusion})
-    return rows
-
-
-def _graph_pairs(rows: Sequence[Mapping[str, Any]]) -> dict[tuple[str, bool], dict[bool, Any]]:
-    pairs: dict[tuple[str, bool], dict[bool, Any]] = {}
-    for r in rows:
-        pairs.setdefault((r["workload"], bool(r["fusion"])), {})[bool(r["graphs"])] = r
+        if cell_label(r) in with_off:
+            graphs, fusion = GRAPH_FLAGS[r.variant]
+            pairs.setdefault((cell_label(r), fusion), {})[graphs] = r
     return pairs
 
 
-def _latency(r: Mapping[str, Any] | None) -> str:
+def _latency(r: CellResult | None) -> str:
     if not r:
         return "-"
-    us = [r[k] * 1e6 for k in ("time_median_s", "time_p10_s", "time_p90_s")]
-    return f"{us[0]:.1f} ({us[1]:.1f}-{us[2]:.1f})"
+    t = r.timing
+    return f"{t.median_s * 1e6:.1f} ({t.p10_s * 1e6:.1f}-{t.p90_s * 1e6:.1f})"
 
 
 def _ratio(a: float | None, b: float | None) -> str:

@@ -1,6 +1,6 @@
 """Report sections of traced cells: where the traces are, each kernel's time, time saved by fusion.
 
-Reads only the records (`trace_path`, `kernel_times`, `kernel_diff`; see
+Reads only the records (their `trace` part: path, kernel_times, kernel_diff; see
 `xlafuse.measure.cell_kernels`): no HLO, no recompilation. Also the per-kernel roofline plot of
 one cell and the text of `xlafuse diff --measure`.
 """
@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from xlafuse.errors import XlafuseError
-from xlafuse.report.coldstart import record_label
+from xlafuse.report.lines import cell_label
+from xlafuse.results.records import CellResult
 
 KERNEL_ROOFLINE_PNG = "kernel_roofline.png"
 DETAIL_ROWS = 10
@@ -24,12 +25,12 @@ CPU_NOTE = (
 )
 
 
-def traces_section(records: Sequence[Any]) -> list[str]:
+def traces_section(records: Sequence[CellResult]) -> list[str]:
     """How to open the kept traces (empty when no record kept one)."""
-    kept = [r for r in records if getattr(r, "trace_path", None)]
+    kept = [r for r in records if r.trace.path]
     if not kept:
         return []
-    example = kept[0].trace_path
+    example = kept[0].trace.path
     return [
         "## Traces",
         "",
@@ -42,31 +43,31 @@ def traces_section(records: Sequence[Any]) -> list[str]:
     ]
 
 
-def kernel_sections(group: Sequence[Any]) -> list[str]:
+def kernel_sections(group: Sequence[CellResult]) -> list[str]:
     """One workload's traced kernels: totals per cell, top kernels, top fusions by time saved."""
-    traced = [r for r in group if getattr(r, "kernel_times", None)]
+    traced = [r for r in group if r.trace.kernel_times]
     if not traced:
         return []
     lines = ["### Kernel times (traced, each joined to its HLO kernel)", ""]
     lines += _totals_table(traced)
-    if any(r.kernel_times.get("basis") == "host thunks" for r in traced):
+    if any(r.trace.kernel_times.get("basis") == "host thunks" for r in traced):
         lines += ["", f"_{CPU_NOTE}_"]
     for r in traced:
         lines += ["", f"<details><summary>{r.variant}: top kernels by time</summary>", ""]
-        lines += top_kernels_table(r.kernel_times)
+        lines += top_kernels_table(r.trace.kernel_times)
         lines += ["", "</details>"]
     for r in group:
-        diff = getattr(r, "kernel_diff", None)
+        diff = r.trace.kernel_diff
         if diff:
             lines += ["", *savings_section(diff)]
     return [*lines, ""]
 
 
-def _totals_table(traced: Sequence[Any]) -> list[str]:
+def _totals_table(traced: Sequence[CellResult]) -> list[str]:
     head = "| variant | basis | µs/call | kernels seen | launches/call | unattributed | longest |"
     lines = [head, "|" + "---|" * 7]
     for r in traced:
-        kt = r.kernel_times
+        kt = r.trace.kernel_times
         top = kt.get("top") or [{}]
         lines.append(
             f"| {r.variant} | {kt['basis']} | {kt['time_s'] * 1e6:.4g} | "
@@ -143,22 +144,22 @@ def _us(seconds: float) -> str:
     return f"{seconds * 1e6:.4g} µs"
 
 
-def cell_name(record: Any) -> str:
+def cell_name(record: CellResult) -> str:
     """`chain[ops=4]/tiny/forward@no-fusion`: what `--roofline-cell` accepts (or the cell_id)."""
-    return f"{record_label(record.to_dict())}@{record.variant}"
+    return f"{cell_label(record)}@{record.variant}"
 
 
-def choose_roofline_cell(records: Sequence[Any], wanted: str | None) -> Any | None:
+def choose_roofline_cell(records: Sequence[CellResult], wanted: str | None) -> CellResult | None:
     """The cell of the per-kernel roofline: `wanted` (a cell_id or `label@variant`), else the
     traced reference cell with the longest time per call; None when no cell was traced.
 
     Raises:
       XlafuseError: `wanted` names no traced cell (the message lists them).
     """
-    traced = [r for r in records if getattr(r, "kernel_times", None)]
+    traced = [r for r in records if r.trace.kernel_times]
     if wanted is None:
         ref = [r for r in traced if r.variant == r.reference] or traced
-        return max(ref, key=lambda r: r.kernel_times["time_s"], default=None)
+        return max(ref, key=lambda r: r.trace.kernel_times["time_s"], default=None)
     for r in traced:
         if wanted in (r.cell_id, cell_name(r)):
             return r
@@ -166,14 +167,14 @@ def choose_roofline_cell(records: Sequence[Any], wanted: str | None) -> Any | No
     raise XlafuseError(f"--roofline-cell {wanted!r} is no traced cell; traced cells: {names}")
 
 
-def plot_kernel_roofline(record: Any, path: Path) -> bool:
+def plot_kernel_roofline(record: CellResult, path: Path) -> bool:
     """Per-kernel bandwidth roofline of one cell: each top kernel's modeled bytes against its
     achieved bandwidth, under the measured copy ceiling (no per-kernel FLOP count exists: the
     HLO model counts bytes, so this is the memory side of the roofline)."""
     # deferred: matplotlib is heavy to import and only plots need it
     import matplotlib.pyplot as plt
 
-    kt = record.kernel_times
+    kt = record.trace.kernel_times
     rows = [k for k in kt.get("top", []) if k["achieved_bytes_per_s"] and k["modeled_bytes"]]
     if not rows:
         return False
@@ -190,7 +191,7 @@ def plot_kernel_roofline(record: Any, path: Path) -> bool:
     for k in rows:
         ax.annotate(k["name"], (k["modeled_bytes"], k["achieved_bytes_per_s"] / 1e9),
                     fontsize=6, xytext=(4, 3), textcoords="offset points")  # fmt: skip
-    ceiling = kt.get("copy_ceiling_bytes_per_s") or record.copy_ceiling_bytes_per_s
+    ceiling = kt.get("copy_ceiling_bytes_per_s") or record.ceilings.copy_bytes_per_s
     if ceiling and kt.get("basis") != "host thunks":
         ax.axhline(ceiling / 1e9, color="black", linestyle="--", linewidth=1,
                    label=f"copy ceiling {ceiling / 1e9:.4g} GB/s (measured)")  # fmt: skip

@@ -1,4 +1,5 @@
-"""One-line summaries of a record: the runner's progress line per cell, a speedup with its verdict."""
+"""One-line summaries of a record: its label, the runner's progress line per cell, a speedup with its
+verdict."""
 
 from __future__ import annotations
 
@@ -13,26 +14,34 @@ def speedup_text(speedup: float | None, verdict: str | None) -> str:
     return f"{speedup:.2f}x" + (f" ({verdict})" if verdict else "")
 
 
+def cell_label(record: CellResult) -> str:
+    """`chain[ops=16]/tiny/forward`: the overrides stay, they tell two chains apart."""
+    return workload_label(record.workload, record.size, record.mode, record.overrides)
+
+
 def cell_line(record: CellResult, reference: CellResult | None = None) -> str:
     """One concise line per cell: `mlp/tiny/forward  no-fusion  kernels 9 (+5)  0.12 ms  0.61x  ok`."""
     mesh = f"{record.parallelism}{record.devices}" if record.devices > 1 else None
     name = workload_label(record.workload, record.size, record.mode, record.overrides, mesh=mesh)
     if not record.ok:
         return f"{name}  {record.variant}  ERROR {record.error_type}: {record.error}"
-    kernels = f"kernels {record.kernels}"
-    if reference is not None and reference.kernels is not None and record.kernels is not None:
-        kernels += f" ({record.kernels - reference.kernels:+d})"
-    parts = [name, record.variant, kernels, f"{record.time_median_s * 1e3:.3g} ms"]
-    if record.collectives is not None:
-        parts.append(f"collectives {record.collectives} ({record.logical_collectives} logical)")
-    if record.variant != record.reference and record.speedup_vs_reference is not None:
-        parts.append(speedup_text(record.speedup_vs_reference, record.speedup_verdict))
-    if record.device_speedup is not None:
-        device = speedup_text(record.device_speedup, record.device_speedup_verdict)
+    kernels = f"kernels {record.fusion.kernels}"
+    ref_kernels = reference.fusion.kernels if reference is not None else None
+    if ref_kernels is not None and record.fusion.kernels is not None:
+        kernels += f" ({record.fusion.kernels - ref_kernels:+d})"
+    parts = [name, record.variant, kernels, f"{record.timing.median_s * 1e3:.3g} ms"]
+    collectives = record.collectives
+    if collectives.count is not None:
+        parts.append(f"collectives {collectives.count} ({collectives.logical} logical)")
+    speedup = record.speedup
+    if record.variant != record.reference and speedup.vs_reference is not None:
+        parts.append(speedup_text(speedup.vs_reference, speedup.verdict))
+    if record.device.speedup is not None:
+        device = speedup_text(record.device.speedup, record.device.speedup_verdict)
         parts.append(f"device {device}")
-    if record.host_bound:
+    if record.rates.host_bound:
         parts.append("HOST-BOUND")
-    if record.within_tolerance is False:
-        parts.append(f"numerics FLAGGED (max abs diff {record.max_abs_diff:.2g})")
+    if record.numerics.within_tolerance is False:
+        parts.append(f"numerics FLAGGED (max abs diff {record.numerics.max_abs_diff:.2g})")
     parts.append("ok")
     return "  ".join(parts)

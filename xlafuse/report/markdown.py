@@ -18,7 +18,6 @@ from xlafuse.report.coldstart import (
     coldstart_plot,
     coldstart_section,
     graphs_section,
-    record_label,
 )
 from xlafuse.report.explain_text import missed_fusions_markdown
 from xlafuse.report.kernels import (
@@ -28,7 +27,7 @@ from xlafuse.report.kernels import (
     plot_kernel_roofline,
     traces_section,
 )
-from xlafuse.report.lines import speedup_text
+from xlafuse.report.lines import cell_label, speedup_text
 from xlafuse.report.sharded import sharded_section
 from xlafuse.report.torch import FRAMEWORKS_PNG, frameworks_plot, frameworks_section
 from xlafuse.results.records import CellResult, latest_per_cell, read_results
@@ -91,7 +90,7 @@ def render_markdown(
         lines += ["## Plots", ""] + [f"![{p}]({p})" for p in plots] + [""]
         above = roofline_points_above([r for r in records if r.ok])
         if ROOFLINE_PNG in plots and above:
-            names = ", ".join(f"{_label(r)} {r.variant}" for r in above)
+            names = ", ".join(f"{cell_label(r)} {r.variant}" for r in above)
             lines += [f"Roofline: {_above_note(len(above))} ({names})", ""]
     return "\n".join(lines)
 
@@ -112,11 +111,11 @@ def _kernel_plot(records: Sequence[CellResult], out_dir: Path, wanted: str | Non
 
 def _study_sections(records: Sequence[CellResult]) -> list[str]:
     """Cold start, CUDA graphs, XLA beside PyTorch: each only where its cells exist."""
-    dicts = [r.to_dict() for r in records if r.ok]
-    graphs = graphs_section(dicts)
-    if not graphs and dicts and all(r["backend"] == "cpu" for r in dicts):
+    ok = [r for r in records if r.ok]
+    graphs = graphs_section(ok)
+    if not graphs and ok and all(r.backend == "cpu" for r in ok):
         graphs = f"## Graph capture (CUDA graphs)\n\n_{GRAPHS_SKIPPED}_\n"
-    sections = (coldstart_section(dicts), graphs, frameworks_section(dicts))
+    sections = (coldstart_section(ok), graphs, frameworks_section(ok))
     return [s for s in sections if s]
 
 
@@ -131,15 +130,15 @@ def _environment(records: Sequence[CellResult]) -> list[str]:
 
 
 def _ceilings(records: Sequence[CellResult]) -> list[str]:
-    record = next((r for r in records if r.copy_ceiling_bytes_per_s), None)
+    record = next((r for r in records if r.ceilings.copy_bytes_per_s), None)
     if record is None:
         return []
     rows = [
-        f"- copy bandwidth: {record.copy_ceiling_bytes_per_s / 1e9:.1f} GB/s (x + 1, read + write"
-        + (f", per {record.copy_ceiling_basis})" if record.copy_ceiling_basis else ")")
+        f"- copy bandwidth: {record.ceilings.copy_bytes_per_s / 1e9:.1f} GB/s (x + 1, read + write"
+        + (f", per {record.ceilings.copy_basis})" if record.ceilings.copy_basis else ")")
     ]
-    if record.matmul_ceiling_flops_per_s:
-        rows.append(f"- matmul: {record.matmul_ceiling_flops_per_s / 1e12:.3f} TFLOP/s")
+    if record.ceilings.matmul_flops_per_s:
+        rows.append(f"- matmul: {record.ceilings.matmul_flops_per_s / 1e12:.3f} TFLOP/s")
     note = (
         "Modeled bytes assume every kernel reads its inputs from and writes its outputs to main "
         "memory once. More than 100% of the copy ceiling means either cache hits (arrays smaller "
@@ -191,31 +190,32 @@ def _table(group: Sequence[CellResult]) -> list[str]:
 def _row(r: CellResult) -> list[str]:
     if not r.ok:
         return [r.variant, "error", *[""] * (len(_COLUMNS) - 2)]
-    spread = (
-        f"{r.time_p10_s * 1e3:.3g}-{r.time_p90_s * 1e3:.3g}" if r.time_p10_s is not None else ""
-    )
+    t = r.timing
+    spread = f"{t.p10_s * 1e3:.3g}-{t.p90_s * 1e3:.3g}" if t.p10_s is not None else ""
     return [
         r.variant,
-        _fmt(r.kernels),
-        _fmt(r.real_fusions),
-        _fmt(r.modeled_bytes, 1e-6),
-        _fmt(r.time_median_s, 1e3, ".3g"),
+        _fmt(r.fusion.kernels),
+        _fmt(r.fusion.real_fusions),
+        _fmt(r.fusion.modeled_bytes, 1e-6),
+        _fmt(r.timing.median_s, 1e3, ".3g"),
         spread,
-        speedup_text(r.speedup_vs_reference, r.speedup_verdict),
-        _interval(r.speedup_ci),
-        speedup_text(r.device_speedup, r.device_speedup_verdict),
-        _fmt(r.host_s_per_call, 1e3, ".3g") + (" HOST-BOUND" if r.host_bound else ""),
-        _fmt(r.achieved_bytes_per_s, 1e-9),
-        _fmt(r.pct_of_copy_ceiling, 1, ".1f", "%"),
-        _fmt(r.tflops, 1, ".3g"),
-        _fmt(r.compile_s, 1, ".2f"),
+        speedup_text(r.speedup.vs_reference, r.speedup.verdict),
+        _interval(r.speedup.ci),
+        speedup_text(r.device.speedup, r.device.speedup_verdict),
+        _fmt(r.timing.host_s_per_call, 1e3, ".3g") + (" HOST-BOUND" if r.rates.host_bound else ""),
+        _fmt(r.rates.achieved_bytes_per_s, 1e-9),
+        _fmt(r.rates.pct_of_copy_ceiling, 1, ".1f", "%"),
+        _fmt(r.rates.tflops, 1, ".3g"),
+        _fmt(r.compile.compile_s, 1, ".2f"),
         _numerics(r),
     ]
 
 
 def _missed(group: Sequence[CellResult]) -> list[str]:
     """The top missed fusions of the group's default cell, when it recorded them."""
-    summary = next((r.missed_fusions for r in group if r.ok and r.missed_fusions), None)
+    summary = next(
+        (r.fusion.missed_fusions for r in group if r.ok and r.fusion.missed_fusions), None
+    )
     if not summary:
         return []
     if "error" in summary:
@@ -230,14 +230,14 @@ def _interval(ci: Sequence[float] | None) -> str:
 def _numerics(r: CellResult) -> str:
     if r.variant == r.reference:
         return "reference"
-    if r.reference_error:
-        return f"not checked: {r.reference_error}"
-    if r.within_tolerance is None:
+    if r.numerics.reference_error:
+        return f"not checked: {r.numerics.reference_error}"
+    if r.numerics.within_tolerance is None:
         return "-"
-    if r.within_tolerance:
+    if r.numerics.within_tolerance:
         return "ok"
-    part = f" in {r.numerics_worst_part}" if r.numerics_worst_part else ""
-    return f"FLAGGED ({r.max_abs_diff:.2g}{part})"
+    part = f" in {r.numerics.worst_part}" if r.numerics.worst_part else ""
+    return f"FLAGGED ({r.numerics.max_abs_diff:.2g}{part})"
 
 
 def _fmt(value: Any, scale: float = 1, spec: str = "", suffix: str = "") -> str:
@@ -256,13 +256,13 @@ def _errors(records: Sequence[CellResult]) -> list[str]:
         return []
     lines = ["## Errors", ""]
     for r in errors:
-        lines.append(f"- `{_label(r)}` `{r.variant}`: {r.error_type}: {r.error}")
+        lines.append(f"- `{cell_label(r)}` `{r.variant}`: {r.error_type}: {r.error}")
     return [*lines, ""]
 
 
 def write_plots(records: Sequence[CellResult], out_dir: Path) -> list[str]:
     """Write the PNG plots that the data allows; returns their file names."""
-    ok = [r for r in records if r.ok and r.time_median_s]
+    ok = [r for r in records if r.ok and r.timing.median_s]
     if not ok:
         return []
     # deferred: matplotlib is heavy to import and only plots need it
@@ -275,20 +275,11 @@ def write_plots(records: Sequence[CellResult], out_dir: Path) -> list[str]:
         (KERNELS_PNG, _plot_kernels),
         (ROOFLINE_PNG, _plot_roofline),
         (COLD_START_PNG, coldstart_plot),
-        (FRAMEWORKS_PNG, _frameworks_plot),
+        (FRAMEWORKS_PNG, frameworks_plot),
     ):
         if plot(ok, out_dir / name):
             written.append(name)
     return written
-
-
-def _frameworks_plot(records: Sequence[CellResult], path: Path) -> bool:
-    return frameworks_plot([r.to_dict() for r in records], path)
-
-
-def _label(r: CellResult) -> str:
-    """`chain[ops=16]/tiny/forward`: the overrides stay, they tell two chains apart."""
-    return record_label(r.to_dict())
 
 
 def _device(records: Sequence[CellResult]) -> str:
@@ -300,23 +291,23 @@ def _plot_speedup(records: Sequence[CellResult], path: Path) -> bool:
     # deferred: matplotlib is heavy to import and only plots need it
     import matplotlib.pyplot as plt
 
-    rows = [r for r in records if r.speedup_vs_reference is not None]
+    rows = [r for r in records if r.speedup.vs_reference is not None]
     if not rows:
         return False
-    workloads = list(dict.fromkeys(_label(r) for r in rows))
+    workloads = list(dict.fromkeys(cell_label(r) for r in rows))
     variants = list(dict.fromkeys(r.variant for r in rows))
     width = 0.8 / len(variants)
     fig, ax = plt.subplots(figsize=(max(6.5, 0.9 * len(workloads) * len(variants) / 2 + 2), 5))
     x = np.arange(len(workloads))
     for i, variant in enumerate(variants):
-        values = {_label(r): r.speedup_vs_reference for r in rows if r.variant == variant}
+        values = {cell_label(r): r.speedup.vs_reference for r in rows if r.variant == variant}
         heights = [values.get(w, 0.0) for w in workloads]
         bars = ax.bar(x + i * width, heights, width, label=variant)
         ax.bar_label(bars, fmt="%.2f", fontsize=7)
     ax.axhline(1.0, color="black", linewidth=0.8)
     ax.set_xticks(x + width * (len(variants) - 1) / 2, workloads, rotation=30, ha="right")
     reference = rows[0].reference
-    ax.set_ylim(0, max(r.speedup_vs_reference for r in rows) * 1.12)
+    ax.set_ylim(0, max(r.speedup.vs_reference for r in rows) * 1.12)
     ax.set_xlabel("workload / size / mode")
     ax.set_ylabel(f"speedup vs {reference} (x)")
     ax.set_title(
@@ -332,20 +323,24 @@ def _plot_kernels(records: Sequence[CellResult], path: Path) -> bool:
     # deferred: matplotlib is heavy to import and only plots need it
     import matplotlib.pyplot as plt
 
-    rows = [r for r in records if r.kernels]
+    rows = [r for r in records if r.fusion.kernels]
     if not rows:
         return False
     fig, ax = plt.subplots(figsize=(8, 5.5))
     for variant in dict.fromkeys(r.variant for r in rows):
         chosen = [r for r in rows if r.variant == variant]
         ax.scatter(
-            [r.kernels for r in chosen], [r.time_median_s * 1e3 for r in chosen], label=variant
+            [r.fusion.kernels for r in chosen],
+            [r.timing.median_s * 1e3 for r in chosen],
+            label=variant,
         )
-    for workload in dict.fromkeys(_label(r) for r in rows):
-        same = [r for r in rows if _label(r) == workload]
+    for workload in dict.fromkeys(cell_label(r) for r in rows):
+        same = [r for r in rows if cell_label(r) == workload]
         # A workload's variants joined by a line; the label sits at its first (reference) point.
-        ax.plot([r.kernels for r in same], [r.time_median_s * 1e3 for r in same], "-", c="0.8")
-        ax.annotate(workload, (same[0].kernels, same[0].time_median_s * 1e3), **_NOTE)
+        ax.plot(
+            [r.fusion.kernels for r in same], [r.timing.median_s * 1e3 for r in same], "-", c="0.8"
+        )
+        ax.annotate(workload, (same[0].fusion.kernels, same[0].timing.median_s * 1e3), **_NOTE)
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("kernels per call (count, log scale)")
@@ -362,37 +357,39 @@ def _plot_roofline(records: Sequence[CellResult], path: Path) -> bool:
     # deferred: matplotlib is heavy to import and only plots need it
     import matplotlib.pyplot as plt
 
-    rows = [r for r in records if r.flops and r.modeled_bytes and r.tflops]
+    rows = [r for r in records if _intensity(r) and r.rates.tflops]
     if not rows:
         return False
     fig, ax = plt.subplots(figsize=(8, 6))
     for variant in dict.fromkeys(r.variant for r in rows):
         chosen = [r for r in rows if r.variant == variant]
         ax.scatter(
-            [r.flops / r.modeled_bytes for r in chosen],
-            [r.tflops * 1e12 for r in chosen],
+            [_intensity(r) for r in chosen],
+            [r.rates.tflops * 1e12 for r in chosen],
             label=variant,
             zorder=3,
         )
     # Points of one family crowd together: each workload gets a number at its points, and the
     # legend says which workload a number stands for.
-    for number, workload in enumerate(dict.fromkeys(_label(r) for r in rows), start=1):
-        same = [r for r in rows if _label(r) == workload]
-        points = [(r.flops / r.modeled_bytes, r.tflops * 1e12) for r in same]
+    for number, workload in enumerate(dict.fromkeys(cell_label(r) for r in rows), start=1):
+        same = [r for r in rows if cell_label(r) == workload]
+        points = [(_intensity(r), r.rates.tflops * 1e12) for r in same]
         ax.plot(*zip(*points, strict=True), "-", c="0.8", zorder=1)
         for point in points:
             ax.annotate(str(number), point, **_NOTE)
         ax.plot([], [], " ", label=f"{number}: {workload}")
-    intensity = [r.flops / r.modeled_bytes for r in rows]
+    intensity = [_intensity(r) for r in rows]
     xs = np.logspace(np.log10(min(intensity) / 10), np.log10(max(intensity) * 10), 200)
-    copy = next((r for r in rows if r.copy_ceiling_bytes_per_s), None)
-    peak = next((r.matmul_ceiling_flops_per_s for r in rows if r.matmul_ceiling_flops_per_s), None)
+    copy = next((r for r in rows if r.ceilings.copy_bytes_per_s), None)
+    peak = next(
+        (r.ceilings.matmul_flops_per_s for r in rows if r.ceilings.matmul_flops_per_s), None
+    )
     if copy is not None:
-        ys = xs * copy.copy_ceiling_bytes_per_s
+        ys = xs * copy.ceilings.copy_bytes_per_s
         under = ys <= peak if peak else ys > 0
         ax.plot(xs[under], ys[under], "k--", linewidth=1, label=_copy_label(copy))
     if peak:
-        flat = xs * copy.copy_ceiling_bytes_per_s >= peak if copy is not None else xs > 0
+        flat = xs * copy.ceilings.copy_bytes_per_s >= peak if copy is not None else xs > 0
         ax.plot(
             xs[flat], [peak] * int(flat.sum()), "k:", linewidth=1.2,
             label=f"matmul ceiling {peak / 1e12:.3g} TFLOP/s (measured: large square matmul)",
@@ -404,17 +401,23 @@ def _plot_roofline(records: Sequence[CellResult], path: Path) -> bool:
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("arithmetic intensity (FLOP / modeled byte)")
-    basis = rows[0].rate_basis or "time_median_s"
+    basis = rows[0].rates.basis or "time_median_s"
     ax.set_ylabel(f"achieved FLOP/s (analytic FLOPs / {basis})")
     ax.set_title(f"Roofline under the measured ceilings ({_device(rows)})")
     ax.legend(fontsize=7, loc="upper left", title="variant, ceiling, workload", title_fontsize=7)
     return _save(fig, path, tight=not above)
 
 
+def _intensity(r: CellResult) -> float | None:
+    """Analytic FLOPs per modeled byte; None without both."""
+    flops, modeled = r.model.flops, r.fusion.modeled_bytes
+    return flops / modeled if flops and modeled else None
+
+
 def _copy_label(r: CellResult) -> str:
-    basis = r.copy_ceiling_basis or "pipelined_s_per_call"
+    basis = r.ceilings.copy_basis or "pipelined_s_per_call"
     return (
-        f"copy ceiling {r.copy_ceiling_bytes_per_s / 1e9:.3g} GB/s "
+        f"copy ceiling {r.ceilings.copy_bytes_per_s / 1e9:.3g} GB/s "
         f"(measured: x + 1, read + write, per {basis})"
     )
 
@@ -423,12 +426,12 @@ def roofline_points_above(records: Sequence[CellResult]) -> list[CellResult]:
     """The cells whose achieved FLOP/s lie above the measured roofline at their intensity."""
     above = []
     for r in records:
-        if not (r.flops and r.modeled_bytes and r.tflops and r.copy_ceiling_bytes_per_s):
+        if not (_intensity(r) and r.rates.tflops and r.ceilings.copy_bytes_per_s):
             continue
-        roof = r.flops / r.modeled_bytes * r.copy_ceiling_bytes_per_s
-        if r.matmul_ceiling_flops_per_s:
-            roof = min(roof, r.matmul_ceiling_flops_per_s)
-        if r.tflops * 1e12 > roof:
+        roof = _intensity(r) * r.ceilings.copy_bytes_per_s
+        if r.ceilings.matmul_flops_per_s:
+            roof = min(roof, r.ceilings.matmul_flops_per_s)
+        if r.rates.tflops * 1e12 > roof:
             above.append(r)
     return above
 

@@ -58,9 +58,9 @@ def _one_device(records: Sequence[CellResult], r: CellResult) -> CellResult | No
 
 def step_time(r: CellResult) -> tuple[float | None, str]:
     """A cell's time per step and its basis: device time where profiled, else the median."""
-    if r.device_time_s:
-        return r.device_time_s, "device_time_s"
-    return r.time_median_s, "time_median_s"
+    if r.device.time_s:
+        return r.device.time_s, "device_time_s"
+    return r.timing.median_s, "time_median_s"
 
 
 def _row(r: CellResult, one: CellResult | None) -> list[str]:
@@ -71,17 +71,17 @@ def _row(r: CellResult, one: CellResult | None) -> list[str]:
         base, base_basis = step_time(one)
         if base_basis == basis:
             result = scaling(base, own, r.devices, basis)
-    overlap = r.comm_overlap_fraction
+    overlap = r.comm.overlap_fraction
     return [
         name,
         f"{r.parallelism} x{r.devices}",
         r.variant,
-        _fmt(r.collectives),
-        _fmt(r.logical_collectives),
-        _fmt(r.collective_async_pairs),
-        _fmt(r.collective_operand_bytes, 1e-6, ".3g"),
+        _fmt(r.collectives.count),
+        _fmt(r.collectives.logical),
+        _fmt(r.collectives.async_pairs),
+        _fmt(r.collectives.operand_bytes, 1e-6, ".3g"),
         _fmt(own, 1e3, ".3g") + (" (device)" if basis == "device_time_s" else ""),
-        _fmt(r.comm_time_s, 1e3, ".3g"),
+        _fmt(r.comm.time_s, 1e3, ".3g"),
         f"{overlap * 100:.0f}%" if overlap is not None else "",
         f"{result.speedup:.2f}x" if result else "",
         f"{result.efficiency * 100:.0f}%" if result else "",

@@ -1,6 +1,6 @@
 """The report's "XLA beside PyTorch" section and plot: the same workloads, both frameworks.
 
-Works on record dicts (`CellResult.to_dict()`), so it needs no torch. Per workload with at least
+Reads only the records (`CellResult`), so it needs no torch. Per workload with at least
 one torch cell: a table of every variant (XLA and torch) side by side, then one line comparing
 XLA's `default` with `torch-inductor`: kernels per call, modeled bytes, time (device time where
 profiled, else the wall-clock median) and the longest kernels of each, where profiled. Kernel counts
@@ -11,9 +11,11 @@ the CPU XLA counts kernels in its optimized HLO and torch counts Inductor's gene
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from xlafuse.results.records import CellResult
 
 FRAMEWORKS_PNG = "xla_vs_torch.png"
 XLA_VARIANT = "default"
@@ -25,26 +27,26 @@ _COLUMNS = (
 )  # fmt: skip
 
 
-def _key(r: Mapping[str, Any]) -> str:
-    extra = ",".join(f"{k}={v}" for k, v in sorted((r.get("overrides") or {}).items()))
-    name = f"{r['workload']}{f'[{extra}]' if extra else ''}"
-    return f"{name} / {r['size']} / {r['mode']} / {r.get('dtype')}"
+def _key(r: CellResult) -> str:
+    extra = ",".join(f"{k}={v}" for k, v in sorted(r.overrides.items()))
+    name = f"{r.workload}{f'[{extra}]' if extra else ''}"
+    return f"{name} / {r.size} / {r.mode} / {r.dtype}"
 
 
-def _groups(records: Sequence[Mapping[str, Any]]) -> dict[str, list[Mapping[str, Any]]]:
+def _groups(records: Sequence[CellResult]) -> dict[str, list[CellResult]]:
     """Workloads that have a torch cell, each with all of its ok records."""
-    groups: dict[str, list[Mapping[str, Any]]] = {}
+    groups: dict[str, list[CellResult]] = {}
     for r in records:
-        if r.get("status") == "ok":
+        if r.ok:
             groups.setdefault(_key(r), []).append(r)
     return {k: g for k, g in groups.items() if any(_is_torch(r) for r in g)}
 
 
-def _is_torch(r: Mapping[str, Any]) -> bool:
-    return r.get("framework") == "torch"
+def _is_torch(r: CellResult) -> bool:
+    return r.framework == "torch"
 
 
-def frameworks_section(records: Sequence[Mapping[str, Any]]) -> str:
+def frameworks_section(records: Sequence[CellResult]) -> str:
     """The markdown section, or "" when no record ran a torch variant."""
     groups = _groups(records)
     if not groups:
@@ -56,17 +58,9 @@ def frameworks_section(records: Sequence[Mapping[str, Any]]) -> str:
         lines.append("|" + "---|" * len(_COLUMNS))
         lines += ["| " + " | ".join(_row(r)) + " |" for r in group]
         lines += ["", *_verdict(group), ""]
-    bases = sorted(
-        {r["kernels_basis"] for g in groups.values() for r in g if r.get("kernels_basis")}
-    )
-    byte_bases = sorted(
-        {
-            r["modeled_bytes_basis"]
-            for g in groups.values()
-            for r in g
-            if r.get("modeled_bytes_basis")
-        }
-    )
+    cells = [r.fusion for g in groups.values() for r in g]
+    bases = sorted({f.kernels_basis for f in cells if f.kernels_basis})
+    byte_bases = sorted({f.modeled_bytes_basis for f in cells if f.modeled_bytes_basis})
     if bases:
         lines += ["Torch kernel counts: " + "; ".join(bases) + ".", ""]
     if byte_bases:
@@ -74,12 +68,12 @@ def frameworks_section(records: Sequence[Mapping[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def _versions(records: Sequence[Mapping[str, Any]]) -> str:
+def _versions(records: Sequence[CellResult]) -> str:
     """ "jax 0.11.2 beside torch 2.11.0": the framework versions the records ran on."""
     seen: dict[str, set[str]] = {}
     for r in records:
-        if r.get("framework_version"):
-            seen.setdefault(r.get("framework") or "jax", set()).add(r["framework_version"])
+        if r.framework_version:
+            seen.setdefault(r.framework or "jax", set()).add(r.framework_version)
     return " beside ".join(f"{f} {', '.join(sorted(v))}" for f, v in sorted(seen.items())) + "."
 
 
@@ -92,30 +86,34 @@ _BASIS_NOTE = (
 )
 
 
-def _row(r: Mapping[str, Any]) -> list[str]:
-    kernels = r.get("device_kernels_per_call") or r.get("kernels")
-    cold = r.get("cold_compile_s") or r.get("compile_s")
-    warm = r.get("warm_compile_s")
+def _kernels(r: CellResult) -> float | None:
+    """Kernels per call: the device profile's where profiled, else the fusion report's."""
+    return r.device.kernels_per_call or r.fusion.kernels
+
+
+def _row(r: CellResult) -> list[str]:
+    cold = r.cold_start.cold_compile_s or r.compile.compile_s
+    warm = r.cold_start.warm_compile_s
     compile_text = _num(cold, spec=".3g") + (f" / {warm:.3g}" if warm is not None else "")
     return [
-        r.get("framework") or "jax",
-        r["variant"],
-        _num(kernels, spec=".4g") + _input_copies(r),
-        _num(r.get("modeled_bytes"), 1e-6, ".4g"),
-        _num(r.get("time_median_s"), 1e3, ".4g"),
-        _num(r.get("device_time_s"), 1e3, ".4g"),
-        _speedup(r.get("speedup_vs_reference"), r.get("speedup_verdict")),
-        _speedup(r.get("device_speedup"), r.get("device_speedup_verdict")),
+        r.framework or "jax",
+        r.variant,
+        _num(_kernels(r), spec=".4g") + _input_copies(r),
+        _num(r.fusion.modeled_bytes, 1e-6, ".4g"),
+        _num(r.timing.median_s, 1e3, ".4g"),
+        _num(r.device.time_s, 1e3, ".4g"),
+        _speedup(r.speedup.vs_reference, r.speedup.verdict),
+        _speedup(r.device.speedup, r.device.speedup_verdict),
         compile_text,
         _numerics(r),
     ]
 
 
-def _input_copies(r: Mapping[str, Any]) -> str:
-    copies = r.get("input_copy_kernels_per_call")
+def _input_copies(r: CellResult) -> str:
+    copies = r.device.input_copy_kernels_per_call
     if not copies:
         return ""
-    return f" ({copies:.4g} input copies, {r['input_copy_time_s'] * 1e3:.3g} ms)"
+    return f" ({copies:.4g} input copies, {r.device.input_copy_time_s * 1e3:.3g} ms)"
 
 
 def _speedup(value: float | None, verdict: str | None) -> str:
@@ -124,11 +122,12 @@ def _speedup(value: float | None, verdict: str | None) -> str:
     return f"{value:.3g}x" + (f" ({verdict})" if verdict else "")
 
 
-def _numerics(r: Mapping[str, Any]) -> str:
-    if r.get("within_tolerance") is None:
-        return "reference" if r["variant"] == r.get("reference") else "-"
-    verdict = "ok" if r["within_tolerance"] else "FLAGGED"
-    return f"{verdict} (max abs {r.get('max_abs_diff') or 0:.2g})"
+def _numerics(r: CellResult) -> str:
+    numerics = r.numerics
+    if numerics.within_tolerance is None:
+        return "reference" if r.variant == r.reference else "-"
+    verdict = "ok" if numerics.within_tolerance else "FLAGGED"
+    return f"{verdict} (max abs {numerics.max_abs_diff or 0:.2g})"
 
 
 def _num(value: Any, scale: float = 1.0, spec: str = "") -> str:
@@ -137,25 +136,24 @@ def _num(value: Any, scale: float = 1.0, spec: str = "") -> str:
     return format(value * scale, spec)
 
 
-def _seconds(r: Mapping[str, Any]) -> tuple[float | None, str]:
-    if r.get("device_time_s"):
-        return r["device_time_s"], "device time"
-    return r.get("time_median_s"), "wall-clock median"
+def _seconds(r: CellResult) -> tuple[float | None, str]:
+    if r.device.time_s:
+        return r.device.time_s, "device time"
+    return r.timing.median_s, "wall-clock median"
 
 
-def _verdict(group: Sequence[Mapping[str, Any]]) -> list[str]:
+def _verdict(group: Sequence[CellResult]) -> list[str]:
     """One line: where XLA's default launches more kernels or moves more bytes than Inductor."""
-    xla = next((r for r in group if r["variant"] == XLA_VARIANT), None)
-    ind = next((r for r in group if r["variant"] == TORCH_VARIANT), None)
+    xla = next((r for r in group if r.variant == XLA_VARIANT), None)
+    ind = next((r for r in group if r.variant == TORCH_VARIANT), None)
     if xla is None or ind is None:
         return []
     parts = []
-    xk = xla.get("device_kernels_per_call") or xla.get("kernels")
-    ik = ind.get("device_kernels_per_call") or ind.get("kernels")
+    xk, ik = _kernels(xla), _kernels(ind)
     if xk is not None and ik is not None:
         than = "more than" if xk > ik else ("fewer than" if xk < ik else "as many as")
         parts.append(f"XLA launches {xk:.4g} kernel(s) per call, {than} Inductor's {ik:.4g}")
-    xb, ib = xla.get("modeled_bytes"), ind.get("modeled_bytes")
+    xb, ib = xla.fusion.modeled_bytes, ind.fusion.modeled_bytes
     if xb and ib:
         parts.append(f"moves {xb / 1e6:.4g} MB vs {ib / 1e6:.4g} MB ({xb / ib:.2f}x)")
     (xs, basis), (its, _) = _seconds(xla), _seconds(ind)
@@ -165,14 +163,14 @@ def _verdict(group: Sequence[Mapping[str, Any]]) -> list[str]:
         )
     lines = [f"**{XLA_VARIANT} vs {TORCH_VARIANT}:** " + "; ".join(parts) + "."] if parts else []
     for r in (xla, ind):
-        top = r.get("top_kernels")
+        top = r.device.top_kernels
         if top:
             shown = ", ".join(f"`{name[:60]}` {s * 1e6:.1f} us" for name, s in top[:3])
-            lines.append(f"Top kernels ({r['variant']}): {shown}.")
+            lines.append(f"Top kernels ({r.variant}): {shown}.")
     return lines
 
 
-def frameworks_plot(records: Sequence[Mapping[str, Any]], path: Path) -> bool:
+def frameworks_plot(records: Sequence[CellResult], path: Path) -> bool:
     """Speedup over the XLA reference per workload, XLA and torch variants side by side.
 
     Device speedups where every plotted cell has one (GPU profiles), else wall clock.
@@ -188,21 +186,18 @@ def frameworks_plot(records: Sequence[Mapping[str, Any]], path: Path) -> bool:
     import matplotlib.pyplot as plt
     import numpy as np
 
-    device = all(
-        r.get("device_speedup") is not None or r["variant"] == r.get("reference") for r in rows
-    )
-    field = "device_speedup" if device else "speedup_vs_reference"
-    variants = list(dict.fromkeys(r["variant"] for r in rows))
+    device = all(r.device.speedup is not None or r.variant == r.reference for r in rows)
+    variants = list(dict.fromkeys(r.variant for r in rows))
     workloads = list(groups)
     width = 0.8 / len(variants)
     fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(workloads) * len(variants) / 2), 4))
     for i, variant in enumerate(variants):
         values = []
         for key in workloads:
-            r = next((x for x in groups[key] if x["variant"] == variant), None)
-            value = None if r is None else (1.0 if variant == r.get("reference") else r.get(field))
+            r = next((x for x in groups[key] if x.variant == variant), None)
+            value = None if r is None else (1.0 if variant == r.reference else _plotted(r, device))
             values.append(np.nan if value is None else value)
-        torch_variant = any(_is_torch(r) for r in rows if r["variant"] == variant)
+        torch_variant = any(_is_torch(r) for r in rows if r.variant == variant)
         ax.bar(
             np.arange(len(workloads)) + i * width,
             values,
@@ -222,3 +217,8 @@ def frameworks_plot(records: Sequence[Mapping[str, Any]], path: Path) -> bool:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return True
+
+
+def _plotted(r: CellResult, device: bool) -> float | None:
+    """The speedup the plot shows: per-call device time where every cell has one, else wall."""
+    return r.device.speedup if device else r.speedup.vs_reference

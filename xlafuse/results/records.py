@@ -29,6 +29,8 @@ from typing import Any
 
 from xlafuse.errors import XlafuseError
 from xlafuse.folders import writable_folder
+from xlafuse.results import parts
+from xlafuse.results.parts import plain
 
 RESULTS_FILE = "results.jsonl"
 LOCK_FILE = ".xlafuse.lock"
@@ -37,60 +39,36 @@ SCHEMA_VERSION = 1
 
 @dataclasses.dataclass(frozen=True)
 class CellResult:
-    """What one cell measured. Times in seconds, sizes in bytes, rates per second.
+    """What one cell measured: its name, then one part per source of its figures.
 
-    Identity: workload, size, mode, dtype (resolved; `dtype_requested` is the config's value or
-    None), overrides, variant, backend; `cell_id` joins them (the resume key).
-    Compilation: lower_s, compile_s; the fusion report: kernels, fusions, real_fusions,
-    custom_calls, kinds, modeled_bytes; XLA's analyses: cost_flops, cost_bytes_accessed,
-    peak_memory_bytes (argument + output + temp - alias).
-    Timing: time_median_s, time_p10_s, time_p90_s, iters, pipelined_s_per_call; on GPU with
-    profiling, device_time_s and device_kernels_per_call.
-    Derived: speedup_vs_reference (reference median / this median; 1.0 for the reference)
-    with speedup_ci (95% bootstrap interval), speedup_verdict ("faster", "slower", "same": see
-    `xlafuse.measure.stats`) and speedup_basis (paired: timed in alternation with the
-    reference; unpaired: apart), reference_time_median_s (the reference's median over the
-    same rounds when paired); on GPU with profiling, device_speedup, device_speedup_ci and
-    device_speedup_verdict from per-call kernel time; host_s_per_call (host time to issue one
-    pipelined call) and host_bound (pipelined time > 1.15 x device time);
-    items_per_s (per wall median), achieved_bytes_per_s and tflops (modeled bytes or flops per
-    second of `rate_basis`: device_time_s where profiled, else pipelined_s_per_call on a GPU,
-    else time_median_s), pct_of_copy_ceiling.
-    Sharded cells (`devices` > 1, `parallelism` "data" or "model"): the collectives of the
-    optimized HLO (`xlafuse.hlo.collectives`, per device per step): collectives (instructions),
-    logical_collectives (what they carry: the count without combining), collective_async_pairs,
-    collective_operand_bytes, collective_ring_bytes (ring model), collective_counts (per kind);
-    on GPU with profiling (`xlafuse.measure.collectives`, one device's trace): comm_time_s (time
-    in communication kernels per call), comm_overlap_s (of it, overlapped by compute kernels),
-    comm_overlap_fraction, comm_kernels_per_call. Scaling against one device is computed in the
-    report, from the cell with devices = 1 of the same workload, global batch and variant.
-    Numerics against the reference (`xlafuse.measure.numerics`, one rule for `run` and `compare`):
-    max_abs_diff, max_rel_diff, within_tolerance (forward outputs; for a train step the loss,
-    gradient, batch statistics and updated parameters), numerics_worst_part; reference_error
-    when the reference could not be compiled again on resume (then no numerics check).
-    missed_fusions: for the "default" variant, the largest kernel boundaries of its program
-    (`xlafuse.inspect.explain.missed_fusions`: top 5 by modeled bytes).
-    Cold start (with `measure.cold_start`, fresh processes): import_s, cold_compile_s (empty
-    persistent cache), warm_compile_s (filled cache), cache_hit, cache_entries, cache_speedup,
-    first_call_s, steady_call_s, aot_export_s, aot_load_s (deserialize + compile + first call).
-    Framework: framework ("jax", or "torch" for a PyTorch twin, `xlafuse.torch`) and
-    framework_version. Torch cells say what their counts mean: kernels_basis (profiler device
-    kernels on a GPU; on the CPU Inductor's generated kernel calls or eager's aten ops),
-    modeled_bytes_basis, generated_kernels (Inductor's kernels generated at compile), and
-    top_kernels ((name, seconds per call) of the longest device kernels, profiled on a GPU);
-    under CUDA graphs, input_copy_kernels_per_call and input_copy_time_s (the launches that copy
-    inputs into the graph's buffers before each replay, `xlafuse.torch.measure.input_copy_fields`).
-    Kernels (with `measure.profile`, `xlafuse.measure.kernels`): trace_path (the cell's trace
-    folder, relative to the results folder; None when not kept), kernel_times (totals and the
-    top kernels by time, each joined to its HLO kernel; `KernelTimes.summary()`), kernel_diff
-    (a non-reference cell against the reference: the kernel groups of `xlafuse diff` with both
-    sides' measured times, top savings first; `kernel_diff.kernel_diff_record`).
-    status is "ok" or "error" (then `error` holds the message and most figures are None).
+    Times in seconds, sizes in bytes, rates per second.
+
+    The cell's name (the record's own fields): workload, size, mode, dtype (resolved;
+    `dtype_requested` is the config's value or None), overrides, devices and parallelism (a
+    sharded cell: devices > 1, "data" or "model"), variant (and its config form,
+    variant_options), framework ("jax", or "torch" for a PyTorch twin, `xlafuse.torch`) and
+    framework_version, reference (the variant speedups compare with), backend, device_kind;
+    `cell_id` joins them (the resume key); experiment names the run.
+
+    Its parts (`xlafuse.results.parts`, each a frozen record of one source): model, compile,
+    fusion, timing, speedup, device, trace, rates, ceilings, numerics, cold_start,
+    collectives, comm. A part that was not measured holds its defaults (None, or an empty
+    mapping), e.g. `device` without a GPU profile, `cold_start` without `measure.cold_start`. Scaling against one
+    device is computed in the report, from the cell with devices = 1 of the same workload,
+    global batch and variant.
+
+    status is "ok" or "error" (then `error` holds the message, `error_type` its exception's
+    name, and most figures are None); wall_s: the cell's own wall time.
     settings: what the measurement depends on besides the cell's name (`cell_settings`); a
-    results file holds records of one set of settings only (`check_resumable`).
+    results file holds records of one set of settings only (`check_resumable`). env: the
+    versions and machine (`xlafuse.results.settings.environment`).
     schema_version: the record format (`SCHEMA_VERSION`; a newer one is refused on read,
     `check_schema_version`). extra: keys of a read record that this version does not know,
     kept and written back unchanged.
+
+    On disk a record is one flat JSON object (`to_dict`, `from_dict`): the name's fields as they
+    are, each part's fields under their flat keys (`Part.flat_keys`: `timing.median_s` is
+    `time_median_s`), the same keys as the schema-1 files published in `experiments/`.
     """
 
     workload: str
@@ -111,92 +89,32 @@ class CellResult:
     parallelism: str | None = None
     reference: str = "default"
     variant_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-    num_params: int | None = None
-    items_per_call: int | None = None
-    items_unit: str | None = None
-    flops: float | None = None
-    kernels: int | None = None
-    fusions: int | None = None
-    real_fusions: int | None = None
-    custom_calls: int | None = None
-    custom_call_targets: Mapping[str, int] = dataclasses.field(default_factory=dict)
-    kinds: Mapping[str, int] = dataclasses.field(default_factory=dict)
-    modeled_bytes: int | None = None
-    lower_s: float | None = None
-    compile_s: float | None = None
-    cost_flops: float | None = None
-    cost_bytes_accessed: float | None = None
-    peak_memory_bytes: int | None = None
-    time_median_s: float | None = None
-    time_p10_s: float | None = None
-    time_p90_s: float | None = None
-    time_min_s: float | None = None
-    iters: int | None = None
-    pipelined_s_per_call: float | None = None
-    pipelined_iters: int | None = None
-    warmup_iters: int | None = None
-    device_time_s: float | None = None
-    device_kernels_per_call: float | None = None
-    speedup_vs_reference: float | None = None
-    reference_time_median_s: float | None = None
-    speedup_ci: tuple[float, float] | None = None
-    speedup_verdict: str | None = None
-    speedup_basis: str | None = None
-    device_speedup: float | None = None
-    device_speedup_ci: tuple[float, float] | None = None
-    device_speedup_verdict: str | None = None
-    host_s_per_call: float | None = None
-    host_bound: bool | None = None
-    items_per_s: float | None = None
-    rate_basis: str | None = None
-    achieved_bytes_per_s: float | None = None
-    pct_of_copy_ceiling: float | None = None
-    tflops: float | None = None
-    copy_ceiling_bytes_per_s: float | None = None
-    copy_ceiling_basis: str | None = None
-    matmul_ceiling_flops_per_s: float | None = None
-    max_abs_diff: float | None = None
-    max_rel_diff: float | None = None
-    within_tolerance: bool | None = None
-    numerics_worst_part: str | None = None
-    missed_fusions: Mapping[str, Any] | None = None
-    reference_error: str | None = None
-    import_s: float | None = None
-    cold_compile_s: float | None = None
-    warm_compile_s: float | None = None
-    first_call_s: float | None = None
-    steady_call_s: float | None = None
-    aot_export_s: float | None = None
-    aot_load_s: float | None = None
-    cache_hit: bool | None = None
-    cache_entries: int | None = None
-    cache_speedup: float | None = None
-    trace_path: str | None = None
-    kernel_times: Mapping[str, Any] | None = None
-    kernel_diff: Mapping[str, Any] | None = None
-    collectives: int | None = None
-    logical_collectives: int | None = None
-    collective_async_pairs: int | None = None
-    collective_operand_bytes: int | None = None
-    collective_ring_bytes: int | None = None
-    collective_counts: Mapping[str, int] = dataclasses.field(default_factory=dict)
-    comm_time_s: float | None = None
-    comm_overlap_s: float | None = None
-    comm_overlap_fraction: float | None = None
-    comm_kernels_per_call: float | None = None
-    wall_s: float | None = None
     framework: str = "jax"
     framework_version: str | None = None
-    kernels_basis: str | None = None
-    modeled_bytes_basis: str | None = None
-    generated_kernels: int | None = None
-    top_kernels: tuple[tuple[str, float], ...] | None = None
-    input_copy_kernels_per_call: float | None = None
-    input_copy_time_s: float | None = None
+    model: parts.ModelRecord = dataclasses.field(default_factory=parts.ModelRecord)
+    compile: parts.CompileRecord = dataclasses.field(default_factory=parts.CompileRecord)
+    fusion: parts.FusionRecord = dataclasses.field(default_factory=parts.FusionRecord)
+    timing: parts.TimingRecord = dataclasses.field(default_factory=parts.TimingRecord)
+    speedup: parts.SpeedupRecord = dataclasses.field(default_factory=parts.SpeedupRecord)
+    device: parts.DeviceRecord = dataclasses.field(default_factory=parts.DeviceRecord)
+    trace: parts.TraceRecord = dataclasses.field(default_factory=parts.TraceRecord)
+    rates: parts.RatesRecord = dataclasses.field(default_factory=parts.RatesRecord)
+    ceilings: parts.CeilingsRecord = dataclasses.field(default_factory=parts.CeilingsRecord)
+    numerics: parts.NumericsRecord = dataclasses.field(default_factory=parts.NumericsRecord)
+    cold_start: parts.ColdStartRecord = dataclasses.field(default_factory=parts.ColdStartRecord)
+    collectives: parts.CollectivesRecord = dataclasses.field(
+        default_factory=parts.CollectivesRecord
+    )
+    comm: parts.CommRecord = dataclasses.field(default_factory=parts.CommRecord)
+    wall_s: float | None = None
     settings: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     env: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     schema_version: int = SCHEMA_VERSION
     extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name in _OWN_FIELDS:
+            object.__setattr__(self, name, plain(getattr(self, name)))
 
     @property
     def ok(self) -> bool:
@@ -204,14 +122,19 @@ class CellResult:
         return self.status == "ok"
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-able form (mappings become plain dicts); `extra` keys are written back as read."""
-        known = {f.name: plain(getattr(self, f.name)) for f in dataclasses.fields(self)}
-        del known["extra"]
-        return {**plain(self.extra), **known}
+        """The flat JSON form written to disk; `extra` keys are written back as read."""
+        flat: dict[str, Any] = {}
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if field.name in PARTS:
+                flat.update(value.flat())
+            elif field.name != "extra":
+                flat[field.name] = value
+        return {**plain(self.extra), **flat}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> CellResult:
-        """From a JSON record; keys this version does not know are kept in `extra`.
+        """From a flat JSON record; keys this version does not know are kept in `extra`.
 
         Raises:
           TypeError: `data` is not a mapping, or lacks a required key.
@@ -220,9 +143,45 @@ class CellResult:
         if not isinstance(data, Mapping):
             raise TypeError(f"a record is a JSON object, not {type(data).__name__}")
         check_schema_version(data.get("schema_version", 1))
-        names = {f.name for f in dataclasses.fields(cls)} - {"extra"}
-        extra = {k: v for k, v in data.items() if k not in names}
-        return cls(**{k: v for k, v in data.items() if k in names}, extra=extra)
+        fields, unknown = unflatten(data)
+        return cls(**fields, extra=unknown)
+
+
+# The record's parts by field name, and its own fields (the cell's name, status, settings...).
+PARTS: dict[str, type[parts.Part]] = {
+    f.name: f.default_factory
+    for f in dataclasses.fields(CellResult)
+    if isinstance(f.default_factory, type) and issubclass(f.default_factory, parts.Part)
+}
+_OWN_FIELDS = tuple(f.name for f in dataclasses.fields(CellResult) if f.name not in PARTS)
+
+
+def _flat_keys() -> dict[str, tuple[str | None, str]]:
+    """Flat key -> (part or None for the record's own field, field name); each key once."""
+    keys: dict[str, tuple[str | None, str]] = {n: (None, n) for n in _OWN_FIELDS if n != "extra"}
+    for part, kind in PARTS.items():
+        for name, key in kind.flat_keys().items():
+            if key in keys:
+                raise AssertionError(f"flat key {key!r} of {part}.{name} is also {keys[key]}")
+            keys[key] = (part, name)
+    return keys
+
+
+FLAT_KEYS = _flat_keys()
+
+
+def unflatten(data: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A flat record's keys as CellResult fields, and the keys it does not know.
+
+    The one unflatten: of a line read from a file, and of a measurement given as flat keys (a
+    torch cell). Only the parts that `data` has a key of are built (each whole); the others are
+    left to their defaults.
+    """
+    own = {k: v for k, v in data.items() if k in FLAT_KEYS and FLAT_KEYS[k][0] is None}
+    present = {FLAT_KEYS[k][0] for k in data if k in FLAT_KEYS} - {None}
+    built = {name: PARTS[name].from_flat(data) for name in PARTS if name in present}
+    unknown = {k: v for k, v in data.items() if k not in FLAT_KEYS}
+    return {**own, **built}, unknown
 
 
 def check_schema_version(version: Any) -> None:
@@ -237,14 +196,6 @@ def check_schema_version(version: Any) -> None:
             f"written under schema_version {version}, newer than the {SCHEMA_VERSION} this "
             "xlafuse reads: upgrade xlafuse to read it"
         )
-
-
-def plain(value: Any) -> Any:
-    if isinstance(value, Mapping):
-        return {str(k): plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [plain(v) for v in value]
-    return value
 
 
 def cell_id(

@@ -1,0 +1,274 @@
+"""The parts of a `CellResult`: one small frozen record per source of its figures.
+
+A cell's figures come from several sources: the built workload, the compile, the fusion report,
+the timing, the speedup interval, a device profile, a kept trace, the rates derived from them,
+the measured ceilings, the numerics check, the cold-start children, the collectives of a sharded
+program and their communication time. In memory each source is one part (`record.timing.median_s`,
+`record.device.time_s`); on disk a record stays one flat JSON object (`time_median_s`,
+`device_time_s`), the form published in `experiments/`.
+
+The mapping is declared once, on the fields: a part's field `name` is the flat key
+`PREFIX + name`, or the key its `keyed(...)` names where the published key does not follow
+the prefix. `Part.flat` and `Part.from_flat` are the one flatten and unflatten, for every part;
+`xlafuse.results.records.CellResult` joins them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any, Self
+
+KEY = "key"  # the field metadata that names a flat key not made of PREFIX + name
+
+
+def keyed(key: str, default: Any = None) -> Any:
+    """A field whose flat key is `key` (instead of PREFIX + its name)."""
+    return dataclasses.field(default=default, metadata={KEY: key})
+
+
+def mapping() -> Any:
+    """A field holding a mapping, empty by default."""
+    return dataclasses.field(default_factory=dict)
+
+
+def plain(value: Any) -> Any:
+    """JSON's form of a value: mappings become dicts with str keys, tuples become lists."""
+    if isinstance(value, Mapping):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [plain(v) for v in value]
+    return value
+
+
+class Part:
+    """A part of a record: a frozen dataclass whose fields map to flat keys (see the module doc).
+
+    Values are kept in JSON's form (`plain`), so a part read from a file equals the part it was
+    written from.
+    """
+
+    PREFIX = ""
+
+    def __post_init__(self) -> None:
+        for field in dataclasses.fields(self):
+            object.__setattr__(self, field.name, plain(getattr(self, field.name)))
+
+    @classmethod
+    def flat_keys(cls) -> dict[str, str]:
+        """Field name -> flat key."""
+        return {f.name: f.metadata.get(KEY, cls.PREFIX + f.name) for f in dataclasses.fields(cls)}
+
+    def flat(self) -> dict[str, Any]:
+        """The part as flat keys, every field included (None where not measured)."""
+        return {key: getattr(self, name) for name, key in self.flat_keys().items()}
+
+    @classmethod
+    def from_flat(cls, data: Mapping[str, Any]) -> Self:
+        """The part from a flat record; its keys missing from `data` get their defaults."""
+        return cls(**{name: data[key] for name, key in cls.flat_keys().items() if key in data})
+
+    @classmethod
+    def of(cls, source: Any, **given: Any) -> Self:
+        """The part from an object holding same-named attributes (a FusionReport, a
+        CollectiveReport, a ColdStartResult, the Ceilings, a built workload); `given` values
+        win, fields the source lacks keep their defaults (a `source` of None gives them all)."""
+        names = [f.name for f in dataclasses.fields(cls) if f.name not in given]
+        taken = {n: getattr(source, n) for n in names if hasattr(source, n)}
+        return cls(**taken, **given)
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelRecord(Part):
+    """The built workload: parameters, items per call ("tokens", "images"...), analytic FLOPs."""
+
+    num_params: int | None = None
+    items_per_call: int | None = None
+    items_unit: str | None = None
+    flops: float | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class CompileRecord(Part):
+    """The compile (`CompiledVariant`): seconds to lower and compile, XLA's cost analysis
+    (flops, bytes accessed) and memory analysis (argument + output + temp - alias bytes)."""
+
+    lower_s: float | None = None
+    compile_s: float | None = None
+    cost_flops: float | None = None
+    cost_bytes_accessed: float | None = None
+    peak_memory_bytes: int | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class FusionRecord(Part):
+    """The fusion report of the optimized program (`xlafuse.hlo.FusionReport`).
+
+    A torch cell (`xlafuse.torch`) fills kernels and modeled_bytes its own way and says how:
+    kernels_basis, modeled_bytes_basis, generated_kernels (Inductor's, at compile).
+    missed_fusions: for the "default" variant, the largest kernel boundaries of its program
+    (`xlafuse.inspect.explain.missed_fusions`: top 5 by modeled bytes).
+    """
+
+    kernels: int | None = None
+    fusions: int | None = None
+    real_fusions: int | None = None
+    custom_calls: int | None = None
+    custom_call_targets: Mapping[str, int] = mapping()
+    kinds: Mapping[str, int] = mapping()
+    modeled_bytes: int | None = None
+    kernels_basis: str | None = None
+    modeled_bytes_basis: str | None = None
+    generated_kernels: int | None = None
+    missed_fusions: Mapping[str, Any] | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class TimingRecord(Part):
+    """The wall-clock timing (`xlafuse.measure.timing.Timing`, without its samples): seconds per
+    synchronized call (median, p10, p90, min) over `iters` calls; the pipelined time per call of
+    bursts of `pipelined_iters` calls, and the host's share of it (host_s_per_call)."""
+
+    PREFIX = "time_"
+    median_s: float | None = None
+    p10_s: float | None = None
+    p90_s: float | None = None
+    min_s: float | None = None
+    iters: int | None = keyed("iters")
+    pipelined_s_per_call: float | None = keyed("pipelined_s_per_call")
+    pipelined_iters: int | None = keyed("pipelined_iters")
+    warmup_iters: int | None = keyed("warmup_iters")
+    host_s_per_call: float | None = keyed("host_s_per_call")
+
+
+@dataclasses.dataclass(frozen=True)
+class SpeedupRecord(Part):
+    """The speedup over the reference (`xlafuse.measure.stats`): the reference's median over
+    this cell's (1.0 for the reference), its 95% bootstrap interval, its verdict ("faster",
+    "slower", "same"), its basis (paired: timed in alternation with the reference; unpaired:
+    apart), and the reference's median over the same rounds (when paired)."""
+
+    PREFIX = "speedup_"
+    vs_reference: float | None = None
+    ci: Sequence[float] | None = None
+    verdict: str | None = None
+    basis: str | None = None
+    reference_median_s: float | None = keyed("reference_time_median_s")
+
+
+@dataclasses.dataclass(frozen=True)
+class DeviceRecord(Part):
+    """The device profile (`xlafuse.measure.profile.DeviceProfile`, GPU with profiling): kernel
+    seconds and kernels per call, the longest kernels ((name, seconds per call)), and the
+    speedup over the reference from per-call kernel time (interval and verdict). A torch twin
+    under CUDA graphs also counts the launches that copy its inputs into the graph's buffers
+    before each replay, and their seconds per call (`xlafuse.torch.measure.input_copy_fields`)."""
+
+    PREFIX = "device_"
+    time_s: float | None = None
+    kernels_per_call: float | None = None
+    speedup: float | None = None
+    speedup_ci: Sequence[float] | None = None
+    speedup_verdict: str | None = None
+    top_kernels: Sequence[Sequence[Any]] | None = keyed("top_kernels")
+    input_copy_kernels_per_call: float | None = keyed("input_copy_kernels_per_call")
+    input_copy_time_s: float | None = keyed("input_copy_time_s")
+
+
+@dataclasses.dataclass(frozen=True)
+class TraceRecord(Part):
+    """A traced cell (`xlafuse.measure.cell_kernels`): its kept trace folder (relative to the
+    results folder; None when not kept), every kernel's time joined to its HLO kernel
+    (`KernelTimes.summary()`), and against the reference the kernel groups of `xlafuse diff`
+    with both sides' times, top savings first (`kernel_diff.kernel_diff_record`)."""
+
+    PREFIX = "trace_"
+    path: str | None = None
+    kernel_times: Mapping[str, Any] | None = keyed("kernel_times")
+    kernel_diff: Mapping[str, Any] | None = keyed("kernel_diff")
+
+
+@dataclasses.dataclass(frozen=True)
+class RatesRecord(Part):
+    """Rates derived from the measured times (`xlafuse.experiment.fields.rates_record`).
+
+    items_per_s per wall median; achieved_bytes_per_s and tflops: modeled bytes or analytic
+    flops per second of `basis` (the device time where profiled, else the pipelined time per
+    call on a GPU, else the wall median); pct_of_copy_ceiling; host_bound: the pipelined time
+    above 1.15 x the device time (the host sets the pace).
+    """
+
+    items_per_s: float | None = None
+    basis: str | None = keyed("rate_basis")
+    achieved_bytes_per_s: float | None = None
+    pct_of_copy_ceiling: float | None = None
+    tflops: float | None = None
+    host_bound: bool | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class CeilingsRecord(Part):
+    """The run's measured ceilings (`xlafuse.measure.calibrate.Ceilings`): copy bandwidth and
+    the time it was measured by, and a large square matmul's FLOP/s."""
+
+    copy_bytes_per_s: float | None = keyed("copy_ceiling_bytes_per_s")
+    copy_basis: str | None = keyed("copy_ceiling_basis")
+    matmul_flops_per_s: float | None = keyed("matmul_ceiling_flops_per_s")
+
+
+@dataclasses.dataclass(frozen=True)
+class NumericsRecord(Part):
+    """The outputs against the reference's (`xlafuse.measure.numerics.NumericDiff`): forward
+    outputs, or a train step's loss, gradient, batch statistics and updated parameters.
+    reference_error: why the reference could not be compiled again on resume (then no check)."""
+
+    max_abs_diff: float | None = None
+    max_rel_diff: float | None = None
+    within_tolerance: bool | None = None
+    worst_part: str | None = keyed("numerics_worst_part")
+    reference_error: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class ColdStartRecord(Part):
+    """Cold start in fresh processes (`xlafuse.measure.coldstart.ColdStartResult`): import,
+    compile with an empty and a filled persistent cache, first and steady call, AOT export and
+    load (deserialize + compile + first call)."""
+
+    import_s: float | None = None
+    cold_compile_s: float | None = None
+    warm_compile_s: float | None = None
+    first_call_s: float | None = None
+    steady_call_s: float | None = None
+    aot_export_s: float | None = None
+    aot_load_s: float | None = None
+    cache_hit: bool | None = None
+    cache_entries: int | None = None
+    cache_speedup: float | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class CollectivesRecord(Part):
+    """The collectives of a sharded program's optimized HLO, per device per step
+    (`xlafuse.hlo.collectives.CollectiveReport`): instructions, the logical collectives they
+    carry, async pairs, operand bytes, ring-model bytes, counts per kind."""
+
+    PREFIX = "collective_"
+    count: int | None = keyed("collectives")
+    logical: int | None = keyed("logical_collectives")
+    async_pairs: int | None = None
+    operand_bytes: int | None = None
+    ring_bytes: int | None = None
+    counts: Mapping[str, int] = mapping()
+
+
+@dataclasses.dataclass(frozen=True)
+class CommRecord(Part):
+    """Communication kernels of one device's trace (`xlafuse.measure.collectives`, GPU with
+    profiling): seconds per call, the part compute kernels overlapped, its fraction, kernels."""
+
+    PREFIX = "comm_"
+    time_s: float | None = None
+    overlap_s: float | None = None
+    overlap_fraction: float | None = None
+    kernels_per_call: float | None = None
