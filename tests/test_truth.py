@@ -9,7 +9,7 @@ import pytest
 from xlafuse import models
 from xlafuse.compile import child, protocol, variants
 from xlafuse.compile.jit import compile_workload, unoptimized_hlo
-from xlafuse.experiment import runner
+from xlafuse.experiment import fields, runner
 from xlafuse.experiment.compare import compare_workload
 from xlafuse.experiment.config import parse_config
 from xlafuse.inspect.targets import inspect_target
@@ -55,6 +55,46 @@ def test_run_compare_and_inspect_count_the_same_kernels(tmp_path, name):
     inspected = inspect_target(workload=name, mode="train").report
     assert record.fusion.kernels == row.kernels == inspected.kernels
     assert record.fusion.modeled_bytes == row.modeled_bytes == inspected.modeled_bytes
+
+
+def test_a_train_step_records_its_host_time_below_its_pipelined_time(tmp_path):
+    # Host time per call is the enqueue time of a pipelined burst: part of the burst's time.
+    (record,) = _run(tmp_path, [{"name": "mlp", "mode": "train"}], ("default",))
+    timing, rates = record.timing, record.rates
+    assert 0 < timing.host_s_per_call <= timing.pipelined_s_per_call
+    if record.device.time_s is None:  # no device profile (CPU): nothing to be bound by
+        assert rates.host_bound is None
+    else:
+        bound = timing.pipelined_s_per_call > fields.HOST_BOUND * record.device.time_s
+        assert rates.host_bound is bound
+
+
+@pytest.mark.gpu
+def test_a_full_size_train_step_on_the_gpu_is_device_bound(tmp_path):
+    # The `full` train sizes are meant to fill the GPU (issue "GPU truth"): pipelined time within
+    # the host-bound factor of the profiled device time, the host's enqueue time below both.
+    config = parse_config(
+        {
+            "experiment": {"name": "t", "output": str(tmp_path), "variants": ["default"]},
+            # Measured on the H200: 8.2 ms per step pipelined for 8.2 ms of kernels (1.01x).
+            "workloads": [
+                {
+                    "name": "attention",
+                    "size": "full",
+                    "mode": "train",
+                    "overrides": {"implementation": "xla"},
+                }
+            ],
+            "timing": FAST_TIMING,
+            "measure": {"profile": True},
+        },
+        backend="gpu",
+    )
+    (record,) = runner.run_experiment(config, progress=False)
+    timing, device = record.timing, record.device
+    assert device.time_s > 0 and device.kernels_per_call >= 1
+    assert timing.host_s_per_call < timing.pipelined_s_per_call
+    assert record.rates.host_bound is False
 
 
 def test_train_state_is_donated():
