@@ -186,7 +186,7 @@ def infer_backend(module: HloModule) -> str | None:
     """ "gpu" or "cpu" from the file name, custom-call targets and backend_config; else None."""
     if module.source and _GPU_FILE.search(Path(module.source).name):
         return "gpu"
-    if module.text and not any(h in module.text for h in _HINTS):
+    if module.text and not _has_hint(module.text):
         return None  # no hint anywhere in the text: none in any attribute
     for comp in module.computations:
         for instr in comp.instructions:
@@ -201,6 +201,14 @@ def infer_backend(module: HloModule) -> str | None:
             if any(h in text for h in _CPU_HINTS):
                 return "cpu"
     return None
+
+
+def _has_hint(text: str) -> bool:
+    """Whether a backend hint can be in the text; the two attribute names that carry hints are
+    looked for first, being absent from most modules (ten scans of a large text cost more)."""
+    if "backend_config" not in text and "custom_call_target" not in text:
+        return False
+    return any(h in text for h in _HINTS)
 
 
 def _runs(instr: Instruction) -> tuple[str, ...]:
@@ -218,8 +226,27 @@ def _is_launch(instr: Instruction) -> bool:
 
 
 def _kernel(module: HloModule, comp: Computation, instr: Instruction) -> KernelInfo:
-    fused = instr.opcode in _FUSION_OPCODES
-    inner = _fused_instructions(module, instr, (comp.name,)) if fused else []
+    if instr.opcode in _FUSION_OPCODES:
+        return _fusion_kernel(module, comp, instr)
+    return _single_op_kernel(comp, instr)
+
+
+def _single_op_kernel(comp: Computation, instr: Instruction) -> KernelInfo:
+    """A launch that is one instruction (most kernels): built without a list of its ops."""
+    opcode = instr.opcode
+    sized = kernel_bytes(instr, comp)
+    bytes_in, bytes_out = sized or (0, 0)
+    return _kernel_info(
+        instr.name, comp.name, opcode, opcode,
+        instr.custom_call_target if opcode == "custom-call" else None, (opcode,), 1, False,
+        bytes_in, bytes_out, (instr.op_name,) if instr.op_name else (),
+        (f"{instr.source_file}:{instr.source_line}",) if instr.source_file else (),
+        sized is not None,
+    )  # fmt: skip
+
+
+def _fusion_kernel(module: HloModule, comp: Computation, instr: Instruction) -> KernelInfo:
+    inner = _fused_instructions(module, instr, (comp.name,))
     if inner:
         compute = [i for i in inner if i.opcode not in FREE_OPCODES]
         by_name = {i.name: i for i in inner}
@@ -235,8 +262,7 @@ def _kernel(module: HloModule, comp: Computation, instr: Instruction) -> KernelI
     sized = kernel_bytes(instr, comp)
     bytes_in, bytes_out = sized or (0, 0)
     return _kernel_info(
-        instr.name, comp.name, instr.opcode, _kind(instr),
-        instr.backend_kind if fused else _target(instr),
+        instr.name, comp.name, instr.opcode, instr.fusion_kind or "kLoop", instr.backend_kind,
         tuple(i.opcode for i in compute), len(compute), weighty >= 2, bytes_in, bytes_out,
         op_names, source_lines, sized is not None,
     )  # fmt: skip
@@ -255,16 +281,6 @@ def _kernel_info(
         "source_lines": source_lines, "sized": sized,
     })  # fmt: skip
     return info
-
-
-def _target(instr: Instruction) -> str | None:
-    return instr.custom_call_target if instr.opcode == "custom-call" else None
-
-
-def _kind(instr: Instruction) -> str:
-    if instr.opcode in _FUSION_OPCODES:
-        return instr.fusion_kind or "kLoop"
-    return instr.opcode
 
 
 def _fused_instructions(
