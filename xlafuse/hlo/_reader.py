@@ -93,6 +93,7 @@ class Reader:
         self.frames: dict[int, int] = {}  # id -> file_location_id
         self.frame_cache: dict[int, tuple[str | None, int | None]] = {}
         self.shapes: dict[str, Shape] = {}
+        self.metadata_cache: dict[str, tuple[str | None, str | None, int | None]] = {}
         self.anon: dict[str, int] = {}
         self.instrs: list[Instruction] = []
         self.computations: list[Computation] = []  # in the order completed (a nested one first)
@@ -323,6 +324,14 @@ class Reader:
         )  # fmt: skip
 
     def _metadata(self, meta: str) -> tuple[str | None, str | None, int | None]:
+        """(op_name, source_file, source_line) of a `metadata={...}` text, read once per module:
+        instructions from one source line (a fused computation's) repeat the same text."""
+        known = self.metadata_cache.get(meta)
+        if known is None:
+            known = self.metadata_cache[meta] = self._read_metadata(meta)
+        return known
+
+    def _read_metadata(self, meta: str) -> tuple[str | None, str | None, int | None]:
         op_name = source_file = source_line = None
         for key, value in _META_STR.findall(meta):
             if key == "op_name":
