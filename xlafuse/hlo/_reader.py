@@ -52,6 +52,7 @@ _FAST_REF = (
 )
 _FAST_OPERANDS = re.compile(rf"(?:{_FAST_REF}[ \t]*,)*{_FAST_REF}[ \t]*").fullmatch
 _FAST_REF_ALL = re.compile(_FAST_REF).findall
+_INDEX_COMMENT = re.compile(r"/\*index=\d+\*/").sub  # XLA prints one before every 5th operand
 _WS = re.compile(r"(?:\s+|//[^\n]*|/\*.*?\*/)*", re.S)
 _ws = _WS.match
 _GROUP_TOK = re.compile(r'"(?:[^"\\]|\\.)*"|//[^\n]*|/\*.*?\*/|[(){}\[\]]', re.S)
@@ -250,12 +251,12 @@ class Reader:
                     indices = ()
                 elif not inner:
                     operands = indices = ()
-                elif "/*" not in inner and _FAST_OPERANDS(inner):
-                    found = _FAST_REF_ALL(inner)
-                    operands = tuple(f[0] for f in found)
-                    indices = tuple(int(i) if i else None for _, i in found) if "#" in inner else ()
                 else:
-                    m = None
+                    found = _fast_operands(inner)
+                    if found is None:
+                        m = None
+                    else:
+                        operands, indices = found
             if m is not None:
                 shape = shapes.get(shape_text)
                 if shape is None:
@@ -568,6 +569,23 @@ class Reader:
     def _clip(self, pos: int, width: int = 80) -> str:
         end = self.s.find("\n", pos)
         return _clip(self.s[pos : end if end >= 0 else self.n].strip(), width)
+
+
+def _fast_operands(inner: str) -> tuple[tuple[str, ...], tuple[int | None, ...]] | None:
+    """Operands of the fast path in other forms than bare names: typed (`f32[] %x`), tuple
+    elements (`%x#1`), and XLA's `/*index=5*/` every fifth operand; None: for the general path."""
+    if "/*" in inner:
+        if "[" in inner:  # a comment in a typed operand may sit inside its shape: not here
+            return None
+        inner = _INDEX_COMMENT(" ", inner)  # a space: `%a/*index=1*/b` stays two names, an error
+        if "/*" in inner:
+            return None
+    if not _FAST_OPERANDS(inner):
+        return None
+    found = _FAST_REF_ALL(inner)
+    operands = tuple(f[0] for f in found)
+    indices = tuple(int(i) if i else None for _, i in found) if "#" in inner else ()
+    return operands, indices
 
 
 def _clip(text: str, width: int = 80) -> str:
