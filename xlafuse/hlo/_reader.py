@@ -58,6 +58,14 @@ _FAST_REF = (
 _FAST_OPERANDS = re.compile(rf"(?:{_FAST_REF}[ \t]*,)*{_FAST_REF}[ \t]*").fullmatch
 _FAST_REF_ALL = re.compile(_FAST_REF).findall
 _INDEX_COMMENT = re.compile(r"/\*index=\d+\*/").sub  # XLA prints one before every 5th operand
+# A bracket group as `Reader._group` walks it (its depth counts brackets of any kind, strings
+# skipped), without a comment: no '/' outside strings. Where it matches, the walk ends at its
+# end; one regex instead of a Python step per bracket (long layouts and aliases in headers).
+_GROUP_STR = r'"(?:[^"\\]++|\\.)*+"'
+_GROUP_INSIDE = r'(?:[^(){}\[\]"/]++|' + _GROUP_STR + ")*+"
+for _ in range(12):
+    _GROUP_INSIDE = rf'(?:[^(){{}}\[\]"/]++|{_GROUP_STR}|[({{\[]{_GROUP_INSIDE}[)}}\]])*+'
+_NESTED_GROUP = re.compile(rf"[({{\[]{_GROUP_INSIDE}[)}}\]]", re.S).match
 _WS = re.compile(r"(?:\s+|//[^\n]*|/\*.*?\*/)*", re.S)
 _ws = _WS.match
 _GROUP_TOK = re.compile(r'"(?:[^"\\]|\\.)*"|//[^\n]*|/\*.*?\*/|[(){}\[\]]', re.S)
@@ -481,6 +489,9 @@ class Reader:
 
     def _group(self, pos: int) -> int:
         """Position after the bracket group opened at pos (strings and comments skipped)."""
+        nested = _NESTED_GROUP(self.s, pos)
+        if nested:  # one line, no comment: one regex instead of a step per bracket
+            return nested.end()
         depth = 0
         for tok in _GROUP_TOK.finditer(self.s, pos):
             c = tok.group()
