@@ -616,10 +616,7 @@ def _unique_names(computations: list[Computation]) -> tuple[Computation, ...]:
     """
     names = [name for c in computations for name in map(_name_of, c.instructions)]
     unique = set(names)
-    if len(unique) == len(names) and not any(
-        root in unique if zeros == "0" else True
-        for root, zeros in _ZERO_SUFFIX.findall("\n".join(names))
-    ):
+    if len(unique) == len(names) and not _zero_suffix_renamed(names, unique):
         return tuple(computations)  # no two names share a (prefix, number): nothing to rename
     used: dict[str, tuple[set[int], list[int]]] = {}
     out: list[Computation] = []
@@ -631,6 +628,16 @@ def _unique_names(computations: list[Computation]) -> tuple[Computation, ...]:
         )
         out.append(Computation(comp.name, instrs, comp.is_entry, comp.execution_thread))
     return tuple(out)
+
+
+def _zero_suffix_renamed(names: list[str], unique: set[str]) -> bool:
+    """Whether XLA renames a name numbered `.0...`: `x.01` always, `x.0` beside an `x`."""
+    joined = "\n".join(names)
+    if ".0" not in joined:  # most modules: one scan, no regex
+        return False
+    return any(
+        root in unique if zeros == "0" else True for root, zeros in _ZERO_SUFFIX.findall(joined)
+    )
 
 
 def _uniquify(name: str, used: dict[str, tuple[set[int], list[int]]]) -> str:
