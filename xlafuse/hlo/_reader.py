@@ -25,6 +25,8 @@ from xlafuse.hlo.ir import (
     _instruction,
     _name_of,
     _new,
+    _new_computation,
+    _new_shape,
     _operands_of,
     _set,
 )
@@ -154,7 +156,7 @@ class Reader:
             raise self.error("no computation (truncated or not a whole module?)", n)
         if not any(c.is_entry for c in computations):  # as XLA: the last one is the entry
             last = computations[-1]
-            computations[-1] = Computation(
+            computations[-1] = _new_computation(
                 last.name, last.instructions, True, last.execution_thread
             )
         return HloModule(name, _unique_names(computations), self.source, header, self.s)
@@ -240,7 +242,7 @@ class Reader:
         attrs, pos = self._attributes(pos, keep=True)
         if attrs:
             thread = attrs.get("execution_thread", "").strip('"') or None
-            comp = Computation(comp.name, comp.instructions, comp.is_entry, thread)
+            comp = _new_computation(comp.name, comp.instructions, comp.is_entry, thread)
         return comp, pos
 
     def _body(self, pos: int, name: str, is_entry: bool, start: int) -> tuple[Computation, int]:
@@ -310,7 +312,7 @@ class Reader:
             pos = _ws(s, self._general(pos)).end()
             line_pos, line_no = self.line_pos, self.line_no
         self.instrs = outer
-        comp = Computation(name, tuple(instrs), is_entry)
+        comp = _new_computation(name, tuple(instrs), is_entry)
         self._check_operands(comp)
         return comp, pos + 1
 
@@ -321,7 +323,7 @@ class Reader:
         count = self.anon.get("", 0)
         self.anon[""] = count + 1
         name = "_" + (f".{count}" if count else "")
-        self.computations.append(Computation(name, comp.instructions))
+        self.computations.append(_new_computation(name, comp.instructions))
         return "%" + name, end
 
     def _add(self, name, opcode, shape, operands, indices, attrs, root, meta_text, line) -> None:
@@ -535,7 +537,7 @@ class Reader:
                 pos = self.ws(pos + 1)
             elif not s.startswith(")", pos):
                 raise self.error(f"malformed tuple shape: {self._clip(pos)}", pos)
-        return Shape(None, tuple_shapes=tuple(elements)), pos + 1
+        return _new_shape(None, (), tuple(elements), None, ()), pos + 1
 
     def _array(self, m: re.Match, pos: int) -> Shape:
         dtype, dims_text, layout, spaced_layout = m.groups()
@@ -544,7 +546,7 @@ class Reader:
             raise self.error(f"unknown element type {dtype!r} in shape {m.group(0)!r}", pos)
         if _STATIC_DIMS.fullmatch(dims_text):
             dims = tuple(map(int, dims_text.split(","))) if dims_text else ()
-            return Shape(dtype, dims, (), layout, (False,) * len(dims))
+            return _new_shape(dtype, dims, (), layout, (False,) * len(dims))
         dims_list: list[int] = []
         dynamic: list[bool] = []
         for dim in dims_text.split(","):
@@ -556,7 +558,7 @@ class Reader:
                 raise self.error(f"bad dimension {dim!r} in shape {m.group(0)!r}", pos)
             dims_list.append(int(digits))
             dynamic.append(dim != digits)
-        return Shape(dtype, tuple(dims_list), (), layout, tuple(dynamic))
+        return _new_shape(dtype, tuple(dims_list), (), layout, tuple(dynamic))
 
     def _check_operands(self, comp: Computation) -> None:
         index = comp.by_name
@@ -626,7 +628,7 @@ def _unique_names(computations: list[Computation]) -> tuple[Computation, ...]:
             _renamed(i, renamed) if renamed[i.name] != i.name or _any_renamed(i, renamed) else i
             for i in comp.instructions
         )
-        out.append(Computation(comp.name, instrs, comp.is_entry, comp.execution_thread))
+        out.append(_new_computation(comp.name, instrs, comp.is_entry, comp.execution_thread))
     return tuple(out)
 
 
