@@ -53,6 +53,8 @@ _NOT_LAUNCH_TARGETS = frozenset(
     }
 )  # fmt: skip
 _FUSION_OPCODES = ("fusion", "fusion-start")
+# Opcodes whose called computations run as computations (not fused bodies or reducers).
+_RUNS_COMPUTATIONS = frozenset({"while", "conditional", "async-start", "call"})
 _GPU_HINTS = ('"operation_queue_id"', '"device_type"', "__cublas", "__cudnn", "__triton")
 _CPU_HINTS = ("__ynn", "__xnn", "xla.cpu", "__onednn", "outer_dimension_partitions")
 _HINTS = _GPU_HINTS + _CPU_HINTS
@@ -123,7 +125,8 @@ def analyze_module(module: HloModule) -> FusionReport:
             fusions nested too deeply to walk.
     """
     kernels: list[KernelInfo] = []
-    instr = module.entry.root
+    entry = module.entry
+    instr = entry.root
     try:
         with gc_paused():
             for comp in executed_computations(module):
@@ -135,7 +138,6 @@ def analyze_module(module: HloModule) -> FusionReport:
         raise HloParseError("fusions nested too deeply to walk", line, module.source) from None
     fusions = [k for k in kernels if k.opcode == "fusion"]
     custom = [k for k in kernels if k.opcode == "custom-call"]
-    entry = module.entry.name
     return FusionReport(
         module=module.name,
         backend=infer_backend(module),
@@ -145,7 +147,7 @@ def analyze_module(module: HloModule) -> FusionReport:
         custom_calls=len(custom),
         custom_call_targets=MappingProxyType(dict(Counter(k.sub_kind or "" for k in custom))),
         kinds=MappingProxyType(dict(Counter(k.kind for k in fusions))),
-        entry_fusions=sum(k.computation == entry for k in fusions),
+        entry_fusions=sum(k.computation == entry.name for k in fusions),
         modeled_bytes=sum(k.bytes_in + k.bytes_out for k in kernels),
         kernel_details=tuple(kernels),
         unsized_kernels=sum(not k.sized for k in kernels),
@@ -170,11 +172,14 @@ def analyze_hlo(text_or_path: str | Path) -> FusionReport:
 
 def executed_computations(module: HloModule) -> list[Computation]:
     """The ENTRY computation and those it runs (loops, branches, calls), each once, in BFS order."""
-    seen = {module.entry.name}
-    order = [module.entry]
+    entry = module.entry
+    seen = {entry.name}
+    order = [entry]
     for comp in order:  # grows while iterating: a breadth-first walk
         for instr in comp.instructions:
-            for name in _runs(instr):
+            if instr.opcode not in _RUNS_COMPUTATIONS:
+                continue
+            for name in instr.called_computations:
                 comp_ = _lookup(module, name)
                 if comp_ is not None and name not in seen:
                     seen.add(name)
@@ -186,12 +191,12 @@ def infer_backend(module: HloModule) -> str | None:
     """ "gpu" or "cpu" from the file name, custom-call targets and backend_config; else None."""
     if module.source and _GPU_FILE.search(Path(module.source).name):
         return "gpu"
-    if module.text and not _has_hint(module.text):
-        return None  # no hint anywhere in the text: none in any attribute
+    if module.text and not _may_hint(module.text):
+        return None  # no attribute that holds a hint anywhere in the text
     for comp in module.computations:
         for instr in comp.instructions:
             raw = getattr(instr.attributes, "text", None)  # as printed: skip it unsplit
-            if raw is not None and not any(h in raw for h in _HINTS):
+            if raw is not None and not (_may_hint(raw) and any(h in raw for h in _HINTS)):
                 continue
             text = (instr.attributes.get("backend_config") or "") + (
                 instr.attributes.get("custom_call_target") or ""
@@ -203,19 +208,10 @@ def infer_backend(module: HloModule) -> str | None:
     return None
 
 
-def _has_hint(text: str) -> bool:
-    """Whether a backend hint can be in the text; the two attribute names that carry hints are
-    looked for first, being absent from most modules (ten scans of a large text cost more)."""
-    if "backend_config" not in text and "custom_call_target" not in text:
-        return False
-    return any(h in text for h in _HINTS)
-
-
-def _runs(instr: Instruction) -> tuple[str, ...]:
-    """Computations that `instr` executes as computations (not fused bodies or reducers)."""
-    if instr.opcode in ("while", "conditional", "async-start", "call"):
-        return instr.called_computations
-    return ()
+def _may_hint(text: str) -> bool:
+    """Whether the text holds an attribute that can hold a backend hint: most texts hold
+    neither, and two scans for them cost less than ten for the hints."""
+    return "backend_config" in text or "custom_call_target" in text
 
 
 def _is_launch(instr: Instruction) -> bool:
