@@ -191,12 +191,12 @@ def infer_backend(module: HloModule) -> str | None:
     """ "gpu" or "cpu" from the file name, custom-call targets and backend_config; else None."""
     if module.source and _GPU_FILE.search(Path(module.source).name):
         return "gpu"
-    if module.text and not _may_hint(module.text):
-        return None  # no attribute that holds a hint anywhere in the text
+    if module.text and not _has_hint(module.text):
+        return None  # no hint anywhere in the text: none in any attribute
     for comp in module.computations:
         for instr in comp.instructions:
             raw = getattr(instr.attributes, "text", None)  # as printed: skip it unsplit
-            if raw is not None and not (_may_hint(raw) and any(h in raw for h in _HINTS)):
+            if raw is not None and not _has_hint(raw):
                 continue
             text = (instr.attributes.get("backend_config") or "") + (
                 instr.attributes.get("custom_call_target") or ""
@@ -208,10 +208,12 @@ def infer_backend(module: HloModule) -> str | None:
     return None
 
 
-def _may_hint(text: str) -> bool:
-    """Whether the text holds an attribute that can hold a backend hint: most texts hold
-    neither, and two scans for them cost less than ten for the hints."""
-    return "backend_config" in text or "custom_call_target" in text
+def _has_hint(text: str) -> bool:
+    """Whether a backend hint can be in the text: the two attribute names that hold hints are
+    looked for first (most texts have neither; two scans of a large text cost less than ten)."""
+    if "backend_config" not in text and "custom_call_target" not in text:
+        return False
+    return any(h in text for h in _HINTS)
 
 
 def _is_launch(instr: Instruction) -> bool:
