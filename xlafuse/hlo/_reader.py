@@ -23,7 +23,6 @@ from xlafuse.hlo.ir import (
     Shape,
     _Attributes,
     _instruction,
-    _name_of,
     _new,
     _new_computation,
     _new_shape,
@@ -84,7 +83,7 @@ _OPCODE = re.compile(r"([a-z][a-z0-9_\-]*)\s*\(")
 _OPERAND_REF = re.compile(rf"%?({_NAME})(?:#(\d+))?")
 _ARRAY = re.compile(r"([a-z][a-z0-9]*)\[([^\]]*)\](?:(\{[^{}]*\})|[ \t]+(\{[^{}=%\n]*\}))?")
 _STATIC_DIMS = re.compile(r"(?:\d+(?:,\d+)*)?")
-_ZERO_SUFFIX = re.compile(r"^(.+)\.(0\d*)$", re.M)  # `x.0`, `x.01`: numbered as `x`, `x.1` by XLA
+_ZERO_SUFFIX = re.compile(r"\.(0\d*)$", re.M)  # `x.0`, `x.01`: numbered as `x`, `x.1` by XLA
 _TABLE = re.compile(r"(FileNames|FunctionNames|FileLocations|StackFrames)[ \t\r]*(?:\n|$)")
 _TABLE_ROW = re.compile(r"[ \t]*(\d+)[ \t]+([^\n]*?)[ \t\r]*(?:\n|$)")
 _KV_INT = re.compile(r"(\w+)=(-?\d+)")
@@ -573,7 +572,8 @@ class Reader:
                         self.source,
                     )
                 seen.add(instr.name)
-        if set(chain.from_iterable(map(_operands_of, instrs))).issubset(index):
+        # keys() >= set: each operand looked up; set.issubset(index) would first copy the index
+        if index.keys() >= set(chain.from_iterable(map(_operands_of, instrs))):
             return
         for instr in instrs:
             for operand in instr.operands:
@@ -616,9 +616,12 @@ def _unique_names(computations: list[Computation]) -> tuple[Computation, ...]:
     XLA keeps one name space per module: its NameUniquifier strips a numeric `.N` suffix, and
     gives a name whose number is taken the next free number of that prefix.
     """
-    names = [name for c in computations for name in map(_name_of, c.instructions)]
-    unique = set(names)
-    if len(unique) == len(names) and not _zero_suffix_renamed(names, unique):
+    # Names are unique within each computation (`_check_operands`): those of the module are
+    # unique when the computations' indexes together hold one name per instruction.
+    unique = set().union(*(c.by_name for c in computations))
+    if len(unique) == sum(len(c.instructions) for c in computations) and not (
+        _zero_suffix_renamed(unique)
+    ):
         return tuple(computations)  # no two names share a (prefix, number): nothing to rename
     used: dict[str, tuple[set[int], list[int]]] = {}
     out: list[Computation] = []
@@ -632,14 +635,14 @@ def _unique_names(computations: list[Computation]) -> tuple[Computation, ...]:
     return tuple(out)
 
 
-def _zero_suffix_renamed(names: list[str], unique: set[str]) -> bool:
+def _zero_suffix_renamed(names: set[str]) -> bool:
     """Whether XLA renames a name numbered `.0...`: `x.01` always, `x.0` beside an `x`."""
     joined = "\n".join(names)
-    if ".0" not in joined:  # most modules: one scan, no regex
-        return False
-    return any(
-        root in unique if zeros == "0" else True for root, zeros in _ZERO_SUFFIX.findall(joined)
-    )
+    for m in _ZERO_SUFFIX.finditer(joined):  # a search for '.': no regex step per character
+        start = joined.rfind("\n", 0, m.start()) + 1
+        if m.start() > start and (m.group(1) != "0" or joined[start : m.start()] in names):
+            return True
+    return False
 
 
 def _uniquify(name: str, used: dict[str, tuple[set[int], list[int]]]) -> str:
