@@ -85,11 +85,13 @@ _ARRAY = re.compile(r"([a-z][a-z0-9]*)\[([^\]]*)\](?:(\{[^{}]*\})|[ \t]+(\{[^{}=
 _STATIC_DIMS = re.compile(r"(?:\d+(?:,\d+)*)?")
 _ZERO_SUFFIX = re.compile(r"\.(0\d*)$", re.M)  # `x.0`, `x.01`: numbered as `x`, `x.1` by XLA
 _TABLE = re.compile(r"(FileNames|FunctionNames|FileLocations|StackFrames)[ \t\r]*(?:\n|$)")
-_TABLE_ROW = re.compile(r"[ \t]*(\d+)[ \t]+([^\n]*?)[ \t\r]*(?:\n|$)")
+_TABLE_ROW = r"[ \t]*+(\d+)[ \t]++([^\n]*+)(?:\n|$)"  # the value's trailing blanks: rstrip
+_TABLE_END = re.compile(rf"(?:{_TABLE_ROW})*+").match
+_TABLE_ROWS = re.compile(_TABLE_ROW).findall
 _KV_INT = re.compile(r"(\w+)=(-?\d+)")
 _QUOTED = re.compile(r'"((?:[^"\\]|\\.)*)"')
 _META = re.compile(r"metadata=\{([^{}]*)\}").search
-_META_STR = re.compile(r'(op_name|source_file)="((?:[^"\\]|\\.)*)"')
+_META_STR = re.compile(r'(op_name|source_file)="((?:[^"\\]++|\\.)*+)"')
 _META_INT = re.compile(r"(source_line|stack_frame_id)=(\d+)")
 
 
@@ -178,23 +180,23 @@ class Reader:
         return m.group(1), " ".join(s[pos:after].split()), after
 
     def _table(self, table: str, pos: int) -> int:
+        """The rows `id value` of a stack-frame table (one regex call finds them all)."""
         s = self.s
-        while True:
-            m = _TABLE_ROW.match(s, pos)
-            if not m:
-                return pos
-            pos = m.end()
-            key, value = int(m.group(1)), m.group(2)
-            if table in ("FileNames", "FunctionNames"):
-                q = _QUOTED.search(value)
-                if table == "FileNames":
-                    self.files[key] = q.group(1) if q else value
+        end = _TABLE_END(s, pos).end()
+        for key_text, value in _TABLE_ROWS(s, pos, end):
+            key, value = int(key_text), value.rstrip(" \t\r")
+            if table == "FunctionNames":
                 continue
-            fields = dict((k, int(v)) for k, v in _KV_INT.findall(value))
+            if table == "FileNames":
+                q = _QUOTED.search(value)
+                self.files[key] = q.group(1) if q else value
+                continue
+            fields = {k: int(v) for k, v in _KV_INT.findall(value)}
             if table == "FileLocations":
                 self.locations[key] = (fields.get("file_name_id", 0), fields.get("line", 0))
             else:
                 self.frames[key] = fields.get("file_location_id", 0)
+        return end
 
     def _frame_source(self, frame: int) -> tuple[str | None, int | None]:
         cached = self.frame_cache.get(frame)
@@ -238,6 +240,8 @@ class Reader:
 
     def _thread(self, comp: Computation, pos: int) -> tuple[Computation, int]:
         """`}, execution_thread="host"` after a computation."""
+        if not self.s.startswith(",", _ws(self.s, pos).end()):
+            return comp, pos  # as `_attributes` finds: no attribute (most computations)
         attrs, pos = self._attributes(pos, keep=True)
         if attrs:
             thread = attrs.get("execution_thread", "").strip('"') or None

@@ -126,13 +126,17 @@ def analyze_module(module: HloModule) -> FusionReport:
     """
     kernels: list[KernelInfo] = []
     entry = module.entry
-    instr = entry.root
+    instr: Instruction | None = None
     try:
         with gc_paused():
             for comp in executed_computations(module):
                 for instr in comp.instructions:
-                    if _is_launch(instr):
-                        kernels.append(_kernel(module, comp, instr))
+                    if not _is_launch(instr):
+                        continue
+                    if instr.opcode in _FUSION_OPCODES:
+                        kernels.append(_fusion_kernel(module, comp, instr))
+                    else:
+                        kernels.append(_single_op_kernel(comp, instr))
     except RecursionError:
         line = instr.line if instr else None
         raise HloParseError("fusions nested too deeply to walk", line, module.source) from None
@@ -221,12 +225,6 @@ def _is_launch(instr: Instruction) -> bool:
     if op in _NOT_LAUNCH or op.endswith(("-done", "-update")):
         return False
     return op != "custom-call" or instr.custom_call_target not in _NOT_LAUNCH_TARGETS
-
-
-def _kernel(module: HloModule, comp: Computation, instr: Instruction) -> KernelInfo:
-    if instr.opcode in _FUSION_OPCODES:
-        return _fusion_kernel(module, comp, instr)
-    return _single_op_kernel(comp, instr)
 
 
 def _single_op_kernel(comp: Computation, instr: Instruction) -> KernelInfo:
