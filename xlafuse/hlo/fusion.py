@@ -32,6 +32,7 @@ import re
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from operator import attrgetter
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -59,6 +60,12 @@ _GPU_HINTS = ('"operation_queue_id"', '"device_type"', "__cublas", "__cudnn", "_
 _CPU_HINTS = ("__ynn", "__xnn", "xla.cpu", "__onednn", "outer_dimension_partitions")
 _HINTS = _GPU_HINTS + _CPU_HINTS
 _GPU_FILE = re.compile(r"gpu_after_optimizations|\.sm_\d")
+_is_real_fusion = attrgetter("is_real_fusion")
+_kind_of = attrgetter("kind")
+_computation_of = attrgetter("computation")
+_bytes_in = attrgetter("bytes_in")
+_bytes_out = attrgetter("bytes_out")
+_sized = attrgetter("sized")
 
 
 @dataclass(frozen=True)
@@ -147,14 +154,15 @@ def analyze_module(module: HloModule) -> FusionReport:
         backend=infer_backend(module),
         kernels=len(kernels),
         fusions=len(fusions),
-        real_fusions=sum(k.is_real_fusion for k in kernels),
+        # sums over map(attrgetter): the loops run in C, not as generators (one per kernel)
+        real_fusions=sum(map(_is_real_fusion, kernels)),
         custom_calls=len(custom),
         custom_call_targets=MappingProxyType(dict(Counter(k.sub_kind or "" for k in custom))),
-        kinds=MappingProxyType(dict(Counter(k.kind for k in fusions))),
-        entry_fusions=sum(k.computation == entry.name for k in fusions),
-        modeled_bytes=sum(k.bytes_in + k.bytes_out for k in kernels),
+        kinds=MappingProxyType(dict(Counter(map(_kind_of, fusions)))),
+        entry_fusions=list(map(_computation_of, fusions)).count(entry.name),
+        modeled_bytes=sum(map(_bytes_in, kernels)) + sum(map(_bytes_out, kernels)),
         kernel_details=tuple(kernels),
-        unsized_kernels=sum(not k.sized for k in kernels),
+        unsized_kernels=len(kernels) - sum(map(_sized, kernels)),
     )
 
 
