@@ -23,8 +23,9 @@ from xlafuse.hlo.ir import (
     Shape,
     _Attributes,
     _instruction,
-    _name_of,
     _new,
+    _new_computation,
+    _new_shape,
     _operands_of,
     _set,
 )
@@ -36,13 +37,18 @@ for _ in range(4):  # backend_config JSON nests: {"a":{"b":{"c":1}}}
     _BRACES = r"\{(?:[^{}\"\n]++|" + _STR + "|" + _BRACES + r")*+\}"
 # Possessive (++, *+): a line that is not one whole instruction fails fast, never backtracks.
 _VALUE = rf"(?:[^\s,{{}}()\[\]\"/]++|{_STR}|{_BRACES}|\[[^\[\]\n]*+\]|\([^()\n]*+\))++"
+_FAST_NAME = r"[A-Za-z_][A-Za-z0-9_.\-]*+"  # ASCII, checked faster than \w; others: general
+# `metadata={op_name="..." ...}` (most of the attribute text) checked by one loop over its flat
+# inside rather than by the nested _BRACES: the same text is accepted, in far fewer steps.
+_FAST_METADATA = rf'metadata=\{{[^{{}}"\n]*+(?:{_STR}[^{{}}"\n]*+)*+\}}(?![^\s,])'
+_FAST_ATTR = rf",[ \t]*+(?:{_FAST_METADATA}|[A-Za-z_][\w.\-]*+=[ \t]*+{_VALUE})"
 # One whole instruction on one line as XLA prints it: ROOT, name, shape, opcode, operands (names
 # only, or other), attributes; then the whitespace up to the next token, not a ',' or a comment.
 _FAST = re.compile(
-    r"(ROOT[ \t]+)?%?([A-Za-z_][\w.\-]*)[ \t]*=[ \t]*"
-    r"([a-z][a-z0-9]*\[[^\]\n]*\](?:\{[^{}\n]*\})?|\((?:[^()\n]|\([^()\n]*\))*\))[ \t]+"
-    r"([a-z][a-z0-9_\-]*)\((?:(%?[A-Za-z_][\w.\-]*(?:, *%?[A-Za-z_][\w.\-]*)*)|([^()\"\n]*))\)"
-    rf"((?:,[ \t]*+[A-Za-z_][\w.\-]*+=[ \t]*+{_VALUE})*+)[ \t\r]*+(?=\n|$)\s*+(?![,/])"
+    rf"(ROOT[ \t]+)?%?({_FAST_NAME})[ \t]*+=[ \t]*+"
+    r"([a-z][a-z0-9]*+\[[^\]\n]*+\](?:\{[^{}\n]*+\})?|\((?:[^()\n]++|\([^()\n]*+\))*+\))[ \t]++"
+    rf"([a-z][a-z0-9_\-]*+)\((?:(%?{_FAST_NAME}(?:, *+%?{_FAST_NAME})*+)|([^()\"\n]*+))\)"
+    rf"((?:{_FAST_ATTR})*+)[ \t\r]*+(?=\n|$)\s*+(?![,/])"
 ).match
 _FAST_HEADER = re.compile(
     r"(ENTRY[ \t]+)?%?([A-Za-z_][\w.\-]*+)[ \t]*+(?:[(\-][^\n]*)?(?<=[ \t)\]}])\{[ \t\r]*+\n",
@@ -52,6 +58,15 @@ _FAST_REF = (
 )
 _FAST_OPERANDS = re.compile(rf"(?:{_FAST_REF}[ \t]*,)*{_FAST_REF}[ \t]*").fullmatch
 _FAST_REF_ALL = re.compile(_FAST_REF).findall
+_INDEX_COMMENT = re.compile(r"/\*index=\d+\*/").sub  # XLA prints one before every 5th operand
+# A bracket group as `Reader._group` walks it (its depth counts brackets of any kind, strings
+# skipped), without a comment: no '/' outside strings. Where it matches, the walk ends at its
+# end; one regex instead of a Python step per bracket (long layouts and aliases in headers).
+_GROUP_STR = r'"(?:[^"\\]++|\\.)*+"'
+_GROUP_INSIDE = r'(?:[^(){}\[\]"/]++|' + _GROUP_STR + ")*+"
+for _ in range(12):
+    _GROUP_INSIDE = rf'(?:[^(){{}}\[\]"/]++|{_GROUP_STR}|[({{\[]{_GROUP_INSIDE}[)}}\]])*+'
+_NESTED_GROUP = re.compile(rf"[({{\[]{_GROUP_INSIDE}[)}}\]]", re.S).match
 _WS = re.compile(r"(?:\s+|//[^\n]*|/\*.*?\*/)*", re.S)
 _ws = _WS.match
 _GROUP_TOK = re.compile(r'"(?:[^"\\]|\\.)*"|//[^\n]*|/\*.*?\*/|[(){}\[\]]', re.S)
@@ -68,13 +83,15 @@ _OPCODE = re.compile(r"([a-z][a-z0-9_\-]*)\s*\(")
 _OPERAND_REF = re.compile(rf"%?({_NAME})(?:#(\d+))?")
 _ARRAY = re.compile(r"([a-z][a-z0-9]*)\[([^\]]*)\](?:(\{[^{}]*\})|[ \t]+(\{[^{}=%\n]*\}))?")
 _STATIC_DIMS = re.compile(r"(?:\d+(?:,\d+)*)?")
-_ZERO_SUFFIX = re.compile(r"^(.+)\.(0\d*)$", re.M)  # `x.0`, `x.01`: numbered as `x`, `x.1` by XLA
+_ZERO_SUFFIX = re.compile(r"\.(0\d*)$", re.M)  # `x.0`, `x.01`: numbered as `x`, `x.1` by XLA
 _TABLE = re.compile(r"(FileNames|FunctionNames|FileLocations|StackFrames)[ \t\r]*(?:\n|$)")
-_TABLE_ROW = re.compile(r"[ \t]*(\d+)[ \t]+([^\n]*?)[ \t\r]*(?:\n|$)")
+_TABLE_ROW = r"[ \t]*+(\d+)[ \t]++([^\n]*+)(?:\n|$)"  # the value's trailing blanks: rstrip
+_TABLE_END = re.compile(rf"(?:{_TABLE_ROW})*+").match
+_TABLE_ROWS = re.compile(_TABLE_ROW).findall
 _KV_INT = re.compile(r"(\w+)=(-?\d+)")
 _QUOTED = re.compile(r'"((?:[^"\\]|\\.)*)"')
 _META = re.compile(r"metadata=\{([^{}]*)\}").search
-_META_STR = re.compile(r'(op_name|source_file)="((?:[^"\\]|\\.)*)"')
+_META_STR = re.compile(r'(op_name|source_file)="((?:[^"\\]++|\\.)*+)"')
 _META_INT = re.compile(r"(source_line|stack_frame_id)=(\d+)")
 
 
@@ -93,6 +110,7 @@ class Reader:
         self.frames: dict[int, int] = {}  # id -> file_location_id
         self.frame_cache: dict[int, tuple[str | None, int | None]] = {}
         self.shapes: dict[str, Shape] = {}
+        self.metadata_cache: dict[str, tuple[str | None, str | None, int | None]] = {}
         self.anon: dict[str, int] = {}
         self.instrs: list[Instruction] = []
         self.computations: list[Computation] = []  # in the order completed (a nested one first)
@@ -139,7 +157,7 @@ class Reader:
             raise self.error("no computation (truncated or not a whole module?)", n)
         if not any(c.is_entry for c in computations):  # as XLA: the last one is the entry
             last = computations[-1]
-            computations[-1] = Computation(
+            computations[-1] = _new_computation(
                 last.name, last.instructions, True, last.execution_thread
             )
         return HloModule(name, _unique_names(computations), self.source, header, self.s)
@@ -162,23 +180,23 @@ class Reader:
         return m.group(1), " ".join(s[pos:after].split()), after
 
     def _table(self, table: str, pos: int) -> int:
+        """The rows `id value` of a stack-frame table (one regex call finds them all)."""
         s = self.s
-        while True:
-            m = _TABLE_ROW.match(s, pos)
-            if not m:
-                return pos
-            pos = m.end()
-            key, value = int(m.group(1)), m.group(2)
-            if table in ("FileNames", "FunctionNames"):
-                q = _QUOTED.search(value)
-                if table == "FileNames":
-                    self.files[key] = q.group(1) if q else value
+        end = _TABLE_END(s, pos).end()
+        for key_text, value in _TABLE_ROWS(s, pos, end):
+            key, value = int(key_text), value.rstrip(" \t\r")
+            if table == "FunctionNames":
                 continue
-            fields = dict((k, int(v)) for k, v in _KV_INT.findall(value))
+            if table == "FileNames":
+                q = _QUOTED.search(value)
+                self.files[key] = q.group(1) if q else value
+                continue
+            fields = {k: int(v) for k, v in _KV_INT.findall(value)}
             if table == "FileLocations":
                 self.locations[key] = (fields.get("file_name_id", 0), fields.get("line", 0))
             else:
                 self.frames[key] = fields.get("file_location_id", 0)
+        return end
 
     def _frame_source(self, frame: int) -> tuple[str | None, int | None]:
         cached = self.frame_cache.get(frame)
@@ -222,10 +240,12 @@ class Reader:
 
     def _thread(self, comp: Computation, pos: int) -> tuple[Computation, int]:
         """`}, execution_thread="host"` after a computation."""
+        if not self.s.startswith(",", _ws(self.s, pos).end()):
+            return comp, pos  # as `_attributes` finds: no attribute (most computations)
         attrs, pos = self._attributes(pos, keep=True)
         if attrs:
             thread = attrs.get("execution_thread", "").strip('"') or None
-            comp = Computation(comp.name, comp.instructions, comp.is_entry, thread)
+            comp = _new_computation(comp.name, comp.instructions, comp.is_entry, thread)
         return comp, pos
 
     def _body(self, pos: int, name: str, is_entry: bool, start: int) -> tuple[Computation, int]:
@@ -249,12 +269,12 @@ class Reader:
                     indices = ()
                 elif not inner:
                     operands = indices = ()
-                elif "/*" not in inner and _FAST_OPERANDS(inner):
-                    found = _FAST_REF_ALL(inner)
-                    operands = tuple(f[0] for f in found)
-                    indices = tuple(int(i) if i else None for _, i in found) if "#" in inner else ()
                 else:
-                    m = None
+                    found = _fast_operands(inner)
+                    if found is None:
+                        m = None
+                    else:
+                        operands, indices = found
             if m is not None:
                 shape = shapes.get(shape_text)
                 if shape is None:
@@ -295,7 +315,7 @@ class Reader:
             pos = _ws(s, self._general(pos)).end()
             line_pos, line_no = self.line_pos, self.line_no
         self.instrs = outer
-        comp = Computation(name, tuple(instrs), is_entry)
+        comp = _new_computation(name, tuple(instrs), is_entry)
         self._check_operands(comp)
         return comp, pos + 1
 
@@ -306,7 +326,7 @@ class Reader:
         count = self.anon.get("", 0)
         self.anon[""] = count + 1
         name = "_" + (f".{count}" if count else "")
-        self.computations.append(Computation(name, comp.instructions))
+        self.computations.append(_new_computation(name, comp.instructions))
         return "%" + name, end
 
     def _add(self, name, opcode, shape, operands, indices, attrs, root, meta_text, line) -> None:
@@ -323,6 +343,14 @@ class Reader:
         )  # fmt: skip
 
     def _metadata(self, meta: str) -> tuple[str | None, str | None, int | None]:
+        """(op_name, source_file, source_line) of a `metadata={...}` text, read once per module:
+        instructions from one source line (a fused computation's) repeat the same text."""
+        known = self.metadata_cache.get(meta)
+        if known is None:
+            known = self.metadata_cache[meta] = self._read_metadata(meta)
+        return known
+
+    def _read_metadata(self, meta: str) -> tuple[str | None, str | None, int | None]:
         op_name = source_file = source_line = None
         for key, value in _META_STR.findall(meta):
             if key == "op_name":
@@ -466,6 +494,9 @@ class Reader:
 
     def _group(self, pos: int) -> int:
         """Position after the bracket group opened at pos (strings and comments skipped)."""
+        nested = _NESTED_GROUP(self.s, pos)
+        if nested:  # one line, no comment: one regex instead of a step per bracket
+            return nested.end()
         depth = 0
         for tok in _GROUP_TOK.finditer(self.s, pos):
             c = tok.group()
@@ -509,7 +540,7 @@ class Reader:
                 pos = self.ws(pos + 1)
             elif not s.startswith(")", pos):
                 raise self.error(f"malformed tuple shape: {self._clip(pos)}", pos)
-        return Shape(None, tuple_shapes=tuple(elements)), pos + 1
+        return _new_shape(None, (), tuple(elements), None, ()), pos + 1
 
     def _array(self, m: re.Match, pos: int) -> Shape:
         dtype, dims_text, layout, spaced_layout = m.groups()
@@ -518,7 +549,7 @@ class Reader:
             raise self.error(f"unknown element type {dtype!r} in shape {m.group(0)!r}", pos)
         if _STATIC_DIMS.fullmatch(dims_text):
             dims = tuple(map(int, dims_text.split(","))) if dims_text else ()
-            return Shape(dtype, dims, (), layout, (False,) * len(dims))
+            return _new_shape(dtype, dims, (), layout, (False,) * len(dims))
         dims_list: list[int] = []
         dynamic: list[bool] = []
         for dim in dims_text.split(","):
@@ -530,7 +561,7 @@ class Reader:
                 raise self.error(f"bad dimension {dim!r} in shape {m.group(0)!r}", pos)
             dims_list.append(int(digits))
             dynamic.append(dim != digits)
-        return Shape(dtype, tuple(dims_list), (), layout, tuple(dynamic))
+        return _new_shape(dtype, tuple(dims_list), (), layout, tuple(dynamic))
 
     def _check_operands(self, comp: Computation) -> None:
         index = comp.by_name
@@ -545,7 +576,8 @@ class Reader:
                         self.source,
                     )
                 seen.add(instr.name)
-        if set(chain.from_iterable(map(_operands_of, instrs))).issubset(index):
+        # keys() >= set: each operand looked up; set.issubset(index) would first copy the index
+        if index.keys() >= set(chain.from_iterable(map(_operands_of, instrs))):
             return
         for instr in instrs:
             for operand in instr.operands:
@@ -561,6 +593,23 @@ class Reader:
         return _clip(self.s[pos : end if end >= 0 else self.n].strip(), width)
 
 
+def _fast_operands(inner: str) -> tuple[tuple[str, ...], tuple[int | None, ...]] | None:
+    """Operands of the fast path in other forms than bare names: typed (`f32[] %x`), tuple
+    elements (`%x#1`), and XLA's `/*index=5*/` every fifth operand; None: for the general path."""
+    if "/*" in inner:
+        if "[" in inner:  # a comment in a typed operand may sit inside its shape: not here
+            return None
+        inner = _INDEX_COMMENT(" ", inner)  # a space: `%a/*index=1*/b` stays two names, an error
+        if "/*" in inner:
+            return None
+    if not _FAST_OPERANDS(inner):
+        return None
+    found = _FAST_REF_ALL(inner)
+    operands = tuple(f[0] for f in found)
+    indices = tuple(int(i) if i else None for _, i in found) if "#" in inner else ()
+    return operands, indices
+
+
 def _clip(text: str, width: int = 80) -> str:
     return repr(text if len(text) <= width else text[:width] + "...")
 
@@ -571,11 +620,11 @@ def _unique_names(computations: list[Computation]) -> tuple[Computation, ...]:
     XLA keeps one name space per module: its NameUniquifier strips a numeric `.N` suffix, and
     gives a name whose number is taken the next free number of that prefix.
     """
-    names = [name for c in computations for name in map(_name_of, c.instructions)]
-    unique = set(names)
-    if len(unique) == len(names) and not any(
-        root in unique if zeros == "0" else True
-        for root, zeros in _ZERO_SUFFIX.findall("\n".join(names))
+    # Names are unique within each computation (`_check_operands`): those of the module are
+    # unique when the computations' indexes together hold one name per instruction.
+    unique = set().union(*(c.by_name for c in computations))
+    if len(unique) == sum(len(c.instructions) for c in computations) and not (
+        _zero_suffix_renamed(unique)
     ):
         return tuple(computations)  # no two names share a (prefix, number): nothing to rename
     used: dict[str, tuple[set[int], list[int]]] = {}
@@ -586,8 +635,18 @@ def _unique_names(computations: list[Computation]) -> tuple[Computation, ...]:
             _renamed(i, renamed) if renamed[i.name] != i.name or _any_renamed(i, renamed) else i
             for i in comp.instructions
         )
-        out.append(Computation(comp.name, instrs, comp.is_entry, comp.execution_thread))
+        out.append(_new_computation(comp.name, instrs, comp.is_entry, comp.execution_thread))
     return tuple(out)
+
+
+def _zero_suffix_renamed(names: set[str]) -> bool:
+    """Whether XLA renames a name numbered `.0...`: `x.01` always, `x.0` beside an `x`."""
+    joined = "\n".join(names)
+    for m in _ZERO_SUFFIX.finditer(joined):  # a search for '.': no regex step per character
+        start = joined.rfind("\n", 0, m.start()) + 1
+        if m.start() > start and (m.group(1) != "0" or joined[start : m.start()] in names):
+            return True
+    return False
 
 
 def _uniquify(name: str, used: dict[str, tuple[set[int], list[int]]]) -> str:

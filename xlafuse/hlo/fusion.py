@@ -32,6 +32,7 @@ import re
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from operator import attrgetter
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -53,10 +54,18 @@ _NOT_LAUNCH_TARGETS = frozenset(
     }
 )  # fmt: skip
 _FUSION_OPCODES = ("fusion", "fusion-start")
+# Opcodes whose called computations run as computations (not fused bodies or reducers).
+_RUNS_COMPUTATIONS = frozenset({"while", "conditional", "async-start", "call"})
 _GPU_HINTS = ('"operation_queue_id"', '"device_type"', "__cublas", "__cudnn", "__triton")
 _CPU_HINTS = ("__ynn", "__xnn", "xla.cpu", "__onednn", "outer_dimension_partitions")
 _HINTS = _GPU_HINTS + _CPU_HINTS
 _GPU_FILE = re.compile(r"gpu_after_optimizations|\.sm_\d")
+_is_real_fusion = attrgetter("is_real_fusion")
+_kind_of = attrgetter("kind")
+_computation_of = attrgetter("computation")
+_bytes_in = attrgetter("bytes_in")
+_bytes_out = attrgetter("bytes_out")
+_sized = attrgetter("sized")
 
 
 @dataclass(frozen=True)
@@ -123,32 +132,37 @@ def analyze_module(module: HloModule) -> FusionReport:
             fusions nested too deeply to walk.
     """
     kernels: list[KernelInfo] = []
-    instr = module.entry.root
+    entry = module.entry
+    instr: Instruction | None = None
     try:
         with gc_paused():
             for comp in executed_computations(module):
                 for instr in comp.instructions:
-                    if _is_launch(instr):
-                        kernels.append(_kernel(module, comp, instr))
+                    if not _is_launch(instr):
+                        continue
+                    if instr.opcode in _FUSION_OPCODES:
+                        kernels.append(_fusion_kernel(module, comp, instr))
+                    else:
+                        kernels.append(_single_op_kernel(comp, instr))
     except RecursionError:
         line = instr.line if instr else None
         raise HloParseError("fusions nested too deeply to walk", line, module.source) from None
     fusions = [k for k in kernels if k.opcode == "fusion"]
     custom = [k for k in kernels if k.opcode == "custom-call"]
-    entry = module.entry.name
     return FusionReport(
         module=module.name,
         backend=infer_backend(module),
         kernels=len(kernels),
         fusions=len(fusions),
-        real_fusions=sum(k.is_real_fusion for k in kernels),
+        # sums over map(attrgetter): the loops run in C, not as generators (one per kernel)
+        real_fusions=sum(map(_is_real_fusion, kernels)),
         custom_calls=len(custom),
         custom_call_targets=MappingProxyType(dict(Counter(k.sub_kind or "" for k in custom))),
-        kinds=MappingProxyType(dict(Counter(k.kind for k in fusions))),
-        entry_fusions=sum(k.computation == entry for k in fusions),
-        modeled_bytes=sum(k.bytes_in + k.bytes_out for k in kernels),
+        kinds=MappingProxyType(dict(Counter(map(_kind_of, fusions)))),
+        entry_fusions=list(map(_computation_of, fusions)).count(entry.name),
+        modeled_bytes=sum(map(_bytes_in, kernels)) + sum(map(_bytes_out, kernels)),
         kernel_details=tuple(kernels),
-        unsized_kernels=sum(not k.sized for k in kernels),
+        unsized_kernels=len(kernels) - sum(map(_sized, kernels)),
     )
 
 
@@ -170,11 +184,14 @@ def analyze_hlo(text_or_path: str | Path) -> FusionReport:
 
 def executed_computations(module: HloModule) -> list[Computation]:
     """The ENTRY computation and those it runs (loops, branches, calls), each once, in BFS order."""
-    seen = {module.entry.name}
-    order = [module.entry]
+    entry = module.entry
+    seen = {entry.name}
+    order = [entry]
     for comp in order:  # grows while iterating: a breadth-first walk
         for instr in comp.instructions:
-            for name in _runs(instr):
+            if instr.opcode not in _RUNS_COMPUTATIONS:
+                continue
+            for name in instr.called_computations:
                 comp_ = _lookup(module, name)
                 if comp_ is not None and name not in seen:
                     seen.add(name)
@@ -186,12 +203,12 @@ def infer_backend(module: HloModule) -> str | None:
     """ "gpu" or "cpu" from the file name, custom-call targets and backend_config; else None."""
     if module.source and _GPU_FILE.search(Path(module.source).name):
         return "gpu"
-    if module.text and not any(h in module.text for h in _HINTS):
+    if module.text and not _has_hint(module.text):
         return None  # no hint anywhere in the text: none in any attribute
     for comp in module.computations:
         for instr in comp.instructions:
             raw = getattr(instr.attributes, "text", None)  # as printed: skip it unsplit
-            if raw is not None and not any(h in raw for h in _HINTS):
+            if raw is not None and not _has_hint(raw):
                 continue
             text = (instr.attributes.get("backend_config") or "") + (
                 instr.attributes.get("custom_call_target") or ""
@@ -203,11 +220,12 @@ def infer_backend(module: HloModule) -> str | None:
     return None
 
 
-def _runs(instr: Instruction) -> tuple[str, ...]:
-    """Computations that `instr` executes as computations (not fused bodies or reducers)."""
-    if instr.opcode in ("while", "conditional", "async-start", "call"):
-        return instr.called_computations
-    return ()
+def _has_hint(text: str) -> bool:
+    """Whether a backend hint can be in the text: the two attribute names that hold hints are
+    looked for first (most texts have neither; two scans of a large text cost less than ten)."""
+    if "backend_config" not in text and "custom_call_target" not in text:
+        return False
+    return any(h in text for h in _HINTS)
 
 
 def _is_launch(instr: Instruction) -> bool:
@@ -217,9 +235,22 @@ def _is_launch(instr: Instruction) -> bool:
     return op != "custom-call" or instr.custom_call_target not in _NOT_LAUNCH_TARGETS
 
 
-def _kernel(module: HloModule, comp: Computation, instr: Instruction) -> KernelInfo:
-    fused = instr.opcode in _FUSION_OPCODES
-    inner = _fused_instructions(module, instr, (comp.name,)) if fused else []
+def _single_op_kernel(comp: Computation, instr: Instruction) -> KernelInfo:
+    """A launch that is one instruction (most kernels): built without a list of its ops."""
+    opcode = instr.opcode
+    sized = kernel_bytes(instr, comp)
+    bytes_in, bytes_out = sized or (0, 0)
+    return _kernel_info(
+        instr.name, comp.name, opcode, opcode,
+        instr.custom_call_target if opcode == "custom-call" else None, (opcode,), 1, False,
+        bytes_in, bytes_out, (instr.op_name,) if instr.op_name else (),
+        (f"{instr.source_file}:{instr.source_line}",) if instr.source_file else (),
+        sized is not None,
+    )  # fmt: skip
+
+
+def _fusion_kernel(module: HloModule, comp: Computation, instr: Instruction) -> KernelInfo:
+    inner = _fused_instructions(module, instr, (comp.name,))
     if inner:
         compute = [i for i in inner if i.opcode not in FREE_OPCODES]
         by_name = {i.name: i for i in inner}
@@ -235,8 +266,7 @@ def _kernel(module: HloModule, comp: Computation, instr: Instruction) -> KernelI
     sized = kernel_bytes(instr, comp)
     bytes_in, bytes_out = sized or (0, 0)
     return _kernel_info(
-        instr.name, comp.name, instr.opcode, _kind(instr),
-        instr.backend_kind if fused else _target(instr),
+        instr.name, comp.name, instr.opcode, instr.fusion_kind or "kLoop", instr.backend_kind,
         tuple(i.opcode for i in compute), len(compute), weighty >= 2, bytes_in, bytes_out,
         op_names, source_lines, sized is not None,
     )  # fmt: skip
@@ -255,16 +285,6 @@ def _kernel_info(
         "source_lines": source_lines, "sized": sized,
     })  # fmt: skip
     return info
-
-
-def _target(instr: Instruction) -> str | None:
-    return instr.custom_call_target if instr.opcode == "custom-call" else None
-
-
-def _kind(instr: Instruction) -> str:
-    if instr.opcode in _FUSION_OPCODES:
-        return instr.fusion_kind or "kLoop"
-    return instr.opcode
 
 
 def _fused_instructions(

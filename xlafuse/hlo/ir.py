@@ -23,7 +23,6 @@ import math
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from functools import cached_property
 from operator import attrgetter
 from pathlib import Path
 from types import MappingProxyType
@@ -70,6 +69,8 @@ _COMP_REF = re.compile(r"%?([^\s,{}%]+)")
 _BACKEND_KIND = re.compile(r'"kind"\s*:\s*"([^"]+)"')
 _CUSTOM_TARGET = re.compile(r'"((?:[^"\\]|\\.)*)"')
 
+_new = object.__new__
+_set = object.__setattr__
 _name_of = attrgetter("name")
 _operands_of = attrgetter("operands")
 _OPEN = {"(": ")", "{": "}", "[": "]"}
@@ -77,6 +78,22 @@ _CLOSE = {")", "}", "]"}
 _CALL_ATTRS = ("calls", "to_apply", "body", "condition", "true_computation", "false_computation")
 _CALL_LIST_ATTRS = ("branch_computations", "called_computations")
 _LITERAL_OPCODES = frozenset({"constant", "parameter"})
+
+
+class _computed_once:
+    """`functools.cached_property` without its lock: Python 3.11 takes one on each first read,
+    and every shape of every module read has its size read once."""
+
+    def __init__(self, compute):
+        self.compute = compute
+        self.name = compute.__name__
+        self.__doc__ = compute.__doc__
+
+    def __get__(self, instance, owner=None):
+        if instance is None:
+            return self
+        value = instance.__dict__[self.name] = self.compute(instance)
+        return value
 
 
 @dataclass(frozen=True)
@@ -98,21 +115,21 @@ class Shape:
     def is_tuple(self) -> bool:
         return self.dtype is None
 
-    @cached_property
+    @_computed_once
     def sized(self) -> bool:
         """Whether the byte size is known: a known dtype, no unbounded dim (all leaves)."""
         if self.is_tuple:
             return all(s.sized for s in self.tuple_shapes)
         return self.dtype in DTYPE_BITS and all(d >= 0 for d in self.dims)
 
-    @cached_property
+    @_computed_once
     def num_elements(self) -> int:
         """Elements (dynamic dims at their bound; 0 when not `sized`); a tuple sums its leaves."""
         if self.is_tuple:
             return sum(s.num_elements for s in self.tuple_shapes)
         return math.prod(self.dims) if self.sized else 0
 
-    @cached_property
+    @_computed_once
     def byte_size(self) -> int:
         """Bytes in memory: packed sub-byte types round up; a tuple sums its leaves; 0 if unsized."""
         if self.is_tuple:
@@ -139,6 +156,16 @@ class Shape:
 
 
 UNKNOWN_SHAPE = Shape(UNKNOWN_DTYPE)
+
+
+def _new_shape(dtype, dims, tuple_shapes, layout, dynamic) -> Shape:
+    """Builds a Shape without the frozen dataclass's per-field __setattr__ (each shape read)."""
+    shape = _new(Shape)
+    _set(shape, "__dict__", {
+        "dtype": dtype, "dims": dims, "tuple_shapes": tuple_shapes, "layout": layout,
+        "dynamic": dynamic,
+    })  # fmt: skip
+    return shape
 
 
 class _Attributes(Mapping):
@@ -240,8 +267,6 @@ class Instruction:
 
 
 _FIELDS = tuple(Instruction.__dataclass_fields__)
-_new = object.__new__
-_set = object.__setattr__
 
 
 def _instruction(
@@ -287,6 +312,23 @@ class Computation:
             if instr.is_root:
                 return instr
         return self.instructions[-1] if self.instructions else None
+
+
+def _new_computation(
+    name: str,
+    instructions: tuple[Instruction, ...],
+    is_entry: bool = False,
+    execution_thread: str | None = None,
+) -> Computation:
+    """Builds a Computation without the frozen dataclass's per-field __setattr__ (the reader
+    makes one per computation, and again when a thread or a renaming changes it)."""
+    comp = _new(Computation)
+    index = dict(zip(map(_name_of, instructions), instructions, strict=True))
+    _set(comp, "__dict__", {
+        "name": name, "instructions": instructions, "is_entry": is_entry,
+        "execution_thread": execution_thread, "_index": MappingProxyType(index),
+    })  # fmt: skip
+    return comp
 
 
 @dataclass(frozen=True)

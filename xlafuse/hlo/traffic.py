@@ -48,7 +48,8 @@ def kernel_bytes(instr: Instruction, computation: Computation) -> tuple[int, int
     Returns:
         (bytes_in, bytes_out), or None when the output or an operand cannot be sized.
     """
-    if instr.opcode in FREE_OPCODES:
+    opcode = instr.opcode
+    if opcode in FREE_OPCODES:
         return 0, 0
     if not instr.shape.sized:
         return None
@@ -64,7 +65,9 @@ def kernel_bytes(instr: Instruction, computation: Computation) -> tuple[int, int
                 if not shape.sized:
                     return None
                 bytes_in += shape.byte_size
-        return bytes_in, _output_bytes(instr)
+        if opcode == "custom-call":
+            return bytes_in, _output_bytes(instr)
+        return bytes_in, instr.shape.byte_size  # as _output_bytes: a launch's whole output
     for operand, index in _distinct_operands(instr, computation):
         shape = _operand_shape(operand, index)
         if not shape.sized:
