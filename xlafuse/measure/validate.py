@@ -301,12 +301,18 @@ class ValidationResult:
         return self.ncu_time_s / self.profiler_time_s - 1
 
     @property
-    def judged_time_error(self) -> float | None:
-        """ncu's time over the profiler's, summed over the judged kernels, - 1; None without one."""
+    def judged_times(self) -> tuple[float, float] | None:
+        """(ncu, profiler) seconds summed over the judged kernels both timed; None without one."""
         timed = [r for r in self.rows if r.judged and r.ncu_time_s and r.profiler_time_s]
         if not timed:
             return None
-        return sum(r.ncu_time_s for r in timed) / sum(r.profiler_time_s for r in timed) - 1
+        return sum(r.ncu_time_s for r in timed), sum(r.profiler_time_s for r in timed)
+
+    @property
+    def judged_time_error(self) -> float | None:
+        """ncu's time over the profiler's, summed over the judged kernels, - 1; None without one."""
+        times = self.judged_times
+        return None if times is None else times[0] / times[1] - 1
 
     @property
     def unmatched_hlo(self) -> tuple[str, ...]:
@@ -398,15 +404,15 @@ def result_from_dict(cell: Mapping[str, Any]) -> ValidationResult:
     version's rules: the measurements are kept, the derived checks are computed again."""
     try:
         l2 = int(cell.get("l2_bytes") or DEFAULT_L2_BYTES)
-        names = {f.name for f in dataclasses.fields(KernelRow)}
+        names = {f.name for f in dataclasses.fields(KernelRow)} - {"l2_bytes"}
         rows = tuple(
             KernelRow(
-                **{k: v for k, v in row.items() if k in names and k != "l2_bytes"},
+                **{k: v for k, v in row.items() if k in names},
                 l2_bytes=l2,
             )
             for row in cell["rows"]
         )
-        rows = tuple(
+        rows = tuple(  # JSON gave lists where the row holds tuples
             dataclasses.replace(r, ncu_names=tuple(r.ncu_names), launch_ids=tuple(r.launch_ids))
             for r in rows
         )

@@ -57,11 +57,10 @@ def summary_lines(result: ValidationResult) -> list[str]:
     time = f"- time of the call (listed): ncu {_us(result.ncu_time_s)} us"
     if result.profiler_time_s:
         time += f", profiler {_us(result.profiler_time_s)} us ({_pct(result.time_error)})"
-    judged_time = [r for r in result.rows if r.judged and r.ncu_time_s and r.profiler_time_s]
-    if judged_time:
+    if result.judged_times is not None:
+        ncu_s, profiler_s = result.judged_times
         time += (
-            f"; judged kernels: ncu {_us(sum(r.ncu_time_s for r in judged_time))} us, profiler "
-            f"{_us(sum(r.profiler_time_s for r in judged_time))} us "
+            f"; judged kernels: ncu {_us(ncu_s)} us, profiler {_us(profiler_s)} us "
             f"({_pct(result.judged_time_error)})"
         )
     explained = [r.name for r in result.rows if r.explanation]

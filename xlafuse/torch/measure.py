@@ -300,11 +300,6 @@ def _timed(program: TorchProgram, workload, request, reference) -> dict[str, Any
     return fields
 
 
-def profile_device(program: TorchProgram, calls: int) -> DeviceProfile:
-    """Device kernels and their time per call from the torch profiler (CUDA only)."""
-    return _device_profile(_profiled_events(program, calls), calls)
-
-
 def _profiled_events(program: TorchProgram, calls: int) -> list[Any]:
     """The CUDA events of `calls` calls under the torch profiler, in start order."""
     from torch.autograd import DeviceType
