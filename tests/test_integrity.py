@@ -429,3 +429,29 @@ def test_git_commit_names_a_dirty_tree_and_honours_the_override(tmp_path, monkey
     assert git_commit(tmp_path) == f"{head}-dirty"
     monkeypatch.setenv(COMMIT_ENV, "abc1234")
     assert git_commit(tmp_path) == "abc1234"
+
+
+def test_records_name_the_host_cpu_that_compiled_and_dispatched(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from xlafuse.report.markdown import _environment
+    from xlafuse.results import settings
+
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text(
+        "processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC   9654 96-Core\n\n"
+        "processor\t: 1\nmodel name\t: AMD EPYC 9654 96-Core\n"
+    )
+    assert settings.host_cpu(cpuinfo) == "AMD EPYC 9654 96-Core"
+    monkeypatch.setattr(settings.platform, "processor", lambda: "x86_64")
+    assert settings.host_cpu(tmp_path / "absent") == "x86_64"  # no cpuinfo: what platform says
+    monkeypatch.setattr(settings.platform, "processor", lambda: "")
+    assert settings.host_cpu(tmp_path / "absent") is None
+
+    env = settings.environment("abc")
+    assert env["host_cpus"] == len(os.sched_getaffinity(0))
+    lines = _environment([SimpleNamespace(env={**env, "host_cpu": "AMD EPYC 9654 96-Core"})])
+    assert "- host_cpu: `AMD EPYC 9654 96-Core`" in lines
+    assert f"- host_cpus: `{env['host_cpus']}`" in lines
+    # Records of older runs have neither key: their reports show no such line.
+    assert not any("host_cpu" in line for line in _environment([SimpleNamespace(env={"jax": "1"})]))

@@ -124,7 +124,7 @@ def _environment(records: Sequence[CellResult]) -> list[str]:
     if not env:
         return []
     keys = ("device_kind", "backend", "device_count", "driver", "jax", "jaxlib", "flax", "optax")
-    keys += ("python", "XLA_FLAGS", "git_commit", "config_hash")
+    keys += ("python", "host_cpu", "host_cpus", "XLA_FLAGS", "git_commit", "config_hash")
     rows = [f"- {k}: `{env.get(k)}`" for k in keys if env.get(k) not in (None, "")]
     return ["## Environment", "", *rows, ""]
 

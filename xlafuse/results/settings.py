@@ -149,6 +149,9 @@ def environment(config_hash: str | None = None) -> dict[str, Any]:
     env = {
         "python": platform.python_version(),
         "platform": platform.platform(),
+        # The host compiles and dispatches: compile seconds and host time per call depend on it.
+        "host_cpu": host_cpu(),
+        "host_cpus": host_cpus(),
         "jax": _version("jax"),
         "jaxlib": _version("jaxlib"),
         "flax": _version("flax"),
@@ -164,6 +167,26 @@ def environment(config_hash: str | None = None) -> dict[str, Any]:
         "config_hash": config_hash,
     }
     return env
+
+
+def host_cpu(cpuinfo: str | Path = "/proc/cpuinfo") -> str | None:
+    """The host processor's model name (Linux's `/proc/cpuinfo`; elsewhere what `platform`
+    says, which may be only the architecture), or None when nothing says."""
+    try:
+        for line in Path(cpuinfo).read_text(errors="replace").splitlines():
+            key, sep, value = line.partition(":")
+            if sep and key.strip() == "model name" and value.strip():
+                return " ".join(value.split())
+    except OSError:
+        pass
+    return platform.processor() or None
+
+
+def host_cpus() -> int | None:
+    """CPUs this process may run on (its affinity where the OS has one), not all the host has."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count()
 
 
 def _version(package: str) -> str | None:
