@@ -144,7 +144,7 @@ def _show(value: Any) -> str:
 
 
 def environment(config_hash: str | None = None) -> dict[str, Any]:
-    """Versions, device, XLA_FLAGS, git commit and config hash, recorded in every record."""
+    """Versions, host CPU, device, XLA_FLAGS, git commit and config hash, in every record."""
     device = jax.devices()[0]
     env = {
         "python": platform.python_version(),
