@@ -120,9 +120,9 @@ def test_forward_agrees_without_fusion(name):
     np.testing.assert_allclose(_run_unfused(w), _run(name, "forward"), **_tolerance(w.dtype))
 
 
-@pytest.mark.parametrize(
-    "name", [pytest.param(n, marks=pytest.mark.slow) if n == "resnet50" else n for n in TRAINABLE]
-)
+# ResNet-50's unfused train step is judged in tests/test_truth.py (the same compile and judge
+# through `compare`); compiling it twice more here would cost the suite ~20 s.
+@pytest.mark.parametrize("name", [n for n in TRAINABLE if n != "resnet50"])
 def test_train_step_agrees_without_fusion(name):
     w = _built(name, "train")
     reference = host_outputs(w, _run(name, "train"))
