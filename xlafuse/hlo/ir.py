@@ -323,7 +323,7 @@ def _new_computation(
     """Builds a Computation without the frozen dataclass's per-field __setattr__ (the reader
     makes one per computation, and again when a thread or a renaming changes it)."""
     comp = _new(Computation)
-    index = dict(zip(map(_name_of, instructions), instructions, strict=True))
+    index = dict(zip(map(_name_of, instructions), instructions))  # noqa: B905 (one list, twice)
     _set(comp, "__dict__", {
         "name": name, "instructions": instructions, "is_entry": is_entry,
         "execution_thread": execution_thread, "_index": MappingProxyType(index),
