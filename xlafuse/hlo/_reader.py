@@ -11,7 +11,6 @@ from itertools import chain
 from xlafuse.errors import HloParseError
 from xlafuse.hlo.ir import (
     _CLOSE,
-    _FIELDS,
     _LITERAL_OPCODES,
     _NO_ATTRIBUTES,
     _OPEN,
@@ -22,12 +21,10 @@ from xlafuse.hlo.ir import (
     Instruction,
     Shape,
     _Attributes,
-    _instruction,
-    _new,
+    _make_instruction,
     _new_computation,
     _new_shape,
     _operands_of,
-    _set,
 )
 
 _NAME = r"[^\s=,(){}\[\]%#\"/:;<>]+"
@@ -96,6 +93,12 @@ _META_STR = re.compile(r'(op_name|source_file)="((?:[^"\\]++|\\.)*+)"')
 _META_INT = re.compile(r"(source_line|stack_frame_id)=(\d+)")
 
 
+# Shapes by their text, shared by every module read in this process: modules repeat each
+# other's shapes (f32[], s32[], pred[], ...), and a Shape is an immutable value. Bounded.
+_SHAPES: dict[str, Shape] = {}
+_SHAPES_KEPT = 1 << 14
+
+
 class Reader:
     """A scanner over the whole text: header, tables, computations, instructions."""
 
@@ -110,7 +113,9 @@ class Reader:
         self.locations: dict[int, tuple[int, int]] = {}  # id -> (file_name_id, line)
         self.frames: dict[int, int] = {}  # id -> file_location_id
         self.frame_cache: dict[int, tuple[str | None, int | None]] = {}
-        self.shapes: dict[str, Shape] = {}
+        if len(_SHAPES) > _SHAPES_KEPT:
+            _SHAPES.clear()
+        self.shapes = _SHAPES
         self.metadata_cache: dict[str, tuple[str | None, str | None, int | None]] = {}
         self.anon: dict[str, int] = {}
         self.instrs: list[Instruction] = []
@@ -294,14 +299,10 @@ class Reader:
                             op_name, source_file, source_line = self._metadata(meta.group(1))
                 else:
                     attrs = _NO_ATTRIBUTES
-                instr = _new(Instruction)
-                _set(instr, "__dict__", {
-                    "name": iname, "opcode": opcode, "shape": shape, "operands": operands,
-                    "attributes": attrs, "is_root": root is not None, "op_name": op_name,
-                    "source_file": source_file, "source_line": source_line,
-                    "operand_indices": indices, "line": line_no,
-                })  # fmt: skip
-                append(instr)
+                append(_make_instruction((
+                    iname, opcode, shape, operands, attrs, root is not None, op_name,
+                    source_file, source_line, indices, line_no,
+                )))  # fmt: skip
                 pos = m.end()
                 continue
             self.line_pos, self.line_no = line_pos, line_no
@@ -340,12 +341,10 @@ class Reader:
             meta = _META(meta_text)
             if meta:
                 op_name, source_file, source_line = self._metadata(meta.group(1))
-        self.instrs.append(
-            _instruction(
-                name, opcode, shape, operands, attrs, bool(root), op_name, source_file,
-                source_line, indices, line,
-            )
-        )  # fmt: skip
+        self.instrs.append(_make_instruction((
+            name, opcode, shape, operands, attrs, bool(root), op_name, source_file,
+            source_line, indices, line,
+        )))  # fmt: skip
 
     def _metadata(self, meta: str) -> tuple[str | None, str | None, int | None]:
         """(op_name, source_file, source_line) of a `metadata={...}` text, read once per module:
@@ -647,6 +646,8 @@ def _unique_names(computations: list[Computation]) -> tuple[Computation, ...]:
 def _zero_suffix_renamed(names: set[str]) -> bool:
     """Whether XLA renames a name numbered `.0...`: `x.01` always, `x.0` beside an `x`."""
     joined = "\n".join(names)
+    if ".0" not in joined:  # most modules: one search in C
+        return False
     for m in _ZERO_SUFFIX.finditer(joined):  # a search for '.': no regex step per character
         start = joined.rfind("\n", 0, m.start()) + 1
         if m.start() > start and (m.group(1) != "0" or joined[start : m.start()] in names):
@@ -676,7 +677,5 @@ def _any_renamed(instr: Instruction, renamed: dict[str, str]) -> bool:
 
 
 def _renamed(instr: Instruction, renamed: dict[str, str]) -> Instruction:
-    values = [getattr(instr, f) for f in _FIELDS]
-    values[0] = renamed[instr.name]
-    values[3] = tuple(renamed.get(o, o) for o in instr.operands)
-    return _instruction(*values)
+    operands = tuple(renamed.get(o, o) for o in instr.operands)
+    return instr._replace(name=renamed[instr.name], operands=operands)
