@@ -29,13 +29,13 @@ What counts (documented here because every number in a report rests on it):
 from __future__ import annotations
 
 import re
-from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache, partial
 from operator import attrgetter
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import Any, NamedTuple
 
 from xlafuse.errors import HloParseError
 from xlafuse.hlo.dump import read_hlo
@@ -68,9 +68,12 @@ _bytes_out = attrgetter("bytes_out")
 _sized = attrgetter("sized")
 
 
-@dataclass(frozen=True)
-class KernelInfo:
-    """One launch: a fusion, a library custom-call, or another op that runs as its own kernel."""
+class KernelInfo(NamedTuple):
+    """One launch: a fusion, a library custom-call, or another op that runs as its own kernel.
+
+    A named tuple: a report holds one per kernel (1e4 and more for a large module), and a tuple
+    is made in a third of the time of an object with a `__dict__`.
+    """
 
     name: str
     computation: str
@@ -88,7 +91,11 @@ class KernelInfo:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able dict of the fields (tuples become lists)."""
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in self.__dict__.items()}
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in self._asdict().items()}
+
+
+# (name, computation, ...: every field in order) -> KernelInfo, without a Python call
+_kernel_info = partial(tuple.__new__, KernelInfo)
 
 
 @dataclass(frozen=True)
@@ -138,12 +145,14 @@ def analyze_module(module: HloModule) -> FusionReport:
         with gc_paused():
             for comp in executed_computations(module):
                 for instr in comp.instructions:
-                    if not _is_launch(instr):
-                        continue
-                    if instr.opcode in _FUSION_OPCODES:
-                        kernels.append(_fusion_kernel(module, comp, instr))
-                    else:
+                    launch = _launch_of(instr.opcode)
+                    if launch is _OP or (
+                        launch is _CUSTOM_CALL
+                        and instr.custom_call_target not in _NOT_LAUNCH_TARGETS
+                    ):
                         kernels.append(_single_op_kernel(comp, instr))
+                    elif launch is _FUSION:
+                        kernels.append(_fusion_kernel(module, comp, instr))
     except RecursionError:
         line = instr.line if instr else None
         raise HloParseError("fusions nested too deeply to walk", line, module.source) from None
@@ -157,13 +166,20 @@ def analyze_module(module: HloModule) -> FusionReport:
         # sums over map(attrgetter): the loops run in C, not as generators (one per kernel)
         real_fusions=sum(map(_is_real_fusion, kernels)),
         custom_calls=len(custom),
-        custom_call_targets=MappingProxyType(dict(Counter(k.sub_kind or "" for k in custom))),
-        kinds=MappingProxyType(dict(Counter(map(_kind_of, fusions)))),
+        custom_call_targets=MappingProxyType(_counts(k.sub_kind or "" for k in custom)),
+        kinds=MappingProxyType(_counts(map(_kind_of, fusions))),
         entry_fusions=list(map(_computation_of, fusions)).count(entry.name),
         modeled_bytes=sum(map(_bytes_in, kernels)) + sum(map(_bytes_out, kernels)),
         kernel_details=tuple(kernels),
         unsized_kernels=len(kernels) - sum(map(_sized, kernels)),
     )
+
+
+def _counts(values) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for value in values:  # most modules count a few values: a Counter costs more to make
+        counts[value] = counts.get(value, 0) + 1
+    return counts
 
 
 def analyze_hlo(text_or_path: str | Path) -> FusionReport:
@@ -188,9 +204,7 @@ def executed_computations(module: HloModule) -> list[Computation]:
     seen = {entry.name}
     order = [entry]
     for comp in order:  # grows while iterating: a breadth-first walk
-        for instr in comp.instructions:
-            if instr.opcode not in _RUNS_COMPUTATIONS:
-                continue
+        for instr in [i for i in comp.instructions if i.opcode in _RUNS_COMPUTATIONS]:
             for name in instr.called_computations:
                 comp_ = _lookup(module, name)
                 if comp_ is not None and name not in seen:
@@ -225,14 +239,21 @@ def _has_hint(text: str) -> bool:
     looked for first (most texts have neither; two scans of a large text cost less than ten)."""
     if "backend_config" not in text and "custom_call_target" not in text:
         return False
-    return any(h in text for h in _HINTS)
+    return any(map(text.__contains__, _HINTS))
 
 
-def _is_launch(instr: Instruction) -> bool:
-    op = instr.opcode
-    if op in _NOT_LAUNCH or op.endswith(("-done", "-update")):
-        return False
-    return op != "custom-call" or instr.custom_call_target not in _NOT_LAUNCH_TARGETS
+_NONE, _FUSION, _CUSTOM_CALL, _OP = "none", "fusion", "custom-call", "op"
+
+
+@lru_cache(maxsize=1024)  # decided once per opcode; then a lookup in C for each instruction
+def _launch_of(opcode: str) -> str:
+    """How an opcode launches: not at all, as a fusion, as a custom-call (a launch unless its
+    target is an annotation), or as one op."""
+    if opcode in _NOT_LAUNCH or opcode.endswith(("-done", "-update")):
+        return _NONE
+    if opcode in _FUSION_OPCODES:
+        return _FUSION
+    return _CUSTOM_CALL if opcode == "custom-call" else _OP
 
 
 def _single_op_kernel(comp: Computation, instr: Instruction) -> KernelInfo:
@@ -240,13 +261,13 @@ def _single_op_kernel(comp: Computation, instr: Instruction) -> KernelInfo:
     opcode = instr.opcode
     sized = kernel_bytes(instr, comp)
     bytes_in, bytes_out = sized or (0, 0)
-    return _kernel_info(
+    return _kernel_info((
         instr.name, comp.name, opcode, opcode,
         instr.custom_call_target if opcode == "custom-call" else None, (opcode,), 1, False,
         bytes_in, bytes_out, (instr.op_name,) if instr.op_name else (),
         (f"{instr.source_file}:{instr.source_line}",) if instr.source_file else (),
         sized is not None,
-    )  # fmt: skip
+    ))  # fmt: skip
 
 
 def _fusion_kernel(module: HloModule, comp: Computation, instr: Instruction) -> KernelInfo:
@@ -265,26 +286,11 @@ def _fusion_kernel(module: HloModule, comp: Computation, instr: Instruction) -> 
         source_lines = (f"{instr.source_file}:{instr.source_line}",) if instr.source_file else ()
     sized = kernel_bytes(instr, comp)
     bytes_in, bytes_out = sized or (0, 0)
-    return _kernel_info(
+    return _kernel_info((
         instr.name, comp.name, instr.opcode, instr.fusion_kind or "kLoop", instr.backend_kind,
         tuple(i.opcode for i in compute), len(compute), weighty >= 2, bytes_in, bytes_out,
         op_names, source_lines, sized is not None,
-    )  # fmt: skip
-
-
-def _kernel_info(
-    name, computation, opcode, kind, sub_kind, ops, num_ops, is_real_fusion, bytes_in, bytes_out,
-    op_names, source_lines, sized,
-) -> KernelInfo:  # fmt: skip
-    """A KernelInfo without the frozen dataclass's per-field __setattr__ (one per kernel)."""
-    info = object.__new__(KernelInfo)
-    object.__setattr__(info, "__dict__", {
-        "name": name, "computation": computation, "opcode": opcode, "kind": kind,
-        "sub_kind": sub_kind, "ops": ops, "num_ops": num_ops, "is_real_fusion": is_real_fusion,
-        "bytes_in": bytes_in, "bytes_out": bytes_out, "op_names": op_names,
-        "source_lines": source_lines, "sized": sized,
-    })  # fmt: skip
-    return info
+    ))  # fmt: skip
 
 
 def _fused_instructions(

@@ -352,7 +352,7 @@ class HloModule:
     def __post_init__(self) -> None:
         object.__setattr__(self, "_index", MappingProxyType({c.name: c for c in self.computations}))
 
-    @property
+    @_computed_once
     def entry(self) -> Computation:
         """The ENTRY computation (the parser guarantees there is one)."""
         return next(c for c in self.computations if c.is_entry)
