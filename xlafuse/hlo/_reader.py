@@ -36,8 +36,9 @@ for _ in range(4):  # backend_config JSON nests: {"a":{"b":{"c":1}}}
 _VALUE = rf"(?:[^\s,{{}}()\[\]\"/]++|{_STR}|{_BRACES}|\[[^\[\]\n]*+\]|\([^()\n]*+\))++"
 _FAST_NAME = r"[A-Za-z_][A-Za-z0-9_.\-]*+"  # ASCII, checked faster than \w; others: general
 # `metadata={op_name="..." ...}` (most of the attribute text) checked by one loop over its flat
-# inside rather than by the nested _BRACES: the same text is accepted, in far fewer steps.
-_FAST_METADATA = rf'metadata=\{{[^{{}}"\n]*+(?:{_STR}[^{{}}"\n]*+)*+\}}(?![^\s,])'
+# inside rather than by the nested _BRACES: the same text is accepted, in far fewer steps. The
+# inside is captured: `_body` reads the op name and source from it without another search.
+_FAST_METADATA = rf'metadata=\{{([^{{}}"\n]*+(?:{_STR}[^{{}}"\n]*+)*+)\}}(?![^\s,])'
 _FAST_ATTR = rf",[ \t]*+(?:{_FAST_METADATA}|[A-Za-z_][\w.\-]*+=[ \t]*+{_VALUE})"
 # One whole instruction on one line as XLA prints it: ROOT, name, shape, opcode, operands (names
 # only, or other), attributes; then the whitespace up to the next token, not a ',' or a comment.
@@ -270,7 +271,7 @@ class Reader:
         while True:
             m = fast(s, pos)
             if m is not None:  # the fast path: one instruction on one line, as XLA prints it
-                root, iname, shape_text, opcode, names, inner, rest = m.groups()
+                root, iname, shape_text, opcode, names, inner, rest, meta = m.groups()
                 if opcode in _LITERAL_OPCODES:
                     operands = indices = ()
                 elif names is not None:
@@ -290,15 +291,11 @@ class Reader:
                     shape = shapes[shape_text] = self._shape(m.start(3))[0]
                 line_no += s.count("\n", line_pos, pos)
                 line_pos = pos
-                op_name = source_file = source_line = None
-                if rest:
-                    attrs = _Attributes(rest)
-                    if "metadata=" in rest:
-                        meta = _META(rest)
-                        if meta:
-                            op_name, source_file, source_line = self._metadata(meta.group(1))
-                else:
-                    attrs = _NO_ATTRIBUTES
+                attrs = _Attributes(rest) if rest else _NO_ATTRIBUTES
+                if meta is None:
+                    op_name = source_file = source_line = None
+                else:  # the inside of `metadata={...}`, captured by `_FAST`
+                    op_name, source_file, source_line = self._metadata(meta)
                 append(_make_instruction((
                     iname, opcode, shape, operands, attrs, root is not None, op_name,
                     source_file, source_line, indices, line_no,

@@ -24,7 +24,7 @@ import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import partial
-from operator import attrgetter, itemgetter
+from operator import itemgetter
 from pathlib import Path
 from types import MappingProxyType
 from typing import NamedTuple
@@ -73,8 +73,6 @@ _CUSTOM_TARGET = re.compile(r'"((?:[^"\\]|\\.)*)"')
 
 _new = object.__new__
 _set = object.__setattr__
-_name_of = attrgetter("name")
-_operands_of = attrgetter("operands")
 _OPEN = {"(": ")", "{": "}", "[": "]"}
 _CLOSE = {")", "}", "]"}
 _CALL_ATTRS = ("calls", "to_apply", "body", "condition", "true_computation", "false_computation")
@@ -284,6 +282,9 @@ class Instruction(NamedTuple):
         return m.group(1) if m else None
 
 
+# Fields by position: itemgetter reads a tuple's item in half the time attrgetter takes
+_name_of = itemgetter(Instruction._fields.index("name"))
+_operands_of = itemgetter(Instruction._fields.index("operands"))
 _compared = itemgetter(0, 1, 2, 3, 5, 6, 7, 8, 9)  # every field but attributes (4) and line (10)
 # (name, opcode, shape, ...: every field in order) -> Instruction, without a Python call
 _make_instruction = partial(tuple.__new__, Instruction)
