@@ -74,6 +74,17 @@ def test_instruction_fields():
         module.computation("nope")
 
 
+@pytest.mark.parametrize("line_break", ["", "\n    "], ids=["one line", "over lines"])
+def test_metadata_is_the_instructions_own_not_one_inside_another_attribute(line_break):
+    # XLA prints a sharding's own metadata inside the sharding: it is not the instruction's
+    sharded = ', sharding={devices=[2]0,1 metadata={op_name="from_sharding"}}'
+    text = SMALL.replace("calls=%fused", f"calls=%fused,{line_break}{sharded[2:]}")
+    assert parse_hlo(text).entry.root.op_name is None
+    text = text.replace("}}", f'}}}},{line_break}metadata={{op_name="own" source_line=3}}')
+    root = parse_hlo(text).entry.root
+    assert (root.op_name, root.source_line) == ("own", 3)
+
+
 def test_operand_forms_and_attributes():
     text = SMALL.replace(
         "ROOT %f = f32[4]{0} fusion(%x), kind=kLoop, calls=%fused",
