@@ -1,4 +1,5 @@
-"""Parsed HLO as frozen dataclasses (module, computation, instruction, shape); what is read.
+"""Parsed HLO as immutable values: frozen dataclasses (module, computation, shape) and a named
+tuple (instruction); what is read.
 
 Reads what XLA reads: what `Compiled.as_text()` prints, what `--xla_dump_to` writes
 (`*after_optimizations.txt`, with its `FileNames`/`FunctionNames`/`FileLocations`/`StackFrames`
