@@ -74,6 +74,15 @@ def test_instruction_fields():
         module.computation("nope")
 
 
+def test_a_header_that_goes_on_over_the_next_line_is_read_whole():
+    header = "HloModule m, is_scheduled=true\n  , entry_computation_layout={(f32[4]{0})->f32[4]{0}}"
+    module = parse_hlo(SMALL.replace(SMALL.split("\n")[0], header))
+    assert module.header == (
+        "HloModule m, is_scheduled=true , entry_computation_layout={(f32[4]{0})->f32[4]{0}}"
+    )
+    assert [c.name for c in module.computations] == ["fused", "main"]
+
+
 @pytest.mark.parametrize("line_break", ["", "\n    "], ids=["one line", "over lines"])
 def test_metadata_is_the_instructions_own_not_one_inside_another_attribute(line_break):
     # XLA prints a sharding's own metadata inside the sharding: it is not the instruction's

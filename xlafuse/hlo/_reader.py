@@ -48,7 +48,10 @@ _FAST = re.compile(
     rf"([a-z][a-z0-9_\-]*+)\((?:(%?{_FAST_NAME}(?:, *+%?{_FAST_NAME})*+)|([^()\"\n]*+))\)"
     rf"((?:{_FAST_ATTR})*+)[ \t\r]*+(?=\n|$)\s*+(?![,/])"
 ).match
-_FAST_MODULE = re.compile(rf"HloModule[ \t]++({_FAST_NAME})((?:{_FAST_ATTR})*+)[ \t\r]*+\n").match
+# The module header on one line; as `_FAST`, not when the next token goes on with it (`,`, `/*`)
+_FAST_MODULE = re.compile(
+    rf"HloModule[ \t]++({_FAST_NAME})((?:{_FAST_ATTR})*+)[ \t\r]*+\n\s*+(?![,/])"
+).match
 _FAST_HEADER = re.compile(
     r"(ENTRY[ \t]+)?%?([A-Za-z_][\w.\-]*+)[ \t]*+(?:[(\-][^\n]*)?(?<=[ \t)\]}])\{[ \t\r]*+\n",
 ).match
