@@ -89,9 +89,10 @@ def test_metadata_is_the_instructions_own_not_one_inside_another_attribute(line_
     sharded = ', sharding={devices=[2]0,1 metadata={op_name="from_sharding"}}'
     text = SMALL.replace("calls=%fused", f"calls=%fused,{line_break}{sharded[2:]}")
     assert parse_hlo(text).entry.root.op_name is None
-    text = text.replace("}}", f'}}}},{line_break}metadata={{op_name="own" source_line=3}}')
+    own = 'metadata={op_name="own/{0}" source_line=3}'  # a brace in a string: still read
+    text = text.replace("}}", f"}}}},{line_break}{own}")
     root = parse_hlo(text).entry.root
-    assert (root.op_name, root.source_line) == ("own", 3)
+    assert (root.op_name, root.source_line) == ("own/{0}", 3)
 
 
 def test_operand_forms_and_attributes():

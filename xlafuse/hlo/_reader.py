@@ -92,9 +92,9 @@ _TABLE_END = re.compile(rf"(?:{_TABLE_ROW})*+").match
 _TABLE_ROWS = re.compile(_TABLE_ROW).findall
 _KV_INT = re.compile(r"(\w+)=(-?\d+)")
 _QUOTED = re.compile(r'"((?:[^"\\]|\\.)*)"')
-_META = re.compile(r"metadata=\{([^{}]*)\}").search
 _META_STR = re.compile(r'(op_name|source_file)="((?:[^"\\]++|\\.)*+)"')
 _META_INT = re.compile(r"(source_line|stack_frame_id)=(\d+)")
+_NO_METADATA = (None, None, None)
 
 
 # Shapes by their text, shared by every module read in this process: modules repeat each
@@ -295,10 +295,8 @@ class Reader:
                 line_no += s.count("\n", line_pos, pos)
                 line_pos = pos
                 attrs = _Attributes(rest) if rest else _NO_ATTRIBUTES
-                if meta is None:
-                    op_name = source_file = source_line = None
-                else:  # the inside of `metadata={...}`, captured by `_FAST`
-                    op_name, source_file, source_line = self._metadata(meta)
+                # meta: the inside of `metadata={...}`, captured by `_FAST`
+                op_name, source_file, source_line = self._metadata(meta) if meta else _NO_METADATA
                 append(_make_instruction((
                     iname, opcode, shape, operands, attrs, root is not None, op_name,
                     source_file, source_line, indices, line_no,
@@ -335,12 +333,9 @@ class Reader:
         self.computations.append(_new_computation(name, comp.instructions))
         return "%" + name, end
 
-    def _add(self, name, opcode, shape, operands, indices, attrs, root, meta_text, line) -> None:
-        op_name = source_file = source_line = None
-        if meta_text and "metadata=" in meta_text:
-            meta = _META(meta_text)
-            if meta:
-                op_name, source_file, source_line = self._metadata(meta.group(1))
+    def _add(self, name, opcode, shape, operands, indices, attrs, root, meta, line) -> None:
+        """Appends an instruction of the general path; `meta`: the inside of its `metadata={}`."""
+        op_name, source_file, source_line = self._metadata(meta) if meta else _NO_METADATA
         self.instrs.append(_make_instruction((
             name, opcode, shape, operands, attrs, bool(root), op_name, source_file,
             source_line, indices, line,
@@ -382,10 +377,11 @@ class Reader:
         start = self.ws(m.end())
         shape, opcode, operands, indices, p = self._shaped_op(start, m.group(2))
         attrs, end = self._attributes(p, keep=True)
-        meta = attrs.get("metadata")
+        meta = attrs.get("metadata", "")
+        inside = meta[1:-1] if meta.startswith("{") and meta.endswith("}") else None
         attributes = _Attributes("", attrs) if attrs else _NO_ATTRIBUTES
         self._add(m.group(2), opcode, shape, operands, indices, attributes, m.group(1),
-                  f"metadata={meta}" if meta else "", line)  # fmt: skip
+                  inside, line)  # fmt: skip
         return end
 
     def _shaped_op(self, pos: int, owner: str):
@@ -435,7 +431,7 @@ class Reader:
             _, opcode, operands, indices, end = self._shaped_op(pos, owner)
             name = self._anon_name(opcode)
             line = self.line_of(start)
-            self._add(name, opcode, shape, operands, indices, _NO_ATTRIBUTES, None, "", line)
+            self._add(name, opcode, shape, operands, indices, _NO_ATTRIBUTES, None, None, line)
             return name, None, end
         m = _OPERAND_REF.match(s, pos)
         if not m:
