@@ -202,6 +202,25 @@ def test_inline_computation_attribute_and_names_made_unique_as_xla():
     assert module.entry.root.called_computations == ("_",)
 
 
+@pytest.mark.parametrize(
+    ("names", "renamed"),
+    [  # as jaxlib's own parser renames them (checked with hlo_module_from_text)
+        (["x", "x.0"], ["x", "x.1"]),
+        (["x.0", "x"], ["x.0", "x.1"]),
+        (["x.01"], ["x.1"]),
+        (["a.00"], ["a.0"]),
+        (["a.0x", "a.0x.0"], ["a.0x", "a.0x.1"]),
+        (["a.0x.01"], ["a.0x.1"]),
+        (["y", "x.0"], ["y", "x.0"]),
+        (["b.0.0", "b.0"], ["b.0.0", "b.0"]),
+    ],
+)
+def test_names_numbered_zero_renamed_as_xla(names, renamed):
+    params = "".join(f"  {n} = f32[] parameter({i})\n" for i, n in enumerate(names))
+    module = parse_hlo(f"HloModule m\nENTRY e {{\n{params}  ROOT t = f32[] constant(0)\n}}\n")
+    assert [i.name for i in module.entry.instructions] == [*renamed, "t"]
+
+
 def test_mixed_percent_operands_keep_every_name_and_bytes():
     report = analyze_hlo(
         "HloModule m\nENTRY e {\n  p = f32[1024] parameter(0)\n  q = f32[1024] parameter(1)\n"

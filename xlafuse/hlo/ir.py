@@ -293,24 +293,23 @@ _make_instruction = partial(tuple.__new__, Instruction)
 
 @dataclass(frozen=True)
 class Computation:
-    """A named list of instructions in printed order; the entry computation has is_entry."""
+    """A named list of instructions in printed order; the entry computation has is_entry.
+
+    `by_name` (instruction name -> instruction) is a plain attribute, not a property: the
+    analysis reads it once per kernel.
+    """
 
     name: str
     instructions: tuple[Instruction, ...]
     is_entry: bool = False
     execution_thread: str | None = None
-    _index: Mapping[str, Instruction] = field(
+    by_name: Mapping[str, Instruction] = field(
         init=False, repr=False, compare=False, hash=False, default_factory=dict
     )
 
     def __post_init__(self) -> None:
         index = dict(zip(map(_name_of, self.instructions), self.instructions, strict=True))
-        object.__setattr__(self, "_index", MappingProxyType(index))
-
-    @property
-    def by_name(self) -> Mapping[str, Instruction]:
-        """Instruction name -> instruction."""
-        return self._index
+        object.__setattr__(self, "by_name", MappingProxyType(index))
 
     @property
     def root(self) -> Instruction | None:
@@ -326,16 +325,24 @@ def _new_computation(
     instructions: tuple[Instruction, ...],
     is_entry: bool = False,
     execution_thread: str | None = None,
+    index: dict[str, Instruction] | None = None,
 ) -> Computation:
     """Builds a Computation without the frozen dataclass's per-field __setattr__ (the reader
-    makes one per computation, and again when a thread or a renaming changes it)."""
+    makes one per computation, and again when a thread or a renaming changes it); `index`:
+    its `by_name` dict, when the caller has made it already."""
     comp = _new(Computation)
-    index = dict(zip(map(_name_of, instructions), instructions))  # noqa: B905 (one list, twice)
+    if index is None:
+        index = _index_of(instructions)
     _set(comp, "__dict__", {
         "name": name, "instructions": instructions, "is_entry": is_entry,
-        "execution_thread": execution_thread, "_index": MappingProxyType(index),
+        "execution_thread": execution_thread, "by_name": MappingProxyType(index),
     })  # fmt: skip
     return comp
+
+
+def _index_of(instructions: tuple[Instruction, ...]) -> dict[str, Instruction]:
+    """Name -> instruction (the last of a repeated name; the reader rejects repeats)."""
+    return dict(zip(map(_name_of, instructions), instructions))  # noqa: B905 (one list, twice)
 
 
 @dataclass(frozen=True)

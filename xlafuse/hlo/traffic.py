@@ -51,28 +51,32 @@ def kernel_bytes(instr: Instruction, computation: Computation) -> tuple[int, int
     opcode = instr.opcode
     if opcode in FREE_OPCODES:
         return 0, 0
-    if not instr.shape.sized:
+    shape = instr.shape
+    if not shape.sized:
         return None
-    bytes_in = 0
-    by_name = computation.by_name
     indices = instr.operand_indices
     if not indices or indices.count(None) == len(indices):  # the common case: no `%x#i`
         operands = instr.operands
-        for name in operands if len(operands) < 2 else dict.fromkeys(operands):
+        if len(operands) > 1:
+            operands = dict.fromkeys(operands)  # distinct, in order
+        by_name = computation.by_name
+        bytes_in = 0
+        for name in operands:
             operand = by_name.get(name)
             if operand is not None:
-                shape = operand.shape
-                if not shape.sized:
+                operand_shape = operand.shape
+                if not operand_shape.sized:
                     return None
-                bytes_in += shape.byte_size
+                bytes_in += operand_shape.byte_size
         if opcode == "custom-call":
             return bytes_in, _output_bytes(instr)
-        return bytes_in, instr.shape.byte_size  # as _output_bytes: a launch's whole output
+        return bytes_in, shape.byte_size  # as _output_bytes: a launch's whole output
+    bytes_in = 0
     for operand, index in _distinct_operands(instr, computation):
-        shape = _operand_shape(operand, index)
-        if not shape.sized:
+        operand_shape = _operand_shape(operand, index)
+        if not operand_shape.sized:
             return None
-        bytes_in += shape.byte_size
+        bytes_in += operand_shape.byte_size
     return bytes_in, _output_bytes(instr)
 
 
