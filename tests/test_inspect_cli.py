@@ -2,6 +2,8 @@
 
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -291,3 +293,30 @@ def test_passes_command(capsys):
     )
     code, out_all, _ = run(capsys, "passes", "--all")
     assert code == 0 and len(out_all.splitlines()) > len(lines)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["inspect", "{data}/convnet.default.hlo.txt"],
+        ["inspect", "{data}/dump_block_fwd"],
+        ["diff", "{data}/convnet.default.hlo.txt", "{data}/convnet.nofusion.hlo.txt"],
+        ["explain", "{data}/why/why_gelu_forward"],
+        ["report", "{results}", "--out", "{out}"],
+    ],
+)
+def test_commands_that_read_files_start_without_jax(samples, tmp_path, argv):
+    """Reading HLO or results needs no compiler: JAX, Flax and optax stay unimported (a fresh
+    process, as a user's; JAX alone takes more than a second to import)."""
+    results = Path(__file__).parents[1] / "experiments" / "h200" / "pointwise" / "results.jsonl"
+    fields = {"data": samples, "results": results, "out": tmp_path}
+    argv = [word.format(**fields) for word in argv]
+    script = (
+        "import sys\nfrom xlafuse.cli import main\n"
+        f"code = main({argv!r})\n"
+        "print('imported:', sorted({'jax', 'flax', 'optax'} & set(sys.modules)))\n"
+        "sys.exit(code)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == "imported: []"

@@ -11,21 +11,83 @@ Public surface:
   warmup(...), measure_cold_start(workload)   persistent cache and cold-start figures
 """
 
-from xlafuse import models
-from xlafuse.compile import variants
-from xlafuse.compile.jit import CompiledVariant, FusedFunction, compile
-from xlafuse.compile.variants import Variant
-from xlafuse.errors import HloParseError, UnknownNameError, UnknownPassError, XlafuseError
-from xlafuse.experiment.compare import Comparison, VariantRow, compare
-from xlafuse.experiment.config import ExperimentConfig, load_config
-from xlafuse.experiment.runner import run_experiment
-from xlafuse.experiment.warmup import WarmupSummary, warmup
-from xlafuse.hlo import FusionReport, KernelInfo, analyze_hlo
-from xlafuse.hlo.collectives import CollectiveReport, collectives_of_text
-from xlafuse.measure.coldstart import ColdStartResult, measure_cold_start
-from xlafuse.measure.numerics import NumericDiff, compare_outputs
-from xlafuse.report.markdown import write_report
-from xlafuse.results.records import CellResult
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+# name -> the module that defines it. Imported on first use (PEP 562): `import xlafuse` and the
+# command line start without JAX, which reading HLO (`xlafuse inspect DUMP`) does not need.
+_EXPORTS = {
+    "CellResult": "xlafuse.results.records",
+    "ColdStartResult": "xlafuse.measure.coldstart",
+    "CollectiveReport": "xlafuse.hlo.collectives",
+    "Comparison": "xlafuse.experiment.compare",
+    "CompiledVariant": "xlafuse.compile.jit",
+    "ExperimentConfig": "xlafuse.experiment.config",
+    "FusedFunction": "xlafuse.compile.jit",
+    "FusionReport": "xlafuse.hlo",
+    "HloParseError": "xlafuse.errors",
+    "KernelInfo": "xlafuse.hlo",
+    "NumericDiff": "xlafuse.measure.numerics",
+    "UnknownNameError": "xlafuse.errors",
+    "UnknownPassError": "xlafuse.errors",
+    "Variant": "xlafuse.compile.variants",
+    "VariantRow": "xlafuse.experiment.compare",
+    "WarmupSummary": "xlafuse.experiment.warmup",
+    "XlafuseError": "xlafuse.errors",
+    "analyze_hlo": "xlafuse.hlo",
+    "collectives_of_text": "xlafuse.hlo.collectives",
+    "compare": "xlafuse.experiment.compare",
+    "compare_outputs": "xlafuse.measure.numerics",
+    "compile": "xlafuse.compile.jit",
+    "load_config": "xlafuse.experiment.config",
+    "measure_cold_start": "xlafuse.measure.coldstart",
+    "run_experiment": "xlafuse.experiment.runner",
+    "warmup": "xlafuse.experiment.warmup",
+    "write_report": "xlafuse.report.markdown",
+}
+_SUBPACKAGES = {"models": "xlafuse.models", "variants": "xlafuse.compile.variants"}
+
+if TYPE_CHECKING:  # what the names are, for type checkers and editors
+    from xlafuse import models
+    from xlafuse.compile import variants
+    from xlafuse.compile.jit import CompiledVariant, FusedFunction, compile
+    from xlafuse.compile.variants import Variant
+    from xlafuse.errors import HloParseError, UnknownNameError, UnknownPassError, XlafuseError
+    from xlafuse.experiment.compare import Comparison, VariantRow, compare
+    from xlafuse.experiment.config import ExperimentConfig, load_config
+    from xlafuse.experiment.runner import run_experiment
+    from xlafuse.experiment.warmup import WarmupSummary, warmup
+    from xlafuse.hlo import FusionReport, KernelInfo, analyze_hlo
+    from xlafuse.hlo.collectives import CollectiveReport, collectives_of_text
+    from xlafuse.measure.coldstart import ColdStartResult, measure_cold_start
+    from xlafuse.measure.numerics import NumericDiff, compare_outputs
+    from xlafuse.report.markdown import write_report
+    from xlafuse.results.records import CellResult
+
+
+# `xlafuse.compile` is the function, not the subpackage of that name. Importing a subpackage
+# binds its name on the package; so the subpackage (no JAX) is loaded here, once, and its name
+# taken off again: later imports of `xlafuse.compile.*` find it loaded and bind nothing here.
+importlib.import_module("xlafuse.compile")
+del globals()["compile"]
+
+
+def __getattr__(name: str):
+    if name in _SUBPACKAGES:
+        value = importlib.import_module(_SUBPACKAGES[name])
+    elif name in _EXPORTS:
+        value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    else:
+        raise AttributeError(f"module 'xlafuse' has no attribute {name!r}")
+    globals()[name] = value  # found once; later reads skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
+
 
 __all__ = [
     "CellResult",

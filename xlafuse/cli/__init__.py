@@ -31,24 +31,30 @@ _COMMANDS = (
 USAGE_ERROR = 2
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The full argument parser, every subcommand registered."""
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The argument parser: with `command`, that subcommand only; else every one registered.
+
+    One command's module is imported, not all of them: a command that reads HLO or results
+    (`inspect DUMP`, `diff A B`, `explain DUMP`, `report`) then starts without importing JAX.
+    """
     parser = argparse.ArgumentParser(
         prog="xlafuse", description="See what XLA's kernel fusion does to JAX/Flax models."
     )
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for name in _COMMANDS:
+    for name in (command,) if command in _COMMANDS else _COMMANDS:
         importlib.import_module(f"xlafuse.cli.{name}_cmd").register(subparsers)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns the exit status."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    # Kept for a command that must run again in a child (N host devices on a CPU).
-    args.argv = list(sys.argv[1:] if argv is None else argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # The first word that is not an option names the command (`--debug` takes no value); an
+    # unknown word or none: every command is registered, for argparse's list and --help.
+    command = next((word for word in argv if not word.startswith("-")), None)
+    args = build_parser(command).parse_args(argv)
+    args.argv = argv  # kept for a command that must run again in a child (N host devices)
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from xlafuse.compile.devices import needs_host_devices, rerun_with_host_devices
 from xlafuse.errors import XlafuseError
-from xlafuse.models.sharding import PARALLELISMS
+from xlafuse.models.names import PARALLELISMS
 
 
 def add_mesh_arguments(parser) -> None:
@@ -41,6 +40,9 @@ def rerun_if_needed(args) -> int | None:
       The child's exit status, or None when this process has the devices (or is a GPU one:
       building the workload then reports a missing device as a one-line error).
     """
+    # JAX, imported here: a command that reads HLO or results never calls this (it starts faster)
+    from xlafuse.compile.devices import needs_host_devices, rerun_with_host_devices
+
     if args.devices < 1:
         raise ValueError(f"--devices must be at least 1, got {args.devices}")
     if not needs_host_devices(args.devices):

@@ -8,7 +8,7 @@ from xlafuse.cli import _progress
 from xlafuse.compile import variants
 from xlafuse.measure import coldstart
 from xlafuse.models import registry
-from xlafuse.models.workload import workload_label
+from xlafuse.models.names import workload_label
 from xlafuse.report.coldstart import coldstart_text
 
 

@@ -8,7 +8,7 @@ from xlafuse import models
 from xlafuse.cli import _progress
 from xlafuse.cli._devices import add_mesh_arguments, overrides, rerun_if_needed
 from xlafuse.experiment.compare import compare_workload
-from xlafuse.models.workload import workload_label
+from xlafuse.models.names import workload_label
 
 
 def register(subparsers) -> None:

@@ -8,8 +8,7 @@ from xlafuse.cli import _progress
 from xlafuse.cli._devices import add_mesh_arguments, overrides, rerun_if_needed
 from xlafuse.errors import XlafuseError
 from xlafuse.inspect.explain import diff_targets
-from xlafuse.measure.kernel_diff import measure_workload_diff
-from xlafuse.models.workload import workload_label
+from xlafuse.models.names import workload_label
 from xlafuse.report.explain_text import check_top, render_diff
 from xlafuse.report.kernels import render_measured_diff
 
@@ -78,6 +77,8 @@ def run(args) -> int:
 
 def _measured(args, variants: tuple[str, ...]) -> int:
     """`--measure`: both variants compiled, traced and joined; groups by measured time saved."""
+    from xlafuse.measure.kernel_diff import measure_workload_diff  # JAX: only --measure needs it
+
     if not args.workload or args.a or args.b:
         raise XlafuseError("--measure needs --workload NAME (HLO files cannot be traced)")
     if len(variants) != 2:

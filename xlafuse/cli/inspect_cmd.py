@@ -9,7 +9,7 @@ from xlafuse.cli import _progress
 from xlafuse.cli._devices import add_mesh_arguments, overrides, rerun_if_needed
 from xlafuse.errors import XlafuseError
 from xlafuse.inspect.targets import inspect_target
-from xlafuse.models.workload import workload_label
+from xlafuse.models.names import workload_label
 from xlafuse.report.graph import render_svg, to_dot
 from xlafuse.report.inspect_text import SORT_KEYS, render_text
 

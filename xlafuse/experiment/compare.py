@@ -11,7 +11,7 @@ import jax
 from xlafuse.compile.jit import compile_variant, compile_workload
 from xlafuse.compile.variants import get as get_variant
 from xlafuse.measure.numerics import compare_outputs, host_outputs, judge_workload
-from xlafuse.models.workload import workload_label
+from xlafuse.models.names import workload_label
 from xlafuse.report.format import text_table
 
 

@@ -59,8 +59,8 @@ from xlafuse.compile.variants import BACKENDS, DISABLE_PASSES
 from xlafuse.errors import XlafuseError, did_you_mean
 from xlafuse.measure.timing import TimingSettings
 from xlafuse.models import registry
+from xlafuse.models.names import workload_label
 from xlafuse.models.sharding import MODEL_PARALLEL_WORKLOADS, PARALLELISMS
-from xlafuse.models.workload import workload_label
 
 _TOP_KEYS = ("experiment", "workloads", "timing", "measure")
 _EXPERIMENT_KEYS = ("name", "output", "reference", "variants")

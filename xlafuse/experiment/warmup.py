@@ -29,7 +29,7 @@ from xlafuse.measure.coldstart import (
     persistent_cache,
     workload_spec,
 )
-from xlafuse.models.workload import workload_label
+from xlafuse.models.names import workload_label
 
 
 @dataclasses.dataclass(frozen=True)

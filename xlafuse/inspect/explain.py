@@ -12,11 +12,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import jax
-
 from xlafuse import models
-from xlafuse.compile.jit import compile_workload, unoptimized_hlo
-from xlafuse.compile.variants import get as get_variant
 from xlafuse.errors import XlafuseError
 from xlafuse.hlo.diff import FusionDiff, diff_modules
 from xlafuse.hlo.explain import Boundary, Explanation, explain_module, removed_boundaries
@@ -88,6 +84,11 @@ def compile_for_explain(
     Raises:
         UnknownNameError: an unknown workload, size, mode or variant.
     """
+    # JAX and the compiler, imported here: reading a dump folder needs neither
+    import jax
+
+    from xlafuse.compile.jit import compile_workload, unoptimized_hlo
+    from xlafuse.compile.variants import get as get_variant
 
     work = models.build(
         workload,

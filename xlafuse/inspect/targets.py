@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 from xlafuse import models
-from xlafuse.compile.jit import compile_workload
 from xlafuse.errors import HloParseError, XlafuseError
 from xlafuse.hlo import (
     FusionReport,
@@ -199,6 +198,8 @@ def _summarize(path: Path) -> ModuleSummary:
 
 
 def _inspect_workload(name, size, mode, variant, overrides, mesh=(1, "data")) -> InspectResult:
+    from xlafuse.compile.jit import compile_workload  # JAX: only a workload needs it
+
     devices, parallelism = mesh
     work = models.build(
         name, size=size, mode=mode, devices=devices, parallelism=parallelism, **overrides

@@ -45,7 +45,7 @@ from typing import Any
 
 from xlafuse.hlo import analyze_hlo
 from xlafuse.measure.ncu import NcuKernel
-from xlafuse.models.workload import workload_label
+from xlafuse.models.names import workload_label
 
 BYTES_TOLERANCE = 0.10
 TIME_TOLERANCE = 0.05

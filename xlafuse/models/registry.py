@@ -8,6 +8,7 @@ configuration (the size's table with overrides applied) and a `BuildContext`, an
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import math
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
@@ -54,6 +55,8 @@ class WorkloadSpec:
 
 
 _REGISTRY: dict[str, WorkloadSpec] = {}
+# The modules that register the zoo's workloads when imported (`_load_families`).
+_FAMILIES = ("attention", "mlp", "pointwise", "reductions", "resnet", "transformer")
 
 
 def register(
@@ -78,6 +81,7 @@ def register(
     """
     if set(sizes) != set(SIZES):
         raise ValueError(f"workload {name!r} must define sizes {SIZES}, got {tuple(sizes)}")
+    _load_families()  # the zoo's names first: a user's workload of the same name is refused
 
     def decorate(builder: Builder) -> Builder:
         if name in _REGISTRY:
@@ -100,7 +104,14 @@ def available(mode: str | None = None) -> list[str]:
     """
     if mode is not None:
         choose("mode", mode, MODES)
+    _load_families()
     return sorted(n for n, spec in _REGISTRY.items() if mode is None or mode in spec.modes)
+
+
+def _load_families() -> None:
+    """Imports the family modules, which register their workloads (at once after the first)."""
+    for family in _FAMILIES:
+        importlib.import_module(f"xlafuse.models.{family}")
 
 
 def choose(kind: str, value: Any, accepted: tuple[str, ...] | list[str], where: str = "") -> Any:

@@ -31,8 +31,8 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from xlafuse.errors import XlafuseError
+from xlafuse.models.names import PARALLELISMS
 
-PARALLELISMS = ("data", "model")
 MESH_AXIS = "devices"
 # Workloads whose Dense layers the "model" rule knows (MlpBlock, CausalSelfAttention inside).
 MODEL_PARALLEL_WORKLOADS = ("attention", "gpt2", "mlp", "transformer_block")

@@ -19,24 +19,6 @@ from flax import nnx
 from xlafuse.models.train import mean_squared_error
 
 
-def workload_label(
-    name: str,
-    size: str | None = None,
-    mode: str | None = None,
-    overrides: Mapping[str, Any] | None = None,
-    dtype: str | None = None,
-    mesh: str | None = None,
-) -> str:
-    """The one short human name of a workload cell, e.g. `chain[ops=16]/tiny/forward/bfloat16 @data2`.
-
-    Overrides stay in the name (they tell two chains apart); dtype and mesh only when given.
-    """
-    extra = ",".join(f"{k}={v}" for k, v in sorted((overrides or {}).items()))
-    head = f"{name}[{extra}]" if extra else str(name)
-    label = "/".join(str(p) for p in (head, size, mode, dtype) if p)
-    return f"{label} @{mesh}" if mesh else label
-
-
 @dataclasses.dataclass(frozen=True)
 class BuildContext:
     """The numeric settings a family builds with.

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from xlafuse.models.workload import workload_label
+from xlafuse.models.names import workload_label
 from xlafuse.report.lines import cell_label
 from xlafuse.results.records import CellResult
 

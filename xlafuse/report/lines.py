@@ -3,7 +3,7 @@ verdict."""
 
 from __future__ import annotations
 
-from xlafuse.models.workload import workload_label
+from xlafuse.models.names import workload_label
 from xlafuse.results.records import CellResult
 
 

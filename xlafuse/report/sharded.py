@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from xlafuse.measure.collectives import scaling
-from xlafuse.models.workload import workload_label
+from xlafuse.models.names import workload_label
 from xlafuse.results.records import CellResult
 
 COLUMNS = (
