@@ -86,6 +86,7 @@ _OPCODE = re.compile(r"([a-z][a-z0-9_\-]*)\s*\(")
 _OPERAND_REF = re.compile(rf"%?({_NAME})(?:#(\d+))?")
 _ARRAY = re.compile(r"([a-z][a-z0-9]*)\[([^\]]*)\](?:(\{[^{}]*\})|[ \t]+(\{[^{}=%\n]*\}))?")
 _STATIC_DIMS = re.compile(r"(?:\d+(?:,\d+)*)?")
+_ZERO_SUFFIX = re.compile(r"\.(0\d*)$", re.M)  # `x.0`, `x.01`: numbered as `x`, `x.1` by XLA
 _TABLE = re.compile(r"(FileNames|FunctionNames|FileLocations|StackFrames)[ \t\r]*(?:\n|$)")
 _TABLE_ROW = r"[ \t]*+(\d+)[ \t]++([^\n]*+)(?:\n|$)"  # the value's trailing blanks: rstrip
 _TABLE_END = re.compile(rf"(?:{_TABLE_ROW})*+").match
@@ -646,16 +647,13 @@ def _unique_names(computations: list[Computation]) -> tuple[Computation, ...]:
 
 def _zero_suffix_renamed(names: set[str]) -> bool:
     """Whether XLA renames a name numbered `.0...`: `x.01` always, `x.0` beside an `x`."""
-    joined = "\n".join(names) + "\n"
-    found = joined.find(".0")  # a search in C for each `.0` (most modules: none)
-    while found >= 0:
-        end = joined.find("\n", found)
-        suffix = joined[found + 1 : end]
-        if suffix.isdigit():  # the name ends in `.0...`
-            start = joined.rfind("\n", 0, found) + 1
-            if found > start and (suffix != "0" or joined[start:found] in names):
-                return True
-        found = joined.find(".0", found + 2)
+    joined = "\n".join(names)
+    if ".0" not in joined:  # most modules: one search in C
+        return False
+    for m in _ZERO_SUFFIX.finditer(joined):  # a search for '.': no regex step per character
+        start = joined.rfind("\n", 0, m.start()) + 1
+        if m.start() > start and (m.group(1) != "0" or joined[start : m.start()] in names):
+            return True
     return False
 
 
