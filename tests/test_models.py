@@ -2,6 +2,8 @@
 
 import functools
 import json
+import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -256,3 +258,24 @@ def test_cudnn_attention_matches_xla():
         jax.jit(xla.fn)(*xla.args).astype(np.float32),
         **_tolerance("bfloat16"),
     )
+
+
+def test_zoo_loads_on_first_use_and_keeps_its_names():
+    """`xlafuse.models` imports no JAX until a workload is asked for; a user's workload named
+    like one of the zoo's is refused at its own `register`, the zoo loaded first."""
+    script = (
+        "import sys\nfrom xlafuse import models\n"
+        "print('jax' in sys.modules)\n"
+        "try:\n"
+        "    models.register('mlp', sizes=dict.fromkeys(models.SIZES, {}))(lambda c, ctx: None)\n"
+        "except ValueError as err:\n"
+        "    print(err)\n"
+        "print(len(models.available()))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "False",
+        "workload 'mlp' is already registered",
+        str(len(TINY_OUTPUT_SHAPES)),
+    ]

@@ -47,7 +47,7 @@ _EXPORTS = {
     "warmup": "xlafuse.experiment.warmup",
     "write_report": "xlafuse.report.markdown",
 }
-_SUBPACKAGES = {"models": "xlafuse.models", "variants": "xlafuse.compile.variants"}
+_MODULES = {"models": "xlafuse.models", "variants": "xlafuse.compile.variants"}
 
 if TYPE_CHECKING:  # what the names are, for type checkers and editors
     from xlafuse import models
@@ -75,8 +75,8 @@ del globals()["compile"]
 
 
 def __getattr__(name: str):
-    if name in _SUBPACKAGES:
-        value = importlib.import_module(_SUBPACKAGES[name])
+    if name in _MODULES:
+        value = importlib.import_module(_MODULES[name])
     elif name in _EXPORTS:
         value = getattr(importlib.import_module(_EXPORTS[name]), name)
     else:

@@ -57,6 +57,7 @@ class WorkloadSpec:
 _REGISTRY: dict[str, WorkloadSpec] = {}
 # The modules that register the zoo's workloads when imported (`_load_families`).
 _FAMILIES = ("attention", "mlp", "pointwise", "reductions", "resnet", "transformer")
+_FAMILY_MODULES = tuple(f"xlafuse.models.{family}" for family in _FAMILIES)
 
 
 def register(
@@ -81,9 +82,10 @@ def register(
     """
     if set(sizes) != set(SIZES):
         raise ValueError(f"workload {name!r} must define sizes {SIZES}, got {tuple(sizes)}")
-    _load_families()  # the zoo's names first: a user's workload of the same name is refused
 
     def decorate(builder: Builder) -> Builder:
+        if builder.__module__ not in _FAMILY_MODULES:
+            _load_families()  # a workload of the user's: the zoo's names are taken first
         if name in _REGISTRY:
             raise ValueError(f"workload {name!r} is already registered")
         spec = WorkloadSpec(name, builder, sizes, dict(options or {}), has_params, default_dtype)
@@ -109,9 +111,11 @@ def available(mode: str | None = None) -> list[str]:
 
 
 def _load_families() -> None:
-    """Imports the family modules, which register their workloads (at once after the first)."""
-    for family in _FAMILIES:
-        importlib.import_module(f"xlafuse.models.{family}")
+    """Imports the family modules, which register their workloads (at once after the first).
+
+    Not from a family's own `register`: the others would then import while it is half done."""
+    for module in _FAMILY_MODULES:
+        importlib.import_module(module)
 
 
 def choose(kind: str, value: Any, accepted: tuple[str, ...] | list[str], where: str = "") -> Any:
