@@ -72,8 +72,8 @@ for _ in range(12):
 _NESTED_GROUP = re.compile(rf"[({{\[]{_GROUP_INSIDE}[)}}\]]", re.S).match
 _WS = re.compile(r"(?:\s+|//[^\n]*|/\*.*?\*/)*", re.S)
 _ws = _WS.match
-_GROUP_TOK = re.compile(r'"(?:[^"\\]|\\.)*"|//[^\n]*|/\*.*?\*/|[(){}\[\]]', re.S)
-_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.S)
+_GROUP_TOK = re.compile(r'"(?:[^"\\]++|\\.)*+"|//[^\n]*|/\*.*?\*/|[(){}\[\]]', re.S)
+_STRING = re.compile(r'"(?:[^"\\]++|\\.)*+"', re.S)
 _VALUE_GOES_ON = re.compile(r"[{(\[0-9'\-]").match  # a value's next part, after a space
 _BARE = re.compile(r"[^\s,{}()\[\]\"]+")
 _WORD = re.compile(rf"%?({_NAME})")
@@ -92,7 +92,7 @@ _TABLE_ROW = r"[ \t]*+(\d+)[ \t]++([^\n]*+)(?:\n|$)"  # the value's trailing bla
 _TABLE_END = re.compile(rf"(?:{_TABLE_ROW})*+").match
 _TABLE_ROWS = re.compile(_TABLE_ROW).findall
 _KV_INT = re.compile(r"(\w+)=(-?\d+)")
-_QUOTED = re.compile(r'"((?:[^"\\]|\\.)*)"')
+_QUOTED = re.compile(r'"((?:[^"\\]++|\\.)*+)"')
 _META_STR = re.compile(r'(op_name|source_file)="((?:[^"\\]++|\\.)*+)"')
 _META_INT = re.compile(r"(source_line|stack_frame_id)=(\d+)")
 _NO_METADATA = (None, None, None)

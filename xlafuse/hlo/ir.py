@@ -67,10 +67,10 @@ DTYPE_BITS: Mapping[str, int] = MappingProxyType(
 UNKNOWN_DTYPE = "?"  # the dtype of an instruction printed without a shape
 
 _ATTR_SPLIT = re.compile(r",\s*(?=[A-Za-z_][\w.\-]*\s*=)")
-_ATTR_TOK = re.compile(r'"(?:[^"\\]|\\.)*"|[{}()\[\],]')
+_ATTR_TOK = re.compile(r'"(?:[^"\\]++|\\.)*+"|[{}()\[\],]')
 _COMP_REF = re.compile(r"%?([^\s,{}%]+)")
 _BACKEND_KIND = re.compile(r'"kind"\s*:\s*"([^"]+)"')
-_CUSTOM_TARGET = re.compile(r'"((?:[^"\\]|\\.)*)"')
+_CUSTOM_TARGET = re.compile(r'"((?:[^"\\]++|\\.)*+)"')
 
 _new = object.__new__
 _set = object.__setattr__

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 _TOKEN = re.compile(
-    r'\s*(?:(#[^\n]*)|([A-Za-z_]\w*)\s*:?|(\{)|(\})|("(?:[^"\\]|\\.)*")|([-+.\w]+))\s*'
+    r'\s*(?:(#[^\n]*)|([A-Za-z_]\w*)\s*:?|(\{)|(\})|("(?:[^"\\]++|\\.)*+")|([-+.\w]+))\s*'
 )
 DUMP_SUFFIX = ".priority_fusion_dump.txt"
 
