@@ -253,6 +253,20 @@ def test_long_text_is_not_taken_for_a_path():
         analyze_hlo("missing.hlo")
 
 
+@pytest.mark.parametrize(
+    "root",
+    [
+        "ROOT r = " + "(" * 5000 + "f32[8]" + ")" * 5000 + " tuple(p)",
+        "ROOT r = f32[] " + "add(p, " * 5000 + "p" + ")" * 5000,
+    ],
+    ids=["tuple shape", "nested operands"],
+)
+def test_nesting_past_the_recursion_limit_is_one_clear_error(root):
+    text = f"HloModule m\nENTRY e {{\n  p = f32[8] parameter(0)\n  {root}\n}}\n"
+    with pytest.raises(HloParseError, match=r"line 4: nested too deeply to read \(tuple"):
+        parse_hlo(text)
+
+
 SEEDS = [
     ADD
     + "ENTRY e {\n  x = f32[] parameter(0)\n  ROOT r = f32[] fusion(x, f32[] constant(1)), kind=kLoop, calls=%add\n}\n",

@@ -141,7 +141,12 @@ class Reader:
             return self._run()
         except HloParseError:
             raise
-        except (IndexError, KeyError, ValueError, UnicodeError, RecursionError) as exc:
+        except RecursionError:
+            raise self.error(
+                "nested too deeply to read (tuple shapes, nested operands or inline "
+                "computations inside one another past Python's recursion limit)"
+            ) from None
+        except (IndexError, KeyError, ValueError, UnicodeError) as exc:
             raise self.error(f"malformed HLO ({type(exc).__name__}: {exc})") from exc
 
     def ws(self, pos: int) -> int:
