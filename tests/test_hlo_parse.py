@@ -190,3 +190,13 @@ def test_binary_and_missing_files(tmp_path):
     latin.write_bytes(b"HloModule m\n\n\xe9t\xe9")
     with pytest.raises(HloParseError, match="line 3: not UTF-8"):
         analyze_hlo(latin)
+
+
+def test_a_file_saved_with_a_byte_order_mark_is_read(tmp_path):
+    marked = tmp_path / "marked.txt"
+    marked.write_bytes(
+        b"\xef\xbb\xbfHloModule m\nENTRY e {\n  p = f32[8] parameter(0)\n"
+        b"  ROOT n = f32[8] negate(p)\n}\n"
+    )
+    report = analyze_hlo(marked)
+    assert (report.module, report.kernels, report.modeled_bytes) == ("m", 1, 64)

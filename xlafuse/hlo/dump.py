@@ -44,7 +44,7 @@ def read_hlo(text_or_path: str | Path) -> tuple[str, str | None]:
             "binary file (NUL byte), not HLO text", data.count(b"\n", 0, nul) + 1, source
         )
     try:
-        return data.decode("utf-8"), source
+        return data.decode("utf-8-sig"), source  # a leading byte-order mark (an editor's) dropped
     except UnicodeDecodeError as exc:
         line = data.count(b"\n", 0, exc.start) + 1
         raise HloParseError(
