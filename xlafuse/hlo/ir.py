@@ -308,8 +308,7 @@ class Computation:
     )
 
     def __post_init__(self) -> None:
-        index = dict(zip(map(_name_of, self.instructions), self.instructions, strict=True))
-        object.__setattr__(self, "by_name", MappingProxyType(index))
+        object.__setattr__(self, "by_name", MappingProxyType(_index_of(self.instructions)))
 
     @property
     def root(self) -> Instruction | None:
