@@ -269,7 +269,7 @@ class Reader:
 
     def _body(self, pos: int, name: str, is_entry: bool, start: int) -> tuple[Computation, int]:
         """The instructions after a computation's `{`, up to its `}`; returns the position after."""
-        s, fast, shapes, metadata = self.s, _FAST, self.shapes, self.metadata_cache
+        s, fast, shapes = self.s, _FAST, self.shapes
         outer, self.instrs = self.instrs, []
         instrs = self.instrs
         append = instrs.append
@@ -301,10 +301,8 @@ class Reader:
                 line_no += s.count("\n", line_pos, pos)
                 line_pos = pos
                 attrs = _Attributes(rest) if rest else _NO_ATTRIBUTES
-                # meta: the inside of `metadata={...}`, captured by `_FAST`; read once per text
-                op_name, source_file, source_line = (
-                    (metadata.get(meta) or self._metadata(meta)) if meta else _NO_METADATA
-                )
+                # meta: the inside of `metadata={...}`, captured by `_FAST`
+                op_name, source_file, source_line = self._metadata(meta) if meta else _NO_METADATA
                 append(_make_instruction((
                     iname, opcode, shape, operands, attrs, root is not None, op_name,
                     source_file, source_line, indices, line_no,
