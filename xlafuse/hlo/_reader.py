@@ -9,6 +9,11 @@ import re
 from itertools import chain
 
 from xlafuse.errors import HloParseError
+
+try:  # the fast path in C, where it was built (`setup.py`); without it, the same in Python
+    from xlafuse.hlo._scan import scan_lines
+except ImportError:  # pragma: no cover (a checkout run from its folder, or no C compiler)
+    scan_lines = None
 from xlafuse.hlo.ir import (
     _CLOSE,
     _LITERAL_OPCODES,
@@ -269,7 +274,7 @@ class Reader:
 
     def _body(self, pos: int, name: str, is_entry: bool, start: int) -> tuple[Computation, int]:
         """The instructions after a computation's `{`, up to its `}`; returns the position after."""
-        s, fast, shapes = self.s, _FAST, self.shapes
+        s, fast, shapes, scan = self.s, _FAST, self.shapes, scan_lines
         outer, self.instrs = self.instrs, []
         instrs = self.instrs
         append = instrs.append
@@ -278,6 +283,11 @@ class Reader:
         if pos < line_pos:  # an inline computation: its instructions come after line_pos
             line_pos, line_no = 0, 1
         while True:
+            if scan is not None:  # as many lines as it takes; `_FAST` reads the next one
+                pos, line_pos, line_no = scan(
+                    s, pos, line_pos, line_no, instrs, shapes, self._metadata, Instruction,
+                    _Attributes, _NO_ATTRIBUTES, _LITERAL_OPCODES,
+                )  # fmt: skip
             m = fast(s, pos)
             if m is not None:  # the fast path: one instruction on one line, as XLA prints it
                 root, iname, shape_text, opcode, names, inner, rest, meta = m.groups()

@@ -1,0 +1,160 @@
+"""The reader's fast path in C (`xlafuse/hlo/_scan.c`) against the same reader without it.
+
+The C scanner takes a line only when the Python fast path (`_reader._FAST`) would take it, and
+must read it into the same fields. So for any text both readers give the same module (every
+field of every instruction, its line and its attribute text included) or the same error. Checked
+over XLA's own test corpus (every text, accepted or not) and over fuzzed texts. Skipped where the
+extension was not built (a checkout run from its folder, or no C compiler at install).
+"""
+
+import gzip
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from xlafuse.errors import HloParseError
+from xlafuse.hlo import _reader, parse_hlo
+
+pytestmark = pytest.mark.skipif(
+    _reader.scan_lines is None, reason="the C fast path was not built (pip install -e .)"
+)
+CORPUS = Path(__file__).resolve().parents[2] / "shared" / "hlo-corpus" / "xla-tests.jsonl.gz"
+
+
+def _outcome(text: str, monkeypatch, compiled: bool):
+    """Everything the reader gives for `text`: each instruction's fields in full, or the error."""
+    monkeypatch.setattr(_reader, "scan_lines", SCAN if compiled else None)
+    try:
+        module = parse_hlo(text)
+    except HloParseError as exc:
+        return ("error", str(exc))
+    return (
+        module.name,
+        module.header,
+        [
+            (c.name, c.is_entry, c.execution_thread, [_fields(i) for i in c.instructions])
+            for c in module.computations
+        ],
+    )
+
+
+def _fields(instr) -> tuple:
+    return (*instr[:4], instr.attributes.text, dict(instr.attributes), *instr[5:])
+
+
+SCAN = _reader.scan_lines
+
+
+def _same_both_ways(texts: list[str], monkeypatch) -> int:
+    """Asserts both readers agree on each text; returns how many the C scanner read lines of."""
+    taken = 0
+    for text in texts:
+        python = _outcome(text, monkeypatch, compiled=False)
+        compiled = _outcome(text, monkeypatch, compiled=True)
+        assert compiled == python, text[:2000]
+        taken += python[0] != "error"
+    return taken
+
+
+LINES = {
+    "plain": "  ROOT %r = f32[8]{0} add(%p, %q)",
+    "bare names": "  ROOT r = f32[8] add(p, q)",
+    "tuple indices": "  ROOT r = f32[8] add(p#0, %q#12)",
+    "index comment": "  ROOT r = f32[8] add(p, /*index=1*/q)",
+    "blanks in operands": "  ROOT r = f32[8] add( p ,q )",
+    "tuple shape": "  ROOT r = (f32[8]{0}, (s32[], f32[8])) tuple(p, q)",
+    "attributes": '  ROOT r = f32[8] add(p, q), sharding={devices=[2]<=[2]}, frontend_attributes={a="{"}',
+    "metadata": '  ROOT r = f32[8] add(p, q), metadata={op_name="jit(f)/add" source_file="a.py" source_line=3}',
+    "metadata then more": '  ROOT r = f32[8] add(p, q), metadata={op_name="x"}, backend_config={"k":{"a":[1]}}',
+    "two metadata": '  ROOT r = f32[8] add(p, q), metadata={op_name="x"}, metadata={op_name="y"}',
+    "nested metadata": '  ROOT r = f32[8] add(p, q), metadata={op_name="x" a={b}}',
+    "spaced metadata": '  ROOT r = f32[8] add(p, q), metadata = {op_name="x"}',
+    "deep braces": "  ROOT r = f32[8] add(p, q), x={{{{{{1}}}}}}",
+    "five deep": "  ROOT r = f32[8] add(p, q), x={{{{{1}}}}}",
+    "typed operands": "  ROOT r = f32[8] add(f32[8] p, f32[8]{0} q)",
+    "a name ROOT": "  ROOT = f32[8] add(p, q)",
+    "no space before opcode": "  ROOT r = f32[8]add(p, q)",
+    "trailing blanks": "  ROOT r = f32[8] add(p, q), x=1 \t\r",
+    "value with slash": "  ROOT r = f32[8] add(p, q), x=a/b",
+    "unknown operand": "  ROOT r = f32[8] add(p, z)",
+    "unknown dtype": "  ROOT r = f33[8] add(p, q)",
+    "unterminated string": '  ROOT r = f32[8] add(p, q), x="abc',
+    "escaped quote": '  ROOT r = f32[8] add(p, q), x="a\\"b", y=2',
+    "non-ASCII name": "  ROOT rä = f32[8] add(p, q)",
+    "non-ASCII value": '  ROOT r = f32[8] add(p, q), metadata={op_name="jit(ä)"}',
+    "comment after": "  ROOT r = f32[8] add(p, q) // done",
+    "attribute on the next line": "  ROOT r = f32[8] add(p, q)\n    , x=1",
+}
+
+
+@pytest.mark.parametrize("root", LINES.values(), ids=LINES.keys())
+def test_each_line_form_reads_the_same_with_and_without_the_scanner(root, monkeypatch):
+    text = (
+        "HloModule m, entry_computation_layout={(f32[8]{0})->f32[8]{0}}\n\n"
+        "ENTRY %e (p: f32[8], q: f32[8]) -> f32[8] {\n"
+        "  %p = f32[8]{0} parameter(0)\n  q = f32[8] parameter(1), sharding={replicated}\n"
+        f"  c = s32[] constant(3)\n{root}\n}}\n"
+    )
+    _same_both_ways([text], monkeypatch)
+
+
+def test_the_scanner_reads_the_lines_of_a_module_as_xla_prints_it(monkeypatch):
+    text = (
+        "HloModule m\n\nENTRY %e (p: f32[8]) -> f32[8] {\n  %p = f32[8]{0} parameter(0)\n"
+        '  ROOT %r = f32[8]{0} negate(%p), metadata={op_name="n" source_file="a.py" source_line=2}\n}\n'
+    )
+    parse_hlo(text)  # the shapes are now in the shape cache, which the scanner only reads
+    read = []
+
+    def counting(*args):
+        out = args[4]
+        before = len(out)
+        result = SCAN(*args)
+        read.extend(i.name for i in out[before:])
+        return result
+
+    monkeypatch.setattr(_reader, "scan_lines", counting)
+    module = parse_hlo(text)
+    assert read == ["p", "r"]
+    root = module.entry.root
+    assert (root.op_name, root.source_file, root.source_line, root.line) == ("n", "a.py", 2, 5)
+
+
+def test_both_readers_agree_over_the_corpus(monkeypatch):
+    if not CORPUS.is_file():
+        pytest.skip(f"no HLO corpus at {CORPUS} (the shared/ folder beside the clone)")
+    with gzip.open(CORPUS, "rt", encoding="utf-8") as f:
+        records = [json.loads(line) for line in f]
+    texts = [r["text"] for r in records] + [r["canonical"] for r in records if r["canonical"]]
+    assert len(texts) == 6393 + 5872
+    # read: all that XLA prints, all but 2 of what it reads, and some that its verifier rejects
+    assert _same_both_ways(texts, monkeypatch) >= 5872 + 5870
+
+
+def test_both_readers_agree_on_fuzzed_text(monkeypatch):
+    seed = (
+        "HloModule m, entry_computation_layout={(f32[8]{0}, (s32[], f32[8]{0}))->f32[8]{0}}\n\n"
+        "%fused (a: f32[8]) -> f32[8] {\n  %a = f32[8]{0} parameter(0)\n"
+        "  ROOT %n = f32[8]{0} negate(%a)\n}\n\n"
+        "ENTRY %e (p: f32[8], t: (s32[], f32[8])) -> f32[8] {\n  %p = f32[8]{0} parameter(0)\n"
+        "  %t = (s32[], f32[8]{0}) parameter(1)\n  %g = f32[8]{0} get-tuple-element(%t), index=1\n"
+        '  %f = f32[8]{0} fusion(%p), kind=kLoop, calls=%fused, metadata={op_name="jit(f)/neg" '
+        'source_file="a.py" source_line=7}\n'
+        '  ROOT %r = f32[8]{0} add(%f, /*index=1*/%g), backend_config={"k":{"v":[1,"}"]}}\n}\n'
+    )
+    rng = random.Random(11)
+    alphabet = [*"{}()[],=%#\"'/*\n \t\\.", "ROOT", "f32[8]", "metadata={", "/*index=5*/", "ä"]
+    cases = []
+    for _ in range(1500):
+        chars = list(seed)
+        for _ in range(rng.randint(1, 3)):
+            at = rng.randrange(len(chars))
+            if rng.random() < 0.6:
+                chars[at] = rng.choice(alphabet)
+            else:
+                del chars[at]
+        cases.append("".join(chars))
+    read = _same_both_ways(cases, monkeypatch)
+    assert 100 < read < len(cases)  # both kinds of outcome are exercised
