@@ -29,6 +29,7 @@ from xlafuse.hlo.ir import (
     _index_of,
     _make_instruction,
     _new_computation,
+    _new_module,
     _new_shape,
     _operands_of,
 )
@@ -162,11 +163,11 @@ class Reader:
         computations = self.computations
         s, n = self.s, self.n
         while True:
-            pos = self.ws(pos)
+            pos = _ws(s, pos).end()
             if pos >= n:
                 break
             self.pos = pos
-            m = _TABLE.match(s, pos)
+            m = _TABLE.match(s, pos) if s[pos] in "FS" else None  # FileNames, ..., StackFrames
             if m:
                 pos = self._table(m.group(1), m.end())
             elif s[pos] == "}":
@@ -181,7 +182,7 @@ class Reader:
             computations[-1] = _new_computation(
                 last.name, last.instructions, True, last.execution_thread
             )
-        return HloModule(name, _unique_names(computations), self.source, header, self.s)
+        return _new_module(name, _unique_names(computations), self.source, header, self.s)
 
     def _header(self) -> tuple[str, str, int]:
         s = self.s
@@ -288,7 +289,7 @@ class Reader:
                     s, pos, line_pos, line_no, instrs, shapes, self._metadata, Instruction,
                     _Attributes, _NO_ATTRIBUTES, _LITERAL_OPCODES,
                 )  # fmt: skip
-            m = fast(s, pos)
+            m = None if s.startswith("}", pos) else fast(s, pos)  # `}`: most bodies end so
             if m is not None:  # the fast path: one instruction on one line, as XLA prints it
                 root, iname, shape_text, opcode, names, inner, rest, meta = m.groups()
                 if opcode in _LITERAL_OPCODES:

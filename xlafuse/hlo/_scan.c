@@ -26,6 +26,8 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <stdint.h>
+#include <string.h>
 
 typedef struct {
     int kind;
@@ -164,7 +166,8 @@ static Py_ssize_t scan_shape(const Text *t, Py_ssize_t p) {
 /* One instruction line's fields, as positions in the text. */
 typedef struct {
     int root;
-    Py_ssize_t name, name_end, shape, shape_end, opcode, opcode_end;
+    Py_ssize_t name, name_end, shape, shape_end;
+    PyObject *opcode;                  /* a new reference, once the opcode is read */
     Py_ssize_t operands, operands_end; /* inside the parentheses */
     Py_ssize_t attrs, attrs_end;       /* `, key=value, ...` after them */
     Py_ssize_t meta, meta_end;         /* inside `metadata={...}`; meta < 0: none */
@@ -204,29 +207,132 @@ static int scan_operand_names(const Text *t, Py_ssize_t p, Py_ssize_t *end) {
     }
 }
 
-/* What one call reads with: the text, and the caller's list, caches and types. */
-typedef struct Scan {
-    PyObject *text, *out, *shapes, *metadata_of, *instruction, *attributes, *no_attributes,
-        *literal_opcodes;
-    Text t;
-} Scan;
+/* Spans of the text already made into objects, found again by their characters, so that a
+ * repeated span is one object: an operand is the very string of the instruction it names (no
+ * copy to make, hash or free), and an opcode, shape or metadata text is looked up once. */
+typedef struct {
+    Py_hash_t hash;
+    PyObject *key; /* an ASCII str of the span's characters */
+    PyObject *value;
+} Entry;
 
-static PyObject *substring(Scan *scan, Py_ssize_t start, Py_ssize_t end) {
-    return PyUnicode_Substring(scan->text, start, end);
+typedef struct {
+    Entry *entries;
+    Py_ssize_t size; /* a power of two; 0 before the first entry */
+    Py_ssize_t used;
+} Table;
+
+/* FNV-1a of a span; -1 when it has a character outside ASCII (such spans are not kept). */
+static Py_hash_t span_hash(const Text *t, Py_ssize_t start, Py_ssize_t end) {
+    uint64_t h = 14695981039346656037ULL;
+    for (Py_ssize_t i = start; i < end; i++) {
+        Py_UCS4 c = at(t, i);
+        if (c >= 0x80) return -1;
+        h = (h ^ c) * 1099511628211ULL;
+    }
+    return (Py_hash_t)(h >> 2);
 }
 
-/* Whether the opcode takes no operand names (`constant(...)`, `parameter(0)`); -1: an error. */
-static int is_literal(Scan *scan, const Line *line) {
-    PyObject *opcode = substring(scan, line->opcode, line->opcode_end);
-    if (!opcode) return -1;
-    int found = PySet_Contains(scan->literal_opcodes, opcode);
-    Py_DECREF(opcode);
-    return found;
+static int span_equals(const Text *t, Py_ssize_t start, PyObject *key) {
+    const Py_UCS1 *chars = PyUnicode_1BYTE_DATA(key);
+    Py_ssize_t n = PyUnicode_GET_LENGTH(key);
+    if (t->kind == PyUnicode_1BYTE_KIND)
+        return memcmp((const Py_UCS1 *)t->data + start, chars, n) == 0;
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (at(t, start + i) != chars[i]) return 0;
+    return 1;
+}
+
+/* The value kept for the span (borrowed), or NULL. */
+static PyObject *table_get(const Table *table, const Text *t, Py_ssize_t start, Py_ssize_t end,
+                           Py_hash_t hash) {
+    if (hash < 0 || table->size == 0) return NULL;
+    size_t mask = (size_t)table->size - 1;
+    for (size_t i = (size_t)hash & mask;; i = (i + 1) & mask) {
+        const Entry *e = &table->entries[i];
+        if (!e->key) return NULL;
+        if (e->hash == hash && PyUnicode_GET_LENGTH(e->key) == end - start &&
+            span_equals(t, start, e->key))
+            return e->value;
+    }
+}
+
+static void table_clear(Table *table) {
+    for (Py_ssize_t i = 0; i < table->size; i++) {
+        Py_XDECREF(table->entries[i].key);
+        Py_XDECREF(table->entries[i].value);
+    }
+    PyMem_Free(table->entries);
+    table->entries = NULL;
+    table->size = table->used = 0;
+}
+
+static void table_insert(Table *table, Entry entry) {
+    size_t mask = (size_t)table->size - 1;
+    size_t i = (size_t)entry.hash & mask;
+    while (table->entries[i].key) i = (i + 1) & mask;
+    table->entries[i] = entry;
+    table->used++;
+}
+
+/* Keeps key -> value (new references); a table holding `limit` entries is emptied first.
+ * 0, or -1 out of memory. A key with a hash of -1 (not ASCII) is not kept. */
+static int table_put(Table *table, Py_hash_t hash, PyObject *key, PyObject *value,
+                     Py_ssize_t limit) {
+    if (hash < 0) return 0;
+    if (table->used >= limit) table_clear(table);
+    if (2 * (table->used + 1) > table->size) {
+        Table grown = {PyMem_Calloc(table->size ? 2 * table->size : 16, sizeof(Entry)),
+                       table->size ? 2 * table->size : 16, 0};
+        if (!grown.entries) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        for (Py_ssize_t i = 0; i < table->size; i++)
+            if (table->entries[i].key) table_insert(&grown, table->entries[i]);
+        PyMem_Free(table->entries);
+        *table = grown;
+    }
+    Py_INCREF(key);
+    Py_INCREF(value);
+    table_insert(table, (Entry){hash, key, value});
+    return 0;
+}
+
+/* Kept from call to call: opcodes, and shapes by their text (as the caller's shape cache: a
+ * shape's text always reads as the same Shape). Bounded; the GIL is held throughout. */
+static Table opcodes, shapes;
+#define OPCODES_KEPT 1024
+#define SHAPES_KEPT 16384
+
+/* What one call reads with: the text, the caller's list, caches and types, and the names,
+ * attribute texts and metadata texts of this call (a module's metadata may name its own
+ * stack-frame tables). */
+typedef struct {
+    PyObject *text, *out, *shape_cache, *metadata_of, *instruction, *attributes,
+        *no_attributes, *literal_opcodes;
+    Text t;
+    Table names, attributes_made, metadata;
+} Scan;
+
+/* The span as a str: the one kept in `table` when there is one (a new reference). */
+static PyObject *span_object(Scan *scan, Table *table, Py_ssize_t start, Py_ssize_t end,
+                             Py_ssize_t limit) {
+    Py_hash_t hash = span_hash(&scan->t, start, end);
+    PyObject *kept = table_get(table, &scan->t, start, end, hash);
+    if (kept) {
+        Py_INCREF(kept);
+        return kept;
+    }
+    PyObject *made = PyUnicode_Substring(scan->text, start, end);
+    if (made && table_put(table, hash, made, made, limit) < 0) Py_CLEAR(made);
+    return made;
 }
 
 /* Whether the line at p is one instruction this scanner takes (1; 0: not; -1: an error);
  * fills `line`. */
-static int scan_line(Scan *scan, const Text *t, Py_ssize_t p, Line *line) {
+static int scan_line(Scan *scan, Py_ssize_t p, Line *line) {
+    const Text *t = &scan->t;
     line->root = 0;
     if (starts_with(t, p, "ROOT") && is_blank(at(t, p + 4))) {
         Py_ssize_t q = skip_blanks(t, p + 4);
@@ -248,14 +354,16 @@ static int scan_line(Scan *scan, const Text *t, Py_ssize_t p, Line *line) {
     line->shape_end = p;
     p = skip_blanks(t, p);
     if (!is_lower(at(t, p))) return 0;
-    line->opcode = p;
+    Py_ssize_t opcode = p;
     while (is_opcode(at(t, p))) p++;
-    line->opcode_end = p;
     if (at(t, p) != '(') return 0;
+    line->opcode = span_object(scan, &opcodes, opcode, p, OPCODES_KEPT);
+    if (!line->opcode) return -1;
+    int literal = PySet_Contains(scan->literal_opcodes, line->opcode);
+    if (literal < 0) return -1;
+    line->literal = literal;
     line->operands = ++p;
-    line->literal = is_literal(scan, line);
-    if (line->literal < 0) return -1;
-    if (line->literal) { /* constant, parameter: anything but ( ) " \n */
+    if (literal) { /* constant, parameter: anything but ( ) " \n */
         for (;; p++) {
             Py_UCS4 c = at(t, p);
             if (c == ')') break;
@@ -306,7 +414,8 @@ static int scan_line(Scan *scan, const Text *t, Py_ssize_t p, Line *line) {
     return 1;
 }
 
-/* The operands and their `#N` indices, as `_fast_operands` reads them. */
+/* The operands (each the string of the instruction it names, where this call made that) and
+ * their `#N` indices, as `_fast_operands` reads them. */
 static int make_operands(Scan *scan, const Line *line, PyObject **operands, PyObject **indices) {
     const Text *t = &scan->t;
     *operands = *indices = NULL;
@@ -315,9 +424,8 @@ static int make_operands(Scan *scan, const Line *line, PyObject **operands, PyOb
         *indices = PyTuple_New(0);
         return *operands && *indices ? 0 : -1;
     }
-    PyObject *names = PyList_New(0), *numbers = PyList_New(0);
-    int any_index = 0;
-    if (!names || !numbers) goto fail;
+    PyObject *names = PyList_New(0), *numbers = NULL;
+    if (!names) return -1;
     for (Py_ssize_t p = line->operands; p < line->operands_end;) {
         Py_UCS4 c = at(t, p);
         if (c == '/') { /* the `/ *index=N* /` comment: skipped */
@@ -331,22 +439,31 @@ static int make_operands(Scan *scan, const Line *line, PyObject **operands, PyOb
         }
         Py_ssize_t start = p;
         while (is_name(at(t, p))) p++;
-        PyObject *name = substring(scan, start, p);
+        Py_hash_t hash = span_hash(t, start, p);
+        PyObject *name = table_get(&scan->names, t, start, p, hash);
+        if (name) Py_INCREF(name);
+        else name = PyUnicode_Substring(scan->text, start, p);
         if (!name || PyList_Append(names, name) < 0) {
             Py_XDECREF(name);
             goto fail;
         }
         Py_DECREF(name);
+        if (at(t, p) == '#' && !numbers) { /* the first index: None for the operands before */
+            numbers = PyList_New(0);
+            for (Py_ssize_t i = 0; numbers && i < PyList_GET_SIZE(names) - 1; i++)
+                if (PyList_Append(numbers, Py_None) < 0) Py_CLEAR(numbers);
+            if (!numbers) goto fail;
+        }
+        if (!numbers) continue;
         PyObject *number = Py_None;
         Py_INCREF(number);
         if (at(t, p) == '#') {
             Py_ssize_t digits = ++p;
             while (is_digit(at(t, p))) p++;
-            PyObject *text = substring(scan, digits, p);
+            PyObject *text = PyUnicode_Substring(scan->text, digits, p);
             Py_DECREF(number);
             number = text ? PyLong_FromUnicodeObject(text, 10) : NULL;
             Py_XDECREF(text);
-            any_index = 1;
         }
         if (!number || PyList_Append(numbers, number) < 0) {
             Py_XDECREF(number);
@@ -355,51 +472,93 @@ static int make_operands(Scan *scan, const Line *line, PyObject **operands, PyOb
         Py_DECREF(number);
     }
     *operands = PyList_AsTuple(names);
-    *indices = any_index ? PyList_AsTuple(numbers) : PyTuple_New(0);
+    *indices = numbers ? PyList_AsTuple(numbers) : PyTuple_New(0);
     Py_DECREF(names);
-    Py_DECREF(numbers);
+    Py_XDECREF(numbers);
     return *operands && *indices ? 0 : -1;
 fail:
-    Py_XDECREF(names);
+    Py_DECREF(names);
     Py_XDECREF(numbers);
     return -1;
+}
+
+/* The Shape of the line's shape text (borrowed), or NULL with no exception set when the
+ * caller's cache does not have it yet: then the Python reader reads this line. */
+static PyObject *shape_of(Scan *scan, const Line *line) {
+    Py_hash_t hash = span_hash(&scan->t, line->shape, line->shape_end);
+    PyObject *shape = table_get(&shapes, &scan->t, line->shape, line->shape_end, hash);
+    if (shape) return shape;
+    PyObject *text = PyUnicode_Substring(scan->text, line->shape, line->shape_end);
+    if (!text) return NULL;
+    shape = PyDict_GetItemWithError(scan->shape_cache, text);
+    if (shape && table_put(&shapes, hash, text, shape, SHAPES_KEPT) < 0) shape = NULL;
+    Py_DECREF(text);
+    return shape;
+}
+
+/* (op_name, source_file, source_line) of the line's metadata (a new reference), from
+ * `metadata_of` once per metadata text in this call. */
+static PyObject *metadata_of(Scan *scan, const Line *line) {
+    Py_hash_t hash = span_hash(&scan->t, line->meta, line->meta_end);
+    PyObject *meta = table_get(&scan->metadata, &scan->t, line->meta, line->meta_end, hash);
+    if (meta) {
+        Py_INCREF(meta);
+        return meta;
+    }
+    PyObject *inside = PyUnicode_Substring(scan->text, line->meta, line->meta_end);
+    if (!inside) return NULL;
+    meta = PyObject_CallOneArg(scan->metadata_of, inside);
+    if (meta && (!PyTuple_Check(meta) || PyTuple_GET_SIZE(meta) != 3)) {
+        PyErr_SetString(PyExc_TypeError, "metadata_of must return a 3-tuple");
+        Py_CLEAR(meta);
+    }
+    if (meta && table_put(&scan->metadata, hash, inside, meta, PY_SSIZE_T_MAX) < 0)
+        Py_CLEAR(meta);
+    Py_DECREF(inside);
+    return meta;
+}
+
+/* The attributes of the line (a new reference): one `attributes` object per attribute text
+ * in this call, shared by the instructions that print the same text (a read-only mapping). */
+static PyObject *attributes_of(Scan *scan, const Line *line) {
+    Py_hash_t hash = span_hash(&scan->t, line->attrs, line->attrs_end);
+    PyObject *made =
+        table_get(&scan->attributes_made, &scan->t, line->attrs, line->attrs_end, hash);
+    if (made) {
+        Py_INCREF(made);
+        return made;
+    }
+    PyObject *rest = PyUnicode_Substring(scan->text, line->attrs, line->attrs_end);
+    if (!rest) return NULL;
+    made = PyObject_CallOneArg(scan->attributes, rest);
+    if (made && table_put(&scan->attributes_made, hash, rest, made, PY_SSIZE_T_MAX) < 0)
+        Py_CLEAR(made);
+    Py_DECREF(rest);
+    return made;
 }
 
 /* The Instruction of a line read by `scan_line`: its fields in `Instruction`'s order. NULL
  * with no exception set: the shape is not in the cache yet, the Python reader reads this line. */
 static PyObject *make_instruction(Scan *scan, const Line *line, Py_ssize_t line_no) {
-    PyObject *shape_text = substring(scan, line->shape, line->shape_end);
-    if (!shape_text) return NULL;
-    PyObject *shape = PyDict_GetItemWithError(scan->shapes, shape_text); /* borrowed */
-    Py_DECREF(shape_text);
+    PyObject *shape = shape_of(scan, line);
     if (!shape) return NULL;
     PyObject *fields[11] = {NULL};
-    fields[0] = substring(scan, line->name, line->name_end);
-    fields[1] = substring(scan, line->opcode, line->opcode_end);
-    Py_INCREF(shape);
+    fields[0] = span_object(scan, &scan->names, line->name, line->name_end, PY_SSIZE_T_MAX);
+    fields[1] = line->opcode;
+    Py_INCREF(fields[1]);
     fields[2] = shape;
+    Py_INCREF(shape);
     if (make_operands(scan, line, &fields[3], &fields[9]) < 0) goto fail;
     if (line->attrs_end > line->attrs) {
-        PyObject *rest = substring(scan, line->attrs, line->attrs_end);
-        if (!rest) goto fail;
-        fields[4] = PyObject_CallOneArg(scan->attributes, rest);
-        Py_DECREF(rest);
+        fields[4] = attributes_of(scan, line);
     } else {
-        Py_INCREF(scan->no_attributes);
         fields[4] = scan->no_attributes;
+        Py_INCREF(fields[4]);
     }
     fields[5] = PyBool_FromLong(line->root);
     if (line->meta >= 0) {
-        PyObject *inside = substring(scan, line->meta, line->meta_end);
-        if (!inside) goto fail;
-        PyObject *meta = PyObject_CallOneArg(scan->metadata_of, inside);
-        Py_DECREF(inside);
+        PyObject *meta = metadata_of(scan, line);
         if (!meta) goto fail;
-        if (!PyTuple_Check(meta) || PyTuple_GET_SIZE(meta) != 3) {
-            Py_DECREF(meta);
-            PyErr_SetString(PyExc_TypeError, "metadata_of must return a 3-tuple");
-            goto fail;
-        }
         for (int i = 0; i < 3; i++) {
             fields[6 + i] = PyTuple_GET_ITEM(meta, i);
             Py_INCREF(fields[6 + i]);
@@ -407,8 +566,8 @@ static PyObject *make_instruction(Scan *scan, const Line *line, Py_ssize_t line_
         Py_DECREF(meta);
     } else {
         for (int i = 0; i < 3; i++) {
-            Py_INCREF(Py_None);
             fields[6 + i] = Py_None;
+            Py_INCREF(Py_None);
         }
     }
     fields[10] = PyLong_FromSsize_t(line_no);
@@ -430,8 +589,10 @@ PyDoc_STRVAR(scan_lines_doc,
 "           no_attributes, literal_opcodes) -> (pos, line_pos, line_no)\n"
 "\n"
 "Appends to `out` an `instruction` for each line from `pos` in the one-line form XLA prints;\n"
-"stops at the first line it does not take. `line_no` is the line of `line_pos`; returns where\n"
-"it stopped and the line of the last instruction read. See the file's opening comment.");
+"stops at the first line it does not take. `shapes`: the reader's cache of shapes by their\n"
+"text, only read; `metadata_of`: the reader's (op_name, source_file, source_line) of a\n"
+"metadata text. `line_no` is the line of `line_pos`; returns where it stopped, and the line\n"
+"there. See the file's opening comment.");
 
 static PyObject *scan_lines(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     (void)module;
@@ -440,7 +601,7 @@ static PyObject *scan_lines(PyObject *module, PyObject *const *args, Py_ssize_t 
         return NULL;
     }
     Scan scan = {
-        .text = args[0], .out = args[4], .shapes = args[5], .metadata_of = args[6],
+        .text = args[0], .out = args[4], .shape_cache = args[5], .metadata_of = args[6],
         .instruction = args[7], .attributes = args[8], .no_attributes = args[9],
         .literal_opcodes = args[10],
     };
@@ -448,8 +609,10 @@ static PyObject *scan_lines(PyObject *module, PyObject *const *args, Py_ssize_t 
     Py_ssize_t line_pos = PyLong_AsSsize_t(args[2]);
     Py_ssize_t line_no = PyLong_AsSsize_t(args[3]);
     if (PyErr_Occurred()) return NULL;
-    if (!PyUnicode_Check(scan.text) || !PyList_Check(scan.out) || !PyDict_Check(scan.shapes) ||
-        !PyType_Check(scan.instruction) || !PyAnySet_Check(scan.literal_opcodes)) {
+    if (!PyUnicode_Check(scan.text) || !PyList_Check(scan.out) ||
+        !PyDict_Check(scan.shape_cache) || !PyType_Check(scan.instruction) ||
+        !PyType_IsSubtype((PyTypeObject *)scan.instruction, &PyTuple_Type) ||
+        !PyAnySet_Check(scan.literal_opcodes)) {
         PyErr_SetString(PyExc_TypeError, "scan_lines: wrong argument types");
         return NULL;
     }
@@ -463,9 +626,10 @@ static PyObject *scan_lines(PyObject *module, PyObject *const *args, Py_ssize_t 
         if (at(&scan.t, i) == '\n') line_no++;
     line_pos = pos;
     for (;;) {
-        Line line;
-        if (scan_line(&scan, &scan.t, pos, &line) != 1) break;
-        PyObject *instr = make_instruction(&scan, &line, line_no);
+        Line line = {0};
+        int taken = scan_line(&scan, pos, &line);
+        PyObject *instr = taken == 1 ? make_instruction(&scan, &line, line_no) : NULL;
+        Py_XDECREF(line.opcode);
         if (!instr) break;
         int appended = PyList_Append(scan.out, instr);
         Py_DECREF(instr);
@@ -474,8 +638,10 @@ static PyObject *scan_lines(PyObject *module, PyObject *const *args, Py_ssize_t 
             if (at(&scan.t, i) == '\n') line_no++;
         line_pos = pos = line.end;
     }
+    table_clear(&scan.names);
+    table_clear(&scan.attributes_made);
+    table_clear(&scan.metadata);
     if (PyErr_Occurred()) return NULL;
-    /* line_no is now the line of `pos`, which is where line_pos stands */
     return Py_BuildValue("nnn", pos, line_pos, line_no);
 }
 

@@ -377,6 +377,19 @@ class HloModule:
             raise KeyError(f"module {self.name!r} has no computation named {name!r}") from None
 
 
+def _new_module(
+    name: str, computations: tuple[Computation, ...], source: str | None, header: str, text: str
+) -> HloModule:
+    """Builds an HloModule as `_new_computation` builds a Computation, without the frozen
+    dataclass's per-field `__setattr__` (once per module read, and most modules are small)."""
+    module = _new(HloModule)
+    _set(module, "__dict__", {
+        "name": name, "computations": computations, "source": source, "header": header,
+        "text": text, "_index": MappingProxyType({c.name: c for c in computations}),
+    })  # fmt: skip
+    return module
+
+
 def _split_attributes(text: str) -> dict[str, str]:
     """`, k=v, k2={...}` -> {k: v, k2: {...}}: split at commas outside brackets and quotes."""
     pieces = _ATTR_SPLIT.split(text[1:])
