@@ -151,3 +151,32 @@ def test_cpu_dot_becomes_ynnpack_custom_fusion_or_library_call():
         ("fusion", "kLoop", None, ("tanh",)),
     ]
     assert report.backend == "cpu"
+
+
+HINTED = {
+    "on its line": ('  ROOT r = f32[8] custom-call(p), custom_call_target="__cublas$gemm"', "gpu"),
+    "JSON over lines": (
+        '  ROOT r = f32[8] fusion(p), kind=kCustom, calls=%f, backend_config={"a":1,\n'
+        '    "fusion_backend_config":{"kind":"__triton_gemm"}}',
+        "gpu",
+    ),
+    "value on the next line": (
+        '  ROOT r = f32[8] custom-call(p), custom_call_target=\n    "__ynn_matmul"',
+        "cpu",
+    ),
+    "after a comment": (
+        '  ROOT r = f32[8] custom-call(p), custom_call_target= /* c */ "__onednn$x"',
+        "cpu",
+    ),
+    "no hint in the value": ('  ROOT r = f32[8] custom-call(p), custom_call_target="my_op"', None),
+    "a hint outside a value": ('  ROOT r = f32[8] negate(p), metadata={op_name="__cublas"}', None),
+}
+
+
+@pytest.mark.parametrize(("root", "backend"), HINTED.values(), ids=HINTED.keys())
+def test_backend_hints_are_found_in_their_values_only(root, backend):
+    text = (
+        "HloModule m\n\n%f (a: f32[8]) -> f32[8] {\n  ROOT a = f32[8] parameter(0)\n}\n\n"
+        f"ENTRY e {{\n  p = f32[8] parameter(0)\n{root}\n}}\n"
+    )
+    assert analyze_hlo(text).backend == backend
