@@ -2,7 +2,8 @@
 
 Reads `../shared/hlo-corpus/xla-tests.jsonl.gz` beside the clone, parses and analyzes every
 module's canonical text (XLA's own print, the form XLA writes in dumps) and prints MB/s, the
-largest module's time, and how many raw test texts that XLA accepts are read.
+largest module's time, and how many raw test texts that XLA accepts are read. It says whether
+the reader's C line scanner (`xlafuse/hlo/_scan.c`, built by `pip install`) is in use.
 
 Run: python benchmarks/bench_corpus.py [repeats]
 """
@@ -14,7 +15,7 @@ import time
 from pathlib import Path
 
 from xlafuse.errors import HloParseError
-from xlafuse.hlo import analyze_module, parse_hlo
+from xlafuse.hlo import _reader, analyze_module, parse_hlo
 
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "hlo-corpus" / "xla-tests.jsonl.gz"
 
@@ -27,6 +28,8 @@ def main(repeats: int = 3) -> None:
     accepted = [r for r in records if r["xla_accepts"]]
     canonical = [r["canonical"] for r in accepted]
     size = sum(map(len, canonical))
+    built = _reader.scan_lines is not None
+    print("reader: " + ("with the C line scanner" if built else "pure Python (no C scanner built)"))
     for i in range(repeats):
         cpu = time.process_time()
         start = time.perf_counter()
