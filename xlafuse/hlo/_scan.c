@@ -616,7 +616,9 @@ static PyObject *scan_lines(PyObject *module, PyObject *const *args, Py_ssize_t 
         PyErr_SetString(PyExc_TypeError, "scan_lines: wrong argument types");
         return NULL;
     }
+#if PY_VERSION_HEX < 0x030C0000 /* from 3.12 every str is ready */
     if (PyUnicode_READY(scan.text) < 0) return NULL;
+#endif
     scan.t.kind = PyUnicode_KIND(scan.text);
     scan.t.data = PyUnicode_DATA(scan.text);
     scan.t.n = PyUnicode_GET_LENGTH(scan.text);
