@@ -84,6 +84,13 @@ LINES = {
     "escaped quote": '  ROOT r = f32[8] add(p, q), x="a\\"b", y=2',
     "non-ASCII name": "  ROOT rä = f32[8] add(p, q)",
     "non-ASCII value": '  ROOT r = f32[8] add(p, q), metadata={op_name="jit(ä)"}',
+    "metadata in any order": '  ROOT r = f32[8] add(p, q), metadata={source_line=4 op_type="x" op_name="y"}',
+    "metadata twice over": '  ROOT r = f32[8] add(p, q), metadata={op_name="a" op_name="b" source_line=1 source_line=2}',
+    "escapes in metadata": '  ROOT r = f32[8] add(p, q), metadata={op_name="a\\"op_name=\\"b" source_file="c\\\\"}',
+    "a name inside a value": '  ROOT r = f32[8] add(p, q), metadata={op_type="op_name=" source_file="f"}',
+    "no digits": "  ROOT r = f32[8] add(p, q), metadata={source_line=x source_line=}",
+    "a long line number": "  ROOT r = f32[8] add(p, q), metadata={source_line=123456789012345678901}",
+    "a stack frame": '  ROOT r = f32[8] add(p, q), metadata={op_name="x" stack_frame_id=1}',
     "comment after": "  ROOT r = f32[8] add(p, q) // done",
     "attribute on the next line": "  ROOT r = f32[8] add(p, q)\n    , x=1",
 }
@@ -116,10 +123,20 @@ def test_the_scanner_reads_the_lines_of_a_module_as_xla_prints_it(monkeypatch):
         return result
 
     monkeypatch.setattr(_reader, "scan_lines", counting)
+    metadata_read_in_python = []
+    read_metadata = _reader.Reader._read_metadata
+    monkeypatch.setattr(
+        _reader.Reader,
+        "_read_metadata",
+        lambda reader, meta: metadata_read_in_python.append(meta) or read_metadata(reader, meta),
+    )
     module = parse_hlo(text)
     assert read == ["p", "r"]
     root = module.entry.root
     assert (root.op_name, root.source_file, root.source_line, root.line) == ("n", "a.py", 2, 5)
+    assert metadata_read_in_python == []  # read in C; a stack frame's source is read in Python
+    parse_hlo(text.replace("source_line=2", "stack_frame_id=1"))
+    assert metadata_read_in_python == ['op_name="n" source_file="a.py" stack_frame_id=1']
 
 
 def test_both_readers_agree_over_the_corpus(monkeypatch):
@@ -145,7 +162,8 @@ def test_both_readers_agree_on_fuzzed_text(monkeypatch):
         '  ROOT %r = f32[8]{0} add(%f, /*index=1*/%g), backend_config={"k":{"v":[1,"}"]}}\n}\n'
     )
     rng = random.Random(11)
-    alphabet = [*"{}()[],=%#\"'/*\n \t\\.", "ROOT", "f32[8]", "metadata={", "/*index=5*/", "ä"]
+    alphabet = [*"{}()[],=%#\"'/*\n \t\\.0", "ROOT", "f32[8]", "metadata={", "/*index=5*/", "ä"]
+    alphabet += ['op_name="', 'source_file="', "source_line=", "stack_frame_id=", '\\"']
     cases = []
     for _ in range(1500):
         chars = list(seed)

@@ -496,8 +496,75 @@ static PyObject *shape_of(Scan *scan, const Line *line) {
     return shape;
 }
 
-/* (op_name, source_file, source_line) of the line's metadata (a new reference), from
- * `metadata_of` once per metadata text in this call. */
+/* Whether `word` is at p, all of it before `end`. */
+static int word_at(const Text *t, Py_ssize_t p, Py_ssize_t end, const char *word) {
+    Py_ssize_t n = (Py_ssize_t)strlen(word);
+    return p + n <= end && starts_with(t, p, word);
+}
+
+/* `_reader.Reader._read_metadata` in C, for an ASCII text without `stack_frame_id` (whose
+ * source is in the module's stack-frame tables, read by the caller): `op_name="..."` and
+ * `source_file="..."` as written (escapes kept), `source_line=N`, anywhere in the text, the
+ * last of each kept, as its regexes' `findall` finds them. A new (op_name, source_file,
+ * source_line) tuple, or NULL with no exception set: the caller's `metadata_of` reads it. */
+static PyObject *read_metadata(Scan *scan, Py_ssize_t start, Py_ssize_t end) {
+    const Text *t = &scan->t;
+    Py_ssize_t found[2][2] = {{-1, -1}, {-1, -1}}; /* op_name, source_file: inside the quotes */
+    for (Py_ssize_t i = start; i < end;) {
+        int which = word_at(t, i, end, "op_name=\"") ? 0 : word_at(t, i, end, "source_file=\"") ? 1 : -1;
+        if (which >= 0) {
+            Py_ssize_t q = i + (which == 0 ? 9 : 13), close = NO;
+            for (Py_ssize_t k = q; k < end; k++) {
+                Py_UCS4 c = at(t, k);
+                if (c == '"') {
+                    close = k;
+                    break;
+                }
+                if (c == '\\' && ++k >= end) break;
+            }
+            if (close != NO) {
+                found[which][0] = q;
+                found[which][1] = close;
+                i = close + 1;
+                continue;
+            }
+        }
+        i++;
+    }
+    long long line = -1;
+    for (Py_ssize_t i = start; i < end;) {
+        int is_line = word_at(t, i, end, "source_line=");
+        if (!is_line && word_at(t, i, end, "stack_frame_id=") && i + 15 < end &&
+            is_digit(at(t, i + 15)))
+            return NULL; /* its source is in the module's tables */
+        Py_ssize_t d = i + 12;
+        if (is_line && d < end && is_digit(at(t, d))) {
+            long long value = 0;
+            for (; d < end && is_digit(at(t, d)); d++) {
+                if (value > 99999999999999999LL) return NULL; /* a Python int, not a C one */
+                value = value * 10 + (long long)(at(t, d) - '0');
+            }
+            line = value;
+            i = d;
+            continue;
+        }
+        i++;
+    }
+    PyObject *fields[3] = {NULL, NULL, NULL};
+    for (int k = 0; k < 2; k++) {
+        fields[k] = found[k][0] < 0 ? Py_NewRef(Py_None)
+                                     : PyUnicode_Substring(scan->text, found[k][0], found[k][1]);
+    }
+    fields[2] = line < 0 ? Py_NewRef(Py_None) : PyLong_FromLongLong(line);
+    PyObject *meta = NULL;
+    if (fields[0] && fields[1] && fields[2]) meta = PyTuple_Pack(3, fields[0], fields[1], fields[2]);
+    for (int k = 0; k < 3; k++) Py_XDECREF(fields[k]);
+    if (!meta && !PyErr_Occurred()) PyErr_NoMemory();
+    return meta;
+}
+
+/* (op_name, source_file, source_line) of the line's metadata (a new reference), read once per
+ * metadata text in this call: by `read_metadata`, or else by the caller's `metadata_of`. */
 static PyObject *metadata_of(Scan *scan, const Line *line) {
     Py_hash_t hash = span_hash(&scan->t, line->meta, line->meta_end);
     PyObject *meta = table_get(&scan->metadata, &scan->t, line->meta, line->meta_end, hash);
@@ -507,10 +574,13 @@ static PyObject *metadata_of(Scan *scan, const Line *line) {
     }
     PyObject *inside = PyUnicode_Substring(scan->text, line->meta, line->meta_end);
     if (!inside) return NULL;
-    meta = PyObject_CallOneArg(scan->metadata_of, inside);
-    if (meta && (!PyTuple_Check(meta) || PyTuple_GET_SIZE(meta) != 3)) {
-        PyErr_SetString(PyExc_TypeError, "metadata_of must return a 3-tuple");
-        Py_CLEAR(meta);
+    meta = hash >= 0 ? read_metadata(scan, line->meta, line->meta_end) : NULL;
+    if (!meta && !PyErr_Occurred()) {
+        meta = PyObject_CallOneArg(scan->metadata_of, inside);
+        if (meta && (!PyTuple_Check(meta) || PyTuple_GET_SIZE(meta) != 3)) {
+            PyErr_SetString(PyExc_TypeError, "metadata_of must return a 3-tuple");
+            Py_CLEAR(meta);
+        }
     }
     if (meta && table_put(&scan->metadata, hash, inside, meta, PY_SSIZE_T_MAX) < 0)
         Py_CLEAR(meta);
