@@ -31,7 +31,7 @@ def main(repeats: int = 3) -> None:
     size = sum(map(len, canonical))
     # With the C scanner built, the pure-Python reader runs beside it, alternating: the ratio of
     # the two holds when the shared machine's speed moves between runs (it does, by up to half).
-    scanner = _reader.scan_lines
+    scanner = _reader.scanner
     readers = {"C scanner": scanner, "pure Python": None} if scanner else {"pure Python": None}
     if not scanner:
         print("no C scanner built (pip install -e . builds it): the pure-Python reader only")
@@ -40,7 +40,7 @@ def main(repeats: int = 3) -> None:
     try:
         for i in range(repeats):
             for label, scan in readers.items():
-                _reader.scan_lines = scan
+                _reader.scanner = scan
                 cpu = time.process_time()
                 start = time.perf_counter()
                 parse, analyze = _parse_all(canonical)
@@ -55,7 +55,7 @@ def main(repeats: int = 3) -> None:
                 largest_s = _timed(lambda: analyze_module(parse_hlo(largest)))
                 best[label] = min(best[label], largest_s)
     finally:
-        _reader.scan_lines = scanner
+        _reader.scanner = scanner
     for label, seconds in best.items():
         print(
             f"largest module ({len(largest) / 1e6:.1f} MB), {label}: {seconds:.3f} s "

@@ -11,6 +11,7 @@ import gzip
 import json
 import random
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -18,14 +19,14 @@ from xlafuse.errors import HloParseError
 from xlafuse.hlo import _reader, parse_hlo
 
 pytestmark = pytest.mark.skipif(
-    _reader.scan_lines is None, reason="the C fast path was not built (pip install -e .)"
+    _reader.scanner is None, reason="the C fast path was not built (pip install -e .)"
 )
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "hlo-corpus" / "xla-tests.jsonl.gz"
 
 
 def _outcome(text: str, monkeypatch, compiled: bool):
     """Everything the reader gives for `text`: each instruction's fields in full, or the error."""
-    monkeypatch.setattr(_reader, "scan_lines", SCAN if compiled else None)
+    monkeypatch.setattr(_reader, "scanner", SCANNER if compiled else None)
     try:
         module = parse_hlo(text)
     except HloParseError as exc:
@@ -44,7 +45,7 @@ def _fields(instr) -> tuple:
     return (*instr[:4], instr.attributes.text, dict(instr.attributes), *instr[5:])
 
 
-SCAN = _reader.scan_lines
+SCANNER = _reader.scanner
 
 
 def _same_both_ways(texts: list[str], monkeypatch) -> int:
@@ -107,7 +108,42 @@ def test_each_line_form_reads_the_same_with_and_without_the_scanner(root, monkey
     _same_both_ways([text], monkeypatch)
 
 
-def test_the_scanner_reads_the_lines_of_a_module_as_xla_prints_it(monkeypatch):
+BODY = "  p = f32[8] parameter(0)\n  ROOT n = f32[8] negate(p)\n"
+MODULES = {
+    "header as XLA prints it": f"HloModule m\n\nENTRY %e (p: f32[8]) -> f32[8] {{\n{BODY}}}\n",
+    "no parameters": f"HloModule m\nENTRY e {{\n{BODY}}}\n",
+    "no blank before the brace": f"HloModule m\nENTRY e{{\n{BODY}}}\n",
+    "a computation called ENTRY": f"HloModule m\nENTRY (p: f32[8]) -> f32[8] {{\n{BODY}}}\n",
+    "ENTRY alone": f"HloModule m\nENTRY {{\n{BODY}}}\n",
+    "brace then text": f"HloModule m\nENTRY e {{ x\n{BODY}}}\n",
+    "brace then comment": f"HloModule m\nENTRY e {{ // c\n{BODY}}}\n",
+    "CRLF": f"HloModule m\r\nENTRY e {{\r\n{BODY}}}\r\n".replace("\n  ", "\r\n  "),
+    "header ends the text": "HloModule m\nENTRY e {",
+    "no closing brace": f"HloModule m\nENTRY e {{\n{BODY}",
+    "empty body": "HloModule m\n%c {\n}\nENTRY e {\n" + BODY + "}\n",
+    "thread after": f'HloModule m\n%c {{\n{BODY}}}, execution_thread="host"\nENTRY e {{\n{BODY}}}\n',
+    "comment between": f"HloModule m\n%c {{\n{BODY}}}\n// x\nENTRY e {{\n{BODY}}}\n",
+    "comment in a body": f"HloModule m\nENTRY e {{\n  // x\n{BODY}}}\n",
+    "a repeated name": f"HloModule m\nENTRY e {{\n{BODY}  n = f32[8] negate(p)\n}}\n",
+    "an unknown operand": "HloModule m\nENTRY e {\n  ROOT n = f32[8] negate(q)\n}\n",
+    "an operand named after": "HloModule m\nENTRY e {\n  n = f32[8] negate(p)\n"
+    "  ROOT p = f32[8] parameter(0)\n}\n",
+    "names shared by computations": f"HloModule m\n%c {{\n{BODY}}}\nENTRY e {{\n{BODY}}}\n",
+    "an operand of another computation": f"HloModule m\n%c {{\n{BODY}}}\n"
+    "ENTRY e {\n  ROOT x = f32[8] negate(n)\n}\n",
+    "a table after": f'HloModule m\nENTRY e {{\n{BODY}}}\n\nFileNames\n1 "a.py"\n',
+    "a brace outside": f"HloModule m\nENTRY e {{\n{BODY}}}\n}}\n",
+    "no entry": f"HloModule m\n%a {{\n{BODY}}}\n%b {{\n{BODY}}}\n",
+    "non-ASCII space after": f"HloModule m\nENTRY e {{\n{BODY}}}\u0085\n",
+}
+
+
+@pytest.mark.parametrize("text", MODULES.values(), ids=MODULES.keys())
+def test_each_module_form_reads_the_same_with_and_without_the_scanner(text, monkeypatch):
+    _same_both_ways([text], monkeypatch)
+
+
+def test_the_scanner_reads_a_module_as_xla_prints_it_whole(monkeypatch):
     text = (
         "HloModule m\n\nENTRY %e (p: f32[8]) -> f32[8] {\n  %p = f32[8]{0} parameter(0)\n"
         '  ROOT %r = f32[8]{0} negate(%p), metadata={op_name="n" source_file="a.py" source_line=2}\n}\n'
@@ -115,14 +151,18 @@ def test_the_scanner_reads_the_lines_of_a_module_as_xla_prints_it(monkeypatch):
     parse_hlo(text)  # the shapes are now in the shape cache, which the scanner only reads
     read = []
 
-    def counting(*args):
+    def computations(*args):
         out = args[4]
-        before = len(out)
-        result = SCAN(*args)
-        read.extend(i.name for i in out[before:])
+        result = SCANNER.scan_computations(*args)
+        read.extend((name, [i.name for i in instrs]) for name, _, instrs, _, _ in out)
         return result
 
-    monkeypatch.setattr(_reader, "scan_lines", counting)
+    def lines(*args):
+        read.append("lines")
+        return SCANNER.scan_lines(*args)
+
+    wrapped = SimpleNamespace(scan_computations=computations, scan_lines=lines)
+    monkeypatch.setattr(_reader, "scanner", wrapped)
     metadata_read_in_python = []
     read_metadata = _reader.Reader._read_metadata
     monkeypatch.setattr(
@@ -131,7 +171,7 @@ def test_the_scanner_reads_the_lines_of_a_module_as_xla_prints_it(monkeypatch):
         lambda reader, meta: metadata_read_in_python.append(meta) or read_metadata(reader, meta),
     )
     module = parse_hlo(text)
-    assert read == ["p", "r"]
+    assert read == [("e", ["p", "r"])]
     root = module.entry.root
     assert (root.op_name, root.source_file, root.source_line, root.line) == ("n", "a.py", 2, 5)
     assert metadata_read_in_python == []  # read in C; a stack frame's source is read in Python
@@ -164,6 +204,7 @@ def test_both_readers_agree_on_fuzzed_text(monkeypatch):
     rng = random.Random(11)
     alphabet = [*"{}()[],=%#\"'/*\n \t\\.0", "ROOT", "f32[8]", "metadata={", "/*index=5*/", "ä"]
     alphabet += ['op_name="', 'source_file="', "source_line=", "stack_frame_id=", '\\"']
+    alphabet += ["ENTRY ", "ENTRY %e {\n", "}\n", " -> ", "\r\n", "FileNames\n", "\u0085"]
     cases = []
     for _ in range(1500):
         chars = list(seed)

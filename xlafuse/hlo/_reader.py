@@ -11,9 +11,9 @@ from itertools import chain
 from xlafuse.errors import HloParseError
 
 try:  # the fast path in C, where it was built (`setup.py`); without it, the same in Python
-    from xlafuse.hlo._scan import scan_lines
+    from xlafuse.hlo import _scan as scanner
 except ImportError:  # pragma: no cover (a checkout run from its folder, or no C compiler)
-    scan_lines = None
+    scanner = None
 from xlafuse.hlo.ir import (
     _CLOSE,
     _LITERAL_OPCODES,
@@ -167,6 +167,20 @@ class Reader:
             if pos >= n:
                 break
             self.pos = pos
+            if scanner is not None:
+                read: list[tuple] = []  # whole computations in the forms XLA prints, read in C
+                pos, self.line_pos, self.line_no = scanner.scan_computations(
+                    s, pos, self.line_pos, self.line_no, read, self.shapes, self._metadata,
+                    Instruction, _Attributes, _NO_ATTRIBUTES, _LITERAL_OPCODES,
+                )  # fmt: skip
+                for comp_name, is_entry, instructions, index, checked in read:
+                    if not checked:
+                        self._check_operands(comp_name, instructions, index)
+                    computations.append(
+                        _new_computation(comp_name, instructions, is_entry, None, index)
+                    )
+                if read:
+                    continue
             m = _TABLE.match(s, pos) if s[pos] in "FS" else None  # FileNames, ..., StackFrames
             if m:
                 pos = self._table(m.group(1), m.end())
@@ -275,7 +289,8 @@ class Reader:
 
     def _body(self, pos: int, name: str, is_entry: bool, start: int) -> tuple[Computation, int]:
         """The instructions after a computation's `{`, up to its `}`; returns the position after."""
-        s, fast, shapes, scan = self.s, _FAST, self.shapes, scan_lines
+        s, fast, shapes = self.s, _FAST, self.shapes
+        scan = scanner.scan_lines if scanner is not None else None
         outer, self.instrs = self.instrs, []
         instrs = self.instrs
         append = instrs.append

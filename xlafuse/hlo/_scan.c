@@ -6,11 +6,16 @@
  * any reason, and leaves that line to the Python reader: the end of a body (`}`), a form the
  * regex reads differently (typed operands, nested values, a second `metadata=`), non-ASCII
  * names, a shape not yet in the shape cache, and any text the regex rejects. So what it takes
- * is a subset of what `_FAST` takes, read into the same fields; `tests/test_hlo_scan.py` checks
- * both readers against each other over the whole corpus and over fuzzed texts.
+ * is a subset of what `_FAST` takes, read into the same fields.
  *
- * Without it (no compiler, or a checkout run from its folder) the reader is pure Python,
- * about 2.5 times slower on large modules, with the same results.
+ * `scan_computations` reads whole computations the same way: a header on one line as
+ * `_FAST_HEADER` reads it, lines as above, the closing `}`; with each one's name index, and
+ * whether its names and operands need the Python reader's check. It stops at the first one
+ * it does not read whole (nothing of that one is kept), at a stack-frame table, or at the end.
+ *
+ * `tests/test_hlo_scan.py` checks the reader with and without this file against each other,
+ * over the whole corpus and over fuzzed texts. Without it (no compiler, or a checkout run from
+ * its folder) the reader is pure Python, with the same results, 1.6-1.8 times slower.
  *
  * The grammar of a line, as in `_FAST` (`[ \t]` is a blank):
  *   [ROOT blank+] [%]NAME blank* = blank* SHAPE blank+ OPCODE ( OPERANDS ) ATTRS blank* \n
@@ -20,8 +25,8 @@
  *            anything for `constant` and `parameter` (no parentheses, quotes or line breaks)
  *   ATTRS    (, blank* KEY= blank* VALUE)*, where VALUE is words, "strings",
  *            {braces} five deep, [brackets] and (parentheses), all on the line; and
- *            `metadata={...}` with no braces inside, whose inside is read by the caller's
- *            `metadata_of` (it keeps its own cache).
+ *            `metadata={...}` with no braces inside, read here as `_read_metadata` reads it,
+ *            or by the caller's `metadata_of` when it names a stack frame.
  * After the line: white space up to the next token, which is not ',' or '/'.
  */
 #define PY_SSIZE_T_CLEAN
@@ -313,6 +318,7 @@ typedef struct {
         *no_attributes, *literal_opcodes;
     Text t;
     Table names, attributes_made, metadata;
+    Py_ssize_t unresolved; /* operands not among the names made before them in this body */
 } Scan;
 
 /* The span as a str: the one kept in `table` when there is one (a new reference). */
@@ -441,8 +447,12 @@ static int make_operands(Scan *scan, const Line *line, PyObject **operands, PyOb
         while (is_name(at(t, p))) p++;
         Py_hash_t hash = span_hash(t, start, p);
         PyObject *name = table_get(&scan->names, t, start, p, hash);
-        if (name) Py_INCREF(name);
-        else name = PyUnicode_Substring(scan->text, start, p);
+        if (name) {
+            Py_INCREF(name);
+        } else {
+            scan->unresolved++;
+            name = PyUnicode_Substring(scan->text, start, p);
+        }
         if (!name || PyList_Append(names, name) < 0) {
             Py_XDECREF(name);
             goto fail;
@@ -654,6 +664,65 @@ fail:
     return NULL;
 }
 
+/* Reads instruction lines from *pos into `out` until a line it does not take; *pos is then
+ * at that line's first token, *line_no its line. -1: an error (set). */
+static int read_lines(Scan *scan, PyObject *out, Py_ssize_t *pos, Py_ssize_t *line_no) {
+    for (;;) {
+        Line line = {0};
+        int taken = scan_line(scan, *pos, &line);
+        PyObject *instr = taken == 1 ? make_instruction(scan, &line, *line_no) : NULL;
+        Py_XDECREF(line.opcode);
+        if (!instr) return PyErr_Occurred() ? -1 : 0;
+        int appended = PyList_Append(out, instr);
+        Py_DECREF(instr);
+        if (appended < 0) return -1;
+        for (Py_ssize_t i = *pos; i < line.end; i++)
+            if (at(&scan->t, i) == '\n') ++*line_no;
+        *pos = line.end;
+    }
+}
+
+/* The arguments both functions take, checked; 0, or -1 with a TypeError. */
+static int start_scan(Scan *scan, PyObject *const *args, Py_ssize_t nargs, const char *name,
+                      Py_ssize_t *pos, Py_ssize_t *line_pos, Py_ssize_t *line_no) {
+    if (nargs != 11) {
+        PyErr_Format(PyExc_TypeError, "%s takes 11 arguments", name);
+        return -1;
+    }
+    *scan = (Scan){
+        .text = args[0], .out = args[4], .shape_cache = args[5], .metadata_of = args[6],
+        .instruction = args[7], .attributes = args[8], .no_attributes = args[9],
+        .literal_opcodes = args[10],
+    };
+    *pos = PyLong_AsSsize_t(args[1]);
+    *line_pos = PyLong_AsSsize_t(args[2]);
+    *line_no = PyLong_AsSsize_t(args[3]);
+    if (PyErr_Occurred()) return -1;
+    if (!PyUnicode_Check(scan->text) || !PyList_Check(scan->out) ||
+        !PyDict_Check(scan->shape_cache) || !PyType_Check(scan->instruction) ||
+        !PyType_IsSubtype((PyTypeObject *)scan->instruction, &PyTuple_Type) ||
+        !PyAnySet_Check(scan->literal_opcodes)) {
+        PyErr_Format(PyExc_TypeError, "%s: wrong argument types", name);
+        return -1;
+    }
+#if PY_VERSION_HEX < 0x030C0000 /* from 3.12 every str is ready */
+    if (PyUnicode_READY(scan->text) < 0) return -1;
+#endif
+    scan->t.kind = PyUnicode_KIND(scan->text);
+    scan->t.data = PyUnicode_DATA(scan->text);
+    scan->t.n = PyUnicode_GET_LENGTH(scan->text);
+    return 0;
+}
+
+/* The tables of a call emptied; the result (pos, line_pos, line_no), or NULL on an error. */
+static PyObject *end_scan(Scan *scan, Py_ssize_t pos, Py_ssize_t line_pos, Py_ssize_t line_no) {
+    table_clear(&scan->names);
+    table_clear(&scan->attributes_made);
+    table_clear(&scan->metadata);
+    if (PyErr_Occurred()) return NULL;
+    return Py_BuildValue("nnn", pos, line_pos, line_no);
+}
+
 PyDoc_STRVAR(scan_lines_doc,
 "scan_lines(text, pos, line_pos, line_no, out, shapes, metadata_of, instruction, attributes,\n"
 "           no_attributes, literal_opcodes) -> (pos, line_pos, line_no)\n"
@@ -666,66 +735,148 @@ PyDoc_STRVAR(scan_lines_doc,
 
 static PyObject *scan_lines(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     (void)module;
-    if (nargs != 11) {
-        PyErr_SetString(PyExc_TypeError, "scan_lines takes 11 arguments");
+    Scan scan;
+    Py_ssize_t pos, line_pos, line_no;
+    if (start_scan(&scan, args, nargs, "scan_lines", &pos, &line_pos, &line_no) < 0)
         return NULL;
-    }
-    Scan scan = {
-        .text = args[0], .out = args[4], .shape_cache = args[5], .metadata_of = args[6],
-        .instruction = args[7], .attributes = args[8], .no_attributes = args[9],
-        .literal_opcodes = args[10],
-    };
-    Py_ssize_t pos = PyLong_AsSsize_t(args[1]);
-    Py_ssize_t line_pos = PyLong_AsSsize_t(args[2]);
-    Py_ssize_t line_no = PyLong_AsSsize_t(args[3]);
-    if (PyErr_Occurred()) return NULL;
-    if (!PyUnicode_Check(scan.text) || !PyList_Check(scan.out) ||
-        !PyDict_Check(scan.shape_cache) || !PyType_Check(scan.instruction) ||
-        !PyType_IsSubtype((PyTypeObject *)scan.instruction, &PyTuple_Type) ||
-        !PyAnySet_Check(scan.literal_opcodes)) {
-        PyErr_SetString(PyExc_TypeError, "scan_lines: wrong argument types");
-        return NULL;
-    }
-#if PY_VERSION_HEX < 0x030C0000 /* from 3.12 every str is ready */
-    if (PyUnicode_READY(scan.text) < 0) return NULL;
-#endif
-    scan.t.kind = PyUnicode_KIND(scan.text);
-    scan.t.data = PyUnicode_DATA(scan.text);
-    scan.t.n = PyUnicode_GET_LENGTH(scan.text);
     if (pos < line_pos || pos > scan.t.n) /* nothing read: the caller goes on */
         return Py_BuildValue("nnn", pos, line_pos, line_no);
     for (Py_ssize_t i = line_pos; i < pos; i++)
         if (at(&scan.t, i) == '\n') line_no++;
-    line_pos = pos;
-    for (;;) {
-        Line line = {0};
-        int taken = scan_line(&scan, pos, &line);
-        PyObject *instr = taken == 1 ? make_instruction(&scan, &line, line_no) : NULL;
-        Py_XDECREF(line.opcode);
-        if (!instr) break;
-        int appended = PyList_Append(scan.out, instr);
-        Py_DECREF(instr);
-        if (appended < 0) break;
-        for (Py_ssize_t i = pos; i < line.end; i++)
-            if (at(&scan.t, i) == '\n') line_no++;
-        line_pos = pos = line.end;
+    read_lines(&scan, scan.out, &pos, &line_no);
+    return end_scan(&scan, pos, pos, line_no);
+}
+
+/* White space from p, as far as `_WS` would skip it and no comment; the next token, or NO
+ * (a comment, or a character the regex's \s may take: left to the Python reader). */
+static Py_ssize_t skip_space(const Text *t, Py_ssize_t p, Py_ssize_t *line_no) {
+    for (;; p++) {
+        Py_UCS4 c = at(t, p);
+        if (c == '\n') ++*line_no;
+        else if (!is_ascii_space(c)) break;
     }
-    table_clear(&scan.names);
-    table_clear(&scan.attributes_made);
-    table_clear(&scan.metadata);
-    if (PyErr_Occurred()) return NULL;
-    return Py_BuildValue("nnn", pos, line_pos, line_no);
+    Py_UCS4 next = at(t, p);
+    return next == '/' || next >= 0x80 || (next >= 0x1c && next <= 0x1f) ? NO : p;
+}
+
+/* `[ENTRY] %name (params) -> shape {` on one line, as `_FAST_HEADER` reads it; 1 with the
+ * name's span, whether it is the entry and the position after the line, or 0. */
+static int scan_header(const Text *t, Py_ssize_t p, Py_ssize_t *name, Py_ssize_t *name_end,
+                       int *is_entry, Py_ssize_t *body) {
+    *is_entry = 0;
+    if (starts_with(t, p, "ENTRY") && is_blank(at(t, p + 5))) {
+        Py_ssize_t q = skip_blanks(t, p + 5);
+        if (at(t, q) != '%' && !is_name_start(at(t, q))) return 0; /* `ENTRY (...)`: the regex */
+        *is_entry = 1;
+        p = q;
+    }
+    if (at(t, p) == '%') p++;
+    if (!is_name_start(at(t, p))) return 0;
+    *name = p;
+    while (is_name(at(t, p))) p++;
+    *name_end = p;
+    p = skip_blanks(t, p);
+    Py_ssize_t end = p; /* the line's end, then the `{` before its trailing blanks */
+    while (at(t, end) != '\n' && at(t, end) != 0) end++;
+    if (at(t, end) != '\n') return 0;
+    *body = end + 1;
+    while (end > p && (is_blank(at(t, end - 1)) || at(t, end - 1) == '\r')) end--;
+    Py_ssize_t brace = end - 1;
+    if (brace < p || at(t, brace) != '{') return 0;
+    Py_UCS4 before = at(t, brace - 1);
+    if (brace > p && at(t, p) != '(' && at(t, p) != '-') return 0; /* only blanks before it */
+    return before == ' ' || before == '\t' || before == ')' || before == ']' || before == '}';
+}
+
+/* One computation from its header to the `}` that ends it, all of it in the one-line forms:
+ * 1 with (name, is_entry, instructions, index, checked) appended to `out`, *pos at the next
+ * token and *line_no its line; 0: not all of it (nothing appended); -1: an error. */
+static int read_computation(Scan *scan, Py_ssize_t *pos, Py_ssize_t *line_no) {
+    const Text *t = &scan->t;
+    Py_ssize_t name, name_end, p, line = *line_no + 1; /* the body starts on the next line */
+    int is_entry;
+    if (!scan_header(t, *pos, &name, &name_end, &is_entry, &p)) return 0;
+    p = skip_space(t, p, &line);
+    if (p == NO) return 0;
+    PyObject *instrs = PyList_New(0);
+    if (!instrs) return -1;
+    table_clear(&scan->names); /* operands name instructions of their own computation */
+    scan->unresolved = 0;
+    int done = read_lines(scan, instrs, &p, &line);
+    if (done < 0 || at(t, p) != '}') {
+        Py_DECREF(instrs);
+        return done < 0 ? -1 : 0;
+    }
+    p = skip_space(t, p + 1, &line);
+    if (p == NO || at(t, p) == ',') { /* `}, execution_thread=...`: the Python reader */
+        Py_DECREF(instrs);
+        return 0;
+    }
+    PyObject *tuple = PyList_AsTuple(instrs), *index = PyDict_New(), *item = NULL;
+    Py_DECREF(instrs);
+    if (!tuple || !index) goto fail;
+    Py_ssize_t n = PyTuple_GET_SIZE(tuple);
+    for (Py_ssize_t i = 0; i < n; i++) { /* as `_index_of`: the last of a repeated name */
+        PyObject *instr = PyTuple_GET_ITEM(tuple, i);
+        if (PyDict_SetItem(index, PyTuple_GET_ITEM(instr, 0), instr) < 0) goto fail;
+    }
+    /* checked: no name twice, every operand one made before it in this body */
+    int checked = PyDict_GET_SIZE(index) == n && scan->unresolved == 0;
+    PyObject *name_text = PyUnicode_Substring(scan->text, name, name_end);
+    if (!name_text) goto fail;
+    item = Py_BuildValue("(NOOOO)", name_text, is_entry ? Py_True : Py_False, tuple, index,
+                         checked ? Py_True : Py_False);
+    if (!item || PyList_Append(scan->out, item) < 0) goto fail;
+    Py_DECREF(item);
+    Py_DECREF(tuple);
+    Py_DECREF(index);
+    *pos = p;
+    *line_no = line;
+    return 1;
+fail:
+    Py_XDECREF(item);
+    Py_XDECREF(tuple);
+    Py_XDECREF(index);
+    return -1;
+}
+
+PyDoc_STRVAR(scan_computations_doc,
+"scan_computations(text, pos, line_pos, line_no, out, shapes, metadata_of, instruction,\n"
+"                  attributes, no_attributes, literal_opcodes) -> (pos, line_pos, line_no)\n"
+"\n"
+"Reads whole computations from `pos` (a header's first token), each in the one-line forms XLA\n"
+"prints, and appends (name, is_entry, instructions, index, checked) to `out` for each:\n"
+"`index` maps names to instructions; `checked` is True when no name is repeated and every\n"
+"operand names an instruction before it. Stops at the first computation it does not read\n"
+"whole, a table, or the end. Other arguments as `scan_lines`.");
+
+static PyObject *scan_computations(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    (void)module;
+    Scan scan;
+    Py_ssize_t pos, line_pos, line_no;
+    if (start_scan(&scan, args, nargs, "scan_computations", &pos, &line_pos, &line_no) < 0)
+        return NULL;
+    if (pos < line_pos || pos > scan.t.n) /* nothing read: the caller goes on */
+        return Py_BuildValue("nnn", pos, line_pos, line_no);
+    for (Py_ssize_t i = line_pos; i < pos; i++)
+        if (at(&scan.t, i) == '\n') line_no++;
+    while (pos < scan.t.n && read_computation(&scan, &pos, &line_no) == 1) {
+    }
+    return end_scan(&scan, pos, pos, line_no);
 }
 
 static PyMethodDef methods[] = {
     {"scan_lines", (PyCFunction)(void (*)(void))scan_lines, METH_FASTCALL, scan_lines_doc},
+    {"scan_computations", (PyCFunction)(void (*)(void))scan_computations, METH_FASTCALL,
+     scan_computations_doc},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module_def = {
     PyModuleDef_HEAD_INIT,
     .m_name = "_scan",
-    .m_doc = "The reader's fast path in C (see scan_lines); the pure-Python reader does the rest.",
+    .m_doc = "The reader's fast path in C (see scan_computations and scan_lines); the "
+             "pure-Python reader does the rest.",
     .m_size = -1,
     .m_methods = methods,
 };

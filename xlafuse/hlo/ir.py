@@ -14,8 +14,9 @@ computation is the entry) and `}, execution_thread="host"` after a computation.
 Speed: a whole-text scanner (`_reader.py`), regexes anchored at a position. An instruction on one line in
 the form XLA prints is matched by one regex (the fast path); anything else goes through the
 general token-by-token path, which accepts the forms above. Attributes are split on first use.
-Where `pip install` could build it, `_scan.c` reads runs of fast-path lines in C, into the same
-fields (checked against the regex over the corpus and fuzzed text: `tests/test_hlo_scan.py`).
+Where `pip install` could build it, `_scan.c` reads whole computations and runs of fast-path
+lines in C, into the same values (checked against the pure-Python reader over the corpus and
+fuzzed text: `tests/test_hlo_scan.py`).
 
 Malformed text raises `HloParseError` naming the line and the reason; no other exception escapes.
 """
