@@ -34,16 +34,15 @@
 #include <stdint.h>
 #include <string.h>
 
+/* The text, when Python keeps it one byte a character (Latin-1, so all ASCII text); other
+ * texts are left to the Python reader whole. */
 typedef struct {
-    int kind;
-    const void *data;
+    const Py_UCS1 *chars;
     Py_ssize_t n;
 } Text;
 
 /* The character at i, or 0 past the end (the reader refuses text with a NUL). */
-static inline Py_UCS4 at(const Text *t, Py_ssize_t i) {
-    return i < t->n ? PyUnicode_READ(t->kind, t->data, i) : 0;
-}
+static inline Py_UCS4 at(const Text *t, Py_ssize_t i) { return i < t->n ? t->chars[i] : 0; }
 
 static inline int is_blank(Py_UCS4 c) { return c == ' ' || c == '\t'; }
 static inline int is_lower(Py_UCS4 c) { return c >= 'a' && c <= 'z'; }
@@ -239,13 +238,7 @@ static Py_hash_t span_hash(const Text *t, Py_ssize_t start, Py_ssize_t end) {
 }
 
 static int span_equals(const Text *t, Py_ssize_t start, PyObject *key) {
-    const Py_UCS1 *chars = PyUnicode_1BYTE_DATA(key);
-    Py_ssize_t n = PyUnicode_GET_LENGTH(key);
-    if (t->kind == PyUnicode_1BYTE_KIND)
-        return memcmp((const Py_UCS1 *)t->data + start, chars, n) == 0;
-    for (Py_ssize_t i = 0; i < n; i++)
-        if (at(t, start + i) != chars[i]) return 0;
-    return 1;
+    return memcmp(t->chars + start, PyUnicode_1BYTE_DATA(key), PyUnicode_GET_LENGTH(key)) == 0;
 }
 
 /* The value kept for the span (borrowed), or NULL. */
@@ -682,7 +675,8 @@ static int read_lines(Scan *scan, PyObject *out, Py_ssize_t *pos, Py_ssize_t *li
     }
 }
 
-/* The arguments both functions take, checked; 0, or -1 with a TypeError. */
+/* The arguments both functions take, checked; 0, 1 for a text not read here (see `Text`), or
+ * -1 with a TypeError. */
 static int start_scan(Scan *scan, PyObject *const *args, Py_ssize_t nargs, const char *name,
                       Py_ssize_t *pos, Py_ssize_t *line_pos, Py_ssize_t *line_no) {
     if (nargs != 11) {
@@ -708,8 +702,8 @@ static int start_scan(Scan *scan, PyObject *const *args, Py_ssize_t nargs, const
 #if PY_VERSION_HEX < 0x030C0000 /* from 3.12 every str is ready */
     if (PyUnicode_READY(scan->text) < 0) return -1;
 #endif
-    scan->t.kind = PyUnicode_KIND(scan->text);
-    scan->t.data = PyUnicode_DATA(scan->text);
+    if (PyUnicode_KIND(scan->text) != PyUnicode_1BYTE_KIND) return 1; /* not read here */
+    scan->t.chars = PyUnicode_1BYTE_DATA(scan->text);
     scan->t.n = PyUnicode_GET_LENGTH(scan->text);
     return 0;
 }
@@ -737,9 +731,9 @@ static PyObject *scan_lines(PyObject *module, PyObject *const *args, Py_ssize_t 
     (void)module;
     Scan scan;
     Py_ssize_t pos, line_pos, line_no;
-    if (start_scan(&scan, args, nargs, "scan_lines", &pos, &line_pos, &line_no) < 0)
-        return NULL;
-    if (pos < line_pos || pos > scan.t.n) /* nothing read: the caller goes on */
+    int started = start_scan(&scan, args, nargs, "scan_lines", &pos, &line_pos, &line_no);
+    if (started < 0) return NULL;
+    if (started > 0 || pos < line_pos || pos > scan.t.n) /* nothing read: the caller goes on */
         return Py_BuildValue("nnn", pos, line_pos, line_no);
     for (Py_ssize_t i = line_pos; i < pos; i++)
         if (at(&scan.t, i) == '\n') line_no++;
@@ -854,9 +848,9 @@ static PyObject *scan_computations(PyObject *module, PyObject *const *args, Py_s
     (void)module;
     Scan scan;
     Py_ssize_t pos, line_pos, line_no;
-    if (start_scan(&scan, args, nargs, "scan_computations", &pos, &line_pos, &line_no) < 0)
-        return NULL;
-    if (pos < line_pos || pos > scan.t.n) /* nothing read: the caller goes on */
+    int started = start_scan(&scan, args, nargs, "scan_computations", &pos, &line_pos, &line_no);
+    if (started < 0) return NULL;
+    if (started > 0 || pos < line_pos || pos > scan.t.n) /* nothing read: the caller goes on */
         return Py_BuildValue("nnn", pos, line_pos, line_no);
     for (Py_ssize_t i = line_pos; i < pos; i++)
         if (at(&scan.t, i) == '\n') line_no++;
