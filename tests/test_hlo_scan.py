@@ -135,7 +135,7 @@ MODULES = {
     "a brace outside": f"HloModule m\nENTRY e {{\n{BODY}}}\n}}\n",
     "no entry": f"HloModule m\n%a {{\n{BODY}}}\n%b {{\n{BODY}}}\n",
     "non-ASCII space after": f"HloModule m\nENTRY e {{\n{BODY}}}\u0085\n",
-    "a character beyond Latin-1": f'HloModule m\nENTRY e {{\n{BODY}}}\n// λ\n',
+    "a character beyond Latin-1": f"HloModule m\nENTRY e {{\n{BODY}}}\n// λ\n",
 }
 
 
