@@ -9,11 +9,6 @@ import re
 from itertools import chain
 
 from xlafuse.errors import HloParseError
-
-try:  # the fast path in C, where it was built (`setup.py`); without it, the same in Python
-    from xlafuse.hlo import _scan as scanner
-except ImportError:  # pragma: no cover (a checkout run from its folder, or no C compiler)
-    scanner = None
 from xlafuse.hlo.ir import (
     _CLOSE,
     _LITERAL_OPCODES,
@@ -33,6 +28,11 @@ from xlafuse.hlo.ir import (
     _new_shape,
     _operands_of,
 )
+
+try:  # the fast path in C, where it was built (`setup.py`); without it, the same in Python
+    from xlafuse.hlo import _scan as scanner
+except ImportError:  # pragma: no cover (a checkout run from its folder, or no C compiler)
+    scanner = None
 
 _NAME = r"[^\s=,(){}\[\]%#\"/:;<>]+"
 _STR = r'"(?:[^"\\\n]++|\\.)*+"'

@@ -514,7 +514,9 @@ static PyObject *read_metadata(Scan *scan, Py_ssize_t start, Py_ssize_t end) {
     const Text *t = &scan->t;
     Py_ssize_t found[2][2] = {{-1, -1}, {-1, -1}}; /* op_name, source_file: inside the quotes */
     for (Py_ssize_t i = start; i < end;) {
-        int which = word_at(t, i, end, "op_name=\"") ? 0 : word_at(t, i, end, "source_file=\"") ? 1 : -1;
+        int which = word_at(t, i, end, "op_name=\"")       ? 0
+                    : word_at(t, i, end, "source_file=\"") ? 1
+                                                           : -1;
         if (which >= 0) {
             Py_ssize_t q = i + (which == 0 ? 9 : 13), close = NO;
             for (Py_ssize_t k = q; k < end; k++) {

@@ -361,7 +361,7 @@ class HloModule:
     )
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "_index", MappingProxyType({c.name: c for c in self.computations}))
+        object.__setattr__(self, "_index", _computations_by_name(self.computations))
 
     @_computed_once
     def entry(self) -> Computation:
@@ -388,9 +388,13 @@ def _new_module(
     module = _new(HloModule)
     _set(module, "__dict__", {
         "name": name, "computations": computations, "source": source, "header": header,
-        "text": text, "_index": MappingProxyType({c.name: c for c in computations}),
+        "text": text, "_index": _computations_by_name(computations),
     })  # fmt: skip
     return module
+
+
+def _computations_by_name(computations: tuple[Computation, ...]) -> Mapping[str, Computation]:
+    return MappingProxyType({c.name: c for c in computations})
 
 
 def _split_attributes(text: str) -> dict[str, str]:
