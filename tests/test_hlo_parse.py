@@ -166,6 +166,10 @@ def _error(text: str) -> str:
             SMALL.replace("kind=kLoop,", "kind={kLoop,"),
             "line 12: truncated: computation 'main' (opened at line 8, last instruction at line 10)",
         ),
+        (
+            SMALL[: SMALL.rindex("}")],
+            "line 11: truncated: computation 'main' (opened at line 8, last instruction at line 10)",
+        ),
         (SMALL.replace("kind=kLoop,", "kind=kLoop),"), "line 10: expected an instruction"),
         (SMALL + "}\n", "line 12: unbalanced braces: '}' outside a computation"),
         (SMALL.replace("fusion(%x)", "fusion(%y)"), "line 10: unknown operand %y of %f"),

@@ -340,7 +340,7 @@ class Reader:
                 pos = _ws(s, pos).end()
             if pos >= self.n:
                 opened = self.line_of(start)
-                last = f", last instruction at line {self.line_of(self.pos)}" if instrs else ""
+                last = f", last instruction at line {instrs[-1].line}" if instrs else ""
                 raise self.error(
                     f"truncated: computation {name!r} (opened at line {opened}{last}) is not closed",
                     pos,
