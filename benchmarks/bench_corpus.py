@@ -3,8 +3,8 @@
 Reads `../shared/hlo-corpus/xla-tests.jsonl.gz` beside the clone, parses and analyzes every
 module's canonical text (XLA's own print, the form XLA writes in dumps) and prints MB/s, the
 largest module's time, and how many raw test texts that XLA accepts are read. Where the reader's
-C line scanner (`xlafuse/hlo/_scan.c`, built by `pip install`) is built, each run is done with it
-and then without it (the pure-Python reader).
+C scanner (`xlafuse/hlo/_scan.c`, built by `pip install`) is built, each run is done with it and
+then without it (the pure-Python reader).
 
 Run: python benchmarks/bench_corpus.py [repeats]
 """

@@ -1,10 +1,11 @@
 """The reader's fast path in C (`xlafuse/hlo/_scan.c`) against the same reader without it.
 
-The C scanner takes a line only when the Python fast path (`_reader._FAST`) would take it, and
-must read it into the same fields. So for any text both readers give the same module (every
-field of every instruction, its line and its attribute text included) or the same error. Checked
-over XLA's own test corpus (every text, accepted or not) and over fuzzed texts. Skipped where the
-extension was not built (a checkout run from its folder, or no C compiler at install).
+The C scanner takes a computation or a line only where the Python reader's fast paths
+(`_reader._FAST_HEADER`, `_reader._FAST`) would take it, and must read it into the same values.
+So for any text both readers give the same module (every field of every instruction, its line
+and its attribute text included) or the same error. Checked over XLA's own test corpus (every
+text, accepted or not) and over fuzzed texts. Skipped where the extension was not built (a
+checkout run from its folder, or no C compiler at install).
 """
 
 import gzip
@@ -49,7 +50,7 @@ SCANNER = _reader.scanner
 
 
 def _same_both_ways(texts: list[str], monkeypatch) -> int:
-    """Asserts both readers agree on each text; returns how many the C scanner read lines of."""
+    """Asserts both readers agree on each text; returns how many were read without an error."""
     taken = 0
     for text in texts:
         python = _outcome(text, monkeypatch, compiled=False)
