@@ -4,6 +4,7 @@ inputs that once escaped as other exceptions; and a fast, deterministic fuzz of 
 import random
 
 import pytest
+from mutations import mutated
 
 from xlafuse.errors import HloParseError
 from xlafuse.hlo import analyze_hlo, analyze_module, parse_hlo
@@ -281,15 +282,7 @@ def test_fuzzed_text_raises_only_hlo_parse_error_with_a_line(seed):
     rng = random.Random(seed)
     cases = [text[:cut] for cut in range(0, len(text), 3)]
     alphabet = [*"{}()[],=%#\"'/*\n ", "ROOT", "fusion", "f32[]", "ENTRY", "calls="]
-    for _ in range(300):
-        chars = list(text)
-        for _ in range(rng.randint(1, 4)):
-            at = rng.randrange(len(chars))
-            if rng.random() < 0.5:
-                chars[at] = rng.choice(alphabet)
-            else:
-                del chars[at]
-        cases.append("".join(chars))
+    cases += [mutated(text, rng, alphabet, max_edits=4, substitute=0.5) for _ in range(300)]
     outcomes = {"parsed": 0, "error": 0}
     for case in cases:
         try:

@@ -15,6 +15,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from mutations import mutated
 
 from xlafuse.errors import HloParseError
 from xlafuse.hlo import _reader, parse_hlo
@@ -207,15 +208,6 @@ def test_both_readers_agree_on_fuzzed_text(monkeypatch):
     alphabet = [*"{}()[],=%#\"'/*\n \t\\.0", "ROOT", "f32[8]", "metadata={", "/*index=5*/", "ä"]
     alphabet += ['op_name="', 'source_file="', "source_line=", "stack_frame_id=", '\\"']
     alphabet += ["ENTRY ", "ENTRY %e {\n", "}\n", " -> ", "\r\n", "FileNames\n", "\u0085"]
-    cases = []
-    for _ in range(1500):
-        chars = list(seed)
-        for _ in range(rng.randint(1, 3)):
-            at = rng.randrange(len(chars))
-            if rng.random() < 0.6:
-                chars[at] = rng.choice(alphabet)
-            else:
-                del chars[at]
-        cases.append("".join(chars))
+    cases = [mutated(seed, rng, alphabet, max_edits=3, substitute=0.6) for _ in range(1500)]
     read = _same_both_ways(cases, monkeypatch)
     assert 100 < read < len(cases)  # both kinds of outcome are exercised

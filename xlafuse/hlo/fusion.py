@@ -39,7 +39,7 @@ from typing import Any, NamedTuple
 
 from xlafuse.errors import HloParseError
 from xlafuse.hlo.dump import read_hlo
-from xlafuse.hlo.ir import Computation, HloModule, Instruction
+from xlafuse.hlo.ir import Computation, HloModule, Instruction, _balanced
 from xlafuse.hlo.parse import gc_paused, parse_hlo
 from xlafuse.hlo.traffic import FREE_OPCODES, kernel_bytes
 
@@ -247,20 +247,14 @@ def _may_hold_hint(text: str) -> bool:
             line = text[at : end if end >= 0 else len(text)]
             if any(map(line.__contains__, _HINTS)):
                 return True
-            if (
-                not line[len(key) :].strip(" \t\r=")
-                or "//" in line
-                or "/*" in line
-                or line.count('"') % 2
-                or any(line.count(a) != line.count(b) for a, b in _BRACKETS)
-            ):
+            value = line[len(key) :].strip(" \t\r=")
+            if not value or "//" in line or "/*" in line or not _balanced(line):
                 return True
             at = text.find(key, at + len(key))
     return False
 
 
 _HINT_KEYS = ("backend_config", "custom_call_target")
-_BRACKETS = (("{", "}"), ("(", ")"), ("[", "]"))
 
 
 def _has_hint(text: str) -> bool:
