@@ -27,42 +27,46 @@ class FakeClock:
         return x
 
 
-def test_latency_stats_on_a_fake_clock():
-    # Warm-up calls take 100 s each: the first call (a compile) must never be timed.
-    clock = FakeClock([100.0, 100.0] + [float(i) for i in range(1, 11)] + [1.0] * 100)
-    settings = timing.TimingSettings(warmup=2, min_time_s=0, min_iters=10, max_iters=10, repeats=2)
+def test_rounds_on_a_fake_clock():
+    # Warm-up calls take 100 s each: the first calls (a compile) must never be timed; the next
+    # one (5 s) only sizes the rounds. Then each round: 3 synchronized calls, a burst of 3.
+    rounds = [[1.0, 2.0, 3.0], [1.0] * 3, [4.0, 5.0, 6.0], [2.0] * 3, [7.0, 8.0, 9.0], [3.0] * 3]
+    clock = FakeClock([100.0, 100.0, 5.0] + [d for r in rounds for d in r])
+    settings = timing.TimingSettings(warmup=2, min_time_s=0, min_iters=9, max_iters=9, repeats=3)
     result = timing.measure(clock.fn, (jnp.zeros(3),), settings, clock=clock)
-    assert result.iters == 10
-    assert result.warmup_iters == 2
-    assert result.time_median_s == pytest.approx(5.5)
-    assert result.time_p10_s == pytest.approx(1.9)
-    assert result.time_p90_s == pytest.approx(9.1)
+    assert (result.iters, result.pipelined_iters, result.warmup_iters) == (9, 3, 2)
+    assert result.time_median_s == pytest.approx(5.0)
+    assert result.time_p10_s == pytest.approx(1.8)
+    assert result.time_p90_s == pytest.approx(8.2)
     assert result.time_min_s == 1.0
-    assert result.time_p10_s <= result.time_median_s <= result.time_p90_s
-    assert result.pipelined_iters == 10
-    assert result.pipelined_s_per_call == pytest.approx(1.0)
-    assert clock.calls == 2 + 10 + 2 * 10
+    assert result.pipelined_samples_s == pytest.approx((1.0, 2.0, 3.0))
+    assert result.pipelined_s_per_call == pytest.approx(2.0)
+    assert clock.calls == 3 + 9 + 9
 
 
 def test_min_time_keeps_timing_past_min_iters():
     clock = FakeClock([0.1])
     settings = timing.TimingSettings(warmup=1, min_time_s=2.0, min_iters=3, max_iters=100)
-    samples, _ = timing.time_latency(clock.fn, (1,), settings, clock=clock)
-    assert len(samples) == 20  # 20 calls of 0.1 s reach min_time_s
+    result = timing.measure(clock.fn, (1,), settings, clock=clock)
+    # Rounds of 3 + 3 calls of 0.1 s: the fourth round ends past min_time_s (2.4 s).
+    assert result.iters == 12
 
 
 def test_max_iters_caps_timing():
     clock = FakeClock([0.1])
     settings = timing.TimingSettings(warmup=1, min_time_s=1e9, min_iters=3, max_iters=7)
-    samples, _ = timing.time_latency(clock.fn, (1,), settings, clock=clock)
-    assert len(samples) == 7
+    result = timing.measure(clock.fn, (1,), settings, clock=clock)
+    # A long min_time_s asks for the longest rounds; max_iters caps a round too: one round of 7.
+    assert (result.iters, result.pipelined_iters) == (7, 7)
+    settings = timing.TimingSettings(warmup=1, min_time_s=1e9, min_iters=3, max_iters=170)
+    assert timing.measure(clock.fn, (1,), settings, clock=clock).iters == 150  # 3 rounds of 50
 
 
 def test_real_function_stats_are_ordered():
     f = jax.jit(lambda x: jnp.sin(x) * 2)
-    settings = timing.TimingSettings(warmup=1, min_time_s=0, min_iters=5, max_iters=5, repeats=2)
+    settings = timing.TimingSettings(warmup=1, min_time_s=0, min_iters=6, max_iters=6, repeats=2)
     result = timing.measure(f, (jnp.ones((64, 64)),), settings)
-    assert result.iters == 5
+    assert result.iters == 6
     assert 0 < result.time_p10_s <= result.time_median_s <= result.time_p90_s
     assert result.pipelined_s_per_call > 0
 
@@ -74,27 +78,45 @@ def test_train_state_is_threaded_through_calls():
     # With a donated state, reusing the first state would raise "buffer has been deleted".
     warm = timing.warm_up(step, args, settings.warmup, timing.thread_state)
     assert float(warm[0][0]) == 2.0
-    samples, after = timing.time_latency(step, warm, settings, timing.thread_state)
-    assert len(samples) == 3
-    assert float(after[0][0]) == 5.0
+    timed = timing.measure(step, warm, settings, timing.thread_state)
+    assert timed.iters == 3  # rounds of 3 synchronized calls and a burst of 3, on a fresh state
 
 
 def test_calibration_divides_bytes_and_flops_by_the_time_per_call(monkeypatch):
     if jax.default_backend() == "gpu":
         pytest.skip("on a GPU the copy time is the profiled kernel time, not the wall clock")
-    calls = []
+    bursts = []
+    seconds = iter([2e-3, 4e-3, 1e-3, 2e-3, 2e-3] + [2e-3] * 5)
 
     def pipelined(fn, args, calls_per_burst, repeats, *rest, **kwargs):
-        calls.append((calls_per_burst, repeats))
-        return 2e-3, 0.0, 0.0  # seconds per call (median, p10, p90)
+        bursts.append((calls_per_burst, repeats))
+        return next(seconds), 0.0, args
 
     monkeypatch.setattr(calibrate_module, "time_pipelined", pipelined)
+    monkeypatch.setattr(calibrate_module, "last_level_cache_bytes", lambda backend: 1 << 20)
     ceilings = calibrate(copy_bytes=1 << 20, matmul_size=64)
     assert ceilings.backend == "cpu" and ceilings.copy_basis == "pipelined_s_per_call"
-    assert ceilings.copy_bytes_per_s == 2 * (1 << 20) / 2e-3  # read + write, per second
+    assert ceilings.copy_bytes_per_s == 2 * (1 << 20) / 2e-3  # read + write, median burst
+    assert ceilings.copy_range == (2 * (1 << 20) / 4e-3, 2 * (1 << 20) / 1e-3)
     assert ceilings.matmul_flops_per_s == 2 * 64**3 / 2e-3
     assert (ceilings.copy_array_bytes, ceilings.matmul_size) == (1 << 20, 64)
-    assert calls == [(calibrate_module.CALLS_PER_BURST, 7), (calibrate_module.CALLS_PER_BURST, 5)]
+    assert ceilings.cache_bytes == 1 << 20
+    copy_calls, copy_bursts = calibrate_module.COPY_BURSTS["cpu"]
+    assert bursts == [(copy_calls, 1)] * copy_bursts + [(calibrate_module.CALLS_PER_BURST, 1)] * 5
+
+
+def test_the_cpu_copy_array_is_far_larger_than_the_cache():
+    mib = calibrate_module.MIB
+    assert calibrate_module.copy_array_bytes("cpu", 32 * mib) == 256 * mib
+    assert calibrate_module.copy_array_bytes("cpu", 64 * mib) == 512 * mib  # 8x the cache
+    assert calibrate_module.copy_array_bytes("cpu", None) == 256 * mib
+    assert calibrate_module.copy_array_bytes("gpu", 60 * mib) == 1024 * mib
+
+
+def test_the_cache_size_is_read_on_this_machine():
+    cache = calibrate_module.last_level_cache_bytes(jax.default_backend())
+    # Every Linux CPU in sysfs has caches; a GPU reports its L2. Megabytes, not bytes or TB.
+    assert cache is None or (1 << 18) <= cache <= (1 << 31)
 
 
 def test_profile_is_none_without_a_gpu():

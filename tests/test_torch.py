@@ -21,6 +21,7 @@ from xlafuse.compile.jit import MeasureRequest  # noqa: E402
 from xlafuse.compile.variants import get as get_variant  # noqa: E402
 from xlafuse.experiment import runner  # noqa: E402
 from xlafuse.experiment.config import load_config, parse_config  # noqa: E402
+from xlafuse.measure import timing as TIMING  # noqa: E402
 from xlafuse.measure.calibrate import calibrate  # noqa: E402
 from xlafuse.measure.numerics import host_outputs, judge_workload  # noqa: E402
 from xlafuse.measure.timing import TimingSettings  # noqa: E402
@@ -204,7 +205,7 @@ def test_mixed_config_records_framework_counts_and_numerics(mixed_run):
         assert r.framework_version == (jax.__version__ if framework == "jax" else torch.__version__)
         if framework == "torch":
             assert r.numerics.within_tolerance is True
-            assert r.speedup.basis == runner.PAIRED
+            assert r.speedup.basis == TIMING.BASES[(TIMING.LATENCY, True)]
             assert r.speedup.verdict in ("faster", "slower", "same", "undecided")
             assert len(r.speedup.ci) == 2
             assert r.timing.iters == 3

@@ -184,7 +184,7 @@ def test_process_flag_variant_is_measured_in_one_child_per_cell(tmp_path, monkey
     assert in_child.fusion.kernels == default.fusion.kernels
     assert in_child.numerics.within_tolerance is True
     assert in_child.timing.iters == FAST_TIMING["max_iters"]
-    assert in_child.speedup.basis == runner.UNPAIRED
+    assert in_child.speedup.basis == timing.BASES[(timing.LATENCY, False)]
     # Timed in the child, not as a process start per call (which takes about a second).
     assert in_child.timing.median_s < 0.05
 
@@ -207,14 +207,23 @@ def test_speedup_interval_on_known_samples():
 
 
 def test_paired_interval_spans_the_rounds():
-    steady = stats.paired_speedup_interval([2.0] * 12, (36, 36))
+    steady = stats.paired_speedup(np.full((12, 3), 2e-3), np.full((12, 3), 1e-3))
     assert steady.speedup == 2.0 and steady.ci == (2.0, 2.0) and steady.verdict == "faster"
+    assert steady.samples == (36, 36)
     # Rounds that disagree (the machine changed) widen the interval: no verdict is forced.
-    mixed = stats.paired_speedup_interval([0.8, 1.3] * 10)
-    assert mixed.ci[0] <= 0.8 + 1e-9 and mixed.ci[1] >= 1.3 - 1e-9
+    reference = np.full((20, 3), 1e-3)
+    variant = np.array([[1.25e-3] * 3, [0.77e-3] * 3] * 10)
+    mixed = stats.paired_speedup(reference, variant)
+    assert mixed.ci[0] <= 0.81 and mixed.ci[1] >= 1.29  # 1e-3 / 1.25e-3, 1e-3 / 0.77e-3
     assert mixed.verdict == "same" and not mixed.decided
+    # A drift that moves both sides of a round alike does not widen the interval.
+    drift = np.linspace(1.0, 3.0, 20)[:, None] * np.ones((1, 3))
+    paired = stats.paired_speedup(2e-3 * drift, 1e-3 * drift)
+    assert paired.ci[0] > 1.5 and paired.verdict == "faster"
     with pytest.raises(ValueError, match="at least one round"):
-        stats.paired_speedup_interval([])
+        stats.paired_speedup(np.zeros((0, 3)), np.zeros((0, 3)))
+    with pytest.raises(ValueError, match="different shapes"):
+        stats.paired_speedup(np.ones((2, 3)), np.ones((3, 3)))
 
 
 def test_verdict_rule():
@@ -249,19 +258,36 @@ class PairClock:
 def test_measure_pair_alternates_and_stops_when_decided():
     clock = PairClock()
     settings = timing.TimingSettings(warmup=1, min_time_s=0.1, min_iters=5, max_iters=10_000)
-    measured, reference, speedup = timing.measure_pair(
+    measured, comparison = timing.measure_pair(
         clock.slow, (jnp.zeros(1),), clock.fast, (jnp.zeros(1),), settings, clock=clock
     )
+    speedup = comparison.latency
     assert speedup.speedup == pytest.approx(2.0)
     assert speedup.verdict == "faster" and speedup.decided
+    assert comparison.pipelined.speedup == pytest.approx(2.0)
+    assert comparison.paired and comparison.lead(train=False) == timing.LATENCY
+    assert comparison.lead(train=True) == timing.PIPELINED
     assert measured.time_median_s == pytest.approx(1e-3)
-    assert reference.time_median_s == pytest.approx(2e-3)
-    assert measured.iters == reference.iters == speedup.samples[1] == speedup.samples[0]
-    # 0.01 x 0.1 s per side at 1 ms a call: the 3-call minimum per side, 9 ms a round; the
-    # verdict is taken after the 12th round, the first to end past min_time_s (0.108 s).
-    assert measured.iters == 3 * 12
-    # Decided at the first check after min_time_s: far below the PAIR_BUDGET x min_time_s cap.
+    assert comparison.reference.time_median_s == pytest.approx(2e-3)
+    # The point is exactly the ratio of the two shown medians.
+    assert speedup.speedup == comparison.reference.time_median_s / measured.time_median_s
+    assert measured.iters == comparison.reference.iters == speedup.samples[1]
+    # 0.01 x 0.1 s per side at 1 ms a call: the 3-call minimum, and a burst of 3, per side:
+    # 18 ms a round; MIN_ROUNDS (10) end past min_time_s, and the first check decides.
+    assert measured.iters == 3 * timing.MIN_ROUNDS
     assert clock.now < timing.PAIR_BUDGET * settings.min_time_s
+
+
+def test_a_pair_leads_with_the_pipelined_figure_for_a_train_step():
+    clock = PairClock()
+    settings = timing.TimingSettings(warmup=1, min_time_s=0.1, min_iters=5, max_iters=10_000)
+    _, comparison = timing.measure_pair(
+        clock.slow, (1,), clock.fast, (1,), settings, clock=clock, lead=timing.PIPELINED
+    )
+    assert comparison.speedup(timing.PIPELINED) is comparison.pipelined
+    assert comparison.basis(timing.PIPELINED) == timing.BASES[(timing.PIPELINED, True)]
+    pipelined = comparison.pipelined
+    assert pipelined.speedup == pytest.approx(2.0) and pipelined.decided
 
 
 def test_the_kept_lowering_is_the_program_before_optimization():

@@ -17,12 +17,10 @@ from xlafuse.measure.calibrate import Ceilings
 from xlafuse.measure.coldstart import measure_cold_start
 from xlafuse.measure.numerics import NumericDiff
 from xlafuse.measure.profile import DeviceProfile, device_speedup_fields
-from xlafuse.measure.stats import Speedup
-from xlafuse.measure.timing import Timing
+from xlafuse.measure.rules import HOST_BOUND
+from xlafuse.measure.timing import Comparison, Timing
 from xlafuse.results import parts
 from xlafuse.results.records import CellResult
-
-HOST_BOUND = 1.15  # pipelined time above this x device time: the host sets the pace
 
 
 def model_part(workload: Any) -> parts.ModelRecord:
@@ -73,18 +71,27 @@ def timing_part(measured: Timing) -> parts.TimingRecord:
     return parts.TimingRecord.from_flat(measured.to_dict())
 
 
-def speedup_part(
-    speedup: Speedup | None, basis: str | None = None, reference_median_s: float | None = None
-) -> parts.SpeedupRecord:
-    """The speedup over the reference with its interval, verdict and basis (empty: none)."""
-    if speedup is None:
+def speedup_part(comparison: Comparison | None, train: bool) -> parts.SpeedupRecord:
+    """Both speedups over the reference, the leading one repeated as the record's speedup
+    (pipelined for a train step, latency for a forward call); empty without a comparison."""
+    if comparison is None:
         return parts.SpeedupRecord()
+    lead = comparison.lead(train)
+    headline, pipelined = comparison.speedup(lead), comparison.pipelined
     return parts.SpeedupRecord(
-        vs_reference=speedup.speedup,
-        ci=speedup.ci,
-        verdict=speedup.verdict,
-        basis=basis,
-        reference_median_s=reference_median_s,
+        vs_reference=headline.speedup,
+        ci=headline.ci,
+        verdict=headline.verdict,
+        basis=comparison.basis(lead),
+        lead=lead,
+        reference_median_s=comparison.reference.time_median_s,
+        reference_pipelined_s=comparison.reference.pipelined_s_per_call,
+        latency=comparison.latency.speedup,
+        latency_ci=comparison.latency.ci,
+        latency_verdict=comparison.latency.verdict,
+        pipelined=pipelined.speedup if pipelined else None,
+        pipelined_ci=pipelined.ci if pipelined else None,
+        pipelined_verdict=pipelined.verdict if pipelined else None,
     )
 
 
@@ -117,7 +124,9 @@ def with_rates(record: CellResult, backend: str) -> CellResult:
 
     A cell is `host_bound` when its pipelined time per call exceeds HOST_BOUND x its device
     time: the host (Python, dispatch), not the GPU, sets its pace, so its wall-clock speedups
-    measure the host.
+    measure the host. It is `cache_resident` when its memory (XLA's memory analysis: arguments,
+    outputs, temporaries) fits in the last-level cache: then it has no % of the copy ceiling,
+    which is main memory's.
     """
     wall, model = record.timing.median_s, record.model
     basis, seconds = rate_basis(backend, record)
@@ -125,11 +134,14 @@ def with_rates(record: CellResult, backend: str) -> CellResult:
         "items_per_s": model.items_per_call / wall if wall else None,
         "basis": basis,
     }
-    modeled = record.fusion.modeled_bytes
+    modeled, cache = record.fusion.modeled_bytes, record.ceilings.cache_bytes
+    memory = record.compile.peak_memory_bytes
+    if cache and memory is not None:
+        rates["cache_resident"] = memory <= cache
     if modeled and seconds:
         rates["achieved_bytes_per_s"] = modeled / seconds
         ceiling = record.ceilings.copy_bytes_per_s
-        if ceiling is not None:
+        if ceiling is not None and not rates.get("cache_resident"):
             rates["pct_of_copy_ceiling"] = 100.0 * rates["achieved_bytes_per_s"] / ceiling
     if model.flops and seconds:
         rates["tflops"] = model.flops / seconds / 1e12

@@ -34,11 +34,9 @@ from xlafuse.experiment.config import ExperimentConfig, VariantConfig, WorkloadC
 from xlafuse.experiment.progress import Reporter
 from xlafuse.inspect.explain import missed_fusions
 from xlafuse.measure import cell_kernels, timing
-from xlafuse.measure.calibrate import Ceilings, calibrate
+from xlafuse.measure.calibrate import calibrate
 from xlafuse.measure.numerics import host_outputs, judge_workload
 from xlafuse.measure.profile import DeviceProfile, profile_device_time
-from xlafuse.measure.stats import speedup_interval
-from xlafuse.measure.timing import PAIRED, UNPAIRED
 from xlafuse.models.sharding import check_device_count
 from xlafuse.report.lines import cell_line
 from xlafuse.report.markdown import write_report
@@ -60,7 +58,7 @@ class _Run:
     backend: str
     device_kind: str
     env: dict[str, Any]
-    ceilings: Ceilings | None
+    ceilings: parts.CeilingsRecord | None
     say: Callable[[str], None]
     settings: dict[str, Any] = dataclasses.field(default_factory=dict)
     # The references' DeviceProfiles by cell id, from the XLA phase: the twins' device speedups
@@ -215,7 +213,15 @@ def _todo(config, w: WorkloadConfig, backend: str, done) -> list[VariantConfig]:
 
 
 def _move_aside(path: Path) -> None:
-    records.move_aside(path)
+    """Move the results aside (`fresh`), and report.md and the plots made from them: a fresh
+    run cut short must not leave the old report beside the new results."""
+    aside = records.move_aside(path)
+    if aside is None:
+        return
+    stem = aside.name.removesuffix(".jsonl.old")  # results.<time>
+    for made in [path.parent / "report.md", *sorted(path.parent.glob("*.png"))]:
+        if made.is_file():
+            made.rename(path.parent / f"{stem}.{made.name}.old")
 
 
 def _start(config, results_path, settings, say, todo: int, skipped: int) -> _Run:
@@ -225,16 +231,24 @@ def _start(config, results_path, settings, say, todo: int, skipped: int) -> _Run
         + (f", {skipped} already done" if skipped else "")
         + f" -> {results_path}"
     )
-    ceilings = None
-    if config.measure.calibrate:
-        ceilings = calibrate(backend)
-        flops = ceilings.matmul_flops_per_s
-        say(
-            f"ceilings: copy {ceilings.copy_bytes_per_s / 1e9:.1f} GB/s"
-            + (f", matmul {flops / 1e12:.2f} TFLOP/s" if flops else "")
-        )
+    ceilings = _ceilings(results_path, backend, say) if config.measure.calibrate else None
     env = results_settings.environment(config.config_hash())
     return _Run(config, results_path, backend, device_kind, env, ceilings, say, settings)
+
+
+def _ceilings(results_path: Path, backend: str, say) -> parts.CeilingsRecord:
+    """The results file's calibration when it has one (a resume never mixes two), else a new
+    one (`xlafuse.measure.calibrate`)."""
+    earlier = records.load_results(results_path) if results_path.exists() else []
+    kept = next((r.ceilings for r in earlier if r.ceilings.copy_bytes_per_s), None)
+    ceilings = kept or fields_lib.ceilings_part(calibrate(backend))
+    flops = ceilings.matmul_flops_per_s
+    say(
+        f"ceilings{' (reused from the results file)' if kept else ''}: "
+        f"copy {ceilings.copy_bytes_per_s / 1e9:.3g} GB/s"
+        + (f", matmul {flops / 1e12:.2f} TFLOP/s" if flops else "")
+    )
+    return ceilings
 
 
 def _run_workload(run: _Run, w: WorkloadConfig, cells, done, advance) -> None:
@@ -328,13 +342,16 @@ def _measure(
     """The cell's measured parts, by CellResult field name (`fields_lib` makes each)."""
     resolved = variant.resolve()
     if resolved.framework == "torch":  # the workload's PyTorch twin (xlafuse.torch)
-        from xlafuse.torch.measure import measure_cell  # deferred: torch is an optional extra
+        # deferred: torch is an optional extra
+        from xlafuse.torch.measure import COMPARISON, measure_cell
 
         request = _measure_request(run, workload)
         flat = measure_cell(workload, resolved, request, reference, run.config.measure.cold_start)
+        comparison = flat.pop(COMPARISON, None)
         measured, unknown = records.unflatten(flat)
         if unknown:
             raise ValueError(f"torch cell fields that no record part holds: {sorted(unknown)}")
+        measured["speedup"] = fields_lib.speedup_part(comparison, request.train)
         return measured
     is_reference = variant.name == run.config.reference
     request = _measure_request(run, workload, trace_dir)
@@ -349,13 +366,13 @@ def _measure(
     elif reference.outputs is not None:
         diff = judge_workload(workload, reference.outputs, outputs)
     measured["numerics"] = fields_lib.numerics_part(diff, reference.error)
-    timed, speedup, profile = _time(run, compiled, workload, reference, is_reference, request)
+    timed, comparison, profile = _time(run, compiled, workload, reference, is_reference, request)
     measured["timing"] = fields_lib.timing_part(timed)
     if is_reference:
         reference.timing, reference.profile = timed, profile
         measured["speedup"] = parts.SpeedupRecord(vs_reference=1.0)
-    elif speedup is not None:
-        measured["speedup"] = fields_lib.speedup_part(*speedup)
+    elif comparison is not None:
+        measured["speedup"] = fields_lib.speedup_part(comparison, request.train)
     if profile is not None:
         own_reference = None if is_reference else reference.profile
         measured["device"] = fields_lib.device_part(profile, own_reference)
@@ -370,40 +387,39 @@ def _measure(
 
 
 def _time(run: _Run, compiled, workload, reference: _Reference, is_reference: bool, request):
-    """(Timing, (Speedup, basis, reference median) or None, DeviceProfile or None) of a cell.
+    """(Timing, Comparison or None, DeviceProfile or None) of a cell.
 
     In-process variants are timed in alternation with the reference's program (`measure_pair`):
-    a paired speedup. A variant measured in its child process, or a cell whose reference could
-    not be compiled, is timed alone; its speedup then compares with the reference cell's own
-    samples (unpaired).
+    paired speedups. A variant measured in its child process, or a cell whose reference could
+    not be compiled, is timed alone; its speedups then compare with the reference cell's own
+    samples (`compare_apart`).
     """
     advance = timing.thread_state if request.train else timing.same_args
+    lead = timing.PIPELINED if request.train else timing.LATENCY
     if compiled.measured is not None:
         measured = timing.Timing(**compiled.measured.timing)
         profile = compiled.measured.profile
         profile = DeviceProfile.from_dict(profile) if profile else None
     else:
         pair = not is_reference and reference.compiled is not None
-        pair = pair and reference.compiled.measured is None
-        if pair:
-            measured, reference_timing, speedup = timing.measure_pair(
+        if pair and reference.compiled.measured is None:
+            measured, comparison = timing.measure_pair(
                 reference.compiled,
                 workload.fresh_args(),
                 compiled,
                 workload.fresh_args(),
                 request.settings,
                 advance,
+                lead=lead,
             )
-            speedup_info = (speedup, PAIRED, reference_timing.time_median_s)
-            return measured, speedup_info, _profile(compiled, workload, request, advance)
+            return measured, comparison, _profile(compiled, workload, request, advance)
         measured = timing.measure(compiled, workload.fresh_args(), request.settings, advance)
         profile = _profile(compiled, workload, request, advance)
-    speedup = None
     ref_timing = reference.timing
+    comparison = None
     if not is_reference and ref_timing is not None and ref_timing.samples_s:
-        result = speedup_interval(ref_timing.samples_s, measured.samples_s)
-        speedup = (result, UNPAIRED, ref_timing.time_median_s)
-    return measured, speedup, profile
+        comparison = timing.compare_apart(ref_timing, measured)
+    return measured, comparison, profile
 
 
 def _missed_fusions(workload, compiled) -> dict[str, Any]:
@@ -468,7 +484,7 @@ def _identity(run: _Run, w: WorkloadConfig, variant: VariantConfig, workload) ->
         "cell_id": _cell_id(w, variant.name, run.backend),
         "experiment": run.config.name,
         "model": fields_lib.model_part(workload),
-        "ceilings": fields_lib.ceilings_part(run.ceilings),
+        "ceilings": run.ceilings or parts.CeilingsRecord(),
         "env": run.env,
         "settings": results_settings.cell_settings(run.settings, variant),
     }

@@ -34,16 +34,8 @@ from typing import Any
 import jax
 import numpy as np
 
+from xlafuse.measure.rules import LOW_PRECISION, TOLERANCES
 from xlafuse.models.train import gradient_of_first_step
-
-# (rtol, atol as a fraction of the reference's largest magnitude), by dtype name.
-_TOLERANCES = {
-    "float64": (1e-9, 1e-12),
-    "float32": (1e-4, 1e-5),
-    "float16": (1e-2, 1e-3),
-    "bfloat16": (5e-2, 1e-2),
-}
-_LOW_PRECISION = (2.5e-1, 5e-2)  # the f8 and f4 families
 
 
 def tolerance(dtype: Any) -> tuple[float, float]:
@@ -53,7 +45,7 @@ def tolerance(dtype: Any) -> tuple[float, float]:
         return (0.0, 0.0)
     if dt.kind == "c":
         dt = np.dtype(np.float32 if dt.itemsize == 8 else np.float64)
-    return _TOLERANCES.get(dt.name, _LOW_PRECISION)
+    return TOLERANCES.get(dt.name, LOW_PRECISION)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -2,13 +2,20 @@
 
 A speedup is `reference time / variant time`. Two estimates:
 
-- paired (`paired_speedup_interval`): the two programs were timed in alternating rounds; each
-  round gives one ratio (of the rounds' fastest calls), taken under the same machine conditions; the
-  speedup is the median of the round ratios and its interval the percentile bootstrap over
-  rounds. A machine whose speed drifts (other processes, clocks) moves whole rounds, which the
-  interval then shows, instead of hiding it as independent per-call samples would.
+- paired (`paired_speedup`): the two programs were timed in alternating rounds, under the same
+  machine conditions; the speedup is the ratio of their medians over all their calls, and its
+  interval the percentile bootstrap over rounds (the same rounds resampled on both sides). A
+  machine whose speed drifts (other processes, clocks) moves whole rounds, which the interval
+  then shows, instead of hiding it as independent per-call samples would.
 - unpaired (`speedup_interval`): two separate sets of per-call samples; the ratio of their
   medians, the bootstrap resampling each set.
+
+Either way the point is the ratio of two medians that a table shows, never a statistic of its
+own, so a shown time and a shown speedup cannot disagree.
+
+The interval is within one run: it says how much the rounds of this run scatter, not how much
+another run on the same machine would differ (a busy machine can move a ratio between runs by
+more than its interval; `benchmarks/bench_interval_coverage.py` measures how often it holds).
 
 The interval keeps the 2.5th and 97.5th percentiles of the resampled speedups. The verdict:
 
@@ -115,33 +122,45 @@ def speedup_interval(
     return Speedup(point, ci, verdict(point, ci), is_decided(ci), (ref.size, var.size))
 
 
-def paired_speedup_interval(
-    round_ratios: Sequence[float],
-    samples: tuple[int, int] = (0, 0),
+def paired_speedup(
+    reference_rounds: np.ndarray,
+    variant_rounds: np.ndarray,
     resamples: int = RESAMPLES,
     seed: int = 0,
 ) -> Speedup:
-    """The speedup of paired rounds (one reference / variant time ratio per round), with its
-    interval over rounds.
+    """The speedup of two programs timed in the same rounds, with its interval over rounds.
+
+    The point is the ratio of the two programs' medians over all their calls (so it is exactly
+    the ratio of the times a table shows); the interval resamples whole rounds, the same rounds
+    on both sides, so a drift of the machine that moves a round moves both of its figures.
 
     Args:
-      round_ratios: one ratio per round.
-      samples: (reference calls, variant calls) behind them, for the record.
+      reference_rounds: seconds, one row per round (the reference's calls in that round).
+      variant_rounds: seconds in the same rounds, the same shape.
       resamples: bootstrap resamples.
       seed: the resampling seed (fixed: the same rounds give the same interval).
 
     Raises:
-      ValueError: no round, or a non-positive ratio.
+      ValueError: no round, shapes that differ, or a non-positive time.
     """
-    ratios = np.asarray(round_ratios, dtype=np.float64)
-    if ratios.size == 0:
-        raise ValueError("a paired speedup needs at least one round")
-    if (ratios <= 0).any():
-        raise ValueError("round ratios must be positive")
-    point = float(np.median(ratios))
+    ref = np.asarray(reference_rounds, dtype=np.float64)
+    var = np.asarray(variant_rounds, dtype=np.float64)
+    if ref.ndim != 2 or ref.shape[0] == 0 or ref.size == 0:
+        raise ValueError("a paired speedup needs at least one round of calls")
+    if ref.shape != var.shape:
+        raise ValueError(f"rounds of different shapes: {ref.shape} and {var.shape}")
+    if (ref <= 0).any() or (var <= 0).any():
+        raise ValueError("per-call times must be positive")
+    point = float(np.median(ref) / np.median(var))
+    rounds = ref.shape[0]
     rng = np.random.default_rng(seed)
-    medians = np.median(rng.choice(ratios, size=(resamples, ratios.size)), axis=1)
+    ratios = []
+    for chunk in np.array_split(np.arange(resamples), max(1, ref.size * resamples // 2_000_000)):
+        picks = rng.integers(0, rounds, size=(chunk.size, rounds))
+        pooled_ref = np.median(ref[picks].reshape(chunk.size, -1), axis=1)
+        pooled_var = np.median(var[picks].reshape(chunk.size, -1), axis=1)
+        ratios.append(pooled_ref / pooled_var)
     tail = (1.0 - CONFIDENCE) / 2 * 100
-    low, high = np.percentile(medians, [tail, 100 - tail])
+    low, high = np.percentile(np.concatenate(ratios), [tail, 100 - tail])
     ci = (float(min(low, point)), float(max(high, point)))
-    return Speedup(point, ci, verdict(point, ci), is_decided(ci), samples)
+    return Speedup(point, ci, verdict(point, ci), is_decided(ci), (ref.size, var.size))

@@ -1,18 +1,26 @@
 """Honest wall-clock timing of a compiled function: warm-up first, device synchronized.
 
-Two figures, as in gpt-fast's `generate.py` and JAX's benchmarking advice:
-- per-call latency: every call is followed by `jax.block_until_ready` before the clock is read,
-  so a call's time includes dispatch, execution and the sync (median, p10, p90);
-- pipelined throughput: calls are issued back to back and the device is synchronized once at the
-  end, so dispatch overlaps execution (what a training loop sees).
+Calls are timed in rounds. In each round a program makes `k` synchronized calls (each followed
+by `jax.block_until_ready` before the clock is read), then one pipelined burst of `k` calls
+issued back to back with one sync at the end. So every round yields, for each program:
 
-The first call (which may compile, or fill caches) is never timed. For train steps, `advance`
-feeds each call's new state into the next call, so no donated or stale buffer is reused.
+- latency: the seconds of each synchronized call (dispatch, execution and the sync);
+- pipelined time: the burst's seconds per call, where dispatch overlaps execution (what a
+  training loop sees), and the host's share of it (the seconds to issue the calls).
 
-A speedup compares two programs timed in alternation (`measure_pair`): rounds of a few calls of
-one, then of the other, the order swapped every round, so a drift of the machine (another
-process, clocks, thermals) affects both alike; each round compares the fastest call of each. Rounds go on until the speedup's verdict is
-decided (`xlafuse.measure.stats`) or the pair's budget, `PAIR_BUDGET` x `min_time_s`, is spent.
+A cell's figures are the medians of these over its rounds: `time_median_s` (latency, with p10,
+p90 and the fastest call) and `pipelined_s_per_call`. The first call (which may compile, or fill
+caches) is never timed. For train steps, `advance` feeds each call's new state into the next
+call, so no donated or stale buffer is reused.
+
+A speedup compares two programs timed in alternating rounds (`measure_pair`): a round of one,
+then a round of the other, the order swapped every round, so a drift of the machine (another
+process, clocks, thermals) affects both alike. The speedup is the ratio of the two programs'
+figures over the same rounds (`xlafuse.measure.stats.paired_speedup`): its point is exactly the
+reference's shown time over the variant's, and its interval resamples whole rounds. Both the
+latency and the pipelined speedup are computed; the one that leads (latency for a forward call,
+pipelined for a train step) decides when to stop: rounds go on until its verdict is decided or
+the pair's budget, `PAIR_BUDGET` x `min_time_s`, is spent.
 """
 
 from __future__ import annotations
@@ -26,20 +34,27 @@ from typing import Any
 import jax
 import numpy as np
 
-from xlafuse.measure.stats import Speedup, paired_speedup_interval
+from xlafuse.measure.stats import RESAMPLES, Speedup, paired_speedup, speedup_interval
 
 PAIR_BUDGET = 4  # a pair may take up to this many times min_time_s when its verdict is close
 ROUND_SHARE = 0.01  # one side of a round takes about this share of min_time_s...
-ROUND_CALLS = (3, 50)  # ...within these many calls
+ROUND_CALLS = (3, 50)  # ...within these many calls of each kind
 MIN_ROUNDS = 10  # rounds before a verdict may be taken
+CHECK_RESAMPLES = 400  # bootstrap resamples of the checks while timing (the final one: RESAMPLES)
 
 Clock = Callable[[], float]
 Advance = Callable[[tuple, Any], tuple]
 
-
-# The `speedup_basis` of a record: how its speedup over the reference was timed.
-PAIRED = "paired wall clock (rounds alternating with the reference; fastest call per round)"
-UNPAIRED = "unpaired wall clock (timed apart from the reference)"
+# What a speedup divides: the figure it is the ratio of (`Comparison.lead`).
+LATENCY = "latency"
+PIPELINED = "pipelined"
+# The `speedup_basis` of a record: the figure and how the two programs were timed.
+BASES = {
+    (LATENCY, True): "latency (median synchronized call), paired rounds",
+    (PIPELINED, True): "pipelined (median seconds per call of back-to-back bursts), paired rounds",
+    (LATENCY, False): "latency (median synchronized call), timed apart",
+    (PIPELINED, False): "pipelined (median seconds per call of back-to-back bursts), timed apart",
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,10 +63,10 @@ class TimingSettings:
 
     Attributes:
       warmup: untimed calls before timing (at least 1: the first call may compile).
-      min_time_s: keep timing synchronized calls until this many seconds have passed...
-      min_iters: ...and at least this many calls were timed.
-      max_iters: never time more calls than this.
-      repeats: pipelined bursts (back-to-back calls, one sync) whose median is reported.
+      min_time_s: keep timing until this many seconds have passed...
+      min_iters: ...and at least this many synchronized calls were timed.
+      max_iters: never time more synchronized calls than this.
+      repeats: at least this many rounds (pipelined bursts) are timed.
     """
 
     warmup: int = 2
@@ -63,20 +78,21 @@ class TimingSettings:
 
 @dataclasses.dataclass(frozen=True)
 class Timing:
-    """Timing of one compiled function.
+    """Timing of one compiled function over its rounds.
 
     Attributes:
-      time_median_s: median seconds per synchronized call.
+      time_median_s: latency: median seconds per synchronized call.
       time_p10_s: 10th percentile of the same.
       time_p90_s: 90th percentile of the same.
       time_min_s: fastest synchronized call.
       iters: synchronized calls timed.
-      pipelined_s_per_call: median over bursts of (burst seconds / calls in the burst).
+      pipelined_s_per_call: median over rounds of a burst's seconds per call.
       pipelined_iters: calls per pipelined burst.
       warmup_iters: untimed calls made first.
-      host_s_per_call: host seconds to issue one call of a pipelined burst (median over bursts):
-        when it is close to `pipelined_s_per_call`, the host, not the device, sets the pace.
-      samples_s: the per-call seconds behind the median (not written to records).
+      host_s_per_call: host seconds to issue one call of a burst (median over rounds): when it
+        is close to `pipelined_s_per_call`, the host, not the device, sets the pace.
+      samples_s: the seconds of each synchronized call, round after round (not written).
+      pipelined_samples_s: each round's burst seconds per call (not written).
     """
 
     time_median_s: float
@@ -89,12 +105,44 @@ class Timing:
     warmup_iters: int
     host_s_per_call: float | None = None
     samples_s: tuple[float, ...] = dataclasses.field(default=(), repr=False)
+    pipelined_samples_s: tuple[float, ...] = dataclasses.field(default=(), repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form, without the raw samples."""
         out = dataclasses.asdict(self)
-        del out["samples_s"]
+        del out["samples_s"], out["pipelined_samples_s"]
         return out
+
+    def figure(self, lead: str) -> float | None:
+        """The time a speedup on `lead` (LATENCY or PIPELINED) is the ratio of."""
+        return self.time_median_s if lead == LATENCY else self.pipelined_s_per_call
+
+
+@dataclasses.dataclass(frozen=True)
+class Comparison:
+    """A program's speedups over a reference, on both figures.
+
+    Attributes:
+      latency: the ratio of the two latency medians, with its interval.
+      pipelined: the ratio of the two pipelined times per call (None: not measured).
+      paired: whether the two were timed in alternating rounds (else apart).
+      reference: the reference's Timing over the same rounds (paired) or its own (apart).
+    """
+
+    latency: Speedup
+    pipelined: Speedup | None
+    paired: bool
+    reference: Timing
+
+    def lead(self, train: bool) -> str:
+        """The figure that leads: pipelined for a train step (where measured), else latency."""
+        return PIPELINED if train and self.pipelined is not None else LATENCY
+
+    def speedup(self, lead: str) -> Speedup:
+        return self.pipelined if lead == PIPELINED and self.pipelined else self.latency
+
+    def basis(self, lead: str) -> str:
+        return BASES[(lead, self.paired)]
 
 
 def same_args(args: tuple, out: Any) -> tuple:
@@ -117,30 +165,6 @@ def warm_up(fn: Callable, args: tuple, count: int, advance: Advance = same_args)
     return args
 
 
-def time_latency(
-    fn: Callable,
-    args: tuple,
-    settings: TimingSettings,
-    advance: Advance = same_args,
-    clock: Clock = time.perf_counter,
-) -> tuple[list[float], tuple]:
-    """Time synchronized calls until `min_time_s` and `min_iters`, or `max_iters`.
-
-    Returns:
-      (seconds of each call, the args for the next call).
-    """
-    samples: list[float] = []
-    start = clock()
-    while len(samples) < settings.max_iters:
-        if len(samples) >= settings.min_iters and clock() - start >= settings.min_time_s:
-            break
-        t0 = clock()
-        out = jax.block_until_ready(fn(*args))
-        samples.append(clock() - t0)
-        args = advance(args, out)
-    return samples, args
-
-
 def time_pipelined(
     fn: Callable,
     args: tuple,
@@ -160,22 +184,76 @@ def time_pipelined(
     """
     per_call, host = [], []
     for _ in range(repeats):
-        t0 = clock()
-        out = None
-        for _ in range(calls):
-            out = fn(*args)
-            args = advance(args, out)
-        host.append((clock() - t0) / calls)
-        jax.block_until_ready(out)
-        per_call.append((clock() - t0) / calls)
+        seconds, issue, args = _burst(fn, args, calls, advance, clock)
+        per_call.append(seconds)
+        host.append(issue)
     return statistics.median(per_call), statistics.median(host), args
 
 
-def summarize(samples: Sequence[float]) -> tuple[float, float, float, float]:
-    """(median, p10, p90, min) of per-call seconds."""
-    values = np.asarray(samples, dtype=np.float64)
-    p10, median, p90 = np.percentile(values, [10, 50, 90])
-    return float(median), float(p10), float(p90), float(values.min())
+def _burst(fn, args, calls: int, advance, clock) -> tuple[float, float, tuple]:
+    """One pipelined burst: (seconds per call, host seconds to issue one call, next args)."""
+    t0 = clock()
+    out = None
+    for _ in range(calls):
+        out = fn(*args)
+        args = advance(args, out)
+    issued = clock() - t0
+    jax.block_until_ready(out)
+    return (clock() - t0) / calls, issued / calls, args
+
+
+@dataclasses.dataclass
+class _Side:
+    """One program being timed: its calls so far and the args of its next call."""
+
+    fn: Callable
+    args: tuple
+    advance: Advance
+    clock: Clock
+    calls: int = 0  # synchronized calls per round (and calls per burst)
+    synced: list[float] = dataclasses.field(default_factory=list)
+    pipelined: list[float] = dataclasses.field(default_factory=list)
+    host: list[float] = dataclasses.field(default_factory=list)
+
+    def round(self) -> None:
+        """`calls` synchronized calls, then a pipelined burst of as many."""
+        for _ in range(self.calls):
+            t = self.clock()
+            out = jax.block_until_ready(self.fn(*self.args))
+            self.synced.append(self.clock() - t)
+            self.args = self.advance(self.args, out)
+        seconds, issue, self.args = _burst(self.fn, self.args, self.calls, self.advance, self.clock)
+        self.pipelined.append(seconds)
+        self.host.append(issue)
+
+    def timing(self, warmup: int) -> Timing:
+        values = np.asarray(self.synced, dtype=np.float64)
+        p10, median, p90 = np.percentile(values, [10, 50, 90])
+        return Timing(
+            time_median_s=float(median),
+            time_p10_s=float(p10),
+            time_p90_s=float(p90),
+            time_min_s=float(values.min()),
+            iters=len(self.synced),
+            pipelined_s_per_call=statistics.median(self.pipelined),
+            pipelined_iters=self.calls,
+            warmup_iters=max(1, warmup),
+            host_s_per_call=statistics.median(self.host),
+            samples_s=tuple(self.synced),
+            pipelined_samples_s=tuple(self.pipelined),
+        )
+
+
+def _start(fn, args, settings: TimingSettings, advance, clock) -> _Side:
+    """Warm `fn` up and choose its calls per round from one more (timed) call."""
+    args = warm_up(fn, tuple(args), settings.warmup, advance)
+    t0 = clock()
+    out = jax.block_until_ready(fn(*args))
+    estimate = max(clock() - t0, 1e-7)
+    share = ROUND_SHARE * settings.min_time_s / estimate
+    calls = int(min(ROUND_CALLS[1], max(ROUND_CALLS[0], share)))
+    calls = max(1, min(calls, settings.max_iters))
+    return _Side(fn, advance(args, out), advance, clock, calls)
 
 
 def measure(
@@ -185,7 +263,10 @@ def measure(
     advance: Advance = same_args,
     clock: Clock = time.perf_counter,
 ) -> Timing:
-    """Warm up, then time per-call latency and pipelined throughput.
+    """Warm up, then time rounds of synchronized calls and pipelined bursts.
+
+    Rounds go on until `min_time_s` has passed, `min_iters` synchronized calls and `repeats`
+    rounds were timed, or while another round stays within `max_iters` synchronized calls.
 
     Args:
       fn: the compiled function; `fn(*args)`.
@@ -197,27 +278,15 @@ def measure(
     Returns:
       The Timing.
     """
-    args = warm_up(fn, tuple(args), settings.warmup, advance)
-    samples, args = time_latency(fn, args, settings, advance, clock)
-    return _with_pipelined(fn, args, samples, settings, advance, clock)
-
-
-def _with_pipelined(fn, args, samples, settings, advance, clock) -> Timing:
-    calls = max(settings.min_iters, min(len(samples), settings.max_iters))
-    pipelined, host, _ = time_pipelined(fn, args, calls, settings.repeats, advance, clock)
-    median, p10, p90, fastest = summarize(samples)
-    return Timing(
-        time_median_s=median,
-        time_p10_s=p10,
-        time_p90_s=p90,
-        time_min_s=fastest,
-        iters=len(samples),
-        pipelined_s_per_call=pipelined,
-        pipelined_iters=calls,
-        warmup_iters=max(1, settings.warmup),
-        host_s_per_call=host,
-        samples_s=tuple(samples),
-    )
+    side = _start(fn, args, settings, advance, clock)
+    start, rounds = clock(), 0
+    while len(side.synced) + side.calls <= settings.max_iters:
+        side.round()
+        rounds += 1
+        enough = len(side.synced) >= settings.min_iters and rounds >= settings.repeats
+        if enough and clock() - start >= settings.min_time_s:
+            break
+    return side.timing(settings.warmup)
 
 
 def measure_pair(
@@ -228,16 +297,14 @@ def measure_pair(
     settings: TimingSettings = TimingSettings(),
     advance: Advance = same_args,
     clock: Clock = time.perf_counter,
-) -> tuple[Timing, Timing, Speedup]:
-    """Time `fn` against `reference` in alternating rounds; return both Timings and the speedup.
+    lead: str = LATENCY,
+) -> tuple[Timing, Comparison]:
+    """Time `fn` against `reference` in alternating rounds; return its Timing and speedups.
 
-    Each round times a few synchronized calls of one program, then of the other (the order
-    swapped every round), and yields the ratio of the two rounds' fastest calls: both see the
-    same machine, and the fastest call is the one least disturbed by other processes (they only
-    ever add time: on a busy 2-core machine a 50 us CPU call was seen to take 8 us in one
-    second and 45 us in the next). Rounds go on until `min_time_s`, `min_iters` calls of `fn` and MIN_ROUNDS rounds are
-    reached and the speedup's verdict is decided, or until PAIR_BUDGET x `min_time_s` (or
-    `max_iters` calls of `fn`).
+    Each round times one program, then the other (the order swapped every round); both make
+    the same number of calls per round. Rounds go on until `min_time_s`, `min_iters` calls of
+    `fn` and MIN_ROUNDS rounds are reached and the `lead` speedup's verdict is decided, or until
+    PAIR_BUDGET x `min_time_s` (or `max_iters` synchronized calls of `fn`).
 
     Args:
       reference: the reference's compiled function.
@@ -247,52 +314,53 @@ def measure_pair(
       settings: the timing settings.
       advance: `(args, out) -> next args`, for both.
       clock: seconds as a float (injectable for tests).
+      lead: the figure whose verdict decides when to stop (LATENCY or PIPELINED).
 
     Returns:
-      (fn's Timing with its pipelined figures, the reference's Timing over the same rounds
-      (latency only), the paired speedup of fn over the reference).
+      (fn's Timing over the rounds, the Comparison: both speedups and the reference's Timing
+      over the same rounds).
     """
-    reference_args = warm_up(reference, tuple(reference_args), settings.warmup, advance)
-    args = warm_up(fn, tuple(args), settings.warmup, advance)
-    t0 = clock()
-    out = jax.block_until_ready(fn(*args))
-    estimate = max(clock() - t0, 1e-7)
-    args = advance(args, out)
-    per_round = int(
-        min(ROUND_CALLS[1], max(ROUND_CALLS[0], ROUND_SHARE * settings.min_time_s / estimate))
-    )
-    sides = {"reference": ([], reference, reference_args), "fn": ([], fn, args)}
-    ratios: list[float] = []
-    start, result = clock(), None
+    ref = _start(reference, reference_args, settings, advance, clock)
+    own = _start(fn, args, settings, advance, clock)
+    ref.calls = own.calls = min(ref.calls, own.calls)
+    start, rounds, next_check = clock(), 0, max(MIN_ROUNDS, settings.repeats)
     while True:
-        order = ("reference", "fn") if len(ratios) % 2 == 0 else ("fn", "reference")
-        fastest = {}
-        for side in order:
-            samples, f, a = sides[side]
-            this_round = []
-            for _ in range(per_round):
-                t = clock()
-                out = jax.block_until_ready(f(*a))
-                this_round.append(clock() - t)
-                a = advance(a, out)
-            samples.extend(this_round)
-            sides[side] = (samples, f, a)
-            fastest[side] = min(this_round)
-        ratios.append(fastest["reference"] / max(fastest["fn"], 1e-12))
-        ref_samples, fn_samples = sides["reference"][0], sides["fn"][0]
-        elapsed = clock() - start
-        if len(fn_samples) >= settings.max_iters:
+        for side in (ref, own) if rounds % 2 == 0 else (own, ref):
+            side.round()
+        rounds += 1
+        if len(own.synced) + own.calls > settings.max_iters:
             break
-        enough = len(ratios) >= MIN_ROUNDS and len(fn_samples) >= settings.min_iters
-        if not enough or elapsed < settings.min_time_s:
+        if rounds < next_check or len(own.synced) < settings.min_iters:
             continue
-        result = paired_speedup_interval(ratios, (len(ref_samples), len(fn_samples)))
-        if result.decided or elapsed >= PAIR_BUDGET * settings.min_time_s:
+        elapsed = clock() - start
+        if elapsed < settings.min_time_s:
+            continue
+        if elapsed >= PAIR_BUDGET * settings.min_time_s:
             break
-    if result is None or result.samples != (len(ref_samples), len(fn_samples)):
-        result = paired_speedup_interval(ratios, (len(ref_samples), len(fn_samples)))
-    samples, f, a = sides["fn"]
-    measured = _with_pipelined(f, a, samples, settings, advance, clock)
-    median, p10, p90, fastest = summarize(ref_samples)
-    reference_timing = Timing(median, p10, p90, fastest, len(ref_samples), None, 0, 0)
-    return measured, dataclasses.replace(reference_timing, samples_s=tuple(ref_samples)), result
+        # The bootstrap costs more as rounds pile up: check a quarter more rounds later each time.
+        next_check = rounds + max(1, rounds // 4)
+        if _speedup(ref, own, lead, CHECK_RESAMPLES).decided:
+            break
+    comparison = Comparison(
+        _speedup(ref, own, LATENCY), _speedup(ref, own, PIPELINED), True, ref.timing(0)
+    )
+    return own.timing(settings.warmup), comparison
+
+
+def _speedup(ref: _Side, own: _Side, lead: str, resamples: int = RESAMPLES) -> Speedup:
+    """The paired speedup of `own` over `ref` on one figure, resampling whole rounds."""
+    if lead == LATENCY:
+        shape = (len(own.pipelined), own.calls)
+        rounds = np.reshape(ref.synced, shape), np.reshape(own.synced, shape)
+    else:
+        rounds = np.reshape(ref.pipelined, (-1, 1)), np.reshape(own.pipelined, (-1, 1))
+    return paired_speedup(*rounds, resamples=resamples)
+
+
+def compare_apart(reference: Timing, measured: Timing) -> Comparison:
+    """The speedups of `measured` over a `reference` timed apart (unpaired medians)."""
+    latency = speedup_interval(reference.samples_s, measured.samples_s)
+    pipelined = None
+    if reference.pipelined_samples_s and measured.pipelined_samples_s:
+        pipelined = speedup_interval(reference.pipelined_samples_s, measured.pipelined_samples_s)
+    return Comparison(latency, pipelined, False, reference)

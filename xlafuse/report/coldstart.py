@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from xlafuse.models.names import workload_label
+from xlafuse.report.figure import new_figure, save
 from xlafuse.report.lines import cell_label
 from xlafuse.results.records import CellResult
 
@@ -106,16 +107,9 @@ def coldstart_plot(records: Iterable[CellResult], path: str | Path) -> bool:
     rows = [r for r in records if r.cold_start.warm_compile_s is not None]
     if not rows:
         return False
-    # deferred: matplotlib is heavy to import and only plots need it
-    import matplotlib
-
-    matplotlib.use("Agg")
-    # deferred: matplotlib is heavy to import and only plots need it
-    import matplotlib.pyplot as plt
-
     labels = [f"{cell_label(r)}\n{r.variant}" for r in rows]
     xs = range(len(rows))
-    fig, ax = plt.subplots(figsize=(max(8, 1.6 * len(rows) + 3), 4))
+    fig, ax = new_figure((max(8, 1.6 * len(rows) + 3), 4))
     ax.bar(
         [x - 0.2 for x in xs],
         [r.cold_start.cold_compile_s or 0 for r in rows],
@@ -136,10 +130,7 @@ def coldstart_plot(records: Iterable[CellResult], path: str | Path) -> bool:
     for bars in ax.containers:
         ax.bar_label(bars, fmt="%.3g s", fontsize=7)
     ax.legend(title="compile", fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return True
+    return save(fig, path, dpi=120)
 
 
 def _has_cold_fields(record: CellResult) -> bool:

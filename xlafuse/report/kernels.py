@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from xlafuse.errors import XlafuseError
+from xlafuse.report.figure import new_figure, save
 from xlafuse.report.lines import cell_label
 from xlafuse.results.records import CellResult
 
@@ -171,14 +172,11 @@ def plot_kernel_roofline(record: CellResult, path: Path) -> bool:
     """Per-kernel bandwidth roofline of one cell: each top kernel's modeled bytes against its
     achieved bandwidth, under the measured copy ceiling (no per-kernel FLOP count exists: the
     HLO model counts bytes, so this is the memory side of the roofline)."""
-    # deferred: matplotlib is heavy to import and only plots need it
-    import matplotlib.pyplot as plt
-
     kt = record.trace.kernel_times
     rows = [k for k in kt.get("top", []) if k["achieved_bytes_per_s"] and k["modeled_bytes"]]
     if not rows:
         return False
-    fig, ax = plt.subplots(figsize=(8, 5.5))
+    fig, ax = new_figure((8, 5.5))
     for kind in dict.fromkeys(k["kind"] for k in rows):
         chosen = [k for k in rows if k["kind"] == kind]
         ax.scatter(
@@ -205,10 +203,7 @@ def plot_kernel_roofline(record: CellResult, path: Path) -> bool:
         fontsize=9,
     )
     ax.legend(fontsize=7, title="kind", title_fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return True
+    return save(fig, path)
 
 
 def render_measured_diff(measured: Any, top: int | None = 10) -> str:

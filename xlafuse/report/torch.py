@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from xlafuse.report.figure import new_figure, save
 from xlafuse.results.records import CellResult
 
 FRAMEWORKS_PNG = "xla_vs_torch.png"
@@ -180,17 +181,13 @@ def frameworks_plot(records: Sequence[CellResult], path: Path) -> bool:
     rows = [r for g in groups.values() for r in g]
     if not rows:
         return False
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     import numpy as np
 
     device = all(r.device.speedup is not None or r.variant == r.reference for r in rows)
     variants = list(dict.fromkeys(r.variant for r in rows))
     workloads = list(groups)
     width = 0.8 / len(variants)
-    fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(workloads) * len(variants) / 2), 4))
+    fig, ax = new_figure((max(6, 1.6 * len(workloads) * len(variants) / 2), 4))
     for i, variant in enumerate(variants):
         values = []
         for key in workloads:
@@ -213,10 +210,7 @@ def frameworks_plot(records: Sequence[CellResult], path: Path) -> bool:
     ax.set_ylabel(f"speedup vs XLA reference ({basis}, log)")
     ax.set_title("XLA and PyTorch (hatched) on the same models")
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return True
+    return save(fig, path)
 
 
 def _plotted(r: CellResult, device: bool) -> float | None:

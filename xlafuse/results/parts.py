@@ -143,17 +143,29 @@ class TimingRecord(Part):
 
 @dataclasses.dataclass(frozen=True)
 class SpeedupRecord(Part):
-    """The speedup over the reference (`xlafuse.measure.stats`): the reference's median over
-    this cell's (1.0 for the reference), its 95% bootstrap interval, its verdict ("faster",
-    "slower", "same"), its basis (paired: timed in alternation with the reference; unpaired:
-    apart), and the reference's median over the same rounds (when paired)."""
+    """The speedup over the reference (`xlafuse.measure.timing.Comparison`; 1.0 for the
+    reference itself) on two figures: latency (median synchronized call) and pipelined time per
+    call. Each is the reference's figure over this cell's, with its 95% bootstrap interval and
+    verdict ("faster", "slower", "same"); `lead` names the figure that leads ("latency" for a
+    forward call, "pipelined" for a train step), and `vs_reference`, `ci`, `verdict` repeat its
+    values; `basis` says which figure and how the two were timed (paired: in alternating
+    rounds; or apart). The reference's figures are over the same rounds (paired) or its own.
+    Records written before `lead` existed have a latency-like speedup of their own basis."""
 
     PREFIX = "speedup_"
     vs_reference: float | None = None
     ci: Sequence[float] | None = None
     verdict: str | None = None
     basis: str | None = None
+    lead: str | None = None
     reference_median_s: float | None = keyed("reference_time_median_s")
+    reference_pipelined_s: float | None = keyed("reference_pipelined_s_per_call")
+    latency: float | None = None
+    latency_ci: Sequence[float] | None = None
+    latency_verdict: str | None = None
+    pipelined: float | None = None
+    pipelined_ci: Sequence[float] | None = None
+    pipelined_verdict: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -195,7 +207,8 @@ class RatesRecord(Part):
     items_per_s per wall median; achieved_bytes_per_s and tflops: modeled bytes or analytic
     flops per second of `basis` (the device time where profiled, else the pipelined time per
     call on a GPU, else the wall median); pct_of_copy_ceiling; host_bound: the pipelined time
-    above 1.15 x the device time (the host sets the pace).
+    above 1.15 x the device time (the host sets the pace); cache_resident: the cell's memory
+    (XLA's memory analysis) fits in the last-level cache, so no % of the copy ceiling is given.
     """
 
     items_per_s: float | None = None
@@ -204,16 +217,22 @@ class RatesRecord(Part):
     pct_of_copy_ceiling: float | None = None
     tflops: float | None = None
     host_bound: bool | None = None
+    cache_resident: bool | None = None
 
 
 @dataclasses.dataclass(frozen=True)
 class CeilingsRecord(Part):
-    """The run's measured ceilings (`xlafuse.measure.calibrate.Ceilings`): copy bandwidth and
-    the time it was measured by, and a large square matmul's FLOP/s."""
+    """The run's measured ceilings (`xlafuse.measure.calibrate.Ceilings`): copy bandwidth, the
+    time it was measured by, the array it copied, its range over bursts (slowest, fastest), a
+    large square matmul's FLOP/s, and the device's last-level cache size. One calibration per
+    results file: a resumed run reuses the file's."""
 
     copy_bytes_per_s: float | None = keyed("copy_ceiling_bytes_per_s")
     copy_basis: str | None = keyed("copy_ceiling_basis")
     matmul_flops_per_s: float | None = keyed("matmul_ceiling_flops_per_s")
+    copy_array_bytes: int | None = keyed("copy_ceiling_array_bytes")
+    copy_range: Sequence[float] | None = keyed("copy_ceiling_range")
+    cache_bytes: int | None = keyed("last_level_cache_bytes")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -40,11 +40,10 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from xlafuse.measure import timing
 from xlafuse.measure.numerics import judge_workload
 from xlafuse.measure.profile import DeviceProfile, device_speedup_fields
-from xlafuse.measure.stats import speedup_interval
-from xlafuse.measure.timing import PAIRED, UNPAIRED
 from xlafuse.torch.program import TorchProgram, build_program, host_outputs, synchronize
 
 TOP_KERNELS = 5
+COMPARISON = "comparison"  # the key of a cell's timing.Comparison among its fields
 _METRICS_LOG = "torch._inductor.compile_fx.__inductor_metrics"
 # A kernel call in Inductor's generated wrapper (CPU loops, Triton launches, library calls).
 _KERNEL_CALL = re.compile(
@@ -268,36 +267,32 @@ def _advance(program: TorchProgram):
 
 
 def _timed(program: TorchProgram, workload, request, reference) -> dict[str, Any]:
-    """Timing and speedup, by the XLA cells' rules (`xlafuse.experiment.runner._time`).
+    """Timing and speedups, by the XLA cells' rules (`xlafuse.experiment.runner._time`).
 
     With the XLA reference compiled in this process, the twin is timed in alternation with it
-    (`timing.measure_pair`: a paired speedup); otherwise alone, against the reference cell's
-    samples (unpaired).
+    (`timing.measure_pair`: paired speedups); otherwise alone, against the reference cell's
+    samples (`timing.compare_apart`). The Comparison is returned under COMPARISON: the runner
+    makes it the record's speedup part, as for an XLA cell.
     """
     advance = _advance(program)
-    fields: dict[str, Any] = {}
+    lead = timing.PIPELINED if program.train else timing.LATENCY
     ref = reference.compiled
+    comparison = None
     if ref is not None and ref.measured is None:
-        measured, ref_timing, speedup = timing.measure_pair(
-            ref, workload.fresh_args(), program.call, program.args, request.settings, advance
+        measured, comparison = timing.measure_pair(
+            ref,
+            workload.fresh_args(),
+            program.call,
+            program.args,
+            request.settings,
+            advance,
+            lead=lead,
         )
-        basis, ref_median = PAIRED, ref_timing.time_median_s
     else:
         measured = timing.measure(program.call, program.args, request.settings, advance)
-        speedup, basis, ref_median = None, UNPAIRED, None
         if reference.timing is not None and reference.timing.samples_s:
-            speedup = speedup_interval(reference.timing.samples_s, measured.samples_s)
-            ref_median = reference.timing.time_median_s
-    fields.update(measured.to_dict())
-    if speedup is not None:
-        fields.update(
-            reference_time_median_s=ref_median,
-            speedup_vs_reference=speedup.speedup,
-            speedup_ci=list(speedup.ci),
-            speedup_verdict=speedup.verdict,
-            speedup_basis=basis,
-        )
-    return fields
+            comparison = timing.compare_apart(reference.timing, measured)
+    return {**measured.to_dict(), COMPARISON: comparison}
 
 
 def _profiled_events(program: TorchProgram, calls: int) -> list[Any]:

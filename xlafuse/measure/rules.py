@@ -1,0 +1,18 @@
+"""The thresholds the measurements are judged by, in one module that needs no JAX (the report
+formats its reading notes from them).
+
+- HOST_BOUND: a cell whose pipelined time per call is above this many times its device time is
+  host-bound (`xlafuse.experiment.fields.with_rates`).
+- TOLERANCES: (rtol, atol as a fraction of the reference's largest magnitude) by dtype name, for
+  comparing outputs (`xlafuse.measure.numerics.tolerance`); LOW_PRECISION for the f8 and f4
+  families.
+"""
+
+HOST_BOUND = 1.15
+TOLERANCES = {
+    "float64": (1e-9, 1e-12),
+    "float32": (1e-4, 1e-5),
+    "float16": (1e-2, 1e-3),
+    "bfloat16": (5e-2, 1e-2),
+}
+LOW_PRECISION = (2.5e-1, 5e-2)

@@ -1,0 +1,134 @@
+"""A workload's cells as two markdown tables: their times and speedups, then their work.
+
+Times (one statistic per column, each named): latency is the median synchronized call,
+pipelined the median seconds per call of back-to-back bursts, device the profiled kernel time
+per call. A variant's time cell also shows, in brackets, the reference's time over the same
+rounds: its speedup is exactly the one over the other, so a row never shows a time and a
+speedup that disagree. A train step leads with the pipelined figure, a forward call with
+latency (`xlafuse.report.lines.lead`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from xlafuse.report.lines import lead, lead_time, reference_time, speedup_text
+from xlafuse.results.records import CellResult
+
+_FIGURE_COLUMNS = {"latency": "latency ms", "pipelined": "pipelined ms"}
+_WORK_COLUMNS = (
+    "variant", "kernels", "real fusions", "modeled MB", "GB/s", "% copy ceiling", "TFLOP/s",
+    "compile s", "numerics",
+)  # fmt: skip
+
+
+def cell_tables(group: Sequence[CellResult]) -> list[str]:
+    """The time table and the work table of one workload's cells."""
+    figures = _figure_order(group)
+    time_columns = (
+        "variant",
+        *(_FIGURE_COLUMNS[f] for f in figures),
+        "device ms",
+        "speedup",
+        "95% CI (this run)",
+        "basis",
+        "device speedup",
+        "host ms/call",
+    )
+    rows = [_time_row(r, figures) for r in group]
+    work = [_work_row(r) for r in group]
+    return [*_table(time_columns, rows), "", *_table(_WORK_COLUMNS, work)]
+
+
+def _figure_order(group: Sequence[CellResult]) -> tuple[str, str]:
+    """Pipelined first when the workload's cells lead with it (train steps), else latency."""
+    leads = [lead(r) for r in group if r.ok]
+    first = "pipelined" if leads and leads.count("pipelined") * 2 >= len(leads) else "latency"
+    return (first, "pipelined" if first == "latency" else "latency")
+
+
+def _table(columns: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    return lines + ["| " + " | ".join(row) + " |" for row in rows]
+
+
+def _time_row(r: CellResult, figures: Sequence[str]) -> list[str]:
+    if not r.ok:
+        return [r.variant, "error", *[""] * (len(figures) + 5)]
+    is_reference = r.variant == r.reference
+    times = [_time(r, figure, is_reference) for figure in figures]
+    speedup = r.speedup
+    return [
+        r.variant,
+        *times,
+        fmt(r.device.time_s, 1e3, ".3g"),
+        "1.00x" if is_reference else speedup_text(speedup.vs_reference, speedup.verdict),
+        "-" if is_reference else _interval(speedup.ci),
+        "reference" if is_reference else _basis(r),
+        speedup_text(r.device.speedup, r.device.speedup_verdict),
+        fmt(r.timing.host_s_per_call, 1e3, ".3g") + (" HOST-BOUND" if r.rates.host_bound else ""),
+    ]
+
+
+def _time(r: CellResult, figure: str, is_reference: bool) -> str:
+    """`0.0353 (ref 0.0244)`: the cell's time, and the reference's over the same rounds."""
+    own = fmt(lead_time(r, figure), 1e3, ".3g")
+    ref = None if is_reference else reference_time(r, figure)
+    return own if ref is None else f"{own} (ref {ref * 1e3:.3g})"
+
+
+def _basis(r: CellResult) -> str:
+    """The figure the speedup divides and how it was timed, in a few words."""
+    basis = r.speedup.basis
+    if basis is None:
+        return "-"
+    timed = "paired" if "paired" in basis else "apart"
+    legacy = r.speedup.lead is None and "fastest call" in basis
+    return f"{'fastest call per round' if legacy else lead(r)}, {timed}"
+
+
+def _work_row(r: CellResult) -> list[str]:
+    if not r.ok:
+        return [r.variant, "error", *[""] * (len(_WORK_COLUMNS) - 2)]
+    pct = fmt(r.rates.pct_of_copy_ceiling, 1, ".1f", "%")
+    if r.rates.cache_resident:
+        pct = "cache-resident"
+    return [
+        r.variant,
+        fmt(r.fusion.kernels),
+        fmt(r.fusion.real_fusions),
+        fmt(r.fusion.modeled_bytes, 1e-6),
+        fmt(r.rates.achieved_bytes_per_s, 1e-9),
+        pct,
+        fmt(r.rates.tflops, 1, ".3g"),
+        fmt(r.compile.compile_s, 1, ".2f"),
+        _numerics(r),
+    ]
+
+
+def _interval(ci: Sequence[float] | None) -> str:
+    return f"{ci[0]:.2f}-{ci[1]:.2f}" if ci else "-"
+
+
+def _numerics(r: CellResult) -> str:
+    if r.variant == r.reference:
+        return "reference"
+    if r.numerics.reference_error:
+        return f"not checked: {r.numerics.reference_error}"
+    if r.numerics.within_tolerance is None:
+        return "-"
+    if r.numerics.within_tolerance:
+        return "ok"
+    part = f" in {r.numerics.worst_part}" if r.numerics.worst_part else ""
+    return f"FLAGGED ({r.numerics.max_abs_diff:.2g}{part})"
+
+
+def fmt(value: Any, scale: float = 1, spec: str = "", suffix: str = "") -> str:
+    """Scaled and formatted; without a spec, large numbers get thousands separators."""
+    if value is None:
+        return "-"
+    scaled = value * scale
+    if not spec:
+        spec = ",.0f" if abs(scaled) >= 100 else ".3g"
+    return f"{scaled:{spec}}{suffix}"
