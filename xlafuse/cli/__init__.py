@@ -3,6 +3,10 @@
 Each subcommand lives in its own module with `register(subparsers)`, which adds its parser and
 sets `func(args) -> int`. Errors a user can fix (XlafuseError, ValueError, a missing file) print
 one line on stderr and exit 2; `--debug` shows the traceback instead.
+
+A command module imports its library code inside the functions that run the command, not at its
+top: `xlafuse --help` builds every parser, and so imports every command module, without JAX
+(tests/test_cli_first_hour.py starts a fresh interpreter to check it).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ _COMMANDS = (
     "inspect",
     "diff",
     "explain",
+    "workloads",
     "variants",
     "passes",
     "warmup",
@@ -34,8 +39,9 @@ USAGE_ERROR = 2
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The argument parser: with `command`, that subcommand only; else every one registered.
 
-    One command's module is imported, not all of them: a command that reads HLO or results
-    (`inspect DUMP`, `diff A B`, `explain DUMP`, `report`) then starts without importing JAX.
+    One command's module is imported, not all of them; none imports JAX before it runs, so a
+    command that reads HLO or results (`inspect DUMP`, `diff A B`, `explain DUMP`, `report`)
+    starts without it.
     """
     parser = argparse.ArgumentParser(
         prog="xlafuse", description="See what XLA's kernel fusion does to JAX/Flax models."

@@ -1,7 +1,8 @@
-"""A one-line progress display on stderr for the commands that compile: step, cell, elapsed time.
+"""Progress on stderr for the commands that compile: one line per step, never on stdout.
 
-Shown only when stderr is a terminal, so pipes, files and `--json` output stay clean; it is
-transient (erased when the command ends) and never writes to stdout.
+On a terminal, a transient line with a spinner and the elapsed time (erased when the command
+ends); elsewhere (a pipe, a file, CI logs), one plain line per step, flushed as the step starts,
+so a compile of a minute is not a minute of silence. stdout stays the command's output (JSON too).
 """
 
 from __future__ import annotations
@@ -11,57 +12,62 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import TextIO
 
-from rich.console import Console
-from rich.markup import escape
-from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
-
-def is_tty(stream: TextIO) -> bool:
-    """Whether `stream` is an interactive terminal."""
-    try:
-        return stream.isatty()
-    except (AttributeError, ValueError):  # closed or not a real file
-        return False
+from xlafuse.experiment.progress import is_terminal
 
 
 @contextlib.contextmanager
 def steps(
-    total: int | None = None, stream: TextIO | None = None, force: bool = False
+    command: str, total: int | None = None, stream: TextIO | None = None, force: bool = False
 ) -> Iterator[Callable[[str], None]]:
-    """Yield `step(line)`, which shows `[i/total] line` with a spinner and the elapsed time.
+    """Yield `step(line)`, which shows `[i/total] line`: drawn on a terminal, else one line.
 
-    Nothing is drawn until the first step, and the display is erased at the end.
+    Nothing is shown until the first step. Off a terminal the line reads
+    `xlafuse COMMAND: [i/total] line`.
 
     Args:
+      command: the subcommand, named in the plain lines.
       total: the number of steps when known (shown as i/total), else only i.
-      stream: where to draw; stderr when None.
-      force: draw even when the stream is not a terminal (tests).
+      stream: where to show; stderr when None.
+      force: draw as on a terminal even when the stream is not one (tests).
     """
     stream = stream if stream is not None else sys.stderr
-    if not (force or is_tty(stream)):
-        yield lambda line: None
+    count = {"done": 0}
+
+    def numbered(line: str) -> str:
+        count["done"] += 1
+        return f"[{count['done']}{f'/{total}' if total else ''}] {line}"
+
+    if force or is_terminal(stream):
+        with _drawn(stream, force) as draw:
+            yield lambda line: draw(numbered(line))
         return
+    yield lambda line: print(f"xlafuse {command}: {numbered(line)}", file=stream, flush=True)
 
+
+@contextlib.contextmanager
+def _drawn(stream: TextIO, force: bool) -> Iterator[Callable[[str], None]]:
+    """A transient rich line (spinner, text, elapsed time) on `stream`, started by the first draw."""
+    # rich on use: only a terminal draws, and `xlafuse --help` imports this module
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    console = Console(file=stream, force_terminal=force or None, width=160 if force else None)
     progress = Progress(
-        SpinnerColumn(),
-        TextColumn("{task.description}"),
-        TimeElapsedColumn(),
-        console=Console(file=stream, force_terminal=force or None, width=160 if force else None),
-        transient=True,
-    )
-    state = {"task": None, "done": 0}  # drawn from the first step: no slow step, nothing drawn
+        SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
+        console=console, transient=True,
+    )  # fmt: skip
+    task = []  # drawn from the first step: no slow step, nothing drawn
 
-    def step(line: str) -> None:
-        if state["task"] is None:
+    def draw(text: str) -> None:
+        if not task:
             progress.start()
-            state["task"] = progress.add_task("", total=None)
-        state["done"] += 1
-        of = f"/{total}" if total else ""
-        progress.update(state["task"], description=escape(f"[{state['done']}{of}] {line}"))
+            task.append(progress.add_task("", total=None))
+        progress.update(task[0], description=escape(text))
         progress.refresh()
 
     try:
-        yield step
+        yield draw
     finally:
-        if state["task"] is not None:
+        if task:
             progress.stop()

@@ -5,17 +5,15 @@ from __future__ import annotations
 import json
 
 from xlafuse.cli import _progress
-from xlafuse.compile import variants
-from xlafuse.measure import coldstart
-from xlafuse.models import registry
 from xlafuse.models.names import workload_label
-from xlafuse.report.coldstart import coldstart_text
 
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         "coldstart",
-        help="measure a workload's cold start in fresh processes (cache empty/warm, AOT export)",
+        help="time a workload's cold start in fresh processes",
+        description="Start fresh processes that import, build, compile and call one workload: "
+        "with an empty and a warm compilation cache, and loading a jax.export artifact.",
     )
     p.add_argument("--workload", required=True, help="a workload name, e.g. gpt2")
     p.add_argument("--size", default="tiny", help="tiny, small or full (default: tiny)")
@@ -38,11 +36,15 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
+    # on use, not at the top: `xlafuse --help` imports no JAX (see xlafuse.cli)
+    from xlafuse.measure import coldstart
+    from xlafuse.report.coldstart import coldstart_text
+
     spec = {"name": args.workload, "size": args.size, "mode": args.mode, "dtype": args.dtype}
     _check(spec, args.variant)
     label = f"{workload_label(args.workload, args.size, args.mode)} @ {args.variant}"
     warm = args.cache is not None and coldstart.cache_entry_count(args.cache) > 0
-    with _progress.steps(total=(1 if warm else 2) if args.no_aot else 3) as step:
+    with _progress.steps("coldstart", total=(1 if warm else 2) if args.no_aot else 3) as step:
         result = coldstart.measure_cold_start(
             spec,
             args.variant,
@@ -57,5 +59,8 @@ def run(args) -> int:
 
 def _check(spec: dict, variant: str) -> None:
     """Fail fast, with the accepted names, before any child process starts."""
+    from xlafuse.compile import variants  # on use, as in `run`
+    from xlafuse.models import registry
+
     variants.get(variant)
     registry.check(spec["name"], spec["size"], spec["mode"], spec["dtype"])

@@ -7,15 +7,17 @@ import json
 from xlafuse import models
 from xlafuse.cli import _progress
 from xlafuse.cli._devices import add_mesh_arguments, overrides, rerun_if_needed
-from xlafuse.experiment.compare import compare_workload
 from xlafuse.models.names import workload_label
 
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
-        "compare", help="compile one workload under several variants and tabulate what changed"
+        "compare",
+        help="one workload under several variants, one table",
+        description="Compile one workload under several variants, call each once, and tabulate "
+        "kernels, fusions, modeled bytes, compile seconds and whether the outputs agree.",
     )
-    p.add_argument("workload", help="a workload name (see `xlafuse.models.available()`)")
+    p.add_argument("workload", help="a workload name (see `xlafuse workloads`)")
     p.add_argument("--size", default="tiny", help="tiny, small or full (default: tiny)")
     p.add_argument("--mode", default="forward", help="forward or train (default: forward)")
     p.add_argument(
@@ -29,13 +31,16 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
+    # on use, not at the top: `xlafuse --help` imports no JAX (see xlafuse.cli)
+    from xlafuse.experiment.compare import compare_workload
+
     if (status := rerun_if_needed(args)) is not None:
         return status
     names = [v.strip() for v in args.variants.split(",") if v.strip()]
-    label = f"{workload_label(args.workload, args.size, args.mode)}"
+    label = workload_label(args.workload, args.size, args.mode, overrides(args))
     if args.devices > 1:
         label += f" ({args.parallelism}-parallel on {args.devices} devices)"
-    with _progress.steps(total=1 + len(names)) as step:
+    with _progress.steps("compare", total=1 + len(names)) as step:
         step(f"building {label}")
         workload = models.build(
             args.workload,

@@ -7,10 +7,7 @@ import json
 from xlafuse.cli import _progress
 from xlafuse.cli._devices import add_mesh_arguments, overrides, rerun_if_needed
 from xlafuse.errors import XlafuseError
-from xlafuse.inspect.explain import diff_targets
 from xlafuse.models.names import workload_label
-from xlafuse.report.explain_text import check_top, render_diff
-from xlafuse.report.kernels import render_measured_diff
 
 
 def register(subparsers) -> None:
@@ -49,16 +46,17 @@ def register(subparsers) -> None:
 
 def run(args) -> int:
     """Diffs A and B and prints the text or JSON."""
+    # on use, not at the top: `xlafuse --help` imports no library code (see xlafuse.cli)
+    from xlafuse.inspect.explain import diff_targets
+    from xlafuse.report.explain_text import check_top, render_diff
+
     check_top(args.top)
     if args.workload and (status := rerun_if_needed(args)) is not None:
         return status
     variants = tuple(v.strip() for v in args.variants.split(",") if v.strip())
     if args.measure:
         return _measured(args, variants)
-    with _progress.steps(total=1) as step:
-        if args.workload:
-            label = f"{workload_label(args.workload, args.size, args.mode)}"
-            step(f"building and compiling {label} @ {' and @ '.join(variants)}")
+    with _progress.steps("diff", total=2) as step:
         diff = diff_targets(
             args.a,
             args.b,
@@ -70,6 +68,7 @@ def run(args) -> int:
             args.devices,
             args.parallelism,
             overrides(args),
+            step,
         )
     print(json.dumps(diff.to_dict(), indent=1) if args.json else render_diff(diff, args.top))
     return 0
@@ -78,6 +77,8 @@ def run(args) -> int:
 def _measured(args, variants: tuple[str, ...]) -> int:
     """`--measure`: both variants compiled, traced and joined; groups by measured time saved."""
     from xlafuse.measure.kernel_diff import measure_workload_diff  # JAX: only --measure needs it
+    from xlafuse.report.explain_text import render_diff
+    from xlafuse.report.kernels import render_measured_diff
 
     if not args.workload or args.a or args.b:
         raise XlafuseError("--measure needs --workload NAME (HLO files cannot be traced)")
@@ -85,7 +86,7 @@ def _measured(args, variants: tuple[str, ...]) -> int:
         raise XlafuseError(f"--variants needs two names like default,no-fusion; got {variants}")
     if args.calls < 1:
         raise XlafuseError(f"--calls must be a positive number of calls, not {args.calls}")
-    with _progress.steps(total=1) as step:
+    with _progress.steps("diff", total=1) as step:
         step(
             f"compiling and tracing {workload_label(args.workload, args.size, args.mode)} @ {' and @ '.join(variants)}"
         )

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import json
 
-from xlafuse.inspect.explain import explain_target
-from xlafuse.report.explain_text import check_top, render_explain
+from xlafuse.cli import _progress
 
 
 def register(subparsers) -> None:
@@ -37,10 +36,23 @@ def register(subparsers) -> None:
 
 def run(args) -> int:
     """Explains the target and prints the text or JSON."""
+    # on use, not at the top: `xlafuse --help` imports no library code (see xlafuse.cli)
+    from xlafuse.inspect.explain import explain_target, explained_variants
+    from xlafuse.report.explain_text import check_top, render_explain
+
     check_top(args.top)
-    report = explain_target(
-        args.folder, args.module, args.workload, args.variant, args.against, args.size, args.mode
-    )
+    total = len(explained_variants(args.variant, args.against))
+    with _progress.steps("explain", total=total) as step:
+        report = explain_target(
+            args.folder,
+            args.module,
+            args.workload,
+            args.variant,
+            args.against,
+            args.size,
+            args.mode,
+            step,
+        )
     if args.json:
         out = report.explanation.to_dict()
         out["removed"] = [b.to_dict() for b in report.removed]

@@ -8,10 +8,7 @@ from pathlib import Path
 from xlafuse.cli import _progress
 from xlafuse.cli._devices import add_mesh_arguments, overrides, rerun_if_needed
 from xlafuse.errors import XlafuseError
-from xlafuse.inspect.targets import inspect_target
-from xlafuse.models.names import workload_label
-from xlafuse.report.graph import render_svg, to_dot
-from xlafuse.report.inspect_text import SORT_KEYS, render_text
+from xlafuse.report.inspect_text import SORT_KEYS
 
 
 def register(subparsers) -> None:
@@ -38,13 +35,13 @@ def register(subparsers) -> None:
 
 def run(args) -> int:
     """Inspects the target and prints the text report or JSON; writes DOT/SVG when asked."""
+    # on use, not at the top: `xlafuse --help` imports no library code (see xlafuse.cli)
+    from xlafuse.inspect.targets import inspect_target
+    from xlafuse.report.inspect_text import render_text
+
     if args.workload and (status := rerun_if_needed(args)) is not None:
         return status
-    with _progress.steps(total=1) as step:
-        if args.workload:
-            step(
-                f"building and compiling {workload_label(args.workload, args.size, args.mode)} @ {args.variant}"
-            )
+    with _progress.steps("inspect", total=1) as step:
         result = inspect_target(
             path=args.target,
             module=args.module,
@@ -55,6 +52,7 @@ def run(args) -> int:
             devices=args.devices,
             parallelism=args.parallelism,
             overrides=overrides(args),
+            on_step=step,
         )
     if args.dot or args.svg:
         _write_graph(result, args.dot, args.svg)
@@ -66,6 +64,8 @@ def run(args) -> int:
 
 
 def _write_graph(result, dot_path: Path | None, svg_path: Path | None) -> None:
+    from xlafuse.report.graph import render_svg, to_dot  # on use, as in `run`
+
     if result.hlo is None:
         raise XlafuseError("--dot/--svg draw one module: pick one with --module NAME")
     dot_text = to_dot(result.hlo, result.report)

@@ -5,9 +5,6 @@ from __future__ import annotations
 import argparse
 import sys
 
-from xlafuse.report.markdown import write_report
-from xlafuse.results.records import read_results
-
 
 def register(subparsers) -> None:
     """Add the `report` subcommand."""
@@ -30,6 +27,10 @@ def register(subparsers) -> None:
 
 def report(args: argparse.Namespace) -> int:
     """Write the report and print its path; say on stderr which lines were not records."""
+    # on use, not at the top: `xlafuse --help` imports no report code (see xlafuse.cli)
+    from xlafuse.report.markdown import write_report
+    from xlafuse.results.records import read_results
+
     note = read_results(args.results).skipped_note()
     if note:
         print(note, file=sys.stderr)

@@ -5,10 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from xlafuse.compile.devices import needs_host_devices, rerun_with_host_devices
 from xlafuse.errors import XlafuseError
-from xlafuse.experiment.config import load_config
-from xlafuse.experiment.runner import run_experiment
 
 SOME_CELLS_FAILED = 1
 CONFIG_ERROR = 2
@@ -18,7 +15,7 @@ def register(subparsers) -> None:
     """Add the `run` subcommand."""
     parser = subparsers.add_parser(
         "run",
-        help="run an experiment config (workloads x variants) and write report.md",
+        help="run a config's workloads x variants; write report.md",
         description="Run every cell of a TOML experiment config, appending one JSON line per "
         "cell; a re-run skips cells already done. Exit 0: all cells ok; 1: some cells "
         "errored; 2: the config is invalid.",
@@ -42,6 +39,11 @@ def _names(text: str) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     """Run the config; exit status 0 all ok, 1 some cells errored, 2 invalid config."""
+    # on use, not at the top: `xlafuse --help` imports no JAX (see xlafuse.cli)
+    from xlafuse.compile.devices import needs_host_devices, rerun_with_host_devices
+    from xlafuse.experiment.config import load_config
+    from xlafuse.experiment.runner import run_experiment
+
     try:
         config = load_config(args.config)
     except XlafuseError as err:

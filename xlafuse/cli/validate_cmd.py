@@ -8,13 +8,7 @@ import sys
 from pathlib import Path
 
 from xlafuse.cli._devices import parse_overrides
-from xlafuse.compile import variants
 from xlafuse.errors import XlafuseError
-from xlafuse.experiment.config import load_config
-from xlafuse.measure.validate import result_from_dict
-from xlafuse.measure.validate_run import require_tools, validate_cells, validate_config
-from xlafuse.models import registry
-from xlafuse.report.validation import format_text, write_validation
 
 SOME_CELLS_OFF = 1
 
@@ -23,7 +17,7 @@ def register(subparsers) -> None:
     """Add the `validate` subcommand."""
     p = subparsers.add_parser(
         "validate",
-        help="profile one call per cell under ncu; compare kernels, bytes and time (GPU)",
+        help="check kernels and modeled bytes against Nsight Compute (GPU)",
         description="Run cells under Nsight Compute and judge xlafuse's kernel list and traffic "
         "model per kernel. Cells come from a CONFIG or from --workload. Exit 0: every cell ok; "
         "1: some cell is off; 2: bad arguments, or no ncu or no GPU.",
@@ -58,6 +52,11 @@ def register(subparsers) -> None:
 
 def run(args) -> int:
     """Validate the chosen cells; print the tables (or JSON); write files with --out."""
+    # on use, not at the top: `xlafuse --help` imports no JAX (see xlafuse.cli)
+    from xlafuse.experiment.config import load_config
+    from xlafuse.measure.validate_run import require_tools, validate_cells, validate_config
+    from xlafuse.report.validation import write_validation
+
     _check_usage(args)
     if args.rejudge:
         return _rejudge(args)
@@ -90,6 +89,9 @@ def run(args) -> int:
 
 def _rejudge(args) -> int:
     """Judge the measurements recorded in an earlier validation.json again."""
+    from xlafuse.measure.validate import result_from_dict  # on use, as in `run`
+    from xlafuse.report.validation import write_validation
+
     try:
         payload = json.loads(Path(args.rejudge).read_text())
         results = [result_from_dict(cell) for cell in payload["cells"]]
@@ -112,11 +114,16 @@ def _command() -> str:
 
 
 def _print(results, as_json: bool) -> int:
+    from xlafuse.report.validation import format_text  # on use, as in `run`
+
     print(json.dumps([r.to_dict() for r in results], indent=1) if as_json else format_text(results))
     return 0 if all(r.ok for r in results) else SOME_CELLS_OFF
 
 
 def _check_usage(args) -> None:
+    from xlafuse.compile import variants  # on use, as in `run`
+    from xlafuse.models import registry
+
     if args.rejudge:
         if args.config or args.workload:
             raise XlafuseError(

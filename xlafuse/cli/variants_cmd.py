@@ -4,10 +4,6 @@ from __future__ import annotations
 
 import json
 
-import jax
-
-from xlafuse.compile import variants
-
 
 def register(subparsers) -> None:
     """Adds the `variants` parser."""
@@ -22,6 +18,11 @@ def register(subparsers) -> None:
 
 def run(args) -> int:
     """Prints one block per preset: name, applies here or not, description, XLA options."""
+    # on use, not at the top: `xlafuse --help` imports no JAX (see xlafuse.cli)
+    import jax
+
+    from xlafuse.compile import variants
+
     backend = jax.default_backend()
     rows = [_describe(variants.get(name), backend) for name in variants.available()]
     if args.json:
@@ -44,6 +45,8 @@ def run(args) -> int:
 
 
 def _torch_line(row: dict) -> str:
+    from xlafuse.compile.variants import TORCH_INSTALL  # on use, as in `run`
+
     kwargs = row["torch_compile"]
     how = (
         "eager"
@@ -51,18 +54,20 @@ def _torch_line(row: dict) -> str:
         else f"torch.compile({', '.join(f'{k}={v!r}' for k, v in kwargs.items())})"
     )
     version = row["framework_version"]
-    installed = f"torch {version}" if version else f"torch not installed: {variants.TORCH_INSTALL}"
+    installed = f"torch {version}" if version else f"torch not installed: {TORCH_INSTALL}"
     return f"the workload's PyTorch twin, {how} ({installed})"
 
 
-def _describe(variant: variants.Variant, backend: str) -> dict:
+def _describe(variant, backend: str) -> dict:
+    from xlafuse.compile.variants import DISABLE_PASSES  # on use, as in `run`
+
     applies = variant.applies_to(backend)
     if applies:
         options = variant.compiler_options(backend)
     else:  # not validated: its passes belong to another backend's XLA
         options = variant.options_for(backend)
         if variant.passes_for(backend):
-            options[variants.DISABLE_PASSES] = ",".join(variant.passes_for(backend))
+            options[DISABLE_PASSES] = ",".join(variant.passes_for(backend))
     return {
         "name": variant.name,
         "description": variant.description,

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import json
 
-from xlafuse.experiment.config import load_config
-from xlafuse.experiment.warmup import warmup_config
+from xlafuse.cli import _progress
 
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         "warmup",
-        help="compile every workload x variant of a config into a persistent-cache folder",
+        help="compile a config's cells into a compilation-cache folder",
+        description="Compile every cell (workload x variant) of an experiment config into a "
+        "persistent compilation-cache folder, for later processes to load instead of compiling.",
     )
     p.add_argument("config", help="an experiment config (.toml)")
     p.add_argument("--cache", required=True, metavar="DIR", help="the cache folder to fill")
@@ -20,7 +21,13 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    summary = warmup_config(load_config(args.config), args.cache)
+    # on use, not at the top: `xlafuse --help` imports no JAX (see xlafuse.cli)
+    from xlafuse.experiment.config import load_config
+    from xlafuse.experiment.warmup import warmup_cells, warmup_config
+
+    config = load_config(args.config)
+    with _progress.steps("warmup", total=warmup_cells(config)) as step:
+        summary = warmup_config(config, args.cache, on_step=step)
     if args.json:
         print(json.dumps(summary.to_dict(), indent=1))
         return 0

@@ -1,26 +1,37 @@
-"""What a run prints: a rich progress bar with an ETA and one line per finished cell."""
+"""What a run prints: one line per finished cell, and on a terminal a progress bar with an ETA.
+
+The lines are never wrapped: piped (`xlafuse run ... | tee log`), they are plain `print`s, one
+record a line; on a terminal rich prints them in soft-wrap mode, so the terminal folds a long
+line, not rich at its idea of the width (80 columns off a terminal).
+"""
 
 from __future__ import annotations
 
 import os
 import sys
+from typing import TextIO
 
-from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
+
+def is_terminal(stream: TextIO) -> bool:
+    """Whether `stream` is an interactive terminal."""
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):  # closed or not a real file
+        return False
 
 
 class Reporter:
-    """A rich progress bar with an ETA (optional) and one printed line per finished cell."""
+    """One printed line per finished cell; a progress bar with an ETA on a terminal (optional).
 
-    def __init__(self, enabled: bool, total: int):
-        self._enabled = enabled and total > 1
+    Args:
+      enabled: show the progress bar (on a terminal, for more than one cell).
+      total: the cells to run.
+      stream: where to print; stdout when None.
+    """
+
+    def __init__(self, enabled: bool, total: int, stream: TextIO | None = None):
+        self._stream = stream if stream is not None else sys.stdout
+        self._enabled = enabled and total > 1 and is_terminal(self._stream)
         self._total = total
         self._progress = None
         self._task = None
@@ -28,16 +39,7 @@ class Reporter:
 
     def __enter__(self) -> Reporter:
         if self._enabled:
-            self._progress = Progress(
-                TextColumn("cells"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TimeElapsedColumn(),
-                TextColumn("ETA"),
-                TimeRemainingColumn(),
-                transient=True,
-                console=_console(),
-            )
+            self._progress = _progress_bar(self._stream)
             self._progress.__enter__()
             self._task = self._progress.add_task("cells", total=self._total)
         return self
@@ -53,7 +55,7 @@ class Reporter:
             if self._progress is not None:
                 self._progress.console.print(line, markup=False, highlight=False)
             else:
-                print(line, flush=True)
+                print(line, file=self._stream, flush=True)
         except BrokenPipeError:
             self._closed = True
             _silence_stdout()
@@ -63,15 +65,36 @@ class Reporter:
             self._progress.advance(self._task)
 
 
-def _console():
-    """A rich console that goes quiet when stdout closes (rich's default exits the process)."""
+def _progress_bar(stream: TextIO):
+    """rich's bar (cells, bar, done/total, elapsed, ETA) on a console that never wraps a line."""
+    # rich on use: only a terminal draws a bar
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
     class _Console(Console):
+        """Goes quiet when stdout closes (rich's default exits the process)."""
+
         def on_broken_pipe(self) -> None:
             self.quiet = True
             _silence_stdout()
 
-    return _Console()
+    return Progress(
+        TextColumn("cells"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
+        transient=True,
+        console=_Console(file=stream, soft_wrap=True),
+    )
 
 
 def _silence_stdout() -> None:

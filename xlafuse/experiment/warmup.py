@@ -73,6 +73,7 @@ def warmup(
     *args: Any,
     cache_dir: str | os.PathLike,
     variants: Sequence[Any] = ("default",),
+    on_step: Callable[[str], None] | None = None,
     **jit_kwargs: Any,
 ) -> WarmupSummary:
     """Compile functions under each variant with the persistent cache pointed at `cache_dir`.
@@ -83,6 +84,7 @@ def warmup(
       *args: example arguments when a function is given.
       cache_dir: the cache folder (created if missing).
       variants: preset names, "a+b", Variants or dicts of XLA options.
+      on_step: called with a line ("compiling mlp/tiny/forward @ default") before each compile.
       **jit_kwargs: passed to `jax.jit` when a function is given (donate_argnums, ...).
 
     Returns:
@@ -94,13 +96,7 @@ def warmup(
       XlafuseError: `cache_dir` cannot serve as a cache folder (a file, or not writable).
     """
     check_cache_dir(cache_dir)
-    resolved = [get(v) for v in variants]
-    for variant in resolved:
-        if variant.process_flags:
-            raise ValueError(
-                f"variant {variant.name!r} needs XLA_FLAGS {list(variant.process_flags)} at "
-                "process start: run the warm-up in a process started with them"
-            )
+    resolved = _in_process_variants(variants)
     before = cache_entry_count(cache_dir)
     labels: list[str] = []
     hits: list[str] = []
@@ -108,16 +104,20 @@ def warmup(
     with persistent_cache(cache_dir) as folder, cache_events() as counted:
         for label, fn, fn_args, kwargs in _targets(fn_or_workloads, args, jit_kwargs):
             for variant in resolved:
+                labels.append(f"{label} @ {variant.name}")
+                if on_step is not None:
+                    on_step(f"compiling {labels[-1]}")
                 hits_before = counted[CACHE_HITS]
                 compile_s += _compile(fn, fn_args, kwargs, variant)
-                labels.append(f"{label} @ {variant.name}")
                 if counted[CACHE_HITS] > hits_before:
                     hits.append(labels[-1])
     after = cache_entry_count(folder)
     return WarmupSummary(str(folder), tuple(labels), before, after, compile_s, tuple(hits))
 
 
-def warmup_config(config: Any, cache_dir: str | os.PathLike) -> WarmupSummary:
+def warmup_config(
+    config: Any, cache_dir: str | os.PathLike, on_step: Callable[[str], None] | None = None
+) -> WarmupSummary:
     """Pre-compile every cell (workload x variant) of an experiment config into `cache_dir`.
 
     Variants that do not apply to this backend are skipped, as the runner skips them, and so
@@ -126,15 +126,38 @@ def warmup_config(config: Any, cache_dir: str | os.PathLike) -> WarmupSummary:
     Args:
       config: an `ExperimentConfig` (`xlafuse.experiment.config.load_config`).
       cache_dir: the cache folder.
+      on_step: as for `warmup`.
     """
+    variants = _config_variants(config)
+    return warmup(list(config.workloads), cache_dir=cache_dir, variants=variants, on_step=on_step)
+
+
+def warmup_cells(config: Any) -> int:
+    """The compiles `warmup_config` makes of `config`: its workloads x the variants it compiles."""
+    return len(config.workloads) * len(_config_variants(config))
+
+
+def _config_variants(config: Any) -> list:
+    """The variants of `config` that compile here, in this process (see `warmup_config`)."""
     backend = jax.default_backend()
     variants = [v.resolve() for v in config.variants]
-    variants = [
+    return [
         v
         for v in variants
         if v.applies_to(backend) and not v.process_flags and v.framework == "jax"
     ]
-    return warmup(list(config.workloads), cache_dir=cache_dir, variants=variants)
+
+
+def _in_process_variants(variants: Sequence[Any]) -> list:
+    """The variants resolved; a ValueError for one that needs process-wide XLA flags."""
+    resolved = [get(v) for v in variants]
+    for variant in resolved:
+        if variant.process_flags:
+            raise ValueError(
+                f"variant {variant.name!r} needs XLA_FLAGS {list(variant.process_flags)} at "
+                "process start: run the warm-up in a process started with them"
+            )
+    return resolved
 
 
 def _targets(fn_or_workloads, args, jit_kwargs):
@@ -149,8 +172,14 @@ def _targets(fn_or_workloads, args, jit_kwargs):
     if _is_workload(items) or isinstance(items, str | dict) or hasattr(items, "to_dict"):
         items = [items]
     for item in items:
-        workload = item if _is_workload(item) else build_workload(workload_spec(item))
-        label = workload_label(workload.name, workload.size, workload.mode)
+        if _is_workload(item):  # built: which of its configuration were overrides is not known
+            workload, label = item, workload_label(item.name, item.size, item.mode)
+        else:
+            spec = workload_spec(item)
+            workload = build_workload(spec)
+            label = workload_label(
+                spec["name"], spec["size"], spec["mode"], spec["overrides"], spec["dtype"]
+            )
         # No donation: the runner and the cold-start children compile this way (same cache key).
         donate = {"donate_argnums": workload.donate_argnums} if workload.donate_argnums else {}
         yield label, workload.fn, workload.args, donate  # as `compile_workload` compiles it

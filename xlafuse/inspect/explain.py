@@ -9,12 +9,14 @@ priority-fusion dump to a temporary folder) or an `--xla_dump_to` folder holding
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from xlafuse import models
 from xlafuse.errors import XlafuseError
 from xlafuse.hlo.diff import FusionDiff, diff_modules
+from xlafuse.hlo.dump import read_hlo
 from xlafuse.hlo.explain import Boundary, Explanation, explain_module, removed_boundaries
 from xlafuse.hlo.parse import parse_hlo
 from xlafuse.hlo.priority_dump import (
@@ -24,6 +26,7 @@ from xlafuse.hlo.priority_dump import (
     read_priority_dump,
 )
 from xlafuse.inspect.targets import ACCEPTED, load_module
+from xlafuse.models.names import workload_label
 
 DUMP_OPTIONS = {"xla_dump_hlo_pass_re": "priority-fusion"}
 
@@ -76,10 +79,12 @@ def compile_for_explain(
     devices: int = 1,
     parallelism: str = "data",
     overrides: dict | None = None,
+    on_step: Callable[[str], None] | None = None,
 ) -> CompiledHlo:
     """Lowers a workload once and compiles it under each variant (dumping on the GPU).
 
-    With `devices` > 1 the workload is sharded (`xlafuse.models.build`).
+    With `devices` > 1 the workload is sharded (`xlafuse.models.build`). `on_step` is called
+    with a line ("compiling mlp/tiny/forward @ no-fusion") before each compile.
 
     Raises:
         UnknownNameError: an unknown workload, size, mode or variant.
@@ -104,6 +109,8 @@ def compile_for_explain(
     unoptimized = unoptimized_hlo(work)
     optimized, dumps = {}, {}
     for name, variant in chosen.items():
+        if on_step is not None:
+            on_step(f"compiling {workload_label(workload, size, mode, overrides)} @ {name}")
         if backend != "gpu" or variant.process_flags:
             optimized[name] = compile_workload(work, variant).hlo_text
             continue
@@ -129,8 +136,11 @@ def explain_target(
     against: str | None = "no-fusion",
     size: str = "tiny",
     mode: str = "forward",
+    on_step: Callable[[str], None] | None = None,
 ) -> ExplainReport:
     """Explains a dump folder's module, or a workload under `variant` (compared with `against`).
+
+    `on_step`: as for `compile_for_explain`, one line per variant of `explained_variants`.
 
     Raises:
         XlafuseError: no target or both; a folder without the three files; unknown names.
@@ -141,8 +151,8 @@ def explain_target(
         raise XlafuseError("give a dump folder or --workload NAME (exactly one)")
     if folder is not None:
         return _explain_folder(Path(folder), module)
-    variants = (variant,) if against in (None, "", variant) else (variant, against)
-    hlo = compile_for_explain(workload, variants, size, mode)
+    variants = explained_variants(variant, against)
+    hlo = compile_for_explain(workload, variants, size, mode, on_step=on_step)
     unopt = parse_hlo(hlo.unoptimized, f"{hlo.label} (unoptimized)")
 
     def explain(v: str) -> Explanation:
@@ -157,7 +167,17 @@ def explain_target(
     return ExplainReport(hlo.label, hlo.backend, variant, main, other and variants[1], removed)
 
 
+def explained_variants(variant: str, against: str | None) -> tuple[str, ...]:
+    """The variants `explain_target` compiles a workload under: `variant`, then `against`."""
+    return (variant,) if against in (None, "", variant) else (variant, against)
+
+
 def _explain_folder(folder: Path, module: str | None) -> ExplainReport:
+    if folder.is_file():
+        raise XlafuseError(
+            f"{str(folder)!r} is a file; explain reads an --xla_dump_to folder (with a "
+            "priority-fusion dump), or --workload NAME; one HLO file: `xlafuse inspect FILE`"
+        )
     if not folder.is_dir():
         raise FileNotFoundError(
             f"no such folder: {str(folder)!r} (expected an --xla_dump_to folder)"
@@ -207,9 +227,15 @@ def diff_workload(
     devices: int = 1,
     parallelism: str = "data",
     overrides: dict | None = None,
+    on_step: Callable[[str], None] | None = None,
 ) -> FusionDiff:
-    """One workload under two variants, both traced to its unoptimized module."""
-    hlo = compile_for_explain(workload, variants, size, mode, devices, parallelism, overrides)
+    """One workload under two variants, both traced to its unoptimized module.
+
+    `on_step`: as for `compile_for_explain`.
+    """
+    hlo = compile_for_explain(
+        workload, variants, size, mode, devices, parallelism, overrides, on_step
+    )
     texts = (hlo.unoptimized, hlo.optimized[variants[0]], hlo.optimized[variants[1]])
     ref, a, b = (parse_hlo(t, f"{hlo.label}") for t in texts)
     return diff_modules(a, b, variants, ref, texts)
@@ -272,6 +298,7 @@ def diff_targets(
     devices: int = 1,
     parallelism: str = "data",
     overrides: dict | None = None,
+    on_step: Callable[[str], None] | None = None,
 ):
     """Diffs two HLO files, or one workload under two variants (see `xlafuse.hlo.diff`).
 
@@ -287,6 +314,7 @@ def diff_targets(
         devices: with a workload, shard it over this many devices.
         parallelism: with a workload on devices > 1, "data" or "model".
         overrides: with a workload, size-table or option overrides (e.g. `{"batch": 8}`).
+        on_step: with a workload, called with a line before each of its two compiles.
 
     Returns:
         The `xlafuse.hlo.diff.FusionDiff` of A to B.
@@ -300,7 +328,9 @@ def diff_targets(
             raise XlafuseError("give two HLO files, or --workload with --variants, not both")
         if not variants or len(variants) != 2:
             raise XlafuseError(f"--variants needs two names like default,no-fusion; got {variants}")
-        return diff_workload(workload, tuple(variants), size, mode, devices, parallelism, overrides)
+        return diff_workload(
+            workload, tuple(variants), size, mode, devices, parallelism, overrides, on_step
+        )
     if a is None or b is None:
         raise XlafuseError("give two HLO files A B, or --workload NAME --variants V1,V2")
     for path in (a, b):
@@ -312,7 +342,7 @@ def diff_targets(
         if not Path(path).exists():
             raise XlafuseError(f"no such file or folder: {str(path)!r}; {ACCEPTED}")
     reference = reference if reference is not None else reference_beside(a)
-    ref = load_module(reference) if reference is not None else None
-    texts = tuple(Path(p).read_text() if p is not None else None for p in (reference, a, b))
+    ref, module_a, module_b = (load_module(p) if p else None for p in (reference, a, b))
+    texts = tuple(read_hlo(Path(p))[0] if p else None for p in (reference, a, b))
     labels = (Path(a).name, Path(b).name)
-    return diff_modules(load_module(a), load_module(b), labels, ref, texts)
+    return diff_modules(module_a, module_b, labels, ref, texts)

@@ -18,7 +18,7 @@ Bytes are modeled HBM bytes (see `xlafuse.hlo.traffic`), not measurements.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -36,6 +36,7 @@ from xlafuse.hlo import (
 from xlafuse.hlo.collectives import analyze_collectives
 from xlafuse.hlo.dump import module_label, read_hlo
 from xlafuse.inspect.schema import InspectResult, ModuleSummary
+from xlafuse.models.names import workload_label
 
 HLO_TEXT = "expected optimized HLO text (Compiled.as_text() or a dumped *after_optimizations.txt)"
 ACCEPTED = (
@@ -54,6 +55,7 @@ def inspect_target(
     overrides: Mapping[str, Any] | None = None,
     devices: int = 1,
     parallelism: str = "data",
+    on_step: Callable[[str], None] | None = None,
 ) -> InspectResult:
     """Inspects an HLO file, a dump folder (or one module of it), or a compiled workload.
 
@@ -67,6 +69,7 @@ def inspect_target(
         overrides: workload overrides (e.g. `{"batch": 4}`).
         devices: shard the workload over this many devices (`xlafuse.models.build`).
         parallelism: "data" or "model", with devices > 1.
+        on_step: called with a line ("compiling mlp/tiny/forward @ default") before a compile.
 
     Returns:
         The InspectResult.
@@ -82,7 +85,9 @@ def inspect_target(
         if module is not None:
             raise XlafuseError("--module picks a module of a dump folder, not of a workload")
         mesh = (devices, parallelism)
-        return _inspect_workload(workload, size, mode, variant, dict(overrides or {}), mesh)
+        return _inspect_workload(
+            workload, size, mode, variant, dict(overrides or {}), mesh, on_step
+        )
     target = Path(path)
     if target.is_dir():
         return _inspect_folder(target, module)
@@ -197,14 +202,20 @@ def _summarize(path: Path) -> ModuleSummary:
     )
 
 
-def _inspect_workload(name, size, mode, variant, overrides, mesh=(1, "data")) -> InspectResult:
+def _inspect_workload(
+    name, size, mode, variant, overrides, mesh=(1, "data"), on_step=None
+) -> InspectResult:
     from xlafuse.compile.jit import compile_workload  # JAX: only a workload needs it
+    from xlafuse.compile.variants import get as get_variant
 
     devices, parallelism = mesh
     work = models.build(
         name, size=size, mode=mode, devices=devices, parallelism=parallelism, **overrides
     )
-    compiled = compile_workload(work, variant)
+    chosen = get_variant(variant)  # an unknown name fails before the step is shown
+    if on_step is not None:
+        on_step(f"compiling {workload_label(name, size, mode, overrides)} @ {chosen.name}")
+    compiled = compile_workload(work, chosen)
     hlo = parse_hlo(compiled.hlo_text, f"workload {name}")
     report = analyze_module(hlo)
     if report.backend is None:
