@@ -72,14 +72,14 @@ def test_one_error_lists_every_problem():
         "workloads[2].mode: mode 'train' needs parameters and workload 'mul_add_relu' has none; "
         "accepted modes for 'mul_add_relu': forward.",
         "workloads[3].sise: unknown key (did you mean 'size'?)",
+        "workloads[3].overrides.ops: override ops='16' for workload 'chain': need an integer >= 1",
         "workloads[3].overrides.opps: unknown override 'opps' for workload 'chain' (did you mean "
         "'ops'?); accepted: cols, ops, rows",
-        "workloads[3].overrides.ops: must be an integer like the default (8), not a string '16'",
         "experiment.variants[1]: unknown variant 'no-fuson' (did you mean 'no-fusion'?)",
         "experiment.reference: 'dflt' is not one of the variants (did you mean 'default'?)",
         "timing.max_iter: unknown key (did you mean 'max_iters'?)",
         "timing.min_iters: must be an integer, not a string 'ten'",
-        "timing.warmup: must be >= 1, not 0",
+        "timing.warmup: must be from 1 to 1000, not 0",
     ]
     assert len(problems) == len(expected)
     for line, start in zip(problems, expected, strict=True):

@@ -110,7 +110,7 @@ def test_config_devices_and_parallelism():
             backend="cpu",
         )
     text = str(info.value)
-    assert "workloads[0].devices: must be at least 1, got 0" in text
+    assert "workloads[0].devices: must be from 1 to " in text and "devices: 4 per core" in text
     assert "workloads[0].parallelism: 'model' has no sharding rule for 'chain'" in text
 
 

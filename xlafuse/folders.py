@@ -42,3 +42,25 @@ def writable_folder(folder: str | os.PathLike, noun: str) -> Path:
         reason = err.strerror or type(err).__name__
         raise XlafuseError(f"cannot write to {noun} {str(path)!r}: {reason}") from None
     return path
+
+
+def writable_file(file: str | os.PathLike, noun: str) -> Path:
+    """Check, before any work, that `file` can be written later (its folder is created).
+
+    Args:
+      file: the path.
+      noun: what it is, for the message ("--dot file").
+
+    Raises:
+      XlafuseError: an empty name, a folder, a file that cannot be written, or a folder that
+        cannot be created or written to (`writable_folder`); the message names the path.
+    """
+    if not str(file).strip():
+        raise XlafuseError(f"the {noun} is an empty name; give a file")
+    path = Path(file)
+    if path.is_dir():
+        raise XlafuseError(f"{noun} {str(path)!r} is a folder, not a file")
+    writable_folder(path.parent, f"folder of the {noun}")
+    if path.exists() and not os.access(path, os.W_OK):
+        raise XlafuseError(f"cannot write to {noun} {str(path)!r}: Permission denied")
+    return path

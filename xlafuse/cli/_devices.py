@@ -29,25 +29,53 @@ def add_mesh_arguments(parser) -> None:
 
 
 def overrides(args) -> dict:
-    """The parsed --overrides (`{"batch": 8}`)."""
-    return parse_overrides(args.overrides)
+    """The parsed --overrides (`{"batch": 8}`); {} for a command without them."""
+    return parse_overrides(getattr(args, "overrides", None))
+
+
+def check_workload(args) -> None:
+    """Refuse a bad --workload, --size, --mode, --overrides or --devices before any work.
+
+    Every check `xlafuse.models.build` makes without an array (override values, and whether
+    the arrays fit in the devices' memory), and the --devices range: one line, before a child
+    process or a progress line starts.
+    """
+    # JAX, imported here: a command that reads HLO or results never calls this (it starts faster)
+    from xlafuse.models.registry import check_build
+
+    devices = getattr(args, "devices", 1)
+    _check_devices(devices)
+    parallelism = getattr(args, "parallelism", "data")
+    dtype = getattr(args, "dtype", None)
+    check_build(args.workload, args.size, args.mode, dtype, devices, parallelism, **overrides(args))
 
 
 def rerun_if_needed(args) -> int | None:
-    """Runs the command again with N host devices when the CPU backend has fewer.
+    """Checks the workload's arguments (`check_workload`), then runs the command again with N
+    host devices when the CPU backend has fewer.
 
     Returns:
       The child's exit status, or None when this process has the devices (or is a GPU one:
       building the workload then reports a missing device as a one-line error).
+
+    Raises:
+      XlafuseError, ValueError: as for `check_workload`.
     """
     # JAX, imported here: a command that reads HLO or results never calls this (it starts faster)
     from xlafuse.compile.devices import needs_host_devices, rerun_with_host_devices
 
-    if args.devices < 1:
-        raise ValueError(f"--devices must be at least 1, got {args.devices}")
+    check_workload(args)
     if not needs_host_devices(args.devices):
         return None
     return rerun_with_host_devices(args.argv, args.devices)
+
+
+def _check_devices(devices: int) -> None:
+    from xlafuse.compile.devices import device_count_problem  # JAX, as in check_workload
+
+    problem = device_count_problem(devices)
+    if problem:
+        raise XlafuseError(f"--devices {problem}")
 
 
 def parse_overrides(texts: list[str] | None) -> dict:

@@ -41,7 +41,7 @@ def run(args) -> int:
     from xlafuse.report.coldstart import coldstart_text
 
     spec = {"name": args.workload, "size": args.size, "mode": args.mode, "dtype": args.dtype}
-    _check(spec, args.variant)
+    _check(spec, args.variant, args.calls)
     label = f"{workload_label(args.workload, args.size, args.mode)} @ {args.variant}"
     warm = args.cache is not None and coldstart.cache_entry_count(args.cache) > 0
     with _progress.steps("coldstart", total=(1 if warm else 2) if args.no_aot else 3) as step:
@@ -57,10 +57,13 @@ def run(args) -> int:
     return 0
 
 
-def _check(spec: dict, variant: str) -> None:
-    """Fail fast, with the accepted names, before any child process starts."""
+def _check(spec: dict, variant: str, calls: int) -> None:
+    """Fail fast, with the accepted names and ranges, before any child process starts."""
+    from xlafuse.cli._checks import at_least_one
+
+    at_least_one("--calls", calls)
     from xlafuse.compile import variants  # on use, as in `run`
     from xlafuse.models import registry
 
     variants.get(variant)
-    registry.check(spec["name"], spec["size"], spec["mode"], spec["dtype"])
+    registry.check_build(spec["name"], spec["size"], spec["mode"], spec["dtype"])

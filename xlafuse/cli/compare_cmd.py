@@ -32,11 +32,12 @@ def register(subparsers) -> None:
 
 def run(args) -> int:
     # on use, not at the top: `xlafuse --help` imports no JAX (see xlafuse.cli)
+    from xlafuse.cli._checks import variant_names
     from xlafuse.experiment.compare import compare_workload
 
+    names = variant_names(args.variants)
     if (status := rerun_if_needed(args)) is not None:
         return status
-    names = [v.strip() for v in args.variants.split(",") if v.strip()]
     label = workload_label(args.workload, args.size, args.mode, overrides(args))
     if args.devices > 1:
         label += f" ({args.parallelism}-parallel on {args.devices} devices)"

@@ -76,6 +76,8 @@ def run(args) -> int:
 
 def _measured(args, variants: tuple[str, ...]) -> int:
     """`--measure`: both variants compiled, traced and joined; groups by measured time saved."""
+    from xlafuse.cli._checks import at_least_one
+    from xlafuse.folders import writable_folder
     from xlafuse.measure.kernel_diff import measure_workload_diff  # JAX: only --measure needs it
     from xlafuse.report.explain_text import render_diff
     from xlafuse.report.kernels import render_measured_diff
@@ -84,8 +86,9 @@ def _measured(args, variants: tuple[str, ...]) -> int:
         raise XlafuseError("--measure needs --workload NAME (HLO files cannot be traced)")
     if len(variants) != 2:
         raise XlafuseError(f"--variants needs two names like default,no-fusion; got {variants}")
-    if args.calls < 1:
-        raise XlafuseError(f"--calls must be a positive number of calls, not {args.calls}")
+    at_least_one("--calls", args.calls)
+    if args.traces is not None:
+        writable_folder(args.traces, "--traces folder")
     with _progress.steps("diff", total=1) as step:
         step(
             f"compiling and tracing {workload_label(args.workload, args.size, args.mode)} @ {' and @ '.join(variants)}"

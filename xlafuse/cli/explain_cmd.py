@@ -41,6 +41,10 @@ def run(args) -> int:
     from xlafuse.report.explain_text import check_top, render_explain
 
     check_top(args.top)
+    if args.workload:
+        from xlafuse.cli._devices import check_workload  # on use: it imports JAX
+
+        check_workload(args)
     total = len(explained_variants(args.variant, args.against))
     with _progress.steps("explain", total=total) as step:
         report = explain_target(

@@ -36,9 +36,13 @@ def register(subparsers) -> None:
 def run(args) -> int:
     """Inspects the target and prints the text report or JSON; writes DOT/SVG when asked."""
     # on use, not at the top: `xlafuse --help` imports no library code (see xlafuse.cli)
+    from xlafuse.folders import writable_file
     from xlafuse.inspect.targets import inspect_target
     from xlafuse.report.inspect_text import render_text
 
+    for path, option in ((args.dot, "--dot"), (args.svg, "--svg")):
+        if path is not None:
+            writable_file(path, f"{option} file")
     if args.workload and (status := rerun_if_needed(args)) is not None:
         return status
     with _progress.steps("inspect", total=1) as step:

@@ -40,10 +40,12 @@ def _names(text: str) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     """Run the config; exit status 0 all ok, 1 some cells errored, 2 invalid config."""
     # on use, not at the top: `xlafuse --help` imports no JAX (see xlafuse.cli)
+    from xlafuse.cli._checks import variant_names
     from xlafuse.compile.devices import needs_host_devices, rerun_with_host_devices
     from xlafuse.experiment.config import load_config
     from xlafuse.experiment.runner import run_experiment
 
+    variant_names(args.variants)
     try:
         config = load_config(args.config)
     except XlafuseError as err:

@@ -134,6 +134,7 @@ def _check_usage(args) -> None:
         raise XlafuseError(
             "give either a CONFIG or --workload NAME (one of them, not both), or --rejudge JSON"
         )
+    _check_inputs(args)
     with_workload = ("overrides", "dtype")
     if args.config and any(getattr(args, k) for k in with_workload):
         raise XlafuseError("--overrides and --dtype go with --workload, not with a CONFIG")
@@ -143,6 +144,19 @@ def _check_usage(args) -> None:
         registry.check(args.workload, args.size, args.mode, None, parse_overrides(args.overrides))
         for name in args.variants or ["default"]:
             variants.get(name)
+
+
+def _check_inputs(args) -> None:
+    """The config file, --variants and --out, before ncu or the GPU is looked for."""
+    from xlafuse.cli._checks import variant_names  # on use, as in `run`
+    from xlafuse.experiment.config import check_config_file
+    from xlafuse.folders import writable_folder
+
+    if args.config:
+        check_config_file(args.config)
+    variant_names(args.variants)
+    if args.out:
+        writable_folder(args.out, "output folder")
 
 
 def _names(text: str) -> list[str]:

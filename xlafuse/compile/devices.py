@@ -44,6 +44,44 @@ def host_devices_env(devices: int, env: Mapping[str, str] | None = None) -> dict
     return out
 
 
+def max_host_devices() -> int:
+    """The most host devices a CPU run may ask for: 4 per core of this machine, at least 8.
+
+    XLA makes as many host devices as XLA_FLAGS asks for, each with its own threads; past a few
+    per core a sharded program only waits on its collectives, and 100000 of them never finish
+    starting.
+    """
+    return max(8, 4 * (os.cpu_count() or 1))
+
+
+def device_count_problem(devices: object, backend: str | None = None) -> str | None:
+    """What is wrong with asking for `devices` devices of `backend`; None when nothing is.
+
+    Accepted: an integer from 1 to `max_host_devices()` on a CPU, or to the number of devices
+    JAX sees on another backend (unbounded for a backend other than the running one).
+
+    Args:
+      devices: the count asked for.
+      backend: "cpu" or "gpu"; None: JAX's default backend.
+
+    Returns:
+      e.g. "must be from 1 to 8 (host devices: 4 per core of this machine, at least 8), not
+      100000", for the caller to prefix with the option or key it came from.
+    """
+    running = jax.default_backend()
+    backend = backend or running
+    limit, what = None, ""
+    if backend == "cpu":
+        limit, what = max_host_devices(), " (host devices: 4 per core of this machine, at least 8)"
+    elif backend == running:
+        limit, what = len(jax.devices()), f" (the {backend} devices JAX sees)"
+    is_int = isinstance(devices, int) and not isinstance(devices, bool)
+    if is_int and 1 <= devices <= (limit or devices):
+        return None
+    accepted = f"from 1 to {limit}{what}" if limit else "at least 1"
+    return f"must be {accepted}, not {devices!r}"
+
+
 def needs_host_devices(devices: int) -> bool:
     """Whether this process must be run again with `devices` host devices.
 

@@ -55,6 +55,7 @@ import jax
 import jax.numpy as jnp
 
 from xlafuse.compile import variants
+from xlafuse.compile.devices import device_count_problem
 from xlafuse.compile.variants import BACKENDS, DISABLE_PASSES
 from xlafuse.errors import XlafuseError, did_you_mean
 from xlafuse.measure.timing import TimingSettings
@@ -68,6 +69,14 @@ _WORKLOAD_KEYS = (
     "name", "size", "mode", "dtype", "overrides", "backends", "devices", "parallelism",
 )  # fmt: skip
 _INLINE_VARIANT_META = ("name", "description")
+# The accepted range of each [timing] setting: a warmup of 10**9 calls is a hang, not a setting.
+TIMING_RANGES = {
+    "warmup": (1, 1000),
+    "min_time_s": (0, 600),
+    "min_iters": (1, 10**6),
+    "max_iters": (1, 10**6),
+    "repeats": (1, 100),
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -216,15 +225,7 @@ def load_config(path: str | Path, backend: str | None = None) -> ExperimentConfi
     Raises:
       XlafuseError: no such file, invalid TOML, or every problem found, one per line.
     """
-    path = Path(path)
-    if path.is_dir():
-        raise XlafuseError(
-            f"config {str(path)!r} is a folder; give a TOML file, e.g. configs/quickstart.toml"
-        )
-    if not path.is_file():
-        shipped = ", ".join(sorted(p.name for p in Path("configs").glob("*.toml")))
-        hint = f" (configs/ here has: {shipped})" if shipped else ""
-        raise XlafuseError(f"config file {str(path)!r} not found{hint}")
+    path = check_config_file(path)
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except UnicodeDecodeError as err:
@@ -235,6 +236,24 @@ def load_config(path: str | Path, backend: str | None = None) -> ExperimentConfi
     except tomllib.TOMLDecodeError as err:
         raise XlafuseError(f"{path}: not valid TOML: {err}") from err
     return parse_config(data, backend=backend, source=path)
+
+
+def check_config_file(path: str | Path) -> Path:
+    """The config's path, if it is a file (checked before anything else is looked at).
+
+    Raises:
+      XlafuseError: a folder, or no such file (the message lists the configs in configs/).
+    """
+    path = Path(path)
+    if path.is_dir():
+        raise XlafuseError(
+            f"config {str(path)!r} is a folder; give a TOML file, e.g. configs/quickstart.toml"
+        )
+    if not path.is_file():
+        shipped = ", ".join(sorted(p.name for p in Path("configs").glob("*.toml")))
+        hint = f" (configs/ here has: {shipped})" if shipped else ""
+        raise XlafuseError(f"config file {str(path)!r} not found{hint}")
+    return path
 
 
 def parse_config(
@@ -253,10 +272,9 @@ def parse_config(
     name = _typed(problems, "experiment.name", experiment.get("name", "experiment"), str)
     output = _typed(problems, "experiment.output", experiment.get("output"), str, optional=True)
     workloads = _parse_workloads(problems, data.get("workloads"), backend)
-    variants = _parse_variants(
-        problems, experiment.get("variants", ["default", "no-fusion"]), backend
-    )
-    reference = _parse_reference(problems, experiment.get("reference", "default"), variants)
+    listed = experiment.get("variants", ["default", "no-fusion"])
+    variants = _parse_variants(problems, listed, backend)
+    reference = _parse_reference(problems, experiment.get("reference", "default"), variants, listed)
     timing = _parse_timing(problems, data.get("timing", {}))
     measure = _parse_measure(problems, data.get("measure", {}))
     problems.raise_if_any(source)
@@ -365,18 +383,19 @@ def _parse_workload(problems, where, item, backend) -> WorkloadConfig | None:
     if name is None or not backends or devices is None or parallelism is None:
         return None
     before = len(problems.items)
-    _check_mesh(problems, where, name, devices, parallelism)
     # A workload meant for other backends only is still checked, as it would be on the first.
     check_on = backend if backend in backends else backends[0]
+    _check_mesh(problems, where, name, devices, parallelism, check_on)
     _check_workload(problems, where, name, size, mode, dtype, overrides, check_on)
     if len(problems.items) != before:
         return None
     return WorkloadConfig(name, size, mode, dtype, overrides, backends, devices, parallelism)
 
 
-def _check_mesh(problems, where, name, devices, parallelism) -> None:
-    if devices < 1:
-        problems.add(f"{where}.devices", f"must be at least 1, got {devices}")
+def _check_mesh(problems, where, name, devices, parallelism, backend) -> None:
+    problem = device_count_problem(devices, backend)
+    if problem:
+        problems.add(f"{where}.devices", problem)
     _check_choice(problems, f"{where}.parallelism", parallelism, PARALLELISMS, "parallelism")
     if parallelism == "model" and name not in MODEL_PARALLEL_WORKLOADS:
         problems.add(
@@ -387,23 +406,13 @@ def _check_mesh(problems, where, name, devices, parallelism) -> None:
 
 
 def _check_workload(problems, where, name, size, mode, dtype, overrides, backend) -> None:
-    """The registry's problems with the workload, override value types, GPU-only options."""
+    """The registry's problems with the workload and its override values, GPU-only options."""
     before = len(problems.items)
     found = registry.problems(name, size, mode, dtype, overrides)
     for field, message in found:
         problems.add(f"{where}.{field}", message)
     if found and found[0][0] == "name":
         return
-    defaults = registry.spec(name).config(size if size in registry.SIZES else "tiny")
-    for key, value in overrides.items():
-        default = defaults.get(key)
-        kind = float if isinstance(default, float) else type(default)
-        if kind in (int, float, str, bool) and _typed(_Problems(), "", value, kind) is None:
-            problems.add(
-                f"{where}.overrides.{key}",
-                f"must be {_type_name(default)} like the default ({default!r}), "
-                f"not {_type_name(value)} {value!r}",
-            )
     if overrides.get("implementation") == "cudnn" and backend != "gpu":
         problems.add(
             f"{where}.overrides.implementation",
@@ -486,10 +495,12 @@ def _check_option_value(problems, where, key, value) -> bool:
     return False
 
 
-def _parse_reference(problems, value, variants) -> str:
+def _parse_reference(problems, value, variants, listed) -> str:
+    """The reference's name; a problem unless it names a variant (one listed that has its own
+    problem, like a torch variant without torch, is not reported twice)."""
     reference = _typed(problems, "experiment.reference", value, str, default="default")
     names = [v.name for v in variants]
-    if variants and reference not in names:
+    if variants and reference not in names + _listed_names(listed):
         problems.add(
             "experiment.reference",
             f"{reference!r} is not one of the variants{did_you_mean(reference, names)} "
@@ -503,6 +514,13 @@ def _parse_reference(problems, value, variants) -> str:
             "torch cells are judged and timed against it",
         )
     return reference
+
+
+def _listed_names(listed: Any) -> list[str]:
+    """The names given in `experiment.variants`, valid or not: a preset's, or a table's name."""
+    items = listed if isinstance(listed, list) else []
+    named = [item.get("name") if isinstance(item, Mapping) else item for item in items]
+    return [name for name in named if isinstance(name, str)]
 
 
 def _framework(config: VariantConfig) -> str:
@@ -587,10 +605,10 @@ def _parse_timing(problems, value) -> TimingSettings:
         return float if key.endswith("_s") else int
 
     timing = _flat_table(problems, "timing", value, TimingSettings, kind_of)
-    minimum = {"warmup": 1, "min_iters": 1, "max_iters": 1, "repeats": 1, "min_time_s": 0}
-    for key, low in minimum.items():
-        if getattr(timing, key) < low:
-            problems.add(f"timing.{key}", f"must be >= {low}, not {getattr(timing, key)!r}")
+    for key, (low, high) in TIMING_RANGES.items():
+        got = getattr(timing, key)
+        if not low <= got <= high:  # also refuses nan
+            problems.add(f"timing.{key}", f"must be from {low} to {high}, not {got!r}")
     if timing.max_iters < timing.min_iters:
         problems.add(
             "timing.max_iters",

@@ -401,7 +401,13 @@ class ValidationResult:
 
 def result_from_dict(cell: Mapping[str, Any]) -> ValidationResult:
     """A ValidationResult from its `to_dict` form (a cell of validation.json), judged by this
-    version's rules: the measurements are kept, the derived checks are computed again."""
+    version's rules: the measurements are kept, the derived checks are computed again.
+
+    Raises:
+      ValueError: not a cell of validation.json (the message says what is wrong with it).
+    """
+    if not isinstance(cell, Mapping):
+        raise ValueError(f"not a cell of validation.json: a cell is an object, not {cell!r}")
     try:
         l2 = int(cell.get("l2_bytes") or DEFAULT_L2_BYTES)
         names = {f.name for f in dataclasses.fields(KernelRow)} - {"l2_bytes"}
@@ -428,7 +434,7 @@ def result_from_dict(cell: Mapping[str, Any]) -> ValidationResult:
             same_kernels=cell.get("same_kernels"),
             error=cell.get("error"),
         )
-    except (KeyError, TypeError, ValueError) as err:
+    except (AttributeError, KeyError, TypeError, ValueError) as err:  # a row that is no object
         raise ValueError(f"not a cell of validation.json ({type(err).__name__}: {err})") from err
 
 

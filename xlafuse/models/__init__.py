@@ -29,8 +29,8 @@ _EXPORTS = {
     "Workload": "workload",
 }
 _SUBMODULES = (
-    "attention", "common", "mlp", "names", "pointwise", "reductions", "registry", "resnet",
-    "sharding", "train", "transformer", "workload",
+    "attention", "common", "memory", "mlp", "names", "pointwise", "reductions", "registry",
+    "resnet", "sharding", "train", "transformer", "workload",
 )  # fmt: skip
 
 if TYPE_CHECKING:

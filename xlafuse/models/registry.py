@@ -19,8 +19,9 @@ import jax.numpy as jnp
 import optax
 from flax import nnx
 
-from xlafuse.errors import UnknownNameError, unknown_name
-from xlafuse.models import sharding, train
+from xlafuse.errors import UnknownNameError, XlafuseError, unknown_name
+from xlafuse.models import memory, sharding, train
+from xlafuse.models.names import workload_label
 from xlafuse.models.workload import BuildContext, Recipe, Workload
 
 SIZES = ("tiny", "small", "full")
@@ -177,16 +178,16 @@ def build(
         UnknownNameError: unknown name, size, mode, dtype or override; the message lists what
             is accepted. Also for mode "train" on a workload without parameters.
         ValueError: an override value that the workload cannot use.
-        XlafuseError: an unknown parallelism, more devices than the backend has, or a batch or
-            layer dimension that `devices` does not divide.
+        XlafuseError: an override of the wrong kind or sign (`check_override`), an unknown
+            parallelism, more devices than the backend has, a batch or layer dimension that
+            `devices` does not divide, or arrays that cannot fit in the devices' memory
+            (`xlafuse.models.memory.check_fits`: checked before any array is made).
     """
     sharding.check_parallelism(parallelism, name)
     if devices != 1:
         sharding.check_device_count(devices)
-    workload_spec, cfg = _resolve(name, size, mode, overrides)
-    ctx = _context(workload_spec, mode, dtype)
-    recipe = workload_spec.builder(cfg, ctx)
-    fn, args, num_params, state_tree = _assemble(recipe, mode, cfg, seed)
+    cfg, ctx, recipe, abstract = _prepare(name, size, mode, dtype, devices, overrides, seed)
+    fn, args, num_params, state_tree = _assemble(recipe, mode, cfg, seed, abstract)
     flops = recipe.flops
     if flops is not None and mode == "train":
         flops *= TRAIN_FLOPS_FACTOR
@@ -206,6 +207,38 @@ def build(
         state_tree=state_tree,
     )
     return sharding.shard(workload, devices, parallelism)
+
+
+def check_build(
+    name: str,
+    size: str = "tiny",
+    mode: str = "forward",
+    dtype: Any = None,
+    devices: int = 1,
+    parallelism: str = "data",
+    **overrides: Any,
+) -> None:
+    """Every check of `build` that needs no array and no device count: fail before any work.
+
+    The look-ups, the override values, the builder's own checks, and whether the arrays can fit
+    in the memory of `devices` devices (judged from their shapes). A command calls it before
+    it starts a child process or a progress line; `build` makes the same checks itself.
+
+    Raises:
+        UnknownNameError, ValueError, XlafuseError: as for `build`.
+    """
+    sharding.check_parallelism(parallelism, name)
+    _prepare(name, size, mode, dtype, devices, overrides)
+
+
+def _prepare(name, size, mode, dtype, devices, overrides, seed=0):
+    """(cfg, context, recipe, abstract model) of a checked configuration whose arrays fit."""
+    workload_spec, cfg = _resolve(name, size, mode, overrides)
+    ctx = _context(workload_spec, mode, dtype)
+    recipe = workload_spec.builder(cfg, ctx)
+    abstract = _abstract_model(recipe, seed)
+    _check_fits(workload_label(name, size, mode, overrides), recipe, abstract, mode, devices)
+    return cfg, ctx, recipe, abstract
 
 
 def recipe(
@@ -270,28 +303,7 @@ def problems(
         reported for it.
     """
     overrides = dict(overrides or {})
-    try:
-        workload_spec = spec(name)
-    except UnknownNameError as err:
-        return [("name", str(err))]
-    where = f" for workload {name!r}"
-    checks = [
-        ("size", lambda: choose("size", size, SIZES, where)),
-        ("mode", lambda: _check_mode(workload_spec, mode)),
-    ]
-    if dtype is not None:
-        checks.append(("dtype", lambda: _dtype_name(dtype)))
-    accepted = sorted(workload_spec.config(size if size in SIZES else "tiny"))
-    for key in overrides:
-        checks.append(
-            (f"overrides.{key}", lambda key=key: choose("override", key, accepted, where))
-        )
-    found = []
-    for field, check in checks:
-        try:
-            check()
-        except UnknownNameError as err:
-            found.append((field, str(err)))
+    found = [(field, str(err)) for field, err in _errors(name, size, mode, dtype, overrides)]
     if build and not found:
         try:
             recipe(name, size, mode, dtype, **overrides)
@@ -308,15 +320,96 @@ def check(
     dtype: Any = None,
     overrides: Mapping[str, Any] | None = None,
 ) -> None:
-    """Raise the first of `problems(...)` (look-ups only, nothing built).
+    """Raise the first of `problems(...)` (look-ups and override values, nothing built).
 
     Raises:
         UnknownNameError: an unknown name, size, mode, dtype or override; the message lists
             what is accepted.
+        XlafuseError: an override value of the wrong kind or sign (`check_override`).
     """
-    found = problems(name, size, mode, dtype, overrides)
+    found = _errors(name, size, mode, dtype, dict(overrides or {}))
     if found:
-        raise UnknownNameError(found[0][1])
+        raise found[0][1]
+
+
+def check_override(name: str, key: str, value: Any, default: Any) -> None:
+    """Raise unless `value` can replace `default`, the value of `key` in `name`'s table.
+
+    Integers there are dimensions and counts (>= 1), floats are rates (> 0): a wrong kind or
+    sign is refused here, before a builder hands it to JAX (whose message would not name the
+    override) or XLA (a batch of 0 runs, and reports 0 bytes).
+
+    Raises:
+        XlafuseError: the message names the override, its value and what is accepted.
+    """
+    for default_is, accepts, accepted in _OVERRIDE_KINDS:
+        if default_is(default):
+            if not accepts(value):
+                raise XlafuseError(
+                    f"override {key}={value!r} for workload {name!r}: need {accepted}"
+                )
+            return
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_counts(value: Any) -> bool:
+    return isinstance(value, tuple | list) and bool(value) and all(_is_count(v) for v in value)
+
+
+def _is_count(value: Any) -> bool:
+    return _is_int(value) and value >= 1
+
+
+def _is_rate(value: Any) -> bool:
+    return (_is_int(value) or isinstance(value, float)) and 0 < value < math.inf
+
+
+# (the default is of this kind, the override is accepted, what is accepted): the first match.
+_OVERRIDE_KINDS: tuple[tuple[Callable[[Any], bool], Callable[[Any], bool], str], ...] = (
+    (lambda d: isinstance(d, bool), lambda v: isinstance(v, bool), "true or false"),
+    (_is_int, _is_count, "an integer >= 1"),
+    (lambda d: isinstance(d, float), _is_rate, "a number > 0"),
+    (lambda d: isinstance(d, str), lambda v: isinstance(v, str), "a string"),
+    (lambda d: isinstance(d, tuple | list), _is_counts, "a non-empty list of integers >= 1"),
+)
+
+
+def _errors(name, size, mode, dtype, overrides: dict) -> list[tuple[str, ValueError]]:
+    """(field, error) of every look-up and override value that fails (see `problems`)."""
+    try:
+        workload_spec = spec(name)
+    except UnknownNameError as err:
+        return [("name", err)]
+    where = f" for workload {name!r}"
+    checks = [
+        ("size", lambda: choose("size", size, SIZES, where)),
+        ("mode", lambda: _check_mode(workload_spec, mode)),
+    ]
+    if dtype is not None:
+        checks.append(("dtype", lambda: _dtype_name(dtype)))
+    defaults = workload_spec.config(size if size in SIZES else "tiny")
+    for key, value in overrides.items():
+        checks.append(
+            (
+                f"overrides.{key}",
+                lambda key=key, value=value: _check_key(name, key, value, defaults),
+            )
+        )
+    found = []
+    for field, check_one in checks:
+        try:
+            check_one()
+        except ValueError as err:
+            found.append((field, err))
+    return found
+
+
+def _check_key(name: str, key: str, value: Any, defaults: Mapping[str, Any]) -> None:
+    choose("override", key, sorted(defaults), f" for workload {name!r}")
+    check_override(name, key, value, defaults[key])
 
 
 def _resolve(
@@ -365,8 +458,21 @@ def _backend_dtype() -> str:
     return "bfloat16" if jax.default_backend() == "gpu" else "float32"
 
 
+def _abstract_model(recipe: Recipe, seed: int) -> nnx.Module | None:
+    """The model with shapes in place of arrays (`nnx.eval_shape`); None without parameters."""
+    make_model = recipe.make_model
+    return None if make_model is None else nnx.eval_shape(lambda: make_model(nnx.Rngs(seed)))
+
+
+def _check_fits(label: str, recipe: Recipe, abstract, mode: str, devices: int) -> None:
+    """Refuse arrays that cannot fit in the devices' memory, from their shapes alone."""
+    state = nnx.state(abstract) if abstract is not None else ()
+    inputs = jax.eval_shape(lambda: recipe.make_inputs(_key(0, 1)))
+    memory.check_fits(label, state, inputs, mode == "train", devices)
+
+
 def _assemble(
-    recipe: Recipe, mode: str, cfg: Mapping[str, Any], seed: int
+    recipe: Recipe, mode: str, cfg: Mapping[str, Any], seed: int, abstract: nnx.Module | None
 ) -> tuple[Callable[..., Any], tuple[Any, ...], int, Any]:
     """Returns (fn, args, num_params, state_tree) for the recipe in the given mode.
 
@@ -380,7 +486,6 @@ def _assemble(
         inputs = _run_once(lambda: recipe.make_inputs(_key(seed, 1)))
         return recipe.apply, inputs, 0, None
     make_model = recipe.make_model
-    abstract = nnx.eval_shape(lambda: make_model(nnx.Rngs(seed)))
     num_params = count_params(abstract)
     if mode == "forward":
         graphdef = nnx.split(abstract)[0]

@@ -142,6 +142,12 @@ class CellResult:
         """
         if not isinstance(data, Mapping):
             raise TypeError(f"a record is a JSON object, not {type(data).__name__}")
+        missing = [key for key in REQUIRED_KEYS if key not in data]
+        if missing:
+            raise TypeError(
+                f"a record is a JSON object with the keys {', '.join(REQUIRED_KEYS)}; this one "
+                f"has no {', '.join(missing)}"
+            )
         check_schema_version(data.get("schema_version", 1))
         fields, unknown = unflatten(data)
         return cls(**fields, extra=unknown)
@@ -154,6 +160,12 @@ PARTS: dict[str, type[parts.Part]] = {
     if isinstance(f.default_factory, type) and issubclass(f.default_factory, parts.Part)
 }
 _OWN_FIELDS = tuple(f.name for f in dataclasses.fields(CellResult) if f.name not in PARTS)
+# The keys every record has: the cell's name, which has no default.
+REQUIRED_KEYS = tuple(
+    f.name
+    for f in dataclasses.fields(CellResult)
+    if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+)
 
 
 def _flat_keys() -> dict[str, tuple[str | None, str]]:
@@ -398,10 +410,15 @@ def read_results(path: str | Path) -> ResultsFile:
     """Read a results file (or a folder's results.jsonl), saying which lines were skipped.
 
     Raises:
-      XlafuseError: not a results file: not UTF-8 text, or no line of it is a record.
+      XlafuseError: not a results file: not UTF-8 text, empty, or no line of it is a record.
     """
     path = results_file(path)
     records, skipped = parse_file(path)
+    if not records and not skipped:
+        raise XlafuseError(
+            f"results file {str(path)!r} holds no record (it is empty); a results file holds "
+            "the JSON lines of `xlafuse run`, one record per cell"
+        )
     if skipped and not records:
         number, reason = skipped[0]
         raise XlafuseError(

@@ -1,0 +1,37 @@
+"""Checks of option values that argparse cannot make: one line, exit 2, before any work.
+
+argparse's own refusals print the usage first; these raise XlafuseError, which the dispatcher
+prints as the one line `xlafuse CMD: error: ...`.
+"""
+
+from __future__ import annotations
+
+from xlafuse.errors import XlafuseError
+
+
+def at_least_one(option: str, value: int | None) -> None:
+    """Refuse a count option below 1 (`--calls 0`); None (not given) passes."""
+    if value is not None and value < 1:
+        raise XlafuseError(f"{option} must be 1 or more, got {value}")
+
+
+def variant_names(given: str | list[str] | None) -> list[str] | None:
+    """The variant names of `--variants` (comma-separated text, or the list parsed from it).
+
+    Returns:
+      The names; None when the option was not given.
+
+    Raises:
+      XlafuseError: it was given but names nothing (`--variants ""`): an empty selection would
+        otherwise mean "every variant".
+    """
+    if given is None:
+        return None
+    names = given if isinstance(given, list) else [n.strip() for n in given.split(",")]
+    names = [n for n in names if n]
+    if not names:
+        raise XlafuseError(
+            f"--variants {','.join(given) if isinstance(given, list) else given!r} names no "
+            "variant; give comma-separated names, e.g. --variants default,no-fusion"
+        )
+    return names
