@@ -29,26 +29,29 @@ class FakeClock:
 
 def test_rounds_on_a_fake_clock():
     # Warm-up calls take 100 s each: the first calls (a compile) must never be timed; the next
-    # one (5 s) only sizes the rounds. Then each round: 3 synchronized calls, a burst of 3.
-    rounds = [[1.0, 2.0, 3.0], [1.0] * 3, [4.0, 5.0, 6.0], [2.0] * 3, [7.0, 8.0, 9.0], [3.0] * 3]
+    # one (5 s) only sizes the rounds. Then each round: 3 synchronized calls, a burst of 10.
+    burst = timing.BURST_MIN
+    rounds = [[1.0, 2.0, 3.0], [1.0] * burst, [4.0, 5.0, 6.0], [2.0] * burst]
+    rounds += [[7.0, 8.0, 9.0], [3.0] * burst]
     clock = FakeClock([100.0, 100.0, 5.0] + [d for r in rounds for d in r])
     settings = timing.TimingSettings(warmup=2, min_time_s=0, min_iters=9, max_iters=9, repeats=3)
     result = timing.measure(clock.fn, (jnp.zeros(3),), settings, clock=clock)
-    assert (result.iters, result.pipelined_iters, result.warmup_iters) == (9, 3, 2)
+    assert (result.iters, result.pipelined_iters, result.warmup_iters) == (9, burst, 2)
     assert result.time_median_s == pytest.approx(5.0)
     assert result.time_p10_s == pytest.approx(1.8)
     assert result.time_p90_s == pytest.approx(8.2)
     assert result.time_min_s == 1.0
     assert result.pipelined_samples_s == pytest.approx((1.0, 2.0, 3.0))
     assert result.pipelined_s_per_call == pytest.approx(2.0)
-    assert clock.calls == 3 + 9 + 9
+    assert clock.calls == 3 + 9 + 3 * burst
 
 
 def test_min_time_keeps_timing_past_min_iters():
     clock = FakeClock([0.1])
-    settings = timing.TimingSettings(warmup=1, min_time_s=2.0, min_iters=3, max_iters=100)
+    settings = timing.TimingSettings(warmup=1, min_time_s=5.0, min_iters=3, max_iters=100)
     result = timing.measure(clock.fn, (1,), settings, clock=clock)
-    # Rounds of 3 + 3 calls of 0.1 s: the fourth round ends past min_time_s (2.4 s).
+    # Rounds of 3 + 10 calls of 0.1 s: the fourth round is the first to end past min_time_s
+    # (5.2 s), after the 3 rounds that `repeats` asks for.
     assert result.iters == 12
 
 
@@ -57,7 +60,7 @@ def test_max_iters_caps_timing():
     settings = timing.TimingSettings(warmup=1, min_time_s=1e9, min_iters=3, max_iters=7)
     result = timing.measure(clock.fn, (1,), settings, clock=clock)
     # A long min_time_s asks for the longest rounds; max_iters caps a round too: one round of 7.
-    assert (result.iters, result.pipelined_iters) == (7, 7)
+    assert (result.iters, result.pipelined_iters) == (7, timing.BURST_MIN)
     settings = timing.TimingSettings(warmup=1, min_time_s=1e9, min_iters=3, max_iters=170)
     assert timing.measure(clock.fn, (1,), settings, clock=clock).iters == 150  # 3 rounds of 50
 

@@ -4,7 +4,7 @@ import dataclasses
 
 import pytest
 
-from xlafuse.report import coldstart
+from xlafuse.report import coldstart, plots
 from xlafuse.report import markdown as report_md
 from xlafuse.results.parts import (
     CeilingsRecord,
@@ -55,7 +55,7 @@ def figures(monkeypatch):
         saved[path.name] = fig
         return True
 
-    monkeypatch.setattr(report_md, "_save", save)
+    monkeypatch.setattr(plots, "save", save)
     return saved
 
 
@@ -76,7 +76,8 @@ def test_speedup_plot_keeps_override_labels(figures, tmp_path):
     report_md.write_plots(RECORDS, tmp_path)
     texts = _texts(figures["speedup.png"])
     assert texts["title"] == (
-        "Speedup over default = default median time / variant median time\n(cpu)"
+        "Speedup over default = default's median / the variant's median, same rounds\n"
+        "on latency (cpu)"
     )
     assert texts["y"] == "speedup vs default (x)"
     assert texts["ticks"] == ["chain[ops=16]/tiny/forward", "mlp/tiny/forward"]
@@ -86,7 +87,7 @@ def test_speedup_plot_keeps_override_labels(figures, tmp_path):
 def test_kernels_plot_names_every_workload_and_variant(figures, tmp_path):
     report_md.write_plots(RECORDS, tmp_path)
     texts = _texts(figures["kernels_vs_time.png"])
-    assert texts["title"] == "Kernels per call vs time per call (cpu)"
+    assert texts["title"] == "Kernels per call vs latency per call (cpu)"
     assert texts["x"] == "kernels per call (count, log scale)"
     assert texts["y"] == "median time per call (ms, log scale)"
     assert texts["legend"] == ["default", "no-fusion"]
@@ -103,15 +104,39 @@ def test_roofline_draws_the_measured_ceilings_and_explains_points_above(figures,
         "default",
         "no-fusion",
         "1: mlp/tiny/forward",
-        "copy ceiling 5 GB/s (measured: x + 1, read + write, per pipelined_s_per_call)",
+        "copy ceiling 5 GB/s\n(measured: x + 1, read + write, per pipelined_s_per_call)",
         "matmul ceiling 0.2 TFLOP/s (measured: large square matmul)",
     ]
     assert texts["notes"][:2] == ["1", "1"]
     assert texts["notes"][2].startswith("1 point lies above the measured ceilings: modeled bytes")
-    assert [r.variant for r in report_md.roofline_points_above(RECORDS)] == ["default"]
+    assert [r.variant for r in plots.roofline_points_above(RECORDS)] == ["default"]
     markdown = report_md.render_markdown(RECORDS, plots=["roofline.png"])
     assert "Roofline: 1 point lies above the measured ceilings" in markdown
     assert markdown.rstrip().endswith("(mlp/tiny/forward default)")
+
+
+def test_roofline_leaves_out_cache_resident_cells_and_says_so(figures, tmp_path):
+    resident = dataclasses.replace(
+        RECORDS[3], rates=RatesRecord(tflops=0.005, basis="time_median_s", cache_resident=True)
+    )
+    report_md.write_plots([*RECORDS[:3], resident], tmp_path)
+    fig = figures["roofline.png"]
+    texts = _texts(fig)
+    assert texts["legend"][:2] == ["default", "1: mlp/tiny/forward"]
+    assert texts["notes"][-1].startswith("1 cache-resident cell left out (arrays that fit")
+    # The legend sits right of the axes, outside the data.
+    assert fig.axes[0].get_legend().get_bbox_to_anchor().x0 > fig.axes[0].bbox.x1
+    only_resident = [r for r in RECORDS if r.workload == "chain"] + [resident]
+    assert not plots.plot_roofline(only_resident, tmp_path / "r.png")
+
+
+def test_plots_leave_the_callers_matplotlib_backend_alone(tmp_path):
+    import matplotlib
+
+    before = matplotlib.get_backend()
+    report_md.write_plots(RECORDS, tmp_path)
+    assert matplotlib.get_backend() == before
+    assert (tmp_path / "speedup.png").stat().st_size > 1000
 
 
 def test_cold_start_plot_has_title_units_and_labels(monkeypatch, tmp_path):

@@ -3,6 +3,7 @@
 Nothing here imports torch, so these run in every environment; a missing torch is simulated.
 """
 
+import importlib.machinery
 import importlib.util
 
 import pytest
@@ -92,11 +93,32 @@ def test_cli_compare_without_torch_exits_2(no_torch, capsys):
     )
 
 
-def test_reference_must_be_an_xla_variant():
+@pytest.fixture
+def torch_found(monkeypatch):
+    """`importlib.util.find_spec("torch")` answers a spec: torch looks installed (never imported
+    here), so the check that follows the installed one is reached with or without torch."""
+    real = importlib.util.find_spec
+    spec = importlib.machinery.ModuleSpec("torch", None)
+
+    def find_spec(name, *args, **kwargs):
+        return spec if name == "torch" else real(name, *args, **kwargs)
+
+    monkeypatch.setattr(importlib.util, "find_spec", find_spec)
+
+
+def test_reference_must_be_an_xla_variant(torch_found):
     problems = _problems(_config(["default", "torch-eager"], reference="torch-eager"))
     assert problems == [
         "  experiment.reference: 'torch-eager' runs PyTorch; the reference must be an XLA "
         "variant (e.g. 'default'): torch cells are judged and timed against it"
+    ]
+
+
+def test_a_torch_reference_without_torch_has_one_problem(no_torch):
+    problems = _problems(_config(["default", "torch-eager"], reference="torch-eager"))
+    assert problems == [
+        "  experiment.variants[1]: variant 'torch-eager' runs PyTorch, which is not "
+        'installed: pip install -e ".[torch]" (docs/torch.md: the CPU-only wheel)'
     ]
 
 
@@ -186,10 +208,11 @@ def test_side_by_side_section_states_kernels_bytes_time_and_top_kernels():
     assert "### chain[ops=8] / full / forward / float32" in text
     assert "\njax 0.11.2 beside torch 2.11.0.\n" in text
     assert (
-        "| torch | torch-inductor | 1 | 2147 | 0.51 | 0.49 | 1.45x (faster) | 1.02x (same) "
+        "| torch | torch-inductor | 1 | 2147 | 0.51 (ref 0.74) latency | 0.49 | 1.45x (faster) "
+        "| 1.02x (same) "
         "| 3.5 / 0.4 | ok (max abs 4.8e-07) |"
     ) in text
-    assert "| jax | default | 1 | 2147 | 0.74 | 0.5 | - | - | 0.2 | reference |" in text
+    assert "| jax | default | 1 | 2147 | 0.74 latency | 0.5 | - | - | 0.2 | reference |" in text
     assert (
         "**default vs torch-inductor:** XLA launches 1 kernel(s) per call, as many as Inductor's 1; "
         "moves 2147 MB vs 2147 MB (1.00x); device time 0.5 ms vs 0.49 ms (Inductor/XLA 0.98x)."

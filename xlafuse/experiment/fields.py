@@ -71,12 +71,11 @@ def timing_part(measured: Timing) -> parts.TimingRecord:
     return parts.TimingRecord.from_flat(measured.to_dict())
 
 
-def speedup_part(comparison: Comparison | None, train: bool) -> parts.SpeedupRecord:
-    """Both speedups over the reference, the leading one repeated as the record's speedup
-    (pipelined for a train step, latency for a forward call); empty without a comparison."""
+def speedup_part(comparison: Comparison | None, lead: str) -> parts.SpeedupRecord:
+    """Both speedups over the reference, the one on `lead` (`timing.leading_figure`) repeated as
+    the record's speedup; without a comparison, only the figure the cell leads with."""
     if comparison is None:
-        return parts.SpeedupRecord()
-    lead = comparison.lead(train)
+        return parts.SpeedupRecord(lead=lead)
     headline, pipelined = comparison.speedup(lead), comparison.pipelined
     return parts.SpeedupRecord(
         vs_reference=headline.speedup,
@@ -93,6 +92,11 @@ def speedup_part(comparison: Comparison | None, train: bool) -> parts.SpeedupRec
         pipelined_ci=pipelined.ci if pipelined else None,
         pipelined_verdict=pipelined.verdict if pipelined else None,
     )
+
+
+def reference_speedup_part(lead: str) -> parts.SpeedupRecord:
+    """The reference's own speedup (1.0) and the figure its workload's cells lead with."""
+    return parts.SpeedupRecord(vs_reference=1.0, lead=lead)
 
 
 def device_part(profile: DeviceProfile, reference: DeviceProfile | None) -> parts.DeviceRecord:

@@ -351,7 +351,8 @@ def _measure(
         measured, unknown = records.unflatten(flat)
         if unknown:
             raise ValueError(f"torch cell fields that no record part holds: {sorted(unknown)}")
-        measured["speedup"] = fields_lib.speedup_part(comparison, request.train)
+        lead = timing.leading_figure(request.train, run.backend)
+        measured["speedup"] = fields_lib.speedup_part(comparison, lead)
         return measured
     is_reference = variant.name == run.config.reference
     request = _measure_request(run, workload, trace_dir)
@@ -368,11 +369,12 @@ def _measure(
     measured["numerics"] = fields_lib.numerics_part(diff, reference.error)
     timed, comparison, profile = _time(run, compiled, workload, reference, is_reference, request)
     measured["timing"] = fields_lib.timing_part(timed)
+    lead = timing.leading_figure(request.train, run.backend)
     if is_reference:
         reference.timing, reference.profile = timed, profile
-        measured["speedup"] = parts.SpeedupRecord(vs_reference=1.0)
-    elif comparison is not None:
-        measured["speedup"] = fields_lib.speedup_part(comparison, request.train)
+        measured["speedup"] = fields_lib.reference_speedup_part(lead)
+    else:
+        measured["speedup"] = fields_lib.speedup_part(comparison, lead)
     if profile is not None:
         own_reference = None if is_reference else reference.profile
         measured["device"] = fields_lib.device_part(profile, own_reference)
@@ -395,7 +397,7 @@ def _time(run: _Run, compiled, workload, reference: _Reference, is_reference: bo
     samples (`compare_apart`).
     """
     advance = timing.thread_state if request.train else timing.same_args
-    lead = timing.PIPELINED if request.train else timing.LATENCY
+    lead = timing.leading_figure(request.train, run.backend)
     if compiled.measured is not None:
         measured = timing.Timing(**compiled.measured.timing)
         profile = compiled.measured.profile

@@ -1,8 +1,8 @@
 """Honest wall-clock timing of a compiled function: warm-up first, device synchronized.
 
 Calls are timed in rounds. In each round a program makes `k` synchronized calls (each followed
-by `jax.block_until_ready` before the clock is read), then one pipelined burst of `k` calls
-issued back to back with one sync at the end. So every round yields, for each program:
+by `jax.block_until_ready` before the clock is read), then one pipelined burst of `k` calls (at
+least BURST_MIN) issued back to back with one sync at the end. So every round yields, for each program:
 
 - latency: the seconds of each synchronized call (dispatch, execution and the sync);
 - pipelined time: the burst's seconds per call, where dispatch overlaps execution (what a
@@ -18,8 +18,8 @@ then a round of the other, the order swapped every round, so a drift of the mach
 process, clocks, thermals) affects both alike. The speedup is the ratio of the two programs'
 figures over the same rounds (`xlafuse.measure.stats.paired_speedup`): its point is exactly the
 reference's shown time over the variant's, and its interval resamples whole rounds. Both the
-latency and the pipelined speedup are computed; the one that leads (latency for a forward call,
-pipelined for a train step) decides when to stop: rounds go on until its verdict is decided or
+latency and the pipelined speedup are computed; the one that leads (`leading_figure`: pipelined
+for a train step and on a CPU, latency for a forward call on a GPU) decides when to stop: rounds go on until its verdict is decided or
 the pair's budget, `PAIR_BUDGET` x `min_time_s`, is spent.
 """
 
@@ -38,7 +38,8 @@ from xlafuse.measure.stats import RESAMPLES, Speedup, paired_speedup, speedup_in
 
 PAIR_BUDGET = 4  # a pair may take up to this many times min_time_s when its verdict is close
 ROUND_SHARE = 0.01  # one side of a round takes about this share of min_time_s...
-ROUND_CALLS = (3, 50)  # ...within these many calls of each kind
+ROUND_CALLS = (3, 50)  # ...within these many synchronized calls
+BURST_MIN = 10  # a burst's calls, at least: its first dispatch, never overlapped, is a small share
 MIN_ROUNDS = 10  # rounds before a verdict may be taken
 CHECK_RESAMPLES = 400  # bootstrap resamples of the checks while timing (the final one: RESAMPLES)
 
@@ -134,15 +135,24 @@ class Comparison:
     paired: bool
     reference: Timing
 
-    def lead(self, train: bool) -> str:
-        """The figure that leads: pipelined for a train step (where measured), else latency."""
-        return PIPELINED if train and self.pipelined is not None else LATENCY
-
     def speedup(self, lead: str) -> Speedup:
         return self.pipelined if lead == PIPELINED and self.pipelined else self.latency
 
     def basis(self, lead: str) -> str:
         return BASES[(lead, self.paired)]
+
+
+def leading_figure(train: bool, backend: str) -> str:
+    """The figure a cell's speedup is taken on: PIPELINED for a train step (what a training loop
+    sees) and for any cell on a CPU, LATENCY for a forward call on a GPU.
+
+    On a CPU a synchronized call's time is mostly the wake-up of the runtime's threads, which
+    the machine's load sets: five quickstart runs on one 2-core machine timed the same tiny
+    program at 0.011 ms in two runs and 0.048-0.073 ms in the other three, and layernorm's
+    no-fusion speedup at 0.27x and 0.24x against 0.87-0.90x. On a GPU a forward call's latency
+    (launches, the kernels, the sync) is what a request waits for.
+    """
+    return PIPELINED if train or backend == "cpu" else LATENCY
 
 
 def same_args(args: tuple, out: Any) -> tuple:
@@ -216,13 +226,14 @@ class _Side:
     host: list[float] = dataclasses.field(default_factory=list)
 
     def round(self) -> None:
-        """`calls` synchronized calls, then a pipelined burst of as many."""
+        """`calls` synchronized calls, then a pipelined burst of as many (at least BURST_MIN)."""
         for _ in range(self.calls):
             t = self.clock()
             out = jax.block_until_ready(self.fn(*self.args))
             self.synced.append(self.clock() - t)
             self.args = self.advance(self.args, out)
-        seconds, issue, self.args = _burst(self.fn, self.args, self.calls, self.advance, self.clock)
+        burst = max(self.calls, BURST_MIN)
+        seconds, issue, self.args = _burst(self.fn, self.args, burst, self.advance, self.clock)
         self.pipelined.append(seconds)
         self.host.append(issue)
 
@@ -236,7 +247,7 @@ class _Side:
             time_min_s=float(values.min()),
             iters=len(self.synced),
             pipelined_s_per_call=statistics.median(self.pipelined),
-            pipelined_iters=self.calls,
+            pipelined_iters=max(self.calls, BURST_MIN),
             warmup_iters=max(1, warmup),
             host_s_per_call=statistics.median(self.host),
             samples_s=tuple(self.synced),

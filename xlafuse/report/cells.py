@@ -4,8 +4,8 @@ Times (one statistic per column, each named): latency is the median synchronized
 pipelined the median seconds per call of back-to-back bursts, device the profiled kernel time
 per call. A variant's time cell also shows, in brackets, the reference's time over the same
 rounds: its speedup is exactly the one over the other, so a row never shows a time and a
-speedup that disagree. A train step leads with the pipelined figure, a forward call with
-latency (`xlafuse.report.lines.lead`).
+speedup that disagree. A train step, and every cell on a CPU, leads with the pipelined figure,
+a forward call on a GPU with latency (`xlafuse.measure.timing.leading_figure`).
 """
 
 from __future__ import annotations
@@ -36,7 +36,8 @@ def cell_tables(group: Sequence[CellResult]) -> list[str]:
         "device speedup",
         "host ms/call",
     )
-    rows = [_time_row(r, figures) for r in group]
+    reference = next((r for r in group if r.ok and r.variant == r.reference), None)
+    rows = [_time_row(r, figures, reference) for r in group]
     work = [_work_row(r) for r in group]
     return [*_table(time_columns, rows), "", *_table(_WORK_COLUMNS, work)]
 
@@ -53,11 +54,11 @@ def _table(columns: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
     return lines + ["| " + " | ".join(row) + " |" for row in rows]
 
 
-def _time_row(r: CellResult, figures: Sequence[str]) -> list[str]:
+def _time_row(r: CellResult, figures: Sequence[str], reference: CellResult | None) -> list[str]:
     if not r.ok:
         return [r.variant, "error", *[""] * (len(figures) + 5)]
     is_reference = r.variant == r.reference
-    times = [_time(r, figure, is_reference) for figure in figures]
+    times = [_time(r, figure, None if is_reference else reference) for figure in figures]
     speedup = r.speedup
     return [
         r.variant,
@@ -71,11 +72,12 @@ def _time_row(r: CellResult, figures: Sequence[str]) -> list[str]:
     ]
 
 
-def _time(r: CellResult, figure: str, is_reference: bool) -> str:
-    """`0.0353 (ref 0.0244)`: the cell's time, and the reference's over the same rounds."""
+def _time(r: CellResult, figure: str, reference: CellResult | None) -> str:
+    """`0.0353 (ref 0.0244)`: the cell's time, and the reference's over the same rounds (no
+    reference: the reference's own row)."""
     own = fmt(lead_time(r, figure), 1e3, ".3g")
-    ref = None if is_reference else reference_time(r, figure)
-    return own if ref is None else f"{own} (ref {ref * 1e3:.3g})"
+    ref = None if reference is None else reference_time(r, figure, reference)
+    return own if ref is None or own == "-" else f"{own} (ref {ref * 1e3:.3g})"
 
 
 def _basis(r: CellResult) -> str:

@@ -7,8 +7,7 @@ from xlafuse.models.names import workload_label
 from xlafuse.results.records import CellResult
 
 LINE_WIDTH = 100  # a console line per cell stays within this many columns
-# The figures a speedup can divide, by the record's `speedup.lead`, and their short names.
-FIGURES = {"latency": "latency", "pipelined": "pipelined"}
+FIGURES = ("latency", "pipelined")  # what a record's `speedup.lead` may name
 
 
 def speedup_text(speedup: float | None, verdict: str | None) -> str:
@@ -24,15 +23,9 @@ def cell_label(record: CellResult) -> str:
 
 
 def lead(record: CellResult) -> str:
-    """The figure a record leads with: its speedup's (`speedup.lead`), else pipelined for a
-    train step and latency for a forward call; a record written before `lead` existed:
-    latency, the figure its speedup was computed on."""
-    if record.speedup.lead in FIGURES:
-        return record.speedup.lead
-    if record.speedup.basis is not None:
-        return "latency"
-    pipelined = record.mode == "train" and record.timing.pipelined_s_per_call
-    return "pipelined" if pipelined else "latency"
+    """The figure a record leads with (`speedup.lead`: `xlafuse.measure.timing.leading_figure`);
+    a record written before `lead` existed: latency, the figure its speedup was computed on."""
+    return record.speedup.lead if record.speedup.lead in FIGURES else "latency"
 
 
 def lead_time(record: CellResult, figure: str | None = None) -> float | None:
@@ -42,41 +35,64 @@ def lead_time(record: CellResult, figure: str | None = None) -> float | None:
     return t.pipelined_s_per_call if figure == "pipelined" else t.median_s
 
 
-def reference_time(record: CellResult, figure: str | None = None) -> float | None:
+def reference_time(
+    record: CellResult, figure: str | None = None, reference: CellResult | None = None
+) -> float | None:
     """The reference's seconds per call on `figure` over the rounds this cell's speedup was
-    measured in (paired), or the reference cell's own (timed apart); None when not recorded."""
+    measured in (paired), or the reference cell's own (timed apart). Records older than the
+    speedup's basis hold neither: their speedup is the ratio of the two cells' own medians, so
+    the reference cell's (`reference`) is the one. None when none is known."""
     figure = figure or lead(record)
     s = record.speedup
-    return s.reference_pipelined_s if figure == "pipelined" else s.reference_median_s
+    kept = s.reference_pipelined_s if figure == "pipelined" else s.reference_median_s
+    if kept is None and s.basis is None and figure == "latency" and reference is not None:
+        return lead_time(reference, figure)
+    return kept
 
 
 def cell_line(record: CellResult, reference: CellResult | None = None) -> str:
-    """One line per cell, within LINE_WIDTH columns where the label allows:
-    `mlp/tiny/train  no-fusion  kernels 219 (+170)  pipelined 0.52 ms  0.58x (slower)  ok`."""
+    """One line per cell, within LINE_WIDTH columns (what does not fit goes on an indented
+    continuation line):
+    `mlp/tiny/train  no-fusion  219 kernels (+170)  pipelined 0.519 vs 0.187 ms  0.36x slower  ok`.
+
+    A variant's time is shown beside the reference's over the same rounds: the speedup is the
+    one over the other, whatever the reference's own cell measured earlier."""
     mesh = f"{record.parallelism}{record.devices}" if record.devices > 1 else None
     name = workload_label(record.workload, record.size, record.mode, record.overrides, mesh=mesh)
+    head = f"{name}  {record.variant}"
     if not record.ok:
-        return _fit(f"{name}  {record.variant}  ERROR {record.error_type}: {record.error}")
-    kernels = f"kernels {record.fusion.kernels}"
+        return _fit(f"{head}  ERROR {record.error_type}: {record.error}")
+    lines = [head]
+    for part in _figures(record, reference):
+        if len(lines[-1]) + 2 + len(part) > LINE_WIDTH:
+            lines.append("")  # an indented continuation line
+        lines[-1] += f"  {part}"
+    return "\n".join(lines)
+
+
+def _figures(record: CellResult, reference: CellResult | None) -> list[str]:
+    kernels = f"{record.fusion.kernels} kernels"
     ref_kernels = reference.fusion.kernels if reference is not None else None
     if ref_kernels is not None and record.fusion.kernels is not None:
         kernels += f" ({record.fusion.kernels - ref_kernels:+d})"
     figure = lead(record)
-    parts = [name, record.variant, kernels, f"{figure} {_ms(lead_time(record, figure))}"]
-    collectives = record.collectives
-    if collectives.count is not None:
-        parts.append(f"collectives {collectives.count}")
+    own, ref = lead_time(record, figure), reference_time(record, figure, reference)
+    shown = f"{figure} {_ms(own)}"
+    if own is not None and ref is not None:
+        shown = f"{figure} {own * 1e3:.3g} vs {_ms(ref)}"
+    parts = [kernels, shown]
+    if record.collectives.count is not None:
+        parts.append(f"{record.collectives.count} collectives")
     speedup = record.speedup
     if record.variant != record.reference and speedup.vs_reference is not None:
-        parts.append(speedup_text(speedup.vs_reference, speedup.verdict))
+        parts.append(f"{speedup.vs_reference:.2f}x {speedup.verdict or ''}".rstrip())
     if record.device.speedup is not None:
-        parts.append(f"device {speedup_text(record.device.speedup, None)}")
+        parts.append(f"device {record.device.speedup:.2f}x")
     if record.rates.host_bound:
         parts.append("HOST-BOUND")
     if record.numerics.within_tolerance is False:
         parts.append("numerics FLAGGED")
-    parts.append("ok")
-    return "  ".join(parts)
+    return [*parts, "ok"]
 
 
 def _ms(seconds: float | None) -> str:

@@ -35,7 +35,7 @@ def _figures(records: Sequence[CellResult]) -> str:
     used = list(dict.fromkeys(lead(r) for r in records))
     if len(used) == 1:
         return used[0]
-    return "latency (forward calls) or pipelined time (train steps)"
+    return "latency (forward calls on a GPU) or pipelined time (the others)"
 
 
 def plot_speedup(records: Sequence[CellResult], path: Path) -> bool:

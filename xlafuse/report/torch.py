@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from xlafuse.report.figure import new_figure, save
+from xlafuse.report.lines import lead, lead_time, reference_time
 from xlafuse.results.records import CellResult
 
 FRAMEWORKS_PNG = "xla_vs_torch.png"
@@ -23,7 +24,7 @@ XLA_VARIANT = "default"
 TORCH_VARIANT = "torch-inductor"
 
 _COLUMNS = (
-    "framework", "variant", "kernels/call", "modeled MB", "median ms", "device ms",
+    "framework", "variant", "kernels/call", "modeled MB", "time ms (figure)", "device ms",
     "speedup vs ref", "device speedup", "compile s (cold / warm)", "numerics",
 )  # fmt: skip
 
@@ -57,7 +58,8 @@ def frameworks_section(records: Sequence[CellResult]) -> str:
     for key, group in groups.items():
         lines += [f"### {key}", "", "| " + " | ".join(_COLUMNS) + " |"]
         lines.append("|" + "---|" * len(_COLUMNS))
-        lines += ["| " + " | ".join(_row(r)) + " |" for r in group]
+        reference = next((r for r in group if r.variant == r.reference), None)
+        lines += ["| " + " | ".join(_row(r, reference)) + " |" for r in group]
         lines += ["", *_verdict(group), ""]
     cells = [r.fusion for g in groups.values() for r in g]
     bases = sorted({f.kernels_basis for f in cells if f.kernels_basis})
@@ -92,7 +94,7 @@ def _kernels(r: CellResult) -> float | None:
     return r.device.kernels_per_call or r.fusion.kernels
 
 
-def _row(r: CellResult) -> list[str]:
+def _row(r: CellResult, reference: CellResult | None) -> list[str]:
     cold = r.cold_start.cold_compile_s or r.compile.compile_s
     warm = r.cold_start.warm_compile_s
     compile_text = _num(cold, spec=".3g") + (f" / {warm:.3g}" if warm is not None else "")
@@ -101,13 +103,24 @@ def _row(r: CellResult) -> list[str]:
         r.variant,
         _num(_kernels(r), spec=".4g") + _input_copies(r),
         _num(r.fusion.modeled_bytes, 1e-6, ".4g"),
-        _num(r.timing.median_s, 1e3, ".4g"),
+        _lead_time(r, reference),
         _num(r.device.time_s, 1e3, ".4g"),
         _speedup(r.speedup.vs_reference, r.speedup.verdict),
         _speedup(r.device.speedup, r.device.speedup_verdict),
         compile_text,
         _numerics(r),
     ]
+
+
+def _lead_time(r: CellResult, reference: CellResult | None) -> str:
+    """`0.52 (ref 0.19) pipelined`: the figure the speedup divides, the reference's beside it
+    (over the same rounds; in records that predate that, the reference row's own)."""
+    own = lead_time(r)
+    ref = reference_time(r, None, reference) if r.variant != r.reference else None
+    text = _num(own, 1e3, ".4g")
+    if own is not None and ref is not None:
+        text += f" (ref {ref * 1e3:.4g})"
+    return f"{text} {lead(r)}"
 
 
 def _input_copies(r: CellResult) -> str:

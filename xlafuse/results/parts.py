@@ -147,7 +147,7 @@ class SpeedupRecord(Part):
     reference itself) on two figures: latency (median synchronized call) and pipelined time per
     call. Each is the reference's figure over this cell's, with its 95% bootstrap interval and
     verdict ("faster", "slower", "same"); `lead` names the figure that leads ("latency" for a
-    forward call, "pipelined" for a train step), and `vs_reference`, `ci`, `verdict` repeat its
+    forward call on a GPU, "pipelined" for a train step and on a CPU), and `vs_reference`, `ci`, `verdict` repeat its
     values; `basis` says which figure and how the two were timed (paired: in alternating
     rounds; or apart). The reference's figures are over the same rounds (paired) or its own.
     Records written before `lead` existed have a latency-like speedup of their own basis."""

@@ -275,7 +275,7 @@ def _timed(program: TorchProgram, workload, request, reference) -> dict[str, Any
     makes it the record's speedup part, as for an XLA cell.
     """
     advance = _advance(program)
-    lead = timing.PIPELINED if program.train else timing.LATENCY
+    lead = timing.leading_figure(program.train, "cpu" if program.device.type == "cpu" else "gpu")
     ref = reference.compiled
     comparison = None
     if ref is not None and ref.measured is None:
