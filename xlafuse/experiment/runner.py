@@ -245,7 +245,7 @@ def _ceilings(results_path: Path, backend: str, say) -> parts.CeilingsRecord:
     flops = ceilings.matmul_flops_per_s
     say(
         f"ceilings{' (reused from the results file)' if kept else ''}: "
-        f"copy {ceilings.copy_bytes_per_s / 1e9:.3g} GB/s"
+        f"copy {ceilings.copy_bytes_per_s / 1e9:.4g} GB/s"
         + (f", matmul {flops / 1e12:.2f} TFLOP/s" if flops else "")
     )
     return ceilings

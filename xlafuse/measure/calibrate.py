@@ -51,7 +51,8 @@ class Ceilings:
       copy_basis: "device_time_s" (profiled kernel time) or "pipelined_s_per_call" (wall).
       matmul_size: side of the square matmul (0 if not measured).
       matmul_dtype: its dtype name.
-      copy_range: (slowest, fastest) copy bytes per second over the bursts (wall clock).
+      copy_range: (slowest, fastest) copy bytes per second, on the same basis: over the bursts
+        (wall clock) or over the profiled calls (device time).
       cache_bytes: the last-level cache's size (a CPU's largest cache level, a GPU's L2), or
         None where it cannot be read.
     """
@@ -95,7 +96,8 @@ def copy_bandwidth(
 
     Returns:
       (bytes per second, the time it divides by: "device_time_s" or "pipelined_s_per_call",
-      (slowest, fastest) bytes per second over the wall-clock bursts).
+      (slowest, fastest) bytes per second: over the wall-clock bursts, or over the profiled
+      calls where the kernel's time is the basis).
     """
     x = jnp.zeros((array_bytes // 4,), jnp.float32)
     add_one = jax.jit(lambda a: a + 1)
@@ -109,6 +111,8 @@ def copy_bandwidth(
         profile = None
     if profile is not None and profile.device_time_s > 0:
         seconds, basis = profile.device_time_s, "device_time_s"
+        calls = [t for t in profile.per_call_s if t > 0] or [seconds]
+        spread = (moved / max(calls), moved / min(calls))
     return moved / seconds, basis, spread
 
 

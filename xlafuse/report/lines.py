@@ -53,7 +53,8 @@ def reference_time(
 def cell_line(record: CellResult, reference: CellResult | None = None) -> str:
     """One line per cell, within LINE_WIDTH columns (what does not fit goes on an indented
     continuation line):
-    `mlp/tiny/train  no-fusion  219 kernels (+170)  pipelined 0.519 vs 0.187 ms  0.36x slower  ok`.
+    `mlp/tiny/train  no-fusion  219 kernels (+170)  pipelined 0.519 vs 0.187 ms  0.36x slower`;
+    a cell that failed: `... ERROR TypeName: message`.
 
     A variant's time is shown beside the reference's over the same rounds: the speedup is the
     one over the other, whatever the reference's own cell measured earlier."""
@@ -92,7 +93,7 @@ def _figures(record: CellResult, reference: CellResult | None) -> list[str]:
         parts.append("HOST-BOUND")
     if record.numerics.within_tolerance is False:
         parts.append("numerics FLAGGED")
-    return [*parts, "ok"]
+    return parts
 
 
 def _ms(seconds: float | None) -> str:

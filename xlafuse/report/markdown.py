@@ -172,12 +172,13 @@ def _ceilings(records: Sequence[CellResult]) -> list[str]:
 
 def _calibration_line(r: CellResult) -> str:
     c = r.ceilings
-    line = f"- copy bandwidth: {c.copy_bytes_per_s / 1e9:.3g} GB/s (x + 1, read + write"
+    line = f"- copy bandwidth: {c.copy_bytes_per_s / 1e9:.4g} GB/s (x + 1, read + write"
     if c.copy_array_bytes:
         line += f", on {c.copy_array_bytes / (1 << 20):,.0f} MiB"
     line += f", per {c.copy_basis})" if c.copy_basis else ")"
     if c.copy_range:
-        line += f", range over bursts {c.copy_range[0] / 1e9:.3g}-{c.copy_range[1] / 1e9:.3g} GB/s"
+        low, high = (value / 1e9 for value in c.copy_range)
+        line += f", range {low:.4g}-{high:.4g} GB/s"
     if c.cache_bytes:
         line += f"; last-level cache {c.cache_bytes / (1 << 20):.3g} MiB"
     if c.matmul_flops_per_s:
