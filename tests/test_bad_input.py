@@ -4,7 +4,6 @@ Each case asserts the message and the exit code; "before any work" is held by ma
 itself fail the test (no array made, no child started, no plot written).
 """
 
-import importlib.util
 import json
 import os
 
@@ -323,17 +322,11 @@ def test_fresh_moves_the_old_report_aside_with_the_results(tmp_path):
     assert f"{stem}.report.md.old" in left and f"{stem}.speedup.png.old" in left
 
 
-# 5. one problem, not two, for a torch reference without torch
+# 5. one problem, not two, for a torch reference without torch: tests/test_torch_variants.py
 
 
-@pytest.mark.skipif(importlib.util.find_spec("torch") is not None, reason="torch is installed")
-def test_a_torch_reference_without_torch_is_one_problem():
-    data = {
-        "experiment": {"variants": ["default", "torch-eager"], "reference": "torch-eager"},
-        "workloads": ["chain"],
-    }
-    problems = _problems(data)
-    assert len(problems) == 1
-    assert problems[0].startswith(
-        "experiment.variants[1]: variant 'torch-eager' runs PyTorch, which is not installed"
-    )
+def test_compare_refuses_an_unknown_variant_before_building(capsys):
+    assert main(["compare", "mlp", "--variants", "default,no-fuson"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown variant 'no-fuson' (did you mean 'no-fusion'?)" in err
+    assert "building" not in err and "compiling" not in err

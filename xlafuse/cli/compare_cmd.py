@@ -33,9 +33,12 @@ def register(subparsers) -> None:
 def run(args) -> int:
     # on use, not at the top: `xlafuse --help` imports no JAX (see xlafuse.cli)
     from xlafuse.cli._checks import variant_names
+    from xlafuse.compile.variants import get as get_variant
     from xlafuse.experiment.compare import compare_workload
 
     names = variant_names(args.variants)
+    for name in names:  # an unknown variant is refused before the workload is built
+        get_variant(name)
     if (status := rerun_if_needed(args)) is not None:
         return status
     label = workload_label(args.workload, args.size, args.mode, overrides(args))

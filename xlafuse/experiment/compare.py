@@ -168,19 +168,18 @@ def compare_workload(
     """
     if not variants:
         raise ValueError("compare needs at least one variant")
+    resolved = [get_variant(spec) for spec in variants]  # every name checked before any compile
+    if resolved[0].framework == "torch":
+        raise ValueError(
+            f"the first variant is the reference and must be an XLA one, not "
+            f"{resolved[0].name!r} (e.g. default,{resolved[0].name})"
+        )
+    name = workload_label(workload.name, workload.size, workload.mode)
     rows, reference = [], None
-    for spec in variants:
+    for spec, variant in zip(variants, resolved, strict=True):
         if on_step is not None:
-            on_step(
-                f"compiling {workload_label(workload.name, workload.size, workload.mode)} under {spec}"
-            )
-        variant = get_variant(spec)
+            on_step(f"compiling {name} under {spec}")
         if variant.framework == "torch":
-            if reference is None:
-                raise ValueError(
-                    f"the first variant is the reference and must be an XLA one, not "
-                    f"{variant.name!r} (e.g. default,{variant.name})"
-                )
             rows.append(_torch_row(workload, variant, reference))
             continue
         compiled = compile_workload(workload, variant)
