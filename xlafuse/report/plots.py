@@ -31,10 +31,10 @@ def _device(records: Sequence[CellResult]) -> str:
 
 
 def _figures(records: Sequence[CellResult]) -> str:
-    """`latency`, `pipelined`, or `latency (forward) and pipelined (train)`."""
+    """`latency`, `pipelined time`, or both with where each is used."""
     used = list(dict.fromkeys(lead(r) for r in records))
     if len(used) == 1:
-        return used[0]
+        return {"latency": "latency", "pipelined": "pipelined time"}[used[0]]
     return "latency (forward calls on a GPU) or pipelined time (the others)"
 
 
@@ -164,7 +164,7 @@ def intensity(r: CellResult) -> float | None:
 def _copy_label(r: CellResult) -> str:
     basis = r.ceilings.copy_basis or "pipelined_s_per_call"
     return (
-        f"copy ceiling {r.ceilings.copy_bytes_per_s / 1e9:.3g} GB/s\n"
+        f"copy ceiling {r.ceilings.copy_bytes_per_s / 1e9:.4g} GB/s\n"
         f"(measured: x + 1, read + write, per {basis})"
     )
 
