@@ -217,3 +217,20 @@ def test_run_lines_on_a_terminal_are_not_wrapped_by_rich():
         reporter.say(LONG)
         reporter.advance()
     assert LONG in terminal.getvalue()  # one piece: the terminal folds it, not rich
+
+
+def test_prose_lines_fit_100_columns_and_table_rows_stay_whole():
+    from xlafuse.report.format import LINE_WIDTH, fit
+
+    prose = "  " + " ".join(["word"] * 60)
+    wrapped = fit(prose).splitlines()
+    assert all(len(line) <= LINE_WIDTH for line in wrapped) and len(wrapped) == 4
+    assert wrapped[1].startswith("      word")  # its indent, four more columns
+    row = "kernel  " + "x" * 120
+    assert fit(row) == row
+    assert fit("short\n" + prose).splitlines()[0] == "short"
+
+
+def test_variants_prints_no_line_over_100_columns(capsys):
+    assert main(["variants"]) == 0
+    assert max(len(line) for line in capsys.readouterr().out.splitlines()) <= 100

@@ -172,8 +172,8 @@ def test_cli_chain_text(capsys, samples):
     assert code == 0
     assert (
         "unoptimized instructions: 25; in kernels 14, outside kernels 0, lost 11 "
-        "(4 reshape, 3 broadcast, 1 dot, 1 maximum, ...)\n"
-    ) in out
+        "(4 reshape, 3 broadcast, 1\n    dot, 1 maximum, ...)\n"
+    ) in out  # a line of prose wraps at 100 columns
     assert "kernel boundaries (missed fusions): 3, largest first\n" in out
     assert (
         "    2.10 MB  add.3 (loop_add_fusion, why_probe.py:6) -> sub.7 (fusion.7, why_probe.py:7)"

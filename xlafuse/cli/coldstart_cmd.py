@@ -6,6 +6,7 @@ import json
 
 from xlafuse.cli import _progress
 from xlafuse.models.names import workload_label
+from xlafuse.report.format import fit
 
 
 def register(subparsers) -> None:
@@ -53,7 +54,7 @@ def run(args) -> int:
             aot=not args.no_aot,
             on_step=lambda line: step(f"{label}: {line}"),
         )
-    print(json.dumps(result.to_dict(), indent=1) if args.json else coldstart_text(result))
+    print(json.dumps(result.to_dict(), indent=1) if args.json else fit(coldstart_text(result)))
     return 0
 
 

@@ -8,6 +8,7 @@ from xlafuse import models
 from xlafuse.cli import _progress
 from xlafuse.cli._devices import add_mesh_arguments, overrides, rerun_if_needed
 from xlafuse.models.names import workload_label
+from xlafuse.report.format import fit
 
 
 def register(subparsers) -> None:
@@ -55,5 +56,5 @@ def run(args) -> int:
             **overrides(args),
         )
         table = compare_workload(workload, variants=names, on_step=step)
-    print(json.dumps(table.to_dict(), indent=1) if args.json else table)
+    print(json.dumps(table.to_dict(), indent=1) if args.json else fit(str(table)))
     return 0

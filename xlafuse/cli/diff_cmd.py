@@ -8,6 +8,7 @@ from xlafuse.cli import _progress
 from xlafuse.cli._devices import add_mesh_arguments, overrides, rerun_if_needed
 from xlafuse.errors import XlafuseError
 from xlafuse.models.names import workload_label
+from xlafuse.report.format import fit
 
 
 def register(subparsers) -> None:
@@ -70,7 +71,7 @@ def run(args) -> int:
             overrides(args),
             step,
         )
-    print(json.dumps(diff.to_dict(), indent=1) if args.json else render_diff(diff, args.top))
+    print(json.dumps(diff.to_dict(), indent=1) if args.json else fit(render_diff(diff, args.top)))
     return 0
 
 
@@ -99,7 +100,7 @@ def _measured(args, variants: tuple[str, ...]) -> int:
     if args.json:
         print(json.dumps(measured.to_dict(), indent=1))
     else:
-        print(render_diff(measured.diff, args.top))
+        print(fit(render_diff(measured.diff, args.top)))
         print()
-        print(render_measured_diff(measured, args.top))
+        print(fit(render_measured_diff(measured, args.top)))
     return 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from xlafuse.cli import _progress
+from xlafuse.report.format import fit
 
 
 def register(subparsers) -> None:
@@ -64,5 +65,5 @@ def run(args) -> int:
             out["history"] = [s.step.to_dict() for s in report.explanation.history(args.kernel)]
         print(json.dumps(out, indent=1))
     else:
-        print(render_explain(report, args.top, args.kernel))
+        print(fit(render_explain(report, args.top, args.kernel)))
     return 0

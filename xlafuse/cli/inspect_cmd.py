@@ -8,6 +8,7 @@ from pathlib import Path
 from xlafuse.cli import _progress
 from xlafuse.cli._devices import add_mesh_arguments, overrides, rerun_if_needed
 from xlafuse.errors import XlafuseError
+from xlafuse.report.format import fit
 from xlafuse.report.inspect_text import SORT_KEYS
 
 
@@ -63,7 +64,7 @@ def run(args) -> int:
     if args.json:
         print(json.dumps(result.to_json(), indent=1))
     else:
-        print(render_text(result, top=args.top, sort=args.sort))
+        print(fit(render_text(result, top=args.top, sort=args.sort)))
     return 0
 
 

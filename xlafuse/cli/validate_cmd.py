@@ -9,6 +9,7 @@ from pathlib import Path
 
 from xlafuse.cli._devices import parse_overrides
 from xlafuse.errors import XlafuseError
+from xlafuse.report.format import fit
 
 SOME_CELLS_OFF = 1
 
@@ -116,7 +117,11 @@ def _command() -> str:
 def _print(results, as_json: bool) -> int:
     from xlafuse.report.validation import format_text  # on use, as in `run`
 
-    print(json.dumps([r.to_dict() for r in results], indent=1) if as_json else format_text(results))
+    print(
+        json.dumps([r.to_dict() for r in results], indent=1)
+        if as_json
+        else fit(format_text(results))
+    )
     return 0 if all(r.ok for r in results) else SOME_CELLS_OFF
 
 

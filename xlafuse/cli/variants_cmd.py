@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+from xlafuse.report.format import fit
+
 
 def register(subparsers) -> None:
     """Adds the `variants` parser."""
@@ -31,16 +33,16 @@ def run(args) -> int:
     print(f"backend: {backend}")
     for row in rows:
         here = "applies here" if row["applies"] else f"{'/'.join(row['backends'])} only"
-        print(f"\n{row['name']}  ({here})\n  {row['description']}")
+        print(fit(f"\n{row['name']}  ({here})\n  {row['description']}"))
         if row["framework"] == "torch":
-            print(f"  {_torch_line(row)}")
+            print(fit(f"  {_torch_line(row)}"))
             continue
         for key, value in row["options"].items():
-            print(f"  {key}={value!r}")
+            print(fit(f"  {key}={value!r}"))
         if not row["options"]:
             print("  (no options: XLA as shipped)")
         if row["remains"]:
-            print(f"  cannot be switched off: {row['remains']}")
+            print(fit(f"  cannot be switched off: {row['remains']}"))
     return 0
 
 

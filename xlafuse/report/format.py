@@ -1,4 +1,4 @@
-"""The formatting every report shares: byte counts and plain-text tables.
+"""The formatting every report shares: byte counts, plain-text tables, lines that fit.
 
 Plain text, not `rich` tables: these tables are printed, piped into files and compared in tests
 line by line, and rich pads and wraps to the terminal's width. `rich` draws only the live
@@ -7,7 +7,10 @@ progress bars (`cli/_progress.py`, the runner).
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Collection, Sequence
+
+LINE_WIDTH = 100  # what a command prints stays within this many columns
 
 
 def format_bytes(n: int) -> str:
@@ -37,3 +40,25 @@ def text_table(
         return "  ".join(parts).rstrip()
 
     return "\n".join([line(header), *(line(r) for r in rows)])
+
+
+def fit(text: str, width: int = LINE_WIDTH) -> str:
+    """`text` with every line of prose longer than `width` wrapped at spaces; a continuation is
+    indented four columns past its line's own indent (a word longer than the line is left
+    whole). A table row (two spaces between its cells) is left as it is: wrapped, its columns
+    would no longer line up, and the command's `--json` has the same data."""
+    out = []
+    for line in text.splitlines():
+        if len(line) <= width or "  " in line.strip():
+            out.append(line)
+            continue
+        indent = " " * (len(line) - len(line.lstrip()))
+        out += textwrap.wrap(
+            line.strip(),
+            width,
+            initial_indent=indent,
+            subsequent_indent=indent + "    ",
+            break_long_words=False,
+            break_on_hyphens=False,
+        )
+    return "\n".join(out)

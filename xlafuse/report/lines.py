@@ -4,9 +4,9 @@ progress line per cell, a speedup with its verdict."""
 from __future__ import annotations
 
 from xlafuse.models.names import workload_label
+from xlafuse.report.format import LINE_WIDTH
 from xlafuse.results.records import CellResult
 
-LINE_WIDTH = 100  # a console line per cell stays within this many columns
 FIGURES = ("latency", "pipelined")  # what a record's `speedup.lead` may name
 
 
