@@ -334,28 +334,33 @@ def measure_pair(
     ref = _start(reference, reference_args, settings, advance, clock)
     own = _start(fn, args, settings, advance, clock)
     ref.calls = own.calls = min(ref.calls, own.calls)
+    _alternate(ref, own, settings, lead, clock)
+    comparison = Comparison(
+        _speedup(ref, own, LATENCY), _speedup(ref, own, PIPELINED), True, ref.timing(0)
+    )
+    return own.timing(settings.warmup), comparison
+
+
+def _alternate(ref: _Side, own: _Side, settings: TimingSettings, lead: str, clock: Clock) -> None:
+    """Rounds of `ref` and `own`, the order swapped every round, until `measure_pair`'s rule."""
     start, rounds, next_check = clock(), 0, max(MIN_ROUNDS, settings.repeats)
     while True:
         for side in (ref, own) if rounds % 2 == 0 else (own, ref):
             side.round()
         rounds += 1
         if len(own.synced) + own.calls > settings.max_iters:
-            break
+            return
         if rounds < next_check or len(own.synced) < settings.min_iters:
             continue
         elapsed = clock() - start
         if elapsed < settings.min_time_s:
             continue
         if elapsed >= PAIR_BUDGET * settings.min_time_s:
-            break
+            return
         # The bootstrap costs more as rounds pile up: check a quarter more rounds later each time.
         next_check = rounds + max(1, rounds // 4)
         if _speedup(ref, own, lead, CHECK_RESAMPLES).decided:
-            break
-    comparison = Comparison(
-        _speedup(ref, own, LATENCY), _speedup(ref, own, PIPELINED), True, ref.timing(0)
-    )
-    return own.timing(settings.warmup), comparison
+            return
 
 
 def _speedup(ref: _Side, own: _Side, lead: str, resamples: int = RESAMPLES) -> Speedup:
