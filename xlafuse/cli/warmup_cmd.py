@@ -22,10 +22,17 @@ def register(subparsers) -> None:
 
 def run(args) -> int:
     # on use, not at the top: `xlafuse --help` imports no JAX (see xlafuse.cli)
+    from xlafuse.cli._devices import rerun_with_host_devices
+    from xlafuse.compile.devices import needs_host_devices
     from xlafuse.experiment.config import load_config
     from xlafuse.experiment.warmup import warmup_cells, warmup_config
 
     config = load_config(args.config)
+    # Sharded cells on a CPU: warmed in a child with as many host devices as `run` gives them,
+    # so the cache holds the sharded programs the run compiles.
+    devices = max((w.devices for w in config.workloads), default=1)
+    if needs_host_devices(devices):
+        return rerun_with_host_devices(args.argv, devices)
     with _progress.steps("warmup", total=warmup_cells(config)) as step:
         summary = warmup_config(config, args.cache, on_step=step)
     if args.json:

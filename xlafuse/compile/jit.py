@@ -144,6 +144,21 @@ class ChildMeasurement:
     profile: dict[str, Any] | None = None
 
 
+def lower_workload(workload) -> jax.stages.Lowered:
+    """The one lowering of a workload, which every entry point compiles, traces or caches.
+
+    `jax.jit(workload.fn, **workload.jit_kwargs())`: the train state donated and, for a sharded
+    workload, its output layout pinned; the input shardings travel with the arguments. A fresh
+    `Lowered` each call (a `Lowered` caches its compile, so reusing one would time a cache hit).
+    """
+    return _lower(workload.fn, workload.args, {}, workload.jit_kwargs())
+
+
+def hlo_before_optimization(lowered: jax.stages.Lowered) -> str:
+    """A lowering's HLO text with source locations: what `xlafuse.inspect.explain` traces."""
+    return lowered.as_text(dialect="hlo", debug_info=True)
+
+
 def compile_workload(workload, variant, measure: MeasureRequest | None = None) -> CompiledVariant:
     """The one compile path for workloads: `run`, `compare`, `inspect`, `diff`, `warmup` use it.
 
@@ -167,13 +182,13 @@ def compile_workload(workload, variant, measure: MeasureRequest | None = None) -
 
 
 def unoptimized_hlo(workload) -> str:
-    """The workload's program before XLA's optimizations, as `compile_workload` lowers it.
+    """The workload's program before XLA's optimizations, as `compile_workload` lowers it
+    (`lower_workload`), with source locations."""
+    return hlo_before_optimization(lower_workload(workload))
 
-    HLO text with source locations (`debug_info=True`): what `xlafuse.inspect.explain` traces to kernels.
-    """
-    jit_kwargs = {"donate_argnums": workload.donate_argnums} if workload.donate_argnums else {}
-    lowered = jax.jit(workload.fn, **jit_kwargs).lower(*workload.args)
-    return lowered.as_text(dialect="hlo", debug_info=True)
+
+def _lower(fn: Callable, args: Sequence, kwargs: dict, jit_kwargs: dict) -> jax.stages.Lowered:
+    return jax.jit(fn, **jit_kwargs).lower(*args, **kwargs)
 
 
 def compile_variant(
@@ -207,11 +222,27 @@ def compile_variant(
             )
         return _compile_in_child(fn, args, kwargs, variant, backend, options, jit_kwargs, measure)
     start = time.perf_counter()
-    lowered = jax.jit(fn, **jit_kwargs).lower(*args, **kwargs)
+    lowered = _lower(fn, args, kwargs, jit_kwargs)
     lower_s = time.perf_counter() - start
     start = time.perf_counter()
+    compiled = compile_lowered(lowered, variant, options)
+    compile_s = time.perf_counter() - start
+    return CompiledVariant(
+        variant, backend, compiled, compiled.as_text(), lower_s, compile_s, lowered=lowered
+    )
+
+
+def compile_lowered(
+    lowered: jax.stages.Lowered, variant: Variant, options: dict[str, Any]
+) -> jax.stages.Compiled:
+    """`lowered.compile` under `options` (the variant's, plus e.g. XLA's dump options: a dump
+    does not change the program).
+
+    Raises:
+      ValueError: XLA rejected an option key or value (XLA's message is kept).
+    """
     try:
-        compiled = lowered.compile(compiler_options=options)
+        return lowered.compile(compiler_options=options)
     except jax.errors.JaxRuntimeError as err:
         message = str(err)
         if "compile option" in message or "valid" in message:
@@ -219,10 +250,6 @@ def compile_variant(
                 f"variant {variant.name!r}: XLA rejected its options: {message}"
             ) from err
         raise
-    compile_s = time.perf_counter() - start
-    return CompiledVariant(
-        variant, backend, compiled, compiled.as_text(), lower_s, compile_s, lowered=lowered
-    )
 
 
 def _is_sharded(args: Sequence) -> bool:

@@ -5,8 +5,10 @@ points `jax_compilation_cache_dir` at the same folder, with the same JAX, XLA fl
 options, gets its executables from disk instead of compiling them (see
 `xlafuse.measure.coldstart` for the measured effect).
 
-The compile happens in this process, through `jax.jit(...).lower(...).compile(compiler_options=...)`
-exactly as the measurements and the runner compile, so the cache keys match.
+The compile happens in this process: a workload through the runner's own lowering
+(`xlafuse.compile.jit.lower_workload`: donated and sharded as `xlafuse run` compiles it), a
+function through `jax.jit(fn, **jit_kwargs).lower(*args)`, then `compile_lowered` under the
+variant's options, so the cache keys match.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any
 
 import jax
 
+from xlafuse.compile.jit import compile_lowered, lower_workload
 from xlafuse.compile.variants import get
 from xlafuse.measure.coldstart import (
     CACHE_HITS,
@@ -102,13 +105,13 @@ def warmup(
     hits: list[str] = []
     compile_s = 0.0
     with persistent_cache(cache_dir) as folder, cache_events() as counted:
-        for label, fn, fn_args, kwargs in _targets(fn_or_workloads, args, jit_kwargs):
+        for label, lower in _targets(fn_or_workloads, args, jit_kwargs):
             for variant in resolved:
                 labels.append(f"{label} @ {variant.name}")
                 if on_step is not None:
                     on_step(f"compiling {labels[-1]}")
                 hits_before = counted[CACHE_HITS]
-                compile_s += _compile(fn, fn_args, kwargs, variant)
+                compile_s += _compile(lower, variant)
                 if counted[CACHE_HITS] > hits_before:
                     hits.append(labels[-1])
     after = cache_entry_count(folder)
@@ -161,10 +164,10 @@ def _in_process_variants(variants: Sequence[Any]) -> list:
 
 
 def _targets(fn_or_workloads, args, jit_kwargs):
-    """Yield (label, fn, args, jit_kwargs) for each function to compile."""
+    """Yield (label, lower) for each function to compile: `lower()` gives a fresh Lowered."""
     if callable(fn_or_workloads) and not _is_workload(fn_or_workloads):
         name = getattr(fn_or_workloads, "__name__", "function")
-        yield name, fn_or_workloads, args, jit_kwargs
+        yield name, lambda: jax.jit(fn_or_workloads, **jit_kwargs).lower(*args)
         return
     if args:
         raise TypeError("example arguments are only accepted with a function, not with workloads")
@@ -177,22 +180,25 @@ def _targets(fn_or_workloads, args, jit_kwargs):
         else:
             spec = workload_spec(item)
             workload = build_workload(spec)
-            label = workload_label(
-                spec["name"], spec["size"], spec["mode"], spec["overrides"], spec["dtype"]
-            )
-        # No donation: the runner and the cold-start children compile this way (same cache key).
-        donate = {"donate_argnums": workload.donate_argnums} if workload.donate_argnums else {}
-        yield label, workload.fn, workload.args, donate  # as `compile_workload` compiles it
+            label = _label(spec)
+        yield label, lambda workload=workload: lower_workload(workload)
+
+
+def _label(spec: dict[str, Any]) -> str:
+    """`chain[ops=2]/tiny/forward`, with ` @data2` for a cell sharded over 2 devices."""
+    mesh = f"{spec['parallelism']}{spec['devices']}" if spec["devices"] > 1 else None
+    overrides, dtype = spec["overrides"], spec["dtype"]
+    return workload_label(spec["name"], spec["size"], spec["mode"], overrides, dtype, mesh=mesh)
 
 
 def _is_workload(obj: Any) -> bool:
     return hasattr(obj, "fn") and hasattr(obj, "args") and hasattr(obj, "donate_argnums")
 
 
-def _compile(fn: Callable, args: Sequence, jit_kwargs: dict, variant) -> float:
+def _compile(lower: Callable[[], Any], variant) -> float:
     """Lower afresh and compile (the cache stores it); returns the compile seconds."""
     options = variant.compiler_options(jax.default_backend())
-    lowered = jax.jit(fn, **jit_kwargs).lower(*args)
+    lowered = lower()
     start = time.perf_counter()
-    lowered.compile(compiler_options=options)
+    compile_lowered(lowered, variant, options)
     return time.perf_counter() - start

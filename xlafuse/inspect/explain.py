@@ -92,7 +92,12 @@ def compile_for_explain(
     # JAX and the compiler, imported here: reading a dump folder needs neither
     import jax
 
-    from xlafuse.compile.jit import compile_workload, unoptimized_hlo
+    from xlafuse.compile.jit import (
+        compile_lowered,
+        compile_workload,
+        lower_workload,
+        unoptimized_hlo,
+    )
     from xlafuse.compile.variants import get as get_variant
 
     work = models.build(
@@ -103,7 +108,6 @@ def compile_for_explain(
         parallelism=parallelism,
         **(overrides or {}),
     )
-    jit_kwargs = work.jit_kwargs()
     backend = jax.default_backend()
     chosen = {v: get_variant(v) for v in variants}  # unknown names fail before any compile
     unoptimized = unoptimized_hlo(work)
@@ -118,8 +122,8 @@ def compile_for_explain(
         # with XLA's dump switched on: a dump does not change the program.
         with tempfile.TemporaryDirectory(prefix="xlafuse-explain-") as folder:
             options = {**variant.compiler_options(backend), **DUMP_OPTIONS, "xla_dump_to": folder}
-            lowered = jax.jit(work.fn, **jit_kwargs).lower(*work.args)
-            optimized[name] = lowered.compile(compiler_options=options).as_text()
+            compiled = compile_lowered(lower_workload(work), variant, options)
+            optimized[name] = compiled.as_text()
             found = sorted(Path(folder).glob(f"*{DUMP_SUFFIX}"))
             if found:
                 dumps[name] = read_priority_dump(found[-1])

@@ -20,8 +20,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import jax
-
+from xlafuse.compile.jit import unoptimized_hlo
 from xlafuse.hlo.diff import diff_modules
 from xlafuse.hlo.parse import parse_hlo
 from xlafuse.measure.kernel_diff import kernel_diff_record
@@ -109,11 +108,7 @@ def _diff(baseline: Baseline, compiled, workload, times: KernelTimes, labels) ->
 
     try:
         if baseline.unoptimized is None:
-            donate = workload.donate_argnums
-            lowered = jax.jit(workload.fn, **({"donate_argnums": donate} if donate else {}))
-            baseline.unoptimized = lowered.lower(*workload.args).as_text(
-                dialect="hlo", debug_info=True
-            )
+            baseline.unoptimized = compiled.unoptimized_hlo() or unoptimized_hlo(workload)
         texts = (baseline.unoptimized, baseline.hlo_text, compiled.hlo_text)
         ref, a, b = (
             parse_hlo(t, name) for t, name in zip(texts, ("unoptimized", *labels), strict=True)

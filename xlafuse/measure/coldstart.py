@@ -37,6 +37,7 @@ from jax._src import monitoring  # the only place the persistent-cache events ar
 from jax.experimental.compilation_cache import compilation_cache
 
 from xlafuse import models
+from xlafuse.compile.devices import HOST_DEVICES_FLAG
 from xlafuse.compile.protocol import run_child
 from xlafuse.compile.variants import get as get_variant
 from xlafuse.folders import writable_folder
@@ -223,13 +224,16 @@ def cache_events() -> Iterator[dict[str, int]]:
 
 
 def build_workload(spec: Mapping[str, Any]):
-    """The workload a `workload_spec` describes, built (in a child process)."""
+    """The workload a `workload_spec` describes, built (in a child process), sharded over its
+    devices when it names more than one (the child was started with them: `_run_child`)."""
     return models.build(
         spec["name"],
         size=spec["size"],
         mode=spec["mode"],
         dtype=spec["dtype"],
         seed=spec["seed"],
+        devices=spec.get("devices", 1),
+        parallelism=spec.get("parallelism") or "data",
         **spec["overrides"],
     )
 
@@ -238,9 +242,10 @@ def workload_spec(workload: Any) -> dict[str, Any]:
     """A JSON-able spec from which a child process rebuilds the same workload.
 
     Args:
-      workload: a workload name, a dict (name, size, mode, dtype, seed, overrides), a config's
-        WorkloadConfig (anything with `to_dict()` giving those keys) or a built `Workload`
-        (its resolved configuration becomes the overrides; the seed is taken as 0).
+      workload: a workload name, a dict (name, size, mode, dtype, seed, overrides, devices,
+        parallelism), a config's WorkloadConfig (anything with `to_dict()` giving those keys)
+        or a built `Workload` (its resolved configuration becomes the overrides; the seed is
+        taken as 0; a sharded one keeps its devices and parallelism).
 
     Raises:
       TypeError: none of those.
@@ -254,6 +259,8 @@ def workload_spec(workload: Any) -> dict[str, Any]:
             "mode": workload.mode,
             "dtype": workload.dtype,
             "overrides": workload.to_dict()["config"],
+            "devices": workload.devices,
+            "parallelism": workload.parallelism,
         }
     elif hasattr(workload, "to_dict"):
         workload = workload.to_dict()
@@ -269,6 +276,8 @@ def workload_spec(workload: Any) -> dict[str, Any]:
         "dtype": workload.get("dtype"),
         "seed": int(workload.get("seed", 0)),
         "overrides": dict(workload.get("overrides") or {}),
+        "devices": int(workload.get("devices") or 1),
+        "parallelism": workload.get("parallelism") if workload.get("devices", 1) > 1 else None,
     }
 
 
@@ -423,5 +432,8 @@ def _run_child(request: dict[str, Any]) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="xlafuse-coldstart-child-") as tmp:
         what = f"cold-start child ({request['phase']}, {request['workload']['name']})"
         command = [sys.executable, "-c", BOOTSTRAP, tmp]
-        flags = request["variant"].get("process_flags", ())
+        flags = list(request["variant"].get("process_flags", ()))
+        devices = request["workload"].get("devices", 1)
+        if devices > 1 and jax.default_backend() == "cpu":  # N host devices, as `run` has them
+            flags.append(f"{HOST_DEVICES_FLAG}={devices}")
         return run_child(command, Path(tmp), request, what, flags)[0]

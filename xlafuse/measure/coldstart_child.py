@@ -20,6 +20,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from xlafuse.compile.jit import lower_workload
 from xlafuse.compile.protocol import read_request, write_result
 from xlafuse.compile.variants import Variant
 from xlafuse.measure.coldstart import (
@@ -81,10 +82,9 @@ def _phase_jit(request: dict[str, Any], import_s: float) -> dict[str, Any]:
     options = Variant.from_dict(request["variant"]).compiler_options(jax.default_backend())
     args = workload.args  # this process calls it alone: no copies (they would compile)
     aot_export_s = _export(workload, request["export_to"])
-    # Donated as the runner compiles it (`compile_workload`), so a warm-up serves both.
-    jitted = jax.jit(workload.fn, donate_argnums=workload.donate_argnums)
+    # The runner's lowering (`lower_workload`: donated, sharded alike), so a warm-up serves both.
     start = time.perf_counter()
-    lowered = jitted.lower(*args)
+    lowered = lower_workload(workload)
     lower_s = time.perf_counter() - start
     with cache_events() as counted:
         start = time.perf_counter()

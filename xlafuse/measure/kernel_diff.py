@@ -15,10 +15,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import jax
-
 from xlafuse import models
-from xlafuse.compile.jit import compile_workload
+from xlafuse.compile.jit import compile_workload, unoptimized_hlo
 from xlafuse.compile.variants import get as get_variant
 from xlafuse.errors import XlafuseError
 from xlafuse.hlo.diff import FusionDiff, KernelGroup, diff_modules
@@ -170,10 +168,7 @@ def measure_workload_diff(
 
     work = models.build(workload, size=size, mode=mode)
     chosen = [get_variant(v) for v in variants]
-    jit_kwargs = {"donate_argnums": work.donate_argnums} if work.donate_argnums else {}
-    unoptimized = (
-        jax.jit(work.fn, **jit_kwargs).lower(*work.args).as_text(dialect="hlo", debug_info=True)
-    )
+    unoptimized = unoptimized_hlo(work)
     texts, times, traces = [unoptimized], [], {}
     for variant in chosen:
         compiled = compile_workload(work, variant)

@@ -1,0 +1,79 @@
+"""One lowering: every entry point compiles and traces the same program (issue 30), on one
+device and sharded over two, for a forward call and a train step.
+
+The checks run in a child with two host devices (tests/scripts/lowering_checks.py), as the
+sharded tests do: this process's CPU backend started with one.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from xlafuse.compile.devices import host_devices_env
+
+REPO = Path(__file__).resolve().parents[1]
+ENTRY_POINTS = ["cold start", "diff/explain", "inspect", "run", "unoptimized_hlo", "warmup"]
+
+
+@pytest.fixture(scope="module")
+def lowering(tmp_path_factory) -> dict:
+    folder = tmp_path_factory.mktemp("lowering")
+    env = host_devices_env(2)
+    env["PYTHONPATH"] = str(REPO) + (":" + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    script = REPO / "tests" / "scripts" / "lowering_checks.py"
+    proc = subprocess.run(
+        [sys.executable, str(script), str(folder)], env=env, capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads((folder / "lowering.json").read_text())
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["forward/1/data", "train/1/data", "forward/2/data", "forward/2/model", "train/2/data",
+     "train/2/model"],
+)  # fmt: skip
+def test_every_entry_point_sees_one_program(lowering, case):
+    assert lowering["devices"] == 2
+    found = lowering["cases"][case]
+    assert found["entry points"] == ENTRY_POINTS
+    assert found["distinct unoptimized"] == 1
+    assert found["distinct optimized"] == 1
+    assert found["inspect report is the run's"] is True
+    assert found["donated"] is case.startswith("train")
+
+
+def test_a_sharded_cell_keeps_its_devices_in_the_cold_start_spec(monkeypatch):
+    from xlafuse.experiment.config import WorkloadConfig
+    from xlafuse.measure import coldstart
+
+    cell = WorkloadConfig(name="mlp", mode="train", devices=2, parallelism="model")
+    spec = coldstart.workload_spec(cell)
+    assert (spec["devices"], spec["parallelism"]) == (2, "model")
+    assert coldstart.workload_spec("mlp")["devices"] == 1
+    started = []
+    monkeypatch.setattr(
+        coldstart, "run_child", lambda *a, **k: started.append(a[4]) or [{"ok": True}]
+    )
+    coldstart._run_child({"phase": "jit", "workload": spec, "variant": {}})
+    # On a CPU the child gets the host devices the sharded program needs.
+    assert started == [["--xla_force_host_platform_device_count=2"]]
+
+
+def test_warmup_of_a_sharded_config_compiles_the_sharded_program(tmp_path, capfd):
+    from xlafuse.cli import main
+
+    config = tmp_path / "sharded.toml"
+    config.write_text(
+        '[experiment]\nname = "s"\nvariants = ["default"]\n'
+        '[[workloads]]\nname = "mlp"\nmode = "train"\ndevices = 2\nparallelism = "data"\n'
+    )
+    assert main(["warmup", str(config), "--cache", str(tmp_path / "cache"), "--json"]) == 0
+    summary = json.loads(capfd.readouterr().out)  # printed by the child with 2 host devices
+    assert summary["compiled"] == ["mlp/tiny/train @data2 @ default"]
+    assert summary["entries_written"] >= 1
