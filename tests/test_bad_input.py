@@ -11,6 +11,7 @@ import jax
 import pytest
 
 from xlafuse import models
+from xlafuse.cli import _devices as cli_devices
 from xlafuse.cli import main
 from xlafuse.compile import devices as devices_lib
 from xlafuse.errors import XlafuseError
@@ -54,7 +55,7 @@ def _problems(data: dict) -> list[str]:
 def no_child(monkeypatch):
     """Fails the test if a command starts its child process with N host devices."""
     monkeypatch.setattr(
-        devices_lib, "rerun_with_host_devices", lambda *a: pytest.fail("started a child")
+        cli_devices, "rerun_with_host_devices", lambda *a: pytest.fail("started a child")
     )
 
 

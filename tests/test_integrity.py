@@ -413,7 +413,7 @@ def test_readme_quickstart_claim_is_machine_checked():
 
 
 def test_git_commit_names_a_dirty_tree_and_honours_the_override(tmp_path, monkeypatch):
-    from xlafuse.results.settings import COMMIT_ENV, git_commit
+    from xlafuse.experiment.environment import COMMIT_ENV, git_commit
 
     def git(*args):
         subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
@@ -437,21 +437,22 @@ def test_git_commit_names_a_dirty_tree_and_honours_the_override(tmp_path, monkey
 def test_records_name_the_host_cpu_that_compiled_and_dispatched(tmp_path, monkeypatch):
     from types import SimpleNamespace
 
+    from xlafuse.experiment import environment as run_environment
     from xlafuse.report.markdown import _environment
-    from xlafuse.results import settings
 
     cpuinfo = tmp_path / "cpuinfo"
     cpuinfo.write_text(
         "processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC   9654 96-Core\n\n"
         "processor\t: 1\nmodel name\t: AMD EPYC 9654 96-Core\n"
     )
-    assert settings.host_cpu(cpuinfo) == "AMD EPYC 9654 96-Core"
-    monkeypatch.setattr(settings.platform, "processor", lambda: "x86_64")
-    assert settings.host_cpu(tmp_path / "absent") == "x86_64"  # no cpuinfo: what platform says
-    monkeypatch.setattr(settings.platform, "processor", lambda: "")
-    assert settings.host_cpu(tmp_path / "absent") is None
+    assert run_environment.host_cpu(cpuinfo) == "AMD EPYC 9654 96-Core"
+    monkeypatch.setattr(run_environment.platform, "processor", lambda: "x86_64")
+    # no cpuinfo: what platform says
+    assert run_environment.host_cpu(tmp_path / "absent") == "x86_64"
+    monkeypatch.setattr(run_environment.platform, "processor", lambda: "")
+    assert run_environment.host_cpu(tmp_path / "absent") is None
 
-    env = settings.environment("abc")
+    env = run_environment.environment("abc")
     assert env["host_cpus"] == len(os.sched_getaffinity(0))
     lines = _environment([SimpleNamespace(env={**env, "host_cpu": "AMD EPYC 9654 96-Core"})])
     assert "- host_cpu: `AMD EPYC 9654 96-Core`" in lines

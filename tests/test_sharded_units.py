@@ -10,13 +10,14 @@ from xlafuse.cli import main
 from xlafuse.compile import variants
 from xlafuse.errors import XlafuseError
 from xlafuse.experiment.config import parse_config
-from xlafuse.measure.collectives import comm_profile, is_comm_kernel, scaling
+from xlafuse.measure.collectives import comm_profile, is_comm_kernel
 from xlafuse.measure.profile import summarize_device
 from xlafuse.models import build
 from xlafuse.models.sharding import DeviceCountError, check_device_count, leaf_spec
 from xlafuse.report.sharded import sharded_section
 from xlafuse.results.parts import CollectivesRecord, CommRecord, DeviceRecord, TimingRecord
 from xlafuse.results.records import CellResult, cell_id
+from xlafuse.results.scaling import scaling
 
 
 def test_no_collective_combining_switches_off_the_cpu_combiner():

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from collections.abc import Sequence
+
 from xlafuse.errors import XlafuseError
 from xlafuse.models.names import PARALLELISMS
 
@@ -62,12 +66,24 @@ def rerun_if_needed(args) -> int | None:
       XlafuseError, ValueError: as for `check_workload`.
     """
     # JAX, imported here: a command that reads HLO or results never calls this (it starts faster)
-    from xlafuse.compile.devices import needs_host_devices, rerun_with_host_devices
+    from xlafuse.compile.devices import needs_host_devices
 
     check_workload(args)
     if not needs_host_devices(args.devices):
         return None
     return rerun_with_host_devices(args.argv, args.devices)
+
+
+def rerun_with_host_devices(argv: Sequence[str], devices: int) -> int:
+    """Runs `python -m xlafuse ARGV` with `devices` host devices; returns its exit status.
+
+    Its output goes straight to this process's stdout and stderr. Here, not in
+    `xlafuse.compile.devices`: the command line is what runs itself again.
+    """
+    from xlafuse.compile.devices import host_devices_env  # JAX, as in rerun_if_needed
+
+    command = [sys.executable, "-m", "xlafuse", *argv]
+    return subprocess.run(command, env=host_devices_env(devices), check=False).returncode
 
 
 def _check_devices(devices: int) -> None:

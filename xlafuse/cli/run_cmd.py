@@ -41,7 +41,8 @@ def run(args: argparse.Namespace) -> int:
     """Run the config; exit status 0 all ok, 1 some cells errored, 2 invalid config."""
     # on use, not at the top: `xlafuse --help` imports no JAX (see xlafuse.cli)
     from xlafuse.cli._checks import variant_names
-    from xlafuse.compile.devices import needs_host_devices, rerun_with_host_devices
+    from xlafuse.cli._devices import rerun_with_host_devices
+    from xlafuse.compile.devices import needs_host_devices
     from xlafuse.experiment.config import load_config
     from xlafuse.experiment.runner import run_experiment
 

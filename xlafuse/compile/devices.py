@@ -1,19 +1,18 @@
 """How many devices a command needs, and N host devices on a CPU machine.
 
 XLA's CPU backend has one device unless `--xla_force_host_platform_device_count=N` is in
-XLA_FLAGS when the backend starts; setting it later does nothing (see DESIGN.md). So a command
-that asks for more devices than a started CPU backend has is run again in a child process whose
-XLA_FLAGS carry the flag. On a GPU the devices are real: asking for more is an error
-(`xlafuse.models.sharding.DeviceCountError`).
+XLA_FLAGS when the backend starts; setting it later does nothing (see docs/sharding.md). So a
+command that asks for more devices than a started CPU backend has is run again in a child process
+whose XLA_FLAGS carry the flag (`host_devices_env`; the command line starts that child itself:
+`xlafuse.cli._devices.rerun_with_host_devices`). On a GPU the devices are real: asking for more
+is an error (`xlafuse.models.sharding.DeviceCountError`).
 """
 
 from __future__ import annotations
 
 import os
 import shlex
-import subprocess
-import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 
 import jax
 
@@ -91,12 +90,3 @@ def needs_host_devices(devices: int) -> bool:
     if devices <= 1 or jax.default_backend() != "cpu":
         return False
     return len(jax.devices()) < devices and (forced_host_devices() or 0) < devices
-
-
-def rerun_with_host_devices(argv: Sequence[str], devices: int) -> int:
-    """Runs `python -m xlafuse ARGV` with `devices` host devices; returns its exit status.
-
-    Its output goes straight to this process's stdout and stderr.
-    """
-    command = [sys.executable, "-m", "xlafuse", *argv]
-    return subprocess.run(command, env=host_devices_env(devices), check=False).returncode

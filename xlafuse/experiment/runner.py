@@ -29,6 +29,7 @@ import jax
 from xlafuse import models
 from xlafuse.compile.jit import MeasureRequest, compile_workload, unoptimized_hlo
 from xlafuse.errors import check_selected
+from xlafuse.experiment import environment as run_environment
 from xlafuse.experiment import fields as fields_lib
 from xlafuse.experiment.config import ExperimentConfig, VariantConfig, WorkloadConfig, load_config
 from xlafuse.experiment.progress import Reporter
@@ -41,8 +42,8 @@ from xlafuse.models.sharding import check_device_count
 from xlafuse.report.lines import cell_line
 from xlafuse.report.markdown import write_report
 from xlafuse.results import parts, records
-from xlafuse.results import settings as results_settings
 from xlafuse.results.records import CellResult, append_result, cell_id
+from xlafuse.results.settings import check_resumable
 
 PROFILE_CALLS = 10
 MISSED_FUSIONS_VARIANT = "default"  # the program whose missed fusions the report lists
@@ -125,12 +126,12 @@ def run_experiment(
     check_device_count(max((w.devices for w in config.workloads), default=1))
     out_dir = records.prepare_output(out if out is not None else config.output)
     results_path = out_dir / records.RESULTS_FILE
-    settings = results_settings.run_settings(config, backend, jax.devices()[0].device_kind)
+    settings = run_environment.run_settings(config, backend, jax.devices()[0].device_kind)
     with records.lock_folder(out_dir):
         if fresh:
             _move_aside(results_path)
         torn = records.repair_tail(results_path)
-        results_settings.check_resumable(results_path, settings, config.variants)
+        check_resumable(results_path, settings, run_environment.by_name(config.variants))
         done = records.finished_cells(results_path)
         plan = [(w, _todo(config, w, backend, done)) for w in config.workloads]
         todo = sum(len(cells) for _, cells in plan)
@@ -232,7 +233,7 @@ def _start(config, results_path, settings, say, todo: int, skipped: int) -> _Run
         + f" -> {results_path}"
     )
     ceilings = _ceilings(results_path, backend, say) if config.measure.calibrate else None
-    env = results_settings.environment(config.config_hash())
+    env = run_environment.environment(config.config_hash())
     return _Run(config, results_path, backend, device_kind, env, ceilings, say, settings)
 
 
@@ -488,7 +489,7 @@ def _identity(run: _Run, w: WorkloadConfig, variant: VariantConfig, workload) ->
         "model": fields_lib.model_part(workload),
         "ceilings": run.ceilings or parts.CeilingsRecord(),
         "env": run.env,
-        "settings": results_settings.cell_settings(run.settings, variant),
+        "settings": run_environment.cell_settings(run.settings, variant),
     }
 
 

@@ -14,7 +14,7 @@ trace (name, start, duration), per traced call:
 - `exposed_s` = comm_time_s - overlap_s: communication nothing hid.
 
 Scaling against one device is a comparison of two cells (same workload, global batch and
-variant; devices 1 and N): see `scaling`.
+variant; devices 1 and N), derived from their records: `xlafuse.results.scaling`.
 """
 
 from __future__ import annotations
@@ -118,32 +118,3 @@ def _covered(interval: tuple[int, int], busy: list[tuple[int, int]]) -> int:
     """Nanoseconds of `interval` inside the disjoint sorted `busy` intervals."""
     start, end = interval
     return sum(max(0, min(end, b) - max(start, a)) for a, b in busy if a < end and b > start)
-
-
-@dataclasses.dataclass(frozen=True)
-class Scaling:
-    """N devices against one at the same global batch.
-
-    Attributes:
-      devices: N.
-      speedup: one device's time per step / N devices' time per step.
-      efficiency: speedup / N (1.0: perfect scaling).
-      basis: which time was compared ("device_time_s" or "time_median_s").
-    """
-
-    devices: int
-    speedup: float
-    efficiency: float
-    basis: str
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-able form."""
-        return dataclasses.asdict(self)
-
-
-def scaling(one_device_s: float | None, n_devices_s: float | None, devices: int, basis: str):
-    """The Scaling of a step time on `devices` devices against one; None without both times."""
-    if not one_device_s or not n_devices_s or devices < 1:
-        return None
-    speedup = one_device_s / n_devices_s
-    return Scaling(devices, speedup, speedup / devices, basis)

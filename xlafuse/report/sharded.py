@@ -4,17 +4,17 @@ One row per sharded cell (devices > 1): the collectives of its optimized HLO (in
 the logical collectives they carry, operand bytes per device per step), and on a GPU with
 profiling the time in communication kernels per step, the part of it that compute kernels
 overlapped, and the scaling against the one-device cell of the same workload, global batch
-(overrides) and variant: one device's step time over N devices' (device time where profiled,
-else the wall-clock median), and that over N (the efficiency).
+(overrides) and variant, derived from the two records by `xlafuse.results.scaling`: this
+module only formats it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from xlafuse.measure.collectives import scaling
 from xlafuse.models.names import workload_label
 from xlafuse.results.records import CellResult
+from xlafuse.results.scaling import Scaling, cell_scaling, step_time
 
 COLUMNS = (
     "workload", "layout", "variant", "collectives", "logical", "async", "coll. MB/step",
@@ -39,38 +39,13 @@ def sharded_section(records: Sequence[CellResult]) -> list[str]:
     lines = ["## Sharded programs: collectives and scaling", "", NOTES, ""]
     lines += ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     for r in sharded:
-        lines.append("| " + " | ".join(_row(r, _one_device(records, r))) + " |")
+        lines.append("| " + " | ".join(_row(r, cell_scaling(records, r))) + " |")
     return [*lines, ""]
 
 
-def _one_device(records: Sequence[CellResult], r: CellResult) -> CellResult | None:
-    for other in records:
-        same = (other.workload, other.size, other.mode, other.dtype, dict(other.overrides))
-        if (
-            other.ok
-            and other.devices == 1
-            and other.variant == r.variant
-            and same == (r.workload, r.size, r.mode, r.dtype, dict(r.overrides))
-        ):
-            return other
-    return None
-
-
-def step_time(r: CellResult) -> tuple[float | None, str]:
-    """A cell's time per step and its basis: device time where profiled, else the median."""
-    if r.device.time_s:
-        return r.device.time_s, "device_time_s"
-    return r.timing.median_s, "time_median_s"
-
-
-def _row(r: CellResult, one: CellResult | None) -> list[str]:
+def _row(r: CellResult, result: Scaling | None) -> list[str]:
     name = workload_label(r.workload, r.size, r.mode, r.overrides)
     own, basis = step_time(r)
-    result = None
-    if one is not None:
-        base, base_basis = step_time(one)
-        if base_basis == basis:
-            result = scaling(base, own, r.devices, basis)
     overlap = r.comm.overlap_fraction
     return [
         name,

@@ -53,15 +53,15 @@ class CellResult:
     Its parts (`xlafuse.results.parts`, each a frozen record of one source): model, compile,
     fusion, timing, speedup, device, trace, rates, ceilings, numerics, cold_start,
     collectives, comm. A part that was not measured holds its defaults (None, or an empty
-    mapping), e.g. `device` without a GPU profile, `cold_start` without `measure.cold_start`. Scaling against one
-    device is computed in the report, from the cell with devices = 1 of the same workload,
-    global batch and variant.
+    mapping), e.g. `device` without a GPU profile, `cold_start` without `measure.cold_start`.
+    Scaling against one device is derived from two records (`xlafuse.results.scaling`): this
+    one and the cell with devices = 1 of the same workload, global batch and variant.
 
     status is "ok" or "error" (then `error` holds the message, `error_type` its exception's
     name, and most figures are None); wall_s: the cell's own wall time.
     settings: what the measurement depends on besides the cell's name (`cell_settings`); a
     results file holds records of one set of settings only (`check_resumable`). env: the
-    versions and machine (`xlafuse.results.settings.environment`).
+    versions and machine (`xlafuse.experiment.environment.environment`).
     schema_version: the record format (`SCHEMA_VERSION`; a newer one is refused on read,
     `check_schema_version`). extra: keys of a read record that this version does not know,
     kept and written back unchanged.

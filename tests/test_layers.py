@@ -1,0 +1,382 @@
+"""The layer rule of docs/architecture.md ("Layers, bottom up"), held over every module of xlafuse/.
+
+Each module is read with `ast`, not imported: its imports at module level and inside functions
+(`import x`, `from x import y`, relative ones resolved), and the modules it starts by name in a
+child process (`python -m NAME`; the imports of the code of `python -c CODE`; a string naming a
+module, as `importlib.import_module` takes). Each must be of a layer that the importing module's
+row allows (`LAYERS`, the doc's table as data) or an exception the doc names (`BY_NAME`), and
+the module-level imports must not go round in a circle.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import itertools
+import re
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+import xlafuse
+
+PACKAGE = Path(xlafuse.__file__).resolve().parent
+DOC = PACKAGE.parent / "docs" / "architecture.md"
+TOP = (
+    "xlafuse"  # the layer of the package's own `__init__.py` (the public surface) and `__main__.py`
+)
+
+# The table of docs/architecture.md, bottom up: each layer and the layers it may import (its own
+# modules always). A module is of the layer its first name under the package names.
+_BELOW_EXPERIMENT = (
+    "errors", "folders", "models", "hlo", "compile", "measure", "torch", "inspect", "results",
+    "report",
+)  # fmt: skip
+LAYERS: dict[str, tuple[str, ...]] = {
+    "errors": (),
+    "folders": ("errors",),
+    "models": ("errors",),
+    "hlo": ("errors",),
+    "compile": ("errors", "hlo"),
+    "measure": ("errors", "folders", "models", "hlo", "compile"),
+    "torch": ("errors", "models", "compile", "measure"),
+    "inspect": ("errors", "models", "hlo", "compile"),
+    "results": ("errors", "folders"),
+    "report": ("errors", "folders", "models", "hlo", "measure", "inspect", "results"),
+    "experiment": _BELOW_EXPERIMENT,
+    "cli": (*_BELOW_EXPERIMENT, "experiment"),
+    TOP: (*_BELOW_EXPERIMENT, "experiment", "cli"),
+}
+
+# Started by name in a child process against the table, as the doc's rows and its "Child
+# processes" section say: (starting module, started module) -> why.
+BY_NAME = {
+    ("xlafuse.compile.child", "xlafuse.measure.variant_child"): (
+        "the process-flag variant's child compiles and times it: measuring, which compile/ "
+        "starts by name and never imports"
+    ),
+    ("xlafuse.measure.coldstart", "xlafuse"): (
+        "the cold-start child's code imports the package to time what a serving process imports"
+    ),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Edge:
+    """One module reaching another: `how` is "import" or "by name" (a child process, a name)."""
+
+    source: str
+    target: str
+    line: int
+    top: bool  # runs when the source is imported (module level, outside `if TYPE_CHECKING:`)
+    how: str = "import"
+
+
+def modules(root: Path) -> dict[str, Path]:
+    """Every module under the package folder `root`, by its dotted name (a package by its own):
+    its Python files, and the extension modules built (`.so`) or buildable (`.c`) there."""
+    found = {}
+    for path in sorted(p for p in root.rglob("*") if p.suffix in (".py", ".c", ".so", ".pyd")):
+        parts = (root.name, *path.relative_to(root).parent.parts, path.name.split(".")[0])
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        found[name] = path if path.suffix == ".py" else found.get(name, path)
+    return found
+
+
+def layer_of(module: str) -> str:
+    """`xlafuse.measure.timing` -> "measure"; the package -> TOP; its `__main__` (what
+    `python -m xlafuse` runs: the command line) -> "cli"."""
+    parts = module.split(".")
+    return TOP if len(parts) == 1 else "cli" if parts[1] == "__main__" else parts[1]
+
+
+def public_names() -> dict[str, str]:
+    """What `from xlafuse import NAME` gets, by name: the public surface's re-exports are of
+    the TOP layer, its modules (`models`, `variants`) the modules they are."""
+    return {**{name: TOP for name in xlafuse._EXPORTS}, **xlafuse._MODULES}
+
+
+class _Reader:
+    """The edges of one module, read from its syntax tree."""
+
+    def __init__(self, name: str, path: Path, known: Mapping[str, Path], exported: Mapping):
+        self.name, self.known, self.exported = name, known, exported
+        self.package = name.split(".")[0]
+        self.is_package = path.name == "__init__.py"
+        self.tree = ast.parse(path.read_text(), str(path))
+        self.strings = _module_strings(self.tree)
+
+    def edges(self) -> set[Edge]:
+        return {*self._imports(self.tree, top=True), *self._by_name()}
+
+    def _imports(self, node: ast.AST, top: bool, shift: int = 0) -> Iterator[Edge]:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.Import | ast.ImportFrom):
+                for target in self._targets(child):
+                    yield Edge(self.name, target, child.lineno + shift, top)
+            elif isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+                yield from self._imports(child, False, shift)
+            elif isinstance(child, ast.If) and _is_type_checking(child.test):
+                for inner in child.body:
+                    yield from self._imports(ast.Module([inner], []), False, shift)
+                for inner in child.orelse:
+                    yield from self._imports(ast.Module([inner], []), top, shift)
+            else:
+                yield from self._imports(child, top, shift)
+
+    def _targets(self, node: ast.Import | ast.ImportFrom) -> Iterator[str]:
+        if isinstance(node, ast.Import):
+            yield from (a.name for a in node.names if _within(a.name, self.package))
+            return
+        base = node.module or ""
+        if node.level:
+            here = self.name.split(".")[: len(self.name.split(".")) - (not self.is_package)]
+            base = ".".join(here[: len(here) - node.level + 1] + ([base] if base else []))
+        if not _within(base, self.package):
+            return
+        for alias in node.names:
+            if base == self.package and alias.name in self.exported:
+                yield self.exported[alias.name]
+            elif f"{base}.{alias.name}" in self.known:
+                yield f"{base}.{alias.name}"
+            elif base != self.package:  # the package's own names (`__version__`) are no layer's
+                yield base
+
+    def _by_name(self) -> Iterator[Edge]:
+        for node in ast.walk(self.tree):
+            named = _named_module(node, self.known)
+            if named:
+                yield Edge(self.name, named, node.lineno, False, "by name")
+            items = node.elts if isinstance(node, ast.List | ast.Tuple) else []
+            for flag, value in itertools.pairwise(items):
+                if _constant(flag) not in ("-m", "-c"):
+                    continue
+                text, line = self._string(value)
+                if text is not None and _constant(flag) == "-m" and _within(text, self.package):
+                    main = f"{text}.__main__"  # `python -m PACKAGE` runs PACKAGE/__main__.py
+                    yield Edge(
+                        self.name, main if main in self.known else text, line, False, "by name"
+                    )
+                elif text is not None and _constant(flag) == "-c":
+                    code = ast.parse(text)
+                    for edge in self._imports(code, False, line - 1):
+                        yield dataclasses.replace(edge, how="by name")
+
+    def _string(self, node: ast.AST) -> tuple[str | None, int]:
+        if isinstance(node, ast.Name) and node.id in self.strings:
+            return self.strings[node.id]
+        return _constant(node), getattr(node, "lineno", 0)
+
+
+def _constant(node: ast.AST) -> str | None:
+    return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
+
+
+def _within(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def _is_type_checking(test: ast.AST) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _module_strings(tree: ast.Module) -> dict[str, tuple[str, int]]:
+    """`NAME = "text"` at module level: NAME -> (text, the line the text starts on)."""
+    found = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and _constant(node.value) is not None:
+            for target in node.targets:
+                if isinstance(target, ast.Name):
+                    found[target.id] = (node.value.value, node.value.lineno)
+    return found
+
+
+def _named_module(node: ast.AST, known: Mapping[str, Path]) -> str | None:
+    """The module a string names whole ("xlafuse.measure.variant_child") or by its head
+    (f"xlafuse.models.{name}"); the bare package name is too common a word to count here."""
+    text = _constant(node)
+    if text is None and isinstance(node, ast.JoinedStr) and node.values:
+        text = (_constant(node.values[0]) or "").removesuffix(".")
+    return text if text and "." in text and text in known else None
+
+
+def read_edges(root: Path, exported: Mapping[str, str]) -> list[Edge]:
+    """Every edge of every module under the package folder `root`, in module order."""
+    known = modules(root)
+    found = []
+    for name, path in known.items():
+        if path.suffix == ".py":
+            found += sorted(_Reader(name, path, known, exported).edges(), key=lambda e: e.line)
+    return found
+
+
+def layer_problems(edges: list[Edge], root: Path) -> list[str]:
+    """One line per edge that the table forbids: the importing module, its line, the layer."""
+    known, problems = modules(root), []
+    for e in edges:
+        source, target = layer_of(e.source), layer_of(e.target)
+        if source not in LAYERS:
+            problems.append(f"{e.source} is of no layer of the table ({source!r})")
+        elif target != source and target not in LAYERS[source]:
+            if e.how == "by name" and (e.source, e.target) in BY_NAME:
+                continue
+            where = known[e.source].relative_to(root.parent)
+            allowed = ", ".join(LAYERS[source]) or "nothing of xlafuse"
+            problems.append(
+                f"{where}:{e.line}: {e.source} {_verb(e)} {e.target}: layer {target!r} is not "
+                f"one that {source!r} may import ({allowed})"
+            )
+    return sorted(set(problems))
+
+
+def _verb(edge: Edge) -> str:
+    return "imports" if edge.how == "import" else "starts or names"
+
+
+def circle(edges: list[Edge]) -> list[str] | None:
+    """A circle of module-level imports (first module repeated at the end), or None."""
+    graph: dict[str, set[str]] = {}
+    for e in edges:
+        if e.top and e.how == "import" and e.source != e.target:
+            graph.setdefault(e.source, set()).add(e.target)
+    state: dict[str, str] = {}
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = "open"
+        path.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == "open":
+                return [*path[path.index(nxt) :], nxt]
+            found = None if nxt in state else visit(nxt)
+            if found:
+                return found
+        path.pop()
+        state[node] = "done"
+        return None
+
+    for node in sorted(graph):
+        found = None if node in state else visit(node)
+        if found:
+            return found
+    return None
+
+
+def doc_table(text: str) -> dict[str, tuple[str, ...]]:
+    """The "Layers, bottom up" table of the doc as `LAYERS` holds it (parenthesized notes out)."""
+    section = text.split("## Layers, bottom up", 1)[1].split("\n## ", 1)[0]
+    table: dict[str, tuple[str, ...]] = {}
+    for row in section.splitlines():
+        cells = [c.strip() for c in row.strip("|").split(" | ")]
+        if not row.startswith("| `") or len(cells) != 3:
+            continue
+        first = cells[0].split(",")[0].strip("`")
+        layer = TOP if first.endswith("__init__.py") else first.removesuffix(".py").strip("/")
+        imports = re.sub(r"\([^)]*\)", "", cells[2]).strip()
+        if imports == "nothing of xlafuse":
+            table[layer] = ()
+        elif imports == "all of the above":
+            table[layer] = tuple(table)
+        else:
+            table[layer] = tuple(name.strip() for name in imports.split(","))
+    return table
+
+
+def _rows(text: str) -> dict[str, str]:
+    section = text.split("## Layers, bottom up", 1)[1].split("\n## ", 1)[0]
+    rows = [r for r in section.splitlines() if r.startswith("| `")]
+    return dict(zip(doc_table(text), rows, strict=True))
+
+
+# The tests
+
+
+def test_every_module_imports_only_the_layers_its_row_allows():
+    problems = layer_problems(read_edges(PACKAGE, public_names()), PACKAGE)
+    assert not problems, "the layer rule of docs/architecture.md is broken:\n" + "\n".join(problems)
+
+
+def test_no_module_level_imports_go_round_in_a_circle():
+    found = circle(read_edges(PACKAGE, public_names()))
+    assert found is None, "module-level imports in a circle: " + " -> ".join(found or ())
+
+
+def test_each_exception_is_still_taken_and_named_in_its_row():
+    edges = {(e.source, e.target) for e in read_edges(PACKAGE, public_names()) if e.how != "import"}
+    rows = _rows(DOC.read_text())
+    for source, target in BY_NAME:
+        assert (source, target) in edges, f"{source} no longer starts {target}: drop the exception"
+        shown = (
+            target.removeprefix("xlafuse.").replace(".", "/") + ".py" if "." in target else target
+        )
+        assert f"`{shown}`" in rows[layer_of(source)], (
+            f"the {layer_of(source)} row names no {shown}"
+        )
+
+
+def test_the_table_here_is_the_docs():
+    table = doc_table(DOC.read_text())
+    assert list(table) == list(LAYERS)
+    assert {k: set(v) for k, v in table.items()} == {k: set(v) for k, v in LAYERS.items()}
+    assert "(checked by `tests/test_layers.py`" in DOC.read_text()
+
+
+def _package(root: Path, files: Mapping[str, str]) -> Path:
+    for name, text in files.items():
+        path = root / "pkg" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return root / "pkg"
+
+
+BROKEN = {
+    "__init__.py": "",
+    "errors.py": "",
+    "cli/__init__.py": "",
+    "measure/__init__.py": "",
+    "measure/child.py": "",
+    "measure/timing.py": "from pkg.errors import *\n",
+    "hlo/__init__.py": "",
+    "hlo/a.py": "from . import b\n",
+    "hlo/b.py": "import os\n\ndef later():\n    from pkg.measure import timing\n\n"
+    "from pkg.hlo import a\n",
+    "results/__init__.py": "",
+    "results/settings.py": (
+        "import sys\n"
+        "from pkg import errors\n"
+        "\n"
+        "def version():\n"
+        "    from ..measure import timing\n"
+        "\n"
+        'CHILD = "pkg.measure.child"\n'
+        'CODE = """\n'
+        "import pkg.cli\n"
+        '"""\n'
+        "\n"
+        "def start():\n"
+        '    return [sys.executable, "-m", CHILD], [sys.executable, "-c", CODE]\n'
+    ),
+}
+
+
+def test_the_check_sees_function_level_relative_and_by_name_imports(tmp_path):
+    root = _package(tmp_path, BROKEN)
+    problems = layer_problems(read_edges(root, {}), root)
+    assert problems == [
+        "pkg/hlo/b.py:4: pkg.hlo.b imports pkg.measure.timing: layer 'measure' is not one that "
+        "'hlo' may import (errors)",
+        "pkg/results/settings.py:5: pkg.results.settings imports pkg.measure.timing: layer "
+        "'measure' is not one that 'results' may import (errors, folders)",
+        "pkg/results/settings.py:7: pkg.results.settings starts or names pkg.measure.child: "
+        "layer 'measure' is not one that 'results' may import (errors, folders)",
+        "pkg/results/settings.py:9: pkg.results.settings starts or names pkg.cli: layer 'cli' "
+        "is not one that 'results' may import (errors, folders)",
+    ]
+
+
+def test_the_check_finds_a_circle_of_module_level_imports_only(tmp_path):
+    root = _package(tmp_path, BROKEN)
+    assert circle(read_edges(root, {})) == ["pkg.hlo.a", "pkg.hlo.b", "pkg.hlo.a"]
+    broken = {**BROKEN, "hlo/b.py": "def later():\n    from pkg.hlo import a\n"}
+    assert circle(read_edges(_package(tmp_path / "later", broken), {})) is None
