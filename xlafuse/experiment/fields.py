@@ -15,8 +15,9 @@ from typing import Any
 
 from xlafuse.measure.calibrate import Ceilings
 from xlafuse.measure.coldstart import measure_cold_start
+from xlafuse.measure.collectives import CommProfile
 from xlafuse.measure.numerics import NumericDiff
-from xlafuse.measure.profile import DeviceProfile, device_speedup_fields
+from xlafuse.measure.profile import DeviceProfile, device_speedup
 from xlafuse.measure.rules import HOST_BOUND
 from xlafuse.measure.timing import Comparison, Timing
 from xlafuse.results import parts
@@ -61,14 +62,32 @@ def collectives_part(report: Any) -> parts.CollectivesRecord:
 
 
 def numerics_part(diff: NumericDiff | None, reference_error: str | None) -> parts.NumericsRecord:
-    """A NumericDiff's record keys (`NumericDiff.record_fields`, as a torch cell gives them),
-    and why the reference could not be compiled again (then there is no diff)."""
-    measured = diff.record_fields() if diff is not None else {}
-    return parts.NumericsRecord.from_flat({**measured, "reference_error": reference_error})
+    """A NumericDiff's figures, and why the reference could not be compiled again (then there
+    is no diff)."""
+    if diff is None:
+        return parts.NumericsRecord(reference_error=reference_error)
+    return parts.NumericsRecord(
+        max_abs_diff=diff.max_abs_diff,
+        max_rel_diff=diff.max_rel_diff,
+        within_tolerance=diff.within_tolerance,
+        worst_part=diff.worst_part,
+        reference_error=reference_error,
+    )
 
 
 def timing_part(measured: Timing) -> parts.TimingRecord:
-    return parts.TimingRecord.from_flat(measured.to_dict())
+    """A Timing's figures (its samples stay out of the record)."""
+    return parts.TimingRecord(
+        median_s=measured.time_median_s,
+        p10_s=measured.time_p10_s,
+        p90_s=measured.time_p90_s,
+        min_s=measured.time_min_s,
+        iters=measured.iters,
+        pipelined_s_per_call=measured.pipelined_s_per_call,
+        pipelined_iters=measured.pipelined_iters,
+        warmup_iters=measured.warmup_iters,
+        host_s_per_call=measured.host_s_per_call,
+    )
 
 
 def speedup_part(comparison: Comparison | None, lead: str) -> parts.SpeedupRecord:
@@ -102,19 +121,28 @@ def reference_speedup_part(lead: str) -> parts.SpeedupRecord:
 def device_part(profile: DeviceProfile, reference: DeviceProfile | None) -> parts.DeviceRecord:
     """Kernel time per call of a profiled cell, and its speedup over the reference's profile
     (None for the reference itself: pass `reference=None`)."""
-    speedup = device_speedup_fields(profile, reference)
-    return parts.DeviceRecord.from_flat({**profile.to_dict(), **speedup})
+    speedup = device_speedup(profile, reference)
+    return parts.DeviceRecord(
+        time_s=profile.device_time_s,
+        kernels_per_call=profile.device_kernels_per_call,
+        speedup=speedup.speedup if speedup else None,
+        speedup_ci=speedup.ci if speedup else None,
+        speedup_verdict=speedup.verdict if speedup else None,
+        top_kernels=profile.top_kernels,
+    )
 
 
-def comm_part(comm: dict[str, Any] | None) -> parts.CommRecord:
-    """A device profile's communication figures (`CommProfile.to_dict()`); empty without."""
-    if not comm:
+def comm_part(data: dict[str, Any] | None) -> parts.CommRecord:
+    """A device profile's communication figures (`DeviceProfile.comm`, `CommProfile`'s JSON
+    form); empty without."""
+    if not data:
         return parts.CommRecord()
+    comm = CommProfile.from_dict(data)
     return parts.CommRecord(
-        time_s=comm["comm_time_s"],
-        overlap_s=comm["overlap_s"],
-        overlap_fraction=comm["overlap_fraction"],
-        kernels_per_call=comm["comm_kernels_per_call"],
+        time_s=comm.comm_time_s,
+        overlap_s=comm.overlap_s,
+        overlap_fraction=comm.overlap_fraction,
+        kernels_per_call=comm.comm_kernels_per_call,
     )
 
 

@@ -80,6 +80,11 @@ class CommProfile:
         data["overlap_fraction"] = self.overlap_fraction
         return data
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> CommProfile:
+        """From `to_dict`'s form (a device profile carries it as JSON); derived figures dropped."""
+        return cls(**{f.name: data[f.name] for f in dataclasses.fields(cls)})
+
 
 def comm_profile(events: Iterable[Event], calls: int) -> CommProfile:
     """The CommProfile of one device's kernel events from `calls` calls.

@@ -24,7 +24,7 @@ import jax
 from jax.profiler import ProfileData
 
 from xlafuse.measure.collectives import comm_profile, is_comm_kernel
-from xlafuse.measure.stats import speedup_interval
+from xlafuse.measure.stats import Speedup, speedup_interval
 from xlafuse.measure.timing import Advance, same_args
 
 GPU_PLANE_PREFIX = "/device:GPU:"
@@ -205,17 +205,24 @@ def gpu_kernel_events(planes: Iterable[Any]):
                 yield event.name, int(event.start_ns), int(event.duration_ns)
 
 
+def device_speedup(profile: DeviceProfile, reference: DeviceProfile | None) -> Speedup | None:
+    """The speedup of a profiled cell over the reference's profile from per-call kernel times
+    (unpaired), with its interval and verdict; None when either lacks per-call times."""
+    if reference is None:
+        return None
+    ref, own = reference.per_call_s, profile.per_call_s
+    if not (ref and own and min(ref) > 0 and min(own) > 0):
+        return None
+    return speedup_interval(ref, own)
+
+
 def device_speedup_fields(
     profile: DeviceProfile, reference: DeviceProfile | None
 ) -> dict[str, Any]:
-    """device_speedup, its interval and verdict (per-call kernel times, unpaired) of a profiled
-    cell over the reference's profile; {} when either lacks per-call times."""
-    if reference is None:
+    """`device_speedup` as a torch cell's flat record keys; {} without one."""
+    result = device_speedup(profile, reference)
+    if result is None:
         return {}
-    ref, own = reference.per_call_s, profile.per_call_s
-    if not (ref and own and min(ref) > 0 and min(own) > 0):
-        return {}
-    result = speedup_interval(ref, own)
     return {
         "device_speedup": result.speedup,
         "device_speedup_ci": list(result.ci),

@@ -68,14 +68,29 @@ class Part:
         """The part from a flat record; its keys missing from `data` get their defaults."""
         return cls(**{name: data[key] for name, key in cls.flat_keys().items() if key in data})
 
+    # Fields that a source object may lack (another source fills them): `of` leaves them alone.
+    NOT_FROM_SOURCE: tuple[str, ...] = ()
+
     @classmethod
     def of(cls, source: Any, **given: Any) -> Self:
         """The part from an object holding same-named attributes (a FusionReport, a
         CollectiveReport, a ColdStartResult, the Ceilings, a built workload); `given` values
-        win, fields the source lacks keep their defaults (a `source` of None gives them all)."""
+        win. A `source` of None gives every default (not measured).
+
+        Raises:
+          AttributeError: the source lacks a field that is neither given nor in
+            NOT_FROM_SOURCE (a renamed attribute must not become a silent None on disk).
+        """
+        if source is None:
+            return cls(**given)
         names = [f.name for f in dataclasses.fields(cls) if f.name not in given]
-        taken = {n: getattr(source, n) for n in names if hasattr(source, n)}
-        return cls(**taken, **given)
+        names = [n for n in names if n not in cls.NOT_FROM_SOURCE]
+        missing = [n for n in names if not hasattr(source, n)]
+        if missing:
+            raise AttributeError(
+                f"{type(source).__name__} has no {', '.join(missing)} for {cls.__name__}"
+            )
+        return cls(**{n: getattr(source, n) for n in names}, **given)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,6 +125,7 @@ class FusionRecord(Part):
     (`xlafuse.inspect.explain.missed_fusions`: top 5 by modeled bytes).
     """
 
+    NOT_FROM_SOURCE = ("kernels_basis", "modeled_bytes_basis", "generated_kernels")
     kernels: int | None = None
     fusions: int | None = None
     real_fusions: int | None = None

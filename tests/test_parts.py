@@ -1,0 +1,44 @@
+"""Record parts built by explicit constructors; `Part.of` refuses a source that lacks a field."""
+
+import types
+
+import pytest
+
+from xlafuse.experiment import fields
+from xlafuse.measure.collectives import CommProfile
+from xlafuse.measure.timing import Timing
+from xlafuse.results import parts
+
+
+def test_of_refuses_a_source_without_a_field():
+    source = types.SimpleNamespace(num_params=3, items_per_call=8, items_unit="rows")
+    with pytest.raises(AttributeError, match="SimpleNamespace has no flops for ModelRecord"):
+        parts.ModelRecord.of(source)
+    assert parts.ModelRecord.of(source, flops=None).num_params == 3
+    assert parts.ModelRecord.of(None) == parts.ModelRecord()
+
+
+def test_of_leaves_the_fields_another_source_fills():
+    report = types.SimpleNamespace(
+        kernels=2, fusions=2, real_fusions=1, custom_calls=0, custom_call_targets={},
+        kinds={"kLoop": 2}, modeled_bytes=64,
+    )  # fmt: skip
+    part = parts.FusionRecord.of(report, missed_fusions=None)
+    assert (part.kernels, part.kernels_basis, part.generated_kernels) == (2, None, None)
+
+
+def test_timing_part_names_every_figure():
+    timing = Timing(2.0, 1.0, 3.0, 0.5, 9, 1.5, 10, 2, 0.25, (1.0, 2.0), (1.5,))
+    part = fields.timing_part(timing)
+    assert part == parts.TimingRecord.from_flat(timing.to_dict())
+    assert (part.median_s, part.min_s, part.pipelined_s_per_call, part.host_s_per_call) == (
+        2.0, 0.5, 1.5, 0.25,
+    )  # fmt: skip
+
+
+def test_comm_part_from_the_profiles_json_form():
+    comm = CommProfile(comm_time_s=2e-3, overlap_s=5e-4, comm_kernels_per_call=4.0, calls=10)
+    part = fields.comm_part(comm.to_dict())
+    assert (part.time_s, part.overlap_s, part.kernels_per_call) == (2e-3, 5e-4, 4.0)
+    assert part.overlap_fraction == pytest.approx(0.25)
+    assert fields.comm_part(None) == parts.CommRecord()
