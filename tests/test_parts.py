@@ -42,3 +42,25 @@ def test_comm_part_from_the_profiles_json_form():
     assert (part.time_s, part.overlap_s, part.kernels_per_call) == (2e-3, 5e-4, 4.0)
     assert part.overlap_fraction == pytest.approx(0.25)
     assert fields.comm_part(None) == parts.CommRecord()
+
+
+def test_a_run_resolves_each_variant_once(tmp_path, monkeypatch):
+    from xlafuse.compile import variants
+    from xlafuse.experiment import runner
+    from xlafuse.experiment.config import parse_config
+
+    calls = []
+    real_get = variants.get
+    monkeypatch.setattr(variants, "get", lambda spec: calls.append(spec) or real_get(spec))
+    config = parse_config(
+        {
+            "experiment": {"name": "t", "variants": ["default", "no-fusion"]},
+            "workloads": [{"name": "mul_add_relu"}, {"name": "gelu"}],
+            "timing": {"warmup": 1, "min_time_s": 0, "min_iters": 2, "max_iters": 3},
+            "measure": {"calibrate": False},
+        },
+        backend="cpu",
+    )
+    records = runner.run_experiment(config, out=tmp_path, progress=False)
+    assert len(records) == 4 and all(r.ok for r in records)
+    assert sorted(calls) == ["default", "no-fusion"]  # 4 cells, each variant resolved once

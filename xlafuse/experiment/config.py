@@ -167,10 +167,20 @@ class VariantConfig:
         object.__setattr__(self, "options", MappingProxyType(dict(self.options)))
 
     def resolve(self):
-        """The `xlafuse.variants.Variant` this stands for."""
-        if self.spec is not None:
-            return variants.get(self.spec)
-        return variants.from_options(self.options, name=self.name)
+        """The `xlafuse.variants.Variant` this stands for, resolved on first use and kept: a
+        run resolves each variant of its config once, however many cells use it.
+
+        Raises:
+          UnknownNameError, ValueError: as `xlafuse.variants.get` (nothing is kept then).
+        """
+        resolved = self.__dict__.get("_resolved")
+        if resolved is None:
+            if self.spec is not None:
+                resolved = variants.get(self.spec)
+            else:
+                resolved = variants.from_options(self.options, name=self.name)
+            object.__setattr__(self, "_resolved", resolved)  # a cache, not a field
+        return resolved
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form."""
@@ -473,12 +483,13 @@ def _parse_variant(problems, where, item) -> VariantConfig | None:
     if not isinstance(item, str):
         problems.add(where, f"must be a preset name or a table, not {_type_name(item)}")
         return None
+    config = VariantConfig(item, item)
     try:
-        variants.get(item)
+        config.resolve()  # kept: the run uses this resolution
     except ValueError as err:
         problems.add(where, str(err))
         return None
-    return VariantConfig(item, item)
+    return config
 
 
 def _check_option_value(problems, where, key, value) -> bool:
