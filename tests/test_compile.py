@@ -144,5 +144,10 @@ def test_compute_dtype_loosens_the_tolerance_of_upcast_outputs():
     off_by_bf16_rounding = loss * np.float32(1 + 2e-4)
     assert not compare_outputs(loss, off_by_bf16_rounding).within_tolerance
     assert compare_outputs(loss, off_by_bf16_rounding, compute_dtype="bfloat16").within_tolerance
-    # A compute dtype never tightens: a bf16 output keeps its own tolerance.
-    assert tolerance("bfloat16") == max(tolerance("bfloat16"), tolerance("float32"))
+    # A compute dtype never tightens: a bf16 output computed in float32 keeps bf16's tolerance.
+    out = np.array([10.8, 1.0], jnp.bfloat16)
+    off_by_1_pct = (out.astype(np.float32) * np.float32(1.01)).astype(jnp.bfloat16)
+    assert not compare_outputs(
+        out.astype(np.float32), off_by_1_pct.astype(np.float32)
+    ).within_tolerance
+    assert compare_outputs(out, off_by_1_pct, compute_dtype="float32").within_tolerance

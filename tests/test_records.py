@@ -4,14 +4,13 @@ import dataclasses
 import json
 import pathlib
 
-import jax
 import pytest
+from helpers import FAST_TIMING, small_calibration
 
 from xlafuse.cli import main
 from xlafuse.errors import XlafuseError
 from xlafuse.experiment import runner
 from xlafuse.experiment.config import parse_config
-from xlafuse.measure.calibrate import calibrate
 from xlafuse.report.markdown import write_report
 from xlafuse.results import parts
 from xlafuse.results.records import (
@@ -25,7 +24,6 @@ from xlafuse.results.records import (
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PUBLISHED = sorted((ROOT / "experiments").rglob("results.jsonl"))
 QUICKSTART = ROOT / "experiments" / "cpu" / "quickstart" / "results.jsonl"
-FAST_TIMING = {"warmup": 1, "min_time_s": 0, "min_iters": 3, "max_iters": 3, "repeats": 1}
 NAME = {
     "workload": "mlp", "size": "tiny", "mode": "forward", "dtype": "float32",
     "variant": "default", "backend": "cpu", "device_kind": "cpu",
@@ -154,10 +152,6 @@ def test_published_schema_1_results_still_read_and_report(path, tmp_path):
     assert all(r.variant in report for r in read.records)
 
 
-def _small_calibration(backend=None):
-    return calibrate(backend, copy_bytes=1 << 20, matmul_size=64)
-
-
 @pytest.fixture(scope="module")
 def fresh_run(tmp_path_factory):
     """The quickstart's mul_add_relu cells measured again: (records as built, as read back)."""
@@ -182,7 +176,7 @@ def fresh_run(tmp_path_factory):
         real_append(path, record)
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(runner, "calibrate", _small_calibration)
+        mp.setattr(runner, "calibrate", small_calibration)
         mp.setattr(runner, "append_result", keep)
         runner.run_experiment(config, progress=False)
     return built, read_results(out).records
@@ -203,8 +197,8 @@ def _measured(record):
 
 def test_a_published_record_has_the_parts_and_values_of_a_fresh_one(fresh_run):
     """The quickstart's published mul_add_relu records (schema 1, flat) read into the same
-    parts as the same cells measured now, with the same values where the measurement is
-    deterministic (counts, modeled bytes, XLA's analyses)."""
+    parts as the same cells measured now, each field set or unset alike, and the same model
+    (xlafuse's own count of parameters, items and FLOPs: the same on any jax)."""
     published = {r.cell_id: r for r in read_results(QUICKSTART).records}
     for fresh in fresh_run[0]:
         old = published[fresh.cell_id]
@@ -215,9 +209,19 @@ def test_a_published_record_has_the_parts_and_values_of_a_fresh_one(fresh_run):
             new_part, old_part = getattr(fresh, name), getattr(old, name)
             shape = {f: getattr(new_part, f) is None for f in new_part.flat_keys()}
             assert shape == {f: getattr(old_part, f) is None for f in old_part.flat_keys()}, name
-        if old.env["jax"] != jax.__version__ or jax.default_backend() != "cpu":
-            continue  # the counts below are those of jax 0.10.2 on a CPU
         assert fresh.model == old.model
+
+
+def test_a_published_record_has_the_counts_of_a_fresh_one_under_its_jax(fresh_run):
+    """XLA's own figures (kernels, fusions, modeled bytes, cost and memory analyses) of the
+    published quickstart cells, measured again under the jax and backend that published them."""
+    published = {r.cell_id: r for r in read_results(QUICKSTART).records}
+    pairs = [(published[fresh.cell_id], fresh) for fresh in fresh_run[0]]
+    then = {(old.env["jax"], old.backend) for old, _ in pairs}
+    now = {(fresh.env["jax"], fresh.backend) for _, fresh in pairs}
+    if then != now:
+        pytest.skip(f"published under jax/backend {then}, measured now under {now}: XLA differs")
+    for old, fresh in pairs:
         no_missed = {"missed_fusions": None}  # it names source lines, which move
         assert dataclasses.replace(fresh.fusion, **no_missed) == dataclasses.replace(
             old.fusion, **no_missed

@@ -6,13 +6,13 @@ import pathlib
 
 import jax
 import pytest
+from helpers import FAST_TIMING, small_calibration
 
 from xlafuse.cli import main
 from xlafuse.errors import XlafuseError
 from xlafuse.experiment import runner
 from xlafuse.experiment.config import VariantConfig, parse_config
 from xlafuse.measure import timing
-from xlafuse.measure.calibrate import calibrate
 from xlafuse.results.records import (
     FLAT_KEYS,
     append_result,
@@ -21,7 +21,6 @@ from xlafuse.results.records import (
 )
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-FAST_TIMING = {"warmup": 1, "min_time_s": 0, "min_iters": 3, "max_iters": 3, "repeats": 1}
 WORKLOADS = [
     {"name": "mul_add_relu"},
     {"name": "chain", "overrides": {"ops": 4}},
@@ -40,13 +39,9 @@ def _config(out, workloads=WORKLOADS, variants=("default", "no-fusion")):
     )
 
 
-def _small_calibration(backend=None):
-    return calibrate(backend, copy_bytes=1 << 20, matmul_size=64)
-
-
 @pytest.fixture(autouse=True)
 def fast_calibration(monkeypatch):
-    monkeypatch.setattr(runner, "calibrate", _small_calibration)
+    monkeypatch.setattr(runner, "calibrate", small_calibration)
 
 
 @pytest.fixture
@@ -67,7 +62,7 @@ def compiles(monkeypatch):
 def first_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("run")
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(runner, "calibrate", _small_calibration)
+        mp.setattr(runner, "calibrate", small_calibration)
         records = runner.run_experiment(_config(out), progress=False)
     return out, records
 

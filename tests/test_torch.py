@@ -12,6 +12,7 @@ from pathlib import Path
 import jax
 import numpy as np
 import pytest
+from helpers import FAST_TIMING, small_calibration
 
 torch = pytest.importorskip("torch")
 
@@ -22,7 +23,6 @@ from xlafuse.compile.variants import get as get_variant  # noqa: E402
 from xlafuse.experiment import runner  # noqa: E402
 from xlafuse.experiment.config import load_config, parse_config  # noqa: E402
 from xlafuse.measure import timing as TIMING  # noqa: E402
-from xlafuse.measure.calibrate import calibrate  # noqa: E402
 from xlafuse.measure.numerics import host_outputs, judge_workload  # noqa: E402
 from xlafuse.measure.timing import TimingSettings  # noqa: E402
 from xlafuse.report.torch import frameworks_section  # noqa: E402
@@ -33,7 +33,6 @@ from xlafuse.torch.program import build_program  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
-FAST_TIMING = {"warmup": 1, "min_time_s": 0, "min_iters": 3, "max_iters": 3, "repeats": 1}
 WITH_PARAMS = models.available("train")
 
 
@@ -181,15 +180,11 @@ def _mixed_config(out):
     )
 
 
-def _small_calibration(backend=None):
-    return calibrate(backend, copy_bytes=1 << 20, matmul_size=64)
-
-
 @pytest.fixture(scope="module")
 def mixed_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("mixed")
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(runner, "calibrate", _small_calibration)
+        mp.setattr(runner, "calibrate", small_calibration)
         records = runner.run_experiment(_mixed_config(out), progress=False)
     return out, records
 
@@ -227,7 +222,7 @@ def test_mixed_config_resumes_without_running_again(mixed_run, tmp_path, monkeyp
     copy = tmp_path / "resume"
     copy.mkdir()
     (copy / "results.jsonl").write_text((out / "results.jsonl").read_text())
-    monkeypatch.setattr(runner, "calibrate", _small_calibration)
+    monkeypatch.setattr(runner, "calibrate", small_calibration)
 
     def refuse(*args, **kwargs):
         raise AssertionError("a finished torch cell was measured again")
@@ -373,7 +368,7 @@ def test_twins_get_the_reference_profile_from_the_xla_phase(tmp_path, monkeypatc
         device_time_s=1e-3, device_kernels_per_call=1, calls=3, per_call_s=(1e-3,) * 3
     )
     monkeypatch.setattr(runner, "_profile", lambda *args, **kwargs: fake)
-    monkeypatch.setattr(runner, "calibrate", _small_calibration)
+    monkeypatch.setattr(runner, "calibrate", small_calibration)
     seen = []
 
     def measure_cell(workload, variant, request, reference, cold_start=False):

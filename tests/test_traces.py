@@ -4,15 +4,14 @@ import json
 
 import jax.numpy as jnp
 import pytest
+from helpers import FAST_TIMING, small_calibration
 
 from xlafuse.cli import main
 from xlafuse.experiment import runner
 from xlafuse.experiment.config import parse_config
-from xlafuse.measure.calibrate import calibrate
 from xlafuse.measure.cell_kernels import trace_folder_name
 from xlafuse.results.records import load_results
 
-FAST_TIMING = {"warmup": 1, "min_time_s": 0, "min_iters": 3, "max_iters": 3, "repeats": 1}
 CHAIN = [{"name": "chain", "overrides": {"ops": 4}}]
 
 
@@ -30,16 +29,14 @@ def _config(out, keep: bool = True, workloads=CHAIN):
 
 @pytest.fixture(autouse=True)
 def fast_calibration(monkeypatch):
-    monkeypatch.setattr(
-        runner, "calibrate", lambda backend=None: calibrate(backend, 1 << 20, matmul_size=64)
-    )
+    monkeypatch.setattr(runner, "calibrate", small_calibration)
 
 
 @pytest.fixture(scope="module")
 def kept(tmp_path_factory):
     out = tmp_path_factory.mktemp("kept")
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(runner, "calibrate", lambda b=None: calibrate(b, 1 << 20, matmul_size=64))
+        mp.setattr(runner, "calibrate", small_calibration)
         runner.run_experiment(_config(out), progress=False)
     return out, {r.variant: r for r in load_results(out / "results.jsonl")}
 
