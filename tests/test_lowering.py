@@ -8,29 +8,17 @@ sharded tests do: this process's CPU backend started with one.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
+from helpers import run_on_host_devices
 
-from xlafuse.compile.devices import host_devices_env
-
-REPO = Path(__file__).resolve().parents[1]
 ENTRY_POINTS = ["cold start", "diff/explain", "inspect", "run", "unoptimized_hlo", "warmup"]
 
 
 @pytest.fixture(scope="module")
 def lowering(tmp_path_factory) -> dict:
     folder = tmp_path_factory.mktemp("lowering")
-    env = host_devices_env(2)
-    env["PYTHONPATH"] = str(REPO) + (":" + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    script = REPO / "tests" / "scripts" / "lowering_checks.py"
-    proc = subprocess.run(
-        [sys.executable, str(script), str(folder)], env=env, capture_output=True, text=True
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads((folder / "lowering.json").read_text())
+    return run_on_host_devices("lowering_checks.py", folder, 2, "lowering.json")
 
 
 @pytest.mark.parametrize(

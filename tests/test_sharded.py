@@ -8,14 +8,12 @@ sharded_checks.py) and the tests here assert on what it reports.
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from helpers import run_on_host_devices
 
-from xlafuse.compile.devices import forced_host_devices, host_devices_env, with_host_devices
+from xlafuse.compile.devices import forced_host_devices, with_host_devices
 from xlafuse.hlo.collectives import collectives_of_text, group_size, ring_bytes
 
 REPO = Path(__file__).resolve().parents[1]
@@ -25,18 +23,7 @@ F32 = 4
 @pytest.fixture(scope="module")
 def checks(tmp_path_factory) -> dict:
     folder = tmp_path_factory.mktemp("sharded")
-    env = host_devices_env(4)
-    env["PYTHONPATH"] = str(REPO) + (":" + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    script = REPO / "tests" / "scripts" / "sharded_checks.py"
-    proc = subprocess.run(
-        [sys.executable, str(script), str(folder)],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads((folder / "checks.json").read_text())
+    return run_on_host_devices("sharded_checks.py", folder, 4, "checks.json")
 
 
 def test_child_has_four_host_devices(checks):
