@@ -8,7 +8,6 @@ sharded_checks.py) and the tests here assert on what it reports.
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 from helpers import run_on_host_devices
@@ -16,7 +15,6 @@ from helpers import run_on_host_devices
 from xlafuse.compile.devices import forced_host_devices, with_host_devices
 from xlafuse.hlo.collectives import collectives_of_text, group_size, ring_bytes
 
-REPO = Path(__file__).resolve().parents[1]
 F32 = 4
 
 
