@@ -6,7 +6,7 @@ import pytest
 
 from xlafuse.errors import HloParseError
 from xlafuse.hlo import analyze_hlo, find_optimized_modules, parse_hlo
-from xlafuse.hlo.ir import Shape
+from xlafuse.hlo.ir import Instruction, Shape
 
 SMALL = """HloModule m, entry_computation_layout={(f32[4]{0})->f32[4]{0}}
 
@@ -72,6 +72,31 @@ def test_instruction_fields():
     assert (neg.op_name, neg.source_file, neg.source_line) == ("jit(f)/neg", "a.py", 7)
     with pytest.raises(KeyError, match="no computation named 'nope'"):
         module.computation("nope")
+
+
+def test_instructions_that_differ_in_attributes_are_not_equal():
+    loop = parse_hlo(SMALL)
+    other_kind = parse_hlo(SMALL.replace("kind=kLoop", "kind=kInput"))
+    other_call = parse_hlo(SMALL.replace("%fused", "%fused.1").replace("kLoop", "kInput")).entry
+    for other in (other_kind.entry.root, other_call.root):
+        assert loop.entry.root != other and hash(loop.entry.root) != hash(other)
+        assert loop.entry.root.same_value(other)  # the looser comparison: attributes left out
+    assert loop != other_kind and loop.entry != other_kind.entry  # modules inherit it
+    assert not loop.entry.root.same_value(loop.entry.instructions[0])
+
+
+def test_the_same_instruction_read_in_another_form_or_line_is_equal():
+    root = parse_hlo(SMALL).entry.root
+    moved = SMALL.replace(
+        "kind=kLoop, calls=%fused", "// a comment\n    calls=%fused,\n    kind=kLoop"
+    ).replace("ENTRY", "// a line more\nENTRY")
+    other = parse_hlo(moved).entry.root  # over lines: attributes read into a dict, keys reordered
+    assert other.line == root.line + 1 and other.attributes.text != root.attributes.text
+    assert other == root and hash(other) == hash(root) and len({root, other}) == 1
+    built = Instruction(
+        "f", "fusion", root.shape, ("x",), {"calls": "%fused", "kind": "kLoop"}, True
+    )
+    assert built == root and hash(built) == hash(root)
 
 
 def test_a_header_that_goes_on_over_the_next_line_is_read_whole():

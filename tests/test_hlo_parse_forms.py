@@ -1,13 +1,17 @@
 """Every HLO form XLA reads that the reader once rejected (issue 11), one small test each; the two
-inputs that once escaped as other exceptions; and a fast, deterministic fuzz of the error rule."""
+inputs that once escaped as other exceptions; a form that once made a parse depend on an earlier
+one (issue 30); and a fast, deterministic fuzz of the error rule."""
 
+import json
 import random
+import subprocess
+import sys
 
 import pytest
 from mutations import mutated
 
 from xlafuse.errors import HloParseError
-from xlafuse.hlo import analyze_hlo, analyze_module, parse_hlo
+from xlafuse.hlo import _reader, analyze_hlo, analyze_module, parse_hlo
 
 ADD = """HloModule m
 
@@ -25,6 +29,53 @@ def _entry(text: str):
 
 def _ops(comp) -> list[tuple[str, str, tuple[str, ...]]]:
     return [(i.name, i.opcode, i.operands) for i in comp.instructions]
+
+
+# A comment in a tuple shape that ends on the next line: the shape is read from both lines
+SPLIT_SHAPE = "HloModule m\nENTRY e {\n  ROOT p = (f32[] /*, s32[]) parameter(0)\n"
+# What each text reads as in a process that has read nothing else, on each path
+READ_ALONE = """
+import json, sys
+from xlafuse.errors import HloParseError
+from xlafuse.hlo import _reader, parse_hlo
+if sys.argv[1] == "python":
+    _reader.scanner = None
+def read(text):
+    try:
+        return str(parse_hlo(text).entry.root.shape)
+    except HloParseError as exc:
+        return str(exc)
+print(json.dumps([read(text) for text in json.load(sys.stdin)]))
+"""
+READERS = [
+    "python",
+    pytest.param("C", marks=pytest.mark.skipif(_reader.scanner is None, reason="not built")),
+]
+
+
+def _root_shape(text: str) -> str:
+    try:
+        return str(parse_hlo(text).entry.root.shape)
+    except HloParseError as exc:
+        return str(exc)
+
+
+@pytest.mark.parametrize("reader", READERS)
+def test_a_parse_does_not_depend_on_an_earlier_one(reader, monkeypatch):
+    if reader == "python":
+        monkeypatch.setattr(_reader, "scanner", None)
+    rejected = SPLIT_SHAPE + "*/ )\n}\n"  # `(f32[] )` and no opcode
+    later = [SPLIT_SHAPE + "}\n", SPLIT_SHAPE + "*/, u8[]) parameter(0)\n}\n"]
+    done = subprocess.run(
+        [sys.executable, "-c", READ_ALONE, reader],
+        input=json.dumps(later), capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    alone = json.loads(done.stdout)
+    assert alone == ["line 3: malformed tuple shape: '/*, s32[]) parameter(0)'", "(f32[], u8[])"]
+    assert _root_shape(rejected).startswith("line 3: expected an opcode")
+    assert [_root_shape(text) for text in later] == alone
+    monkeypatch.setattr(_reader, "_SHAPES", {})  # C's own table of shapes stays
+    assert [_root_shape(text) for text in later] == alone
 
 
 def test_instruction_over_several_lines():

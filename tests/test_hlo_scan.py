@@ -211,3 +211,24 @@ def test_both_readers_agree_on_fuzzed_text(monkeypatch):
     cases = [mutated(seed, rng, alphabet, max_edits=3, substitute=0.6) for _ in range(1500)]
     read = _same_both_ways(cases, monkeypatch)
     assert 100 < read < len(cases)  # both kinds of outcome are exercised
+
+
+def test_no_text_reads_differently_after_others(monkeypatch):
+    # Comments in tuple shapes, some ending on a later line: a shape read from more than its
+    # line's text, once kept under that text, would be a later text's reading of it (issue 30)
+    shapes = ["(f32[] /*, s32[])", "(f32[], s32[] /*)", "(f32[] /* a */, s32[])"]
+    shapes += ["(f32[] //, s32[])", "(/*f32[],*/ s32[])", "(f32[], s32[])"]
+    after = ["", "*/ )", "*/, u8[]) parameter(0)", " */ ) parameter(1)", "*/ , s8[] )"]
+    texts = [
+        f"HloModule m\nENTRY e {{\n  ROOT p = {shape} parameter(0)\n{rest}\n}}\n"
+        for shape in shapes
+        for rest in after
+    ]
+    alone = {}
+    for text in texts:  # the Python path as in a fresh process
+        monkeypatch.setattr(_reader, "_SHAPES", {})
+        alone[text] = _outcome(text, monkeypatch, compiled=False)
+    assert 5 < sum(o[0] != "error" for o in alone.values()) < len(texts)
+    for text in texts + texts[::-1]:  # each after all the others, on both paths
+        for compiled in (True, False):
+            assert _outcome(text, monkeypatch, compiled) == alone[text], (compiled, text)

@@ -105,7 +105,9 @@ _NO_METADATA = (None, None, None)
 
 
 # Shapes by their text, shared by every module read in this process: modules repeat each
-# other's shapes (f32[], s32[], pred[], ...), and a Shape is an immutable value. Bounded.
+# other's shapes (f32[], s32[], pred[], ...), and a Shape is an immutable value. Only a shape
+# read from its text alone is kept (`Reader._fast_shape`), so no parse depends on an earlier
+# one. Bounded.
 _SHAPES: dict[str, Shape] = {}
 _SHAPES_KEPT = 1 << 14
 
@@ -312,18 +314,10 @@ class Reader:
                 elif names is not None:
                     operands = tuple(names.replace("%", "").replace(" ", "").split(","))
                     indices = ()
-                elif not inner:
-                    operands = indices = ()
-                else:
-                    found = _fast_operands(inner)
-                    if found is None:
-                        m = None
-                    else:
-                        operands, indices = found
-            if m is not None:
-                shape = shapes.get(shape_text)
-                if shape is None:
-                    shape = shapes[shape_text] = self._shape(m.start(3))[0]
+                else:  # operands None: a form for the general path (then shape is False)
+                    operands, indices = _fast_operands(inner)
+                shape = operands is not None and (shapes.get(shape_text) or self._fast_shape(m))
+            if m is not None and shape:
                 line_no += s.count("\n", line_pos, pos)
                 line_pos = pos
                 attrs = _Attributes(rest) if rest else _NO_ATTRIBUTES
@@ -336,25 +330,52 @@ class Reader:
                 pos = m.end()
                 continue
             self.line_pos, self.line_no = line_pos, line_no
-            if not s.startswith("}", pos):  # `_FAST` ends at the next token: most often this `}`
-                pos = _ws(s, pos).end()
-            if pos >= self.n:
-                opened = self.line_of(start)
-                last = f", last instruction at line {instrs[-1].line}" if instrs else ""
-                raise self.error(
-                    f"truncated: computation {name!r} (opened at line {opened}{last}) is not closed",
-                    pos,
-                )
-            if s[pos] == "}":
+            pos = self._general_line(pos, name, start)
+            if s.startswith("}", pos):
                 break
-            self.pos = pos
-            pos = _ws(s, self._general(pos)).end()
             line_pos, line_no = self.line_pos, self.line_no
         self.instrs = outer
+        return self._checked(name, instrs, is_entry), pos + 1
+
+    def _checked(self, name: str, instrs: list[Instruction], is_entry: bool) -> Computation:
+        """The computation of a body's instructions, its names and operands checked."""
         instructions = tuple(instrs)
         index = _index_of(instructions)
         self._check_operands(name, instructions, index)
-        return _new_computation(name, instructions, is_entry, None, index), pos + 1
+        return _new_computation(name, instructions, is_entry, None, index)
+
+    def _fast_shape(self, m: re.Match) -> Shape | None:
+        """The shape of a `_FAST` line not yet in the cache, then kept under its text; None where
+        reading it runs past that text (the general path then reads the line).
+
+        A comment inside a tuple shape may end on a later line: `(f32[] /*, s32[]) parameter(0)`
+        then `*/ )`. Such a shape depends on the text after its line, so it is not kept: a later
+        module's line of the same text would read as this one, and so would C's table
+        (`_scan.c`), which takes its shapes from this cache.
+        """
+        shape, end = self._shape(m.start(3))
+        if end != m.end(3):
+            return None
+        self.shapes[m.group(3)] = shape
+        return shape
+
+    def _general_line(self, pos: int, name: str, start: int) -> int:
+        """Past the instruction at pos that the fast paths did not take, read by `_general`; at
+        the body's `}`, that position (`start`: where the computation `name` opened)."""
+        s = self.s
+        if not s.startswith("}", pos):  # `_FAST` ends at the next token: most often this `}`
+            pos = _ws(s, pos).end()
+        if pos >= self.n:
+            opened = self.line_of(start)
+            last = f", last instruction at line {self.instrs[-1].line}" if self.instrs else ""
+            raise self.error(
+                f"truncated: computation {name!r} (opened at line {opened}{last}) is not closed",
+                pos,
+            )
+        if s[pos] == "}":
+            return pos
+        self.pos = pos
+        return _ws(s, self._general(pos)).end()
 
     def _nested_computation(self, pos: int) -> tuple[str, int]:
         """An attribute's inline computation `to_apply={ ... }`: parsed, and named when done as
@@ -628,17 +649,23 @@ class Reader:
         return _clip(self.s[pos : end if end >= 0 else self.n].strip(), width)
 
 
-def _fast_operands(inner: str) -> tuple[tuple[str, ...], tuple[int | None, ...]] | None:
-    """Operands of the fast path in other forms than bare names: typed (`f32[] %x`), tuple
-    elements (`%x#1`), and XLA's `/*index=5*/` every fifth operand; None: for the general path."""
+_NOT_FAST = (None, None)
+
+
+def _fast_operands(inner: str) -> tuple[tuple[str, ...] | None, tuple[int | None, ...] | None]:
+    """(operands, indices) of the fast path in other forms than bare names: none, typed
+    (`f32[] %x`), tuple elements (`%x#1`), and XLA's `/*index=5*/` every fifth operand;
+    (None, None): a form for the general path."""
+    if not inner:
+        return (), ()
     if "/*" in inner:
         if "[" in inner:  # a comment in a typed operand may sit inside its shape: not here
-            return None
+            return _NOT_FAST
         inner = _INDEX_COMMENT(" ", inner)  # a space: `%a/*index=1*/b` stays two names, an error
         if "/*" in inner:
-            return None
+            return _NOT_FAST
     if not _FAST_OPERANDS(inner):
-        return None
+        return _NOT_FAST
     found = _FAST_REF_ALL(inner)
     operands = tuple(f[0] for f in found)
     indices = tuple(int(i) if i else None for _, i in found) if "#" in inner else ()

@@ -175,11 +175,11 @@ def _new_shape(dtype, dims, tuple_shapes, layout, dynamic) -> Shape:
 class _Attributes(Mapping):
     """Attribute name -> raw value text, split from the instruction's text on first use."""
 
-    __slots__ = ("_items", "_text")
+    __slots__ = ("_hash", "_items", "_text")
 
     def __init__(self, text: str = "", items: dict[str, str] | None = None):
         self._text = text
-        self._items = items
+        self._items = items  # `_hash` is set on the first hash only (reading makes 1e5 of these)
 
     def _dict(self) -> dict[str, str]:
         if self._items is None:
@@ -211,6 +211,26 @@ class _Attributes(Mapping):
     def __repr__(self) -> str:
         return repr(self._dict())
 
+    def __eq__(self, other: object) -> bool:
+        """Equal to any mapping of the same keys and values (in any order), as a dict is; two
+        texts that are the same string are equal without splitting them."""
+        if isinstance(other, _Attributes):
+            if self._text and self._text == other._text:
+                return True
+            return self._dict() == other._dict()
+        if isinstance(other, Mapping):
+            return self._dict() == dict(other.items())
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        """Of the items in any order (as `__eq__`); made on the first call only: hashing splits
+        the text, which reading alone never does."""
+        try:
+            return self._hash
+        except AttributeError:
+            self._hash = hash(frozenset(self._dict().items()))
+            return self._hash
+
 
 _NO_ATTRIBUTES = _Attributes("", {})
 
@@ -219,8 +239,13 @@ class Instruction(NamedTuple):
     """One HLO instruction. `operands` are instruction names (no `%`, no `#N` tuple index).
 
     A named tuple: the reader makes one per instruction (1e5 and more in a large module), and a
-    tuple is made and freed in a third of the time of an object with a `__dict__`. Two
-    instructions are equal when all their fields but `attributes` and `line` are.
+    tuple is made and freed in a third of the time of an object with a `__dict__`.
+
+    Two instructions are equal (and hash alike) when every field but `line` is: `attributes`
+    compare as mappings (the same keys and values in any order), so a kLoop fusion calling `f1`
+    is not a kInput fusion calling `f2`. `line` is where the text was read, not part of the
+    value: the same instruction read one line lower (a comment added above it) is equal.
+    `same_value` is the looser comparison, without `attributes`.
     """
 
     name: str
@@ -239,14 +264,24 @@ class Instruction(NamedTuple):
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Instruction):
             return NotImplemented
-        return _compared(self) == _compared(other)
+        # the other fields first: attribute texts are split only where they are all equal
+        return _valued(self) == _valued(other) and self.attributes == other.attributes
 
     def __ne__(self, other: object) -> bool:
         equal = self.__eq__(other)
         return equal if equal is NotImplemented else not equal
 
     def __hash__(self) -> int:
-        return hash(_compared(self))
+        attributes = self.attributes
+        if not isinstance(attributes, _Attributes):  # a dict, given to the constructor
+            attributes = frozenset(attributes.items())
+        return hash((_valued(self), attributes))
+
+    def same_value(self, other: Instruction) -> bool:
+        """Whether `other` has the same fields but `attributes` and `line`: the same name,
+        opcode, shape, operands, root flag and metadata, whatever the attributes say (the kind
+        of a fusion, the computations it calls, its layouts and configs)."""
+        return _valued(self) == _valued(other)
 
     def attr(self, key: str) -> str | None:
         """The raw text of attribute `key`, or None when absent."""
@@ -289,7 +324,7 @@ class Instruction(NamedTuple):
 # Fields by position: itemgetter reads a tuple's item in half the time attrgetter takes
 _name_of = itemgetter(Instruction._fields.index("name"))
 _operands_of = itemgetter(Instruction._fields.index("operands"))
-_compared = itemgetter(0, 1, 2, 3, 5, 6, 7, 8, 9)  # every field but attributes (4) and line (10)
+_valued = itemgetter(0, 1, 2, 3, 5, 6, 7, 8, 9)  # every field but attributes (4) and line (10)
 # (name, opcode, shape, ...: every field in order) -> Instruction, without a Python call
 _make_instruction = partial(tuple.__new__, Instruction)
 

@@ -16,6 +16,9 @@ from xlafuse.hlo.ir import HloModule
 def parse_hlo(text: str, source: str | None = None) -> HloModule:
     """Parses HLO text into an `HloModule`.
 
+    While it reads, the process's cyclic GC is paused: see `gc_paused` for what that does to the
+    objects made meanwhile, the caller's included.
+
     Args:
         text: HLO as printed by `Compiled.as_text()`, written by `--xla_dump_to`, or by hand.
         source: where the text came from (a path), used in error messages and kept on the module.
@@ -50,6 +53,10 @@ class gc_paused:
     too: a cycle among them is freed at the next full collection rather than sooner. Skipped
     where objects are frozen already (a pre-fork server's): unfreeze would thaw them.
     A class, not a `@contextmanager` generator: entered twice per module, it costs a quarter.
+
+    Kept process-wide for its speed (2026-12-01, parse + analyze of the corpus's canonical
+    modules, best of nine alternating in one process, twice, CPU time): 0.86-0.91 s as it is,
+    1.02-1.04 s paused with nothing frozen (enabled again as found), 1.16 s with no pause.
     """
 
     __slots__ = ("enabled",)
