@@ -8,7 +8,6 @@ sharded_checks.py) and the tests here assert on what it reports.
 
 from __future__ import annotations
 
-
 import pytest
 from helpers import run_on_host_devices
 
