@@ -27,8 +27,10 @@ def small_calibration(backend=None):
 def run_on_host_devices(script: str, folder: Path, devices: int, result: str) -> dict:
     """Run `tests/scripts/<script>` in a child with `devices` host devices and read the JSON
     `result` it writes into `folder`: JAX reads the host device count once, at backend start,
-    and this pytest process started its backend with one device."""
+    and this pytest process started its backend with one device. The child uses the CPU
+    backend wherever it runs."""
     env = host_devices_env(devices)
+    env["JAX_PLATFORMS"] = "cpu"  # host devices are the CPU's, also on a machine with a GPU
     env["PYTHONPATH"] = str(REPO) + (":" + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     command = [sys.executable, str(REPO / "tests" / "scripts" / script), str(folder)]
     proc = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
