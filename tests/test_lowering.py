@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 
+import jax
 import pytest
 from helpers import run_on_host_devices
 
@@ -36,6 +37,12 @@ def test_every_entry_point_sees_one_program(lowering, case):
     assert found["donated"] is case.startswith("train")
 
 
+CPU_ONLY = pytest.mark.skipif(
+    jax.default_backend() != "cpu", reason="N host devices are a CPU's; one GPU has one device"
+)
+
+
+@CPU_ONLY
 def test_a_sharded_cell_keeps_its_devices_in_the_cold_start_spec(monkeypatch):
     from xlafuse.experiment.config import WorkloadConfig
     from xlafuse.measure import coldstart
@@ -53,6 +60,7 @@ def test_a_sharded_cell_keeps_its_devices_in_the_cold_start_spec(monkeypatch):
     assert started == [["--xla_force_host_platform_device_count=2"]]
 
 
+@CPU_ONLY
 def test_warmup_of_a_sharded_config_compiles_the_sharded_program(tmp_path, capfd):
     from xlafuse.cli import main
 
