@@ -114,10 +114,6 @@ class Timing:
         del out["samples_s"], out["pipelined_samples_s"]
         return out
 
-    def figure(self, lead: str) -> float | None:
-        """The time a speedup on `lead` (LATENCY or PIPELINED) is the ratio of."""
-        return self.time_median_s if lead == LATENCY else self.pipelined_s_per_call
-
 
 @dataclasses.dataclass(frozen=True)
 class Comparison:
