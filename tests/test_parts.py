@@ -64,3 +64,14 @@ def test_a_run_resolves_each_variant_once(tmp_path, monkeypatch):
     records = runner.run_experiment(config, out=tmp_path, progress=False)
     assert len(records) == 4 and all(r.ok for r in records)
     assert sorted(calls) == ["default", "no-fusion"]  # 4 cells, each variant resolved once
+
+
+def test_a_speedup_without_a_pipelined_figure_leads_with_latency():
+    from xlafuse.measure import timing
+    from xlafuse.measure.stats import Speedup
+
+    reference = Timing(2.0, 1.0, 3.0, 0.5, 9, 1.5, 10, 2, 0.25)
+    latency = Speedup(0.5, (0.4, 0.6), "slower", True)
+    part = fields.speedup_part(timing.Comparison(latency, None, False, reference), "pipelined")
+    assert part.lead == "latency" and part.vs_reference == 0.5
+    assert part.basis == timing.BASES[("latency", False)]

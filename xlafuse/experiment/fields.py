@@ -95,6 +95,7 @@ def speedup_part(comparison: Comparison | None, lead: str) -> parts.SpeedupRecor
     the record's speedup; without a comparison, only the figure the cell leads with."""
     if comparison is None:
         return parts.SpeedupRecord(lead=lead)
+    lead = comparison.lead(lead)
     headline, pipelined = comparison.speedup(lead), comparison.pipelined
     return parts.SpeedupRecord(
         vs_reference=headline.speedup,

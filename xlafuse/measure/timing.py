@@ -132,7 +132,13 @@ class Comparison:
     reference: Timing
 
     def speedup(self, lead: str) -> Speedup:
+        """The speedup on `lead`; latency's when no pipelined figure was measured."""
         return self.pipelined if lead == PIPELINED and self.pipelined else self.latency
+
+    def lead(self, wanted: str) -> str:
+        """`wanted` (`leading_figure`'s), or LATENCY when no pipelined figure was measured: the
+        record names the figure its speedup really divides."""
+        return wanted if wanted == LATENCY or self.pipelined is not None else LATENCY
 
     def basis(self, lead: str) -> str:
         return BASES[(lead, self.paired)]
