@@ -1,4 +1,6 @@
-"""`--devices N --parallelism P --overrides K=V` for the commands that compile a workload."""
+"""The workload options of the commands that compile one: `--workload` (a zoo name or a program
+of the user's, `FILE.py:FUNCTION`), `--import`, `--size`/`--mode` and `--devices N --parallelism
+P --overrides K=V`, checked before any work."""
 
 from __future__ import annotations
 
@@ -7,7 +9,7 @@ import sys
 from collections.abc import Sequence
 
 from xlafuse.errors import XlafuseError
-from xlafuse.models.names import PARALLELISMS
+from xlafuse.models.names import PARALLELISMS, is_entry
 
 
 def add_mesh_arguments(parser) -> None:
@@ -32,6 +34,49 @@ def add_mesh_arguments(parser) -> None:
     )
 
 
+def add_import_argument(parser) -> None:
+    """Adds --import FILE_OR_MODULE (repeatable)."""
+    parser.add_argument(
+        "--import",
+        dest="imports",
+        action="append",
+        metavar="FILE_OR_MODULE",
+        help="import a file or module of yours first, so that the workloads it registers "
+        "(@xlafuse.models.register) are names here; repeatable",
+    )
+
+
+def import_user_code(args) -> None:
+    """Imports every --import, in order (one line naming what failed, before any work)."""
+    if not getattr(args, "imports", None):
+        return
+    from xlafuse.models import user  # JAX, as in check_workload
+
+    for target in args.imports:
+        user.import_target(target)
+
+
+def settle_workload_args(args) -> None:
+    """--size and --mode of a zoo workload take their defaults (tiny, forward); a program of
+    the user's (`FILE.py:FUNCTION`) takes neither, nor --dtype: FUNCTION's overrides size it
+    and what it returns is its mode. Its size is then "custom", its mode None (not yet known).
+
+    Raises:
+      XlafuseError: --size, --mode or --dtype given with a program of the user's.
+    """
+    if not is_entry(args.workload):
+        args.size = args.size or "tiny"
+        args.mode = args.mode or "forward"
+        return
+    given = [f"--{k}" for k in ("size", "mode", "dtype") if getattr(args, k, None) is not None]
+    if given:
+        raise XlafuseError(
+            f"{' and '.join(given)} go with a zoo workload; {args.workload!r} is a program of "
+            "yours: give it keyword arguments with --overrides (its mode is what it returns)"
+        )
+    args.size, args.mode = "custom", None
+
+
 def overrides(args) -> dict:
     """The parsed --overrides (`{"batch": 8}`); {} for a command without them."""
     return parse_overrides(getattr(args, "overrides", None))
@@ -47,6 +92,8 @@ def check_workload(args) -> None:
     # JAX, imported here: a command that reads HLO or results never calls this (it starts faster)
     from xlafuse.models.registry import check_build
 
+    settle_workload_args(args)
+    import_user_code(args)
     devices = getattr(args, "devices", 1)
     _check_devices(devices)
     parallelism = getattr(args, "parallelism", "data")

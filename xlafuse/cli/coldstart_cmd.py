@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 
 from xlafuse.cli import _progress
-from xlafuse.models.names import workload_label
+from xlafuse.cli._devices import add_import_argument, overrides
+from xlafuse.models.names import display_name, workload_label
 from xlafuse.report.format import fit
 
 
@@ -16,12 +17,25 @@ def register(subparsers) -> None:
         description="Start fresh processes that import, build, compile and call one workload: "
         "with an empty and a warm compilation cache, and loading a jax.export artifact.",
     )
-    p.add_argument("--workload", required=True, help="a workload name, e.g. gpt2")
-    p.add_argument("--size", default="tiny", help="tiny, small or full (default: tiny)")
-    p.add_argument("--mode", default="forward", help="forward or train (default: forward)")
+    p.add_argument(
+        "--workload",
+        required=True,
+        help="a zoo workload (e.g. gpt2) or a program of yours, FILE.py:FUNCTION or "
+        "MODULE:FUNCTION",
+    )
+    p.add_argument("--size", help="tiny, small or full (default: tiny)")
+    p.add_argument("--mode", help="forward or train (default: forward)")
     p.add_argument(
         "--dtype", default=None, help="float32, bfloat16 or float16 (default: per backend)"
     )
+    p.add_argument(
+        "--overrides",
+        action="append",
+        metavar="K=V[,K=V]",
+        help="workload size-table or option overrides (a program of yours: its keyword "
+        "arguments), e.g. batch=8",
+    )
+    add_import_argument(p)
     p.add_argument("--variant", default="default", help="a variant name or a+b (default: default)")
     p.add_argument(
         "--cache",
@@ -41,9 +55,16 @@ def run(args) -> int:
     from xlafuse.measure import coldstart
     from xlafuse.report.coldstart import coldstart_text
 
-    spec = {"name": args.workload, "size": args.size, "mode": args.mode, "dtype": args.dtype}
-    _check(spec, args.variant, args.calls)
-    label = f"{workload_label(args.workload, args.size, args.mode)} @ {args.variant}"
+    _check(args)
+    spec = {
+        "name": args.workload,
+        "size": args.size,
+        "mode": args.mode,
+        "dtype": args.dtype,
+        "overrides": overrides(args),
+    }
+    shown = workload_label(display_name(args.workload), args.size, args.mode, spec["overrides"])
+    label = f"{shown} @ {args.variant}"
     warm = args.cache is not None and coldstart.cache_entry_count(args.cache) > 0
     with _progress.steps("coldstart", total=(1 if warm else 2) if args.no_aot else 3) as step:
         result = coldstart.measure_cold_start(
@@ -58,13 +79,12 @@ def run(args) -> int:
     return 0
 
 
-def _check(spec: dict, variant: str, calls: int) -> None:
+def _check(args) -> None:
     """Fail fast, with the accepted names and ranges, before any child process starts."""
     from xlafuse.cli._checks import at_least_one
-
-    at_least_one("--calls", calls)
+    from xlafuse.cli._devices import check_workload
     from xlafuse.compile import variants  # on use, as in `run`
-    from xlafuse.models import registry
 
-    variants.get(variant)
-    registry.check_build(spec["name"], spec["size"], spec["mode"], spec["dtype"])
+    at_least_one("--calls", args.calls)
+    variants.get(args.variant)
+    check_workload(args)

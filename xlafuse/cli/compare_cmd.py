@@ -6,7 +6,12 @@ import json
 
 from xlafuse import models
 from xlafuse.cli import _progress
-from xlafuse.cli._devices import add_mesh_arguments, overrides, rerun_if_needed
+from xlafuse.cli._devices import (
+    add_import_argument,
+    add_mesh_arguments,
+    overrides,
+    rerun_if_needed,
+)
 from xlafuse.models.names import workload_label
 from xlafuse.report.format import fit
 
@@ -18,15 +23,19 @@ def register(subparsers) -> None:
         description="Compile one workload under several variants, call each once, and tabulate "
         "kernels, fusions, modeled bytes, compile seconds and whether the outputs agree.",
     )
-    p.add_argument("workload", help="a workload name (see `xlafuse workloads`)")
-    p.add_argument("--size", default="tiny", help="tiny, small or full (default: tiny)")
-    p.add_argument("--mode", default="forward", help="forward or train (default: forward)")
+    p.add_argument(
+        "workload",
+        help="a zoo workload (`xlafuse workloads`) or a program of yours, FILE.py:FUNCTION or MODULE:FUNCTION",
+    )
+    p.add_argument("--size", help="tiny, small or full (default: tiny)")
+    p.add_argument("--mode", help="forward or train (default: forward)")
     p.add_argument(
         "--variants",
         default="default,no-fusion",
         help="comma-separated variants; the first is the reference (default: default,no-fusion)",
     )
     add_mesh_arguments(p)
+    add_import_argument(p)
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(func=run)
 

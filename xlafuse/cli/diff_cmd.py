@@ -5,7 +5,12 @@ from __future__ import annotations
 import json
 
 from xlafuse.cli import _progress
-from xlafuse.cli._devices import add_mesh_arguments, overrides, rerun_if_needed
+from xlafuse.cli._devices import (
+    add_import_argument,
+    add_mesh_arguments,
+    overrides,
+    rerun_if_needed,
+)
 from xlafuse.errors import XlafuseError
 from xlafuse.models.names import workload_label
 from xlafuse.report.format import fit
@@ -27,11 +32,15 @@ def register(subparsers) -> None:
         "--reference",
         help="the program's unoptimized HLO (default: the *.before_optimizations.txt beside A)",
     )
-    p.add_argument("--workload", help="compile this workload under --variants instead")
+    p.add_argument(
+        "--workload",
+        help="compile this under --variants instead: a zoo workload (`xlafuse workloads`) or a program of yours, FILE.py:FUNCTION or MODULE:FUNCTION",
+    )
     p.add_argument("--variants", default="default,no-fusion", help="V1,V2 (default,no-fusion)")
-    p.add_argument("--size", default="tiny", help="workload size (default: tiny)")
-    p.add_argument("--mode", default="forward", help="workload mode (default: forward)")
+    p.add_argument("--size", help="workload size (default: tiny)")
+    p.add_argument("--mode", help="workload mode (default: forward)")
     add_mesh_arguments(p)
+    add_import_argument(p)
     p.add_argument("--top", type=int, default=10, help="groups shown (10)")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.add_argument(
@@ -95,7 +104,13 @@ def _measured(args, variants: tuple[str, ...]) -> int:
             f"compiling and tracing {workload_label(args.workload, args.size, args.mode)} @ {' and @ '.join(variants)}"
         )
         measured = measure_workload_diff(
-            args.workload, variants, args.size, args.mode, args.calls, args.traces
+            args.workload,
+            variants,
+            args.size,
+            args.mode,
+            args.calls,
+            args.traces,
+            overrides(args),
         )
     if args.json:
         print(json.dumps(measured.to_dict(), indent=1))

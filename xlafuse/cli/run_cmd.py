@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from xlafuse.cli._devices import add_import_argument
 from xlafuse.errors import XlafuseError
 
 SOME_CELLS_FAILED = 1
@@ -30,6 +31,7 @@ def register(subparsers) -> None:
     )
     parser.add_argument("--fresh", action="store_true", help="move old results aside, start over")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_import_argument(parser)
     parser.set_defaults(func=run)
 
 
@@ -41,12 +43,14 @@ def run(args: argparse.Namespace) -> int:
     """Run the config; exit status 0 all ok, 1 some cells errored, 2 invalid config."""
     # on use, not at the top: `xlafuse --help` imports no JAX (see xlafuse.cli)
     from xlafuse.cli._checks import variant_names
-    from xlafuse.cli._devices import rerun_with_host_devices
+    from xlafuse.cli._devices import import_user_code, rerun_with_host_devices
     from xlafuse.compile.devices import needs_host_devices
-    from xlafuse.experiment.config import load_config
+    from xlafuse.experiment.config import check_config_file, load_config
     from xlafuse.experiment.runner import run_experiment
 
     variant_names(args.variants)
+    check_config_file(args.config)
+    import_user_code(args)
     try:
         config = load_config(args.config)
     except XlafuseError as err:

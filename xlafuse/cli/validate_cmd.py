@@ -7,7 +7,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from xlafuse.cli._devices import parse_overrides
+from xlafuse.cli._devices import add_import_argument, import_user_code, parse_overrides
 from xlafuse.errors import XlafuseError
 from xlafuse.report.format import fit
 
@@ -25,9 +25,13 @@ def register(subparsers) -> None:
     )
     p.add_argument("config", nargs="?", help="an experiment config (.toml): its GPU cells")
     p.add_argument("--only", nargs="+", metavar="WORKLOAD", help="with CONFIG: these workloads")
-    p.add_argument("--workload", help="one workload instead of a CONFIG, e.g. chain")
-    p.add_argument("--size", default="tiny", help="with --workload: tiny, small or full")
-    p.add_argument("--mode", default="forward", help="with --workload: forward or train")
+    p.add_argument(
+        "--workload",
+        help="one workload instead of a CONFIG: a zoo name (e.g. chain) or a program of yours, "
+        "FILE.py:FUNCTION or MODULE:FUNCTION",
+    )
+    p.add_argument("--size", help="with --workload: tiny, small or full (default: tiny)")
+    p.add_argument("--mode", help="with --workload: forward or train (default: forward)")
     p.add_argument("--dtype", default=None, help="with --workload: float32, bfloat16, float16")
     p.add_argument(
         "--overrides",
@@ -35,6 +39,7 @@ def register(subparsers) -> None:
         metavar="K=V[,K=V]",
         help="with --workload: size-table or option overrides, e.g. ops=8",
     )
+    add_import_argument(p)
     p.add_argument("--variants", type=_names, help="comma-separated variants (default: all)")
     p.add_argument("--cache", metavar="DIR", help="compilation cache to warm and keep")
     p.add_argument("--ncu", metavar="PATH", help="the ncu executable (default: ncu on PATH)")
@@ -71,6 +76,7 @@ def run(args) -> int:
     }
     say = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
     if args.config:
+        import_user_code(args)
         config = load_config(args.config, backend="gpu")
         results = validate_config(config, args.only, args.variants, say=say, **kwargs)
     else:
@@ -126,8 +132,8 @@ def _print(results, as_json: bool) -> int:
 
 
 def _check_usage(args) -> None:
+    from xlafuse.cli._devices import check_workload
     from xlafuse.compile import variants  # on use, as in `run`
-    from xlafuse.models import registry
 
     if args.rejudge:
         if args.config or args.workload:
@@ -146,7 +152,7 @@ def _check_usage(args) -> None:
     if args.workload and args.only:
         raise XlafuseError("--only selects workloads of a CONFIG; with --workload, leave it out")
     if args.workload:
-        registry.check(args.workload, args.size, args.mode, None, parse_overrides(args.overrides))
+        check_workload(args)
         for name in args.variants or ["default"]:
             variants.get(name)
 

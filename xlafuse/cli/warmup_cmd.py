@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from xlafuse.cli import _progress
+from xlafuse.cli._devices import add_import_argument
 
 
 def register(subparsers) -> None:
@@ -17,16 +18,19 @@ def register(subparsers) -> None:
     p.add_argument("config", help="an experiment config (.toml)")
     p.add_argument("--cache", required=True, metavar="DIR", help="the cache folder to fill")
     p.add_argument("--json", action="store_true", help="print JSON")
+    add_import_argument(p)
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
     # on use, not at the top: `xlafuse --help` imports no JAX (see xlafuse.cli)
-    from xlafuse.cli._devices import rerun_with_host_devices
+    from xlafuse.cli._devices import import_user_code, rerun_with_host_devices
     from xlafuse.compile.devices import needs_host_devices
-    from xlafuse.experiment.config import load_config
+    from xlafuse.experiment.config import check_config_file, load_config
     from xlafuse.experiment.warmup import warmup_cells, warmup_config
 
+    check_config_file(args.config)
+    import_user_code(args)
     config = load_config(args.config)
     # Sharded cells on a CPU: warmed in a child with as many host devices as `run` gives them,
     # so the cache holds the sharded programs the run compiles.

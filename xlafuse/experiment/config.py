@@ -9,6 +9,9 @@ A config names the workloads, the fusion variants and how to measure them::
     variants = ["default", "no-fusion",     # presets, "a+b", or inline XLA options
                 { name = "no-cpu-fusion", xla_disable_hlo_passes = "fusion" }]
 
+    imports = ["my_models.py"]             # optional: files or modules of the user's, imported
+                                            # first: their registered workloads become names
+
     [[workloads]]
     name = "chain"
     size = "tiny"                           # tiny | small | full
@@ -18,6 +21,11 @@ A config names the workloads, the fusion variants and how to measure them::
     backends = ["cpu", "gpu"]               # optional: run this workload only on these
     devices = 2                             # optional: shard over N devices (default 1)
     parallelism = "data"                    # with devices > 1: data | model
+
+    [[workloads]]
+    entry = "my_models.py:rollout"          # a program of the user's (xlafuse.models.user):
+    name = "cartpole"                       # its label (default: the function's name)
+    overrides = { steps = 50 }              # FUNCTION's keyword arguments
 
     [timing]
     warmup = 2
@@ -59,15 +67,17 @@ from xlafuse.compile.devices import device_count_problem
 from xlafuse.compile.variants import BACKENDS, DISABLE_PASSES
 from xlafuse.errors import XlafuseError, did_you_mean
 from xlafuse.measure.timing import TimingSettings
-from xlafuse.models import registry
+from xlafuse.models import registry, user
 from xlafuse.models.names import workload_label
 from xlafuse.models.sharding import MODEL_PARALLEL_WORKLOADS, PARALLELISMS
 
-_TOP_KEYS = ("experiment", "workloads", "timing", "measure")
+_TOP_KEYS = ("imports", "experiment", "workloads", "timing", "measure")
 _EXPERIMENT_KEYS = ("name", "output", "reference", "variants")
 _WORKLOAD_KEYS = (
-    "name", "size", "mode", "dtype", "overrides", "backends", "devices", "parallelism",
+    "name", "entry", "size", "mode", "dtype", "overrides", "backends", "devices", "parallelism",
 )  # fmt: skip
+# What a user entry cannot be given: FUNCTION decides its size and dtype, on one device.
+_NOT_FOR_ENTRIES = ("size", "dtype", "devices", "parallelism")
 _INLINE_VARIANT_META = ("name", "description")
 # The accepted range of each [timing] setting: a warmup of 10**9 calls is a hang, not a setting.
 TIMING_RANGES = {
@@ -105,6 +115,13 @@ class WorkloadConfig:
 
     `devices` > 1 shards it over that many devices with `parallelism` ("data" or "model"); on a
     CPU machine the CLI runs the experiment in a child process with that many host devices.
+
+    A program of the user's has an `entry` (`FILE.py:FUNCTION` relative to the config's
+    folder, or `MODULE:FUNCTION`; `xlafuse.models.user`) and `name` is its label; its size is
+    "custom", and its mode says what FUNCTION returns: "forward" for (fn, args), "train" for a
+    step (fn, args, donate_argnums) (checked when the run builds it). `source_sha256` is the hash of
+    the file that defines a program of the user's (an entry's, or the imported file that
+    registered the workload): a changed file is a changed cell. `base` is the config's folder.
     """
 
     name: str
@@ -115,9 +132,47 @@ class WorkloadConfig:
     backends: tuple[str, ...] = BACKENDS
     devices: int = 1
     parallelism: str = "data"
+    entry: str | None = None
+    source_sha256: str | None = None
+    base: Path | None = dataclasses.field(default=None, compare=False)
 
     def __post_init__(self):
         object.__setattr__(self, "overrides", MappingProxyType(dict(self.overrides)))
+
+    @property
+    def build_name(self) -> str:
+        """What `xlafuse.models.build` takes: the zoo name, or the entry resolved."""
+        if self.entry is None:
+            return self.name
+        return user.parse_entry(self.entry, self.base).resolved
+
+    def build(self):
+        """The `xlafuse.models.Workload` of this cell (`xlafuse.models.build`).
+
+        Raises:
+          XlafuseError, ValueError: as `build`; for an entry, also a mode that is not what
+            FUNCTION returned.
+        """
+        workload = registry.build(
+            self.build_name,
+            self.size,
+            self.mode,
+            self.dtype,
+            devices=self.devices,
+            parallelism=self.parallelism,
+            **self.overrides,
+        )
+        if self.entry is not None and workload.mode != self.mode:
+            returned = (
+                "a step (fn, args, donate_argnums)"
+                if workload.mode == "train"
+                else ("a forward program")
+            )
+            raise user.EntryError(
+                f"entry {self.entry!r} returned {returned}, and the config says mode = "
+                f"{self.mode!r}: set mode = {workload.mode!r}"
+            )
+        return workload
 
     @property
     def mesh(self) -> str | None:
@@ -136,7 +191,7 @@ class WorkloadConfig:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-able form."""
+        """JSON-able form (an entry as written: the config's folder is not part of it)."""
         return {
             "name": self.name,
             "size": self.size,
@@ -146,6 +201,7 @@ class WorkloadConfig:
             "backends": list(self.backends),
             "devices": self.devices,
             "parallelism": self.parallelism,
+            **({"entry": self.entry, "source_sha256": self.source_sha256} if self.entry else {}),
         }
 
 
@@ -199,6 +255,7 @@ class ExperimentConfig:
     timing: TimingSettings = dataclasses.field(default_factory=TimingSettings)
     measure: MeasureConfig = MeasureConfig()
     source: Path | None = None
+    imports: tuple[str, ...] = ()
 
     def variant(self, name: str) -> VariantConfig:
         """The variant called `name`."""
@@ -208,6 +265,7 @@ class ExperimentConfig:
         """JSON-able form (what `config_hash` hashes)."""
         return {
             "name": self.name,
+            **({"imports": list(self.imports)} if self.imports else {}),
             "output": str(self.output),
             "reference": self.reference,
             "workloads": [w.to_dict() for w in self.workloads],
@@ -277,11 +335,13 @@ def parse_config(
     problems = _Problems()
     backend = backend or jax.default_backend()
     _check_keys(problems, "", data, _TOP_KEYS)
+    base = source.parent if source is not None else None
+    imports = _parse_imports(problems, data.get("imports", []), base)
     experiment = _table(problems, "experiment", data.get("experiment", {}))
     _check_keys(problems, "experiment.", experiment, _EXPERIMENT_KEYS)
     name = _typed(problems, "experiment.name", experiment.get("name", "experiment"), str)
     output = _typed(problems, "experiment.output", experiment.get("output"), str, optional=True)
-    workloads = _parse_workloads(problems, data.get("workloads"), backend)
+    workloads = _parse_workloads(problems, data.get("workloads"), backend, base)
     listed = experiment.get("variants", ["default", "no-fusion"])
     variants = _parse_variants(problems, listed, backend)
     reference = _parse_reference(problems, experiment.get("reference", "default"), variants, listed)
@@ -297,6 +357,7 @@ def parse_config(
         timing=timing,
         measure=measure,
         source=source,
+        imports=tuple(imports),
     )
 
 
@@ -360,7 +421,21 @@ def _typed(problems, where, value, kind, optional=False, default=None):
     return default
 
 
-def _parse_workloads(problems, value, backend) -> list[WorkloadConfig]:
+def _parse_imports(problems, value, base) -> list[str]:
+    """Imports the user's files and modules (relative files: to the config's folder) first, so
+    that the workloads they register are names the rest of the config may use."""
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        problems.add("imports", 'must be an array of files or modules, e.g. ["my_models.py"]')
+        return []
+    for i, target in enumerate(value):
+        try:
+            user.import_target(target, base)
+        except XlafuseError as err:
+            problems.add(f"imports[{i}]", str(err))
+    return list(value)
+
+
+def _parse_workloads(problems, value, backend, base) -> list[WorkloadConfig]:
     if value is None:
         problems.add("workloads", "missing: add at least one [[workloads]] table")
         return []
@@ -369,19 +444,21 @@ def _parse_workloads(problems, value, backend) -> list[WorkloadConfig]:
         return []
     out = []
     for i, item in enumerate(value):
-        workload = _parse_workload(problems, f"workloads[{i}]", item, backend)
+        workload = _parse_workload(problems, f"workloads[{i}]", item, backend, base)
         if workload is not None:
             out.append(workload)
     return out
 
 
-def _parse_workload(problems, where, item, backend) -> WorkloadConfig | None:
+def _parse_workload(problems, where, item, backend, base) -> WorkloadConfig | None:
     if isinstance(item, str):
         item = {"name": item}
     if not isinstance(item, Mapping):
         problems.add(where, f"must be a table or a workload name, not {_type_name(item)}")
         return None
     _check_keys(problems, f"{where}.", item, _WORKLOAD_KEYS)
+    if "entry" in item:
+        return _parse_entry(problems, where, item, base)
     name = _typed(problems, f"{where}.name", item.get("name"), str)
     size = _typed(problems, f"{where}.size", item.get("size", "tiny"), str)
     mode = _typed(problems, f"{where}.mode", item.get("mode", "forward"), str)
@@ -399,7 +476,60 @@ def _parse_workload(problems, where, item, backend) -> WorkloadConfig | None:
     _check_workload(problems, where, name, size, mode, dtype, overrides, check_on)
     if len(problems.items) != before:
         return None
-    return WorkloadConfig(name, size, mode, dtype, overrides, backends, devices, parallelism)
+    source_sha256 = registry.source_sha256(name)
+    return WorkloadConfig(
+        name, size, mode, dtype, overrides, backends, devices, parallelism, None, source_sha256
+    )
+
+
+def _parse_entry(problems, where, item, base) -> WorkloadConfig | None:
+    """A `[[workloads]]` table with `entry`: a program of the user's (`xlafuse.models.user`).
+
+    Its function is found and its overrides checked against its parameters; it is called (it
+    makes arrays) only when the run builds it, where what it returns is checked.
+    """
+    before = len(problems.items)
+    spec = _typed(problems, f"{where}.entry", item.get("entry"), str)
+    for key in _NOT_FOR_ENTRIES:
+        if key in item:
+            problems.add(
+                f"{where}.{key}",
+                "not for an entry: FUNCTION's overrides decide a program of the user's "
+                "(its size and dtype), on one device",
+            )
+    mode = _typed(problems, f"{where}.mode", item.get("mode", "forward"), str)
+    _check_choice(problems, f"{where}.mode", mode, registry.MODES, "mode")
+    overrides = dict(_table(problems, f"{where}.overrides", item.get("overrides", {})))
+    backends = _parse_backends(problems, f"{where}.backends", item.get("backends", list(BACKENDS)))
+    if spec is None or len(problems.items) != before:
+        return None
+    try:
+        entry = user.parse_entry(spec, base)
+        user.check_overrides(entry, overrides)
+        source_sha256 = user.source_sha256(entry)
+    except XlafuseError as err:
+        problems.add(f"{where}.entry", str(err))
+        return None
+    name = _typed(problems, f"{where}.name", item.get("name", entry.function), str)
+    if name is None:
+        return None
+    if name in registry.available() or ":" in name or "/" in name:
+        what = "a zoo workload's" if ":" not in name and "/" not in name else "not a label"
+        problems.add(
+            f"{where}.name",
+            f'{name!r} is {what} name; give the entry another name (name = "my_{entry.function}")',
+        )
+        return None
+    return WorkloadConfig(
+        name,
+        size=user.ENTRY_SIZE,
+        mode=mode,
+        overrides=overrides,
+        backends=backends,
+        entry=spec,
+        source_sha256=source_sha256,
+        base=base,
+    )
 
 
 def _check_mesh(problems, where, name, devices, parallelism, backend) -> None:

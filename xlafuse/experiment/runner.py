@@ -26,7 +26,6 @@ from typing import Any
 
 import jax
 
-from xlafuse import models
 from xlafuse.compile.jit import MeasureRequest, compile_workload, unoptimized_hlo
 from xlafuse.errors import check_selected
 from xlafuse.experiment import environment as run_environment
@@ -131,7 +130,8 @@ def run_experiment(
         if fresh:
             _move_aside(results_path)
         torn = records.repair_tail(results_path)
-        check_resumable(results_path, settings, run_environment.by_name(config.variants))
+        sources = {w.name: (w.entry, w.source_sha256) for w in config.workloads}
+        check_resumable(results_path, settings, run_environment.by_name(config.variants), sources)
         done = records.finished_cells(results_path)
         plan = [(w, _todo(config, w, backend, done)) for w in config.workloads]
         todo = sum(len(cells) for _, cells in plan)
@@ -257,15 +257,7 @@ def _run_workload(run: _Run, w: WorkloadConfig, cells, done, advance) -> None:
     if not cells:
         return
     try:
-        workload = models.build(
-            w.name,
-            w.size,
-            w.mode,
-            w.dtype,
-            devices=w.devices,
-            parallelism=w.parallelism,
-            **w.overrides,
-        )
+        workload = w.build()
     except Exception as err:
         for variant in cells:
             _finish(run, _error_record(run, w, variant, None, err), None, advance)
@@ -476,6 +468,8 @@ def _identity(run: _Run, w: WorkloadConfig, variant: VariantConfig, workload) ->
         "dtype": workload.dtype if workload is not None else w.dtype,
         "dtype_requested": w.dtype,
         "overrides": dict(w.overrides),
+        "entry": w.entry,
+        "source_sha256": w.source_sha256,
         "devices": w.devices,
         "parallelism": w.parallelism if w.devices > 1 else None,
         "variant": variant.name,

@@ -188,7 +188,7 @@ def _label(spec: dict[str, Any]) -> str:
     """`chain[ops=2]/tiny/forward`, with ` @data2` for a cell sharded over 2 devices."""
     mesh = f"{spec['parallelism']}{spec['devices']}" if spec["devices"] > 1 else None
     overrides, dtype = spec["overrides"], spec["dtype"]
-    return workload_label(spec["name"], spec["size"], spec["mode"], overrides, dtype, mesh=mesh)
+    return workload_label(spec["label"], spec["size"], spec["mode"], overrides, dtype, mesh=mesh)
 
 
 def _is_workload(obj: Any) -> bool:

@@ -114,7 +114,9 @@ def compile_for_explain(
     optimized, dumps = {}, {}
     for name, variant in chosen.items():
         if on_step is not None:
-            on_step(f"compiling {workload_label(workload, size, mode, overrides)} @ {name}")
+            on_step(
+                f"compiling {workload_label(work.name, work.size, work.mode, overrides)} @ {name}"
+            )
         if backend != "gpu" or variant.process_flags:
             optimized[name] = compile_workload(work, variant).hlo_text
             continue
@@ -128,7 +130,7 @@ def compile_for_explain(
             if found:
                 dumps[name] = read_priority_dump(found[-1])
     return CompiledHlo(
-        f"workload {workload} ({size}, {mode})", backend, unoptimized, optimized, dumps
+        f"workload {workload} ({size}, {work.mode})", backend, unoptimized, optimized, dumps
     )
 
 
@@ -141,10 +143,13 @@ def explain_target(
     size: str = "tiny",
     mode: str = "forward",
     on_step: Callable[[str], None] | None = None,
+    overrides: dict | None = None,
 ) -> ExplainReport:
     """Explains a dump folder's module, or a workload under `variant` (compared with `against`).
 
-    `on_step`: as for `compile_for_explain`, one line per variant of `explained_variants`.
+    `workload` is a zoo name or a program of the user's (`FILE.py:FUNCTION`), built with
+    `overrides`. `on_step`: as for `compile_for_explain`, one line per variant of
+    `explained_variants`.
 
     Raises:
         XlafuseError: no target or both; a folder without the three files; unknown names.
@@ -156,7 +161,7 @@ def explain_target(
     if folder is not None:
         return _explain_folder(Path(folder), module)
     variants = explained_variants(variant, against)
-    hlo = compile_for_explain(workload, variants, size, mode, on_step=on_step)
+    hlo = compile_for_explain(workload, variants, size, mode, overrides=overrides, on_step=on_step)
     unopt = parse_hlo(hlo.unoptimized, f"{hlo.label} (unoptimized)")
 
     def explain(v: str) -> Explanation:

@@ -6,7 +6,8 @@ A target is one of:
 * a `--xla_dump_to` folder: its optimized modules (`*after_optimizations.txt`, with or without a
   GPU prefix such as `sm_9.0a_gpu_`) are listed largest first (most kernels, then most modeled
   bytes, then file name); `module=NAME` picks one of them by a substring of its file name;
-* a workload from `xlafuse.models`, built and compiled under a fusion variant.
+* a workload from `xlafuse.models` (a zoo name or a program of the user's, `FILE.py:FUNCTION`),
+  built and compiled under a fusion variant.
 
 When a dumped module has a `*.thunk_sequence.txt` beside it (XLA's list of GPU launches), its
 launch count is reported next to the modeled kernel count, with a warning when they differ.
@@ -222,7 +223,7 @@ def _inspect_workload(
         report = _with_backend(report, compiled.backend)
     on = f", {parallelism}-parallel on {devices} devices" if devices > 1 else ""
     return InspectResult(
-        target=f"workload {name} ({size}, {mode}{on})",
+        target=f"workload {name} ({work.size}, {work.mode}{on})",
         target_kind="workload",
         report=report,
         hlo=hlo,

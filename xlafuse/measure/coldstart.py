@@ -41,6 +41,7 @@ from xlafuse.compile.devices import HOST_DEVICES_FLAG
 from xlafuse.compile.protocol import run_child
 from xlafuse.compile.variants import get as get_variant
 from xlafuse.folders import writable_folder
+from xlafuse.models import user
 
 # Run by a bare `python -c` with the request folder as argv[1]; times what a serving process
 # imports before it can compile, then hands over to `main`.
@@ -225,7 +226,10 @@ def cache_events() -> Iterator[dict[str, int]]:
 
 def build_workload(spec: Mapping[str, Any]):
     """The workload a `workload_spec` describes, built (in a child process), sharded over its
-    devices when it names more than one (the child was started with them: `_run_child`)."""
+    devices when it names more than one (the child was started with them: `_run_child`). The
+    user's imports the spec lists are imported first."""
+    for target in spec.get("imports", ()):
+        user.import_target(target)
     return models.build(
         spec["name"],
         size=spec["size"],
@@ -245,32 +249,45 @@ def workload_spec(workload: Any) -> dict[str, Any]:
       workload: a workload name, a dict (name, size, mode, dtype, seed, overrides, devices,
         parallelism), a config's WorkloadConfig (anything with `to_dict()` giving those keys)
         or a built `Workload` (its resolved configuration becomes the overrides; the seed is
-        taken as 0; a sharded one keeps its devices and parallelism).
+        taken as 0; a sharded one keeps its devices and parallelism). A program of the user's
+        (`FILE.py:FUNCTION`) is named by its resolved entry, so a child in any folder finds it;
+        `label` keeps the name it is shown by.
+
+    Returns:
+      The spec; `imports` lists this process's imports of the user's (`xlafuse.models.user`),
+      which the child imports first.
 
     Raises:
       TypeError: none of those.
     """
+    label = None
     if isinstance(workload, str):
         workload = {"name": workload}
     elif hasattr(workload, "fn") and hasattr(workload, "config"):
+        label = workload.name
         workload = {
-            "name": workload.name,
+            "name": workload.entry or workload.name,
             "size": workload.size,
             "mode": workload.mode,
-            "dtype": workload.dtype,
+            "dtype": None if workload.entry else workload.dtype,
             "overrides": workload.to_dict()["config"],
             "devices": workload.devices,
             "parallelism": workload.parallelism,
         }
     elif hasattr(workload, "to_dict"):
-        workload = workload.to_dict()
+        label = getattr(workload, "name", None)
+        workload = {**workload.to_dict(), "name": getattr(workload, "build_name", label)}
     if not isinstance(workload, Mapping) or "name" not in workload:
         raise TypeError(
             "a workload is a name, a dict with 'name', a WorkloadConfig or a Workload, "
             f"not {type(workload).__name__}"
         )
+    name = workload["name"]
+    if user.is_entry(name):
+        name = user.parse_entry(name).resolved
     return {
-        "name": workload["name"],
+        "name": name,
+        "label": label or workload.get("label") or user.display_name(name),
         "size": workload.get("size", "tiny"),
         "mode": workload.get("mode", "forward"),
         "dtype": workload.get("dtype"),
@@ -278,6 +295,7 @@ def workload_spec(workload: Any) -> dict[str, Any]:
         "overrides": dict(workload.get("overrides") or {}),
         "devices": int(workload.get("devices") or 1),
         "parallelism": workload.get("parallelism") if workload.get("devices", 1) > 1 else None,
+        "imports": list(user.imported()),
     }
 
 

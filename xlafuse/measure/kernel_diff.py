@@ -146,6 +146,7 @@ def measure_workload_diff(
     mode: str = "forward",
     calls: int = 10,
     trace_dir: str | Path | None = None,
+    overrides: dict | None = None,
 ) -> MeasuredDiff:
     """Compile a workload under two variants, trace both, and time every kernel group.
 
@@ -154,19 +155,20 @@ def measure_workload_diff(
     unoptimized module for the diff.
 
     Args:
-      workload: a workload name.
+      workload: a zoo workload's name, or a program of the user's (`FILE.py:FUNCTION`).
       variants: (A, B), e.g. ("default", "no-fusion").
       size: the workload size.
       mode: the workload mode.
       calls: calls traced per variant.
       trace_dir: keep the traces under `trace_dir/<variant>/`; None: temporary, deleted.
+      overrides: the workload's overrides (a program of the user's: its keyword arguments).
 
     Raises:
       UnknownNameError: an unknown workload, size, mode or variant.
       XlafuseError: a trace without events (nothing ran).
     """
 
-    work = models.build(workload, size=size, mode=mode)
+    work = models.build(workload, size=size, mode=mode, **(overrides or {}))
     chosen = [get_variant(v) for v in variants]
     unoptimized = unoptimized_hlo(work)
     texts, times, traces = [unoptimized], [], {}
@@ -177,7 +179,7 @@ def measure_workload_diff(
             times.append(trace_kernel_times(compiled, work, calls, folder))
         texts.append(compiled.hlo_text)
         traces[variant.name] = str(folder) if trace_dir is not None else None
-    label = f"workload {workload} ({size}, {mode})"
+    label = f"workload {workload} ({work.size}, {work.mode})"
     ref, a, b = (parse_hlo(t, label) for t in texts)
     diff = diff_modules(a, b, tuple(variants), ref, tuple(texts))
     timed = time_groups(diff, times[0].times_by_kernel(), times[1].times_by_kernel())

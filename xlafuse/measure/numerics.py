@@ -240,9 +240,10 @@ def host_outputs(workload: Any, outputs: Any) -> Any:
       outputs: what one call of its function returned.
 
     Returns:
-      The outputs of a forward call; for a train step, the dict of `compare_train_steps`.
+      The outputs of a forward call, or of a user's step; for a zoo train step, the dict of
+      `compare_train_steps`.
     """
-    if workload.mode != "train":
+    if not _zoo_train_step(workload):
         return jax.device_get(outputs)
 
     new_leaves, loss = outputs
@@ -260,10 +261,16 @@ def judge_workload(workload: Any, reference: Any, outputs: Any) -> NumericDiff:
 
     Both arguments come from `host_outputs`; the rule is in this module's docstring.
     """
-    if workload.mode == "train":
+    if _zoo_train_step(workload):
         learning_rate = float(workload.config.get("learning_rate", 0.0))
         return compare_train_steps(reference, outputs, workload.dtype, learning_rate)
     return compare_outputs(reference, outputs, compute_dtype=workload.dtype)
+
+
+def _zoo_train_step(workload: Any) -> bool:
+    """A train step with the zoo's state (params, AdamW state, batch statistics), judged by the
+    train rule; a user's step (`xlafuse.models.user`) has a state of its own, compared whole."""
+    return workload.mode == "train" and workload.state_tree is not None
 
 
 def _leaf_diff(

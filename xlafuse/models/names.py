@@ -13,6 +13,17 @@ from typing import Any
 PARALLELISMS = ("data", "model")  # see xlafuse.models.sharding
 
 
+def is_entry(name: Any) -> bool:
+    """Whether a workload name is a program of the user's (`FILE.py:FUNCTION`,
+    `MODULE:FUNCTION`; `xlafuse.models.user`): zoo names have no colon."""
+    return isinstance(name, str) and ":" in name
+
+
+def display_name(name: str) -> str:
+    """How a workload is shown: a zoo name as it is, a program of the user's by FUNCTION."""
+    return name.rpartition(":")[2] if is_entry(name) else name
+
+
 def workload_label(
     name: str,
     size: str | None = None,

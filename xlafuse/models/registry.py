@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import math
+import sys
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any
@@ -20,7 +21,7 @@ import optax
 from flax import nnx
 
 from xlafuse.errors import UnknownNameError, XlafuseError, unknown_name
-from xlafuse.models import memory, sharding, train
+from xlafuse.models import memory, sharding, train, user
 from xlafuse.models.names import workload_label
 from xlafuse.models.workload import BuildContext, Recipe, Workload
 
@@ -119,6 +120,16 @@ def _load_families() -> None:
         importlib.import_module(module)
 
 
+def source_sha256(name: str) -> str | None:
+    """SHA-256 of the file of the user's that registered workload `name` (imported with
+    `--import` or a config's `imports`); None for the zoo's own."""
+    module = sys.modules.get(spec(name).builder.__module__)
+    path = getattr(module, "__file__", None)
+    if module is None or module.__name__.startswith("xlafuse.") or path is None:
+        return None
+    return user.file_sha256(path)
+
+
 def choose(kind: str, value: Any, accepted: tuple[str, ...] | list[str], where: str = "") -> Any:
     """Returns `value` if it is in `accepted`, else raises a "did you mean" error.
 
@@ -158,7 +169,9 @@ def build(
     """Builds a workload: a pure function and example arguments, on the default device or a mesh.
 
     Args:
-        name: a name from `available()`.
+        name: a name from `available()`, or a user program's entry, `FILE.py:FUNCTION` or
+            `MODULE:FUNCTION` (`xlafuse.models.user`: FUNCTION(**overrides) makes it; size,
+            mode and seed are then FUNCTION's business and are not used).
         size: "tiny" (CI, a 2-core CPU), "small" (reference architectures, modest batch) or
             "full" (sized for an H200).
         mode: "forward" (inference) or "train" (loss + grad + AdamW update in one step).
@@ -182,7 +195,12 @@ def build(
             parallelism, more devices than the backend has, a batch or layer dimension that
             `devices` does not divide, or arrays that cannot fit in the devices' memory
             (`xlafuse.models.memory.check_fits`: checked before any array is made).
+        EntryError: a user entry that cannot be loaded, called or traced, or asked to run on
+            more than one device.
     """
+    if user.is_entry(name):
+        _check_entry_devices(name, devices)
+        return user.build_entry(name, overrides, dtype)
     sharding.check_parallelism(parallelism, name)
     if devices != 1:
         sharding.check_device_count(devices)
@@ -224,11 +242,26 @@ def check_build(
     in the memory of `devices` devices (judged from their shapes). A command calls it before
     it starts a child process or a progress line; `build` makes the same checks itself.
 
+    A user entry is imported, its function found and its overrides checked against its
+    parameters (FUNCTION itself is not called: it makes the arrays).
+
     Raises:
         UnknownNameError, ValueError, XlafuseError: as for `build`.
     """
+    if user.is_entry(name):
+        _check_entry_devices(name, devices)
+        user.check_overrides(user.parse_entry(name), overrides)
+        return
     sharding.check_parallelism(parallelism, name)
     _prepare(name, size, mode, dtype, devices, overrides)
+
+
+def _check_entry_devices(name: str, devices: int) -> None:
+    if devices != 1:
+        raise user.EntryError(
+            f"entry {name!r}: a program of the user's runs on one device here (devices="
+            f"{devices}); shard it inside FUNCTION, or register it as a workload"
+        )
 
 
 def _prepare(name, size, mode, dtype, devices, overrides, seed=0):

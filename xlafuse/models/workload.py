@@ -93,6 +93,9 @@ class Workload:
             mesh (`build(..., devices=N, parallelism=...)`); None on one device.
         out_shardings: the `out_shardings` to jit with (a sharded train step keeps its state's
             layout); None lets XLA choose.
+        entry: for a program of the user's, its entry resolved (`/abs/path.py:FUNCTION` or
+            `module:FUNCTION`, `xlafuse.models.user`), from which a child process builds it
+            again; None for a zoo workload.
     """
 
     name: str
@@ -110,6 +113,7 @@ class Workload:
     state_tree: Any = None
     plan: Any = None
     out_shardings: Any = None
+    entry: str | None = None
 
     @property
     def devices(self) -> int:
@@ -169,6 +173,7 @@ class Workload:
             "config": {k: _jsonable(v) for k, v in self.config.items()},
             "devices": self.devices,
             "parallelism": self.parallelism,
+            "entry": self.entry,
         }
 
 

@@ -48,7 +48,10 @@ class CellResult:
     sharded cell: devices > 1, "data" or "model"), variant (and its config form,
     variant_options), framework ("jax", or "torch" for a PyTorch twin, `xlafuse.torch`) and
     framework_version, reference (the variant speedups compare with), backend, device_kind;
-    `cell_id` joins them (the resume key); experiment names the run.
+    `cell_id` joins them (the resume key); experiment names the run. A program of the user's
+    also has `entry` (its `FILE.py:FUNCTION` as the config wrote it; None for a registered
+    workload) and `source_sha256` (the hash of the file that defines it: an entry's, or the
+    imported file that registered it; None for the zoo's workloads).
 
     Its parts (`xlafuse.results.parts`, each a frozen record of one source): model, compile,
     fusion, timing, speedup, device, trace, rates, ceilings, numerics, cold_start,
@@ -85,6 +88,8 @@ class CellResult:
     experiment: str = ""
     dtype_requested: str | None = None
     overrides: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    entry: str | None = None
+    source_sha256: str | None = None
     devices: int = 1
     parallelism: str | None = None
     reference: str = "default"

@@ -19,7 +19,10 @@ from xlafuse.results.records import CellResult, parse_file, plain
 
 
 def check_resumable(
-    path: str | Path, settings: Mapping[str, Any], variants: Mapping[str, Any] | None = None
+    path: str | Path,
+    settings: Mapping[str, Any],
+    variants: Mapping[str, Any] | None = None,
+    sources: Mapping[str, tuple[str | None, str | None]] | None = None,
 ) -> None:
     """Refuse to add cells to a results file that was written under other settings.
 
@@ -28,6 +31,9 @@ def check_resumable(
       settings: this run's settings (`xlafuse.experiment.environment.run_settings`).
       variants: this run's variants by name, each resolved to what XLA gets (`variant_settings`
         there); a recorded variant of the same name must have resolved to the same.
+      sources: this run's workloads by name: (entry, source_sha256) of a program of the user's
+        (None, None for the zoo's); a recorded cell of the same workload must have the same:
+        a changed model file is a changed cell.
 
     Raises:
       XlafuseError: one line naming what differs, with the two ways out (`--fresh`, `--out`).
@@ -36,7 +42,7 @@ def check_resumable(
     if not path.exists():
         return
     for record in parse_file(path)[0]:
-        differences = _differences(record, settings, variants or {})
+        differences = _differences(record, settings, variants or {}, sources or {})
         if differences:
             shown = "; ".join(differences[:3])
             more = f" and {len(differences) - 3} more" if len(differences) > 3 else ""
@@ -48,7 +54,10 @@ def check_resumable(
 
 
 def _differences(
-    record: CellResult, settings: Mapping[str, Any], variants: Mapping[str, Any]
+    record: CellResult,
+    settings: Mapping[str, Any],
+    variants: Mapping[str, Any],
+    sources: Mapping[str, tuple[str | None, str | None]],
 ) -> list[str]:
     if not record.settings:
         return [f"cell {record.cell_id or record.workload!r} records no settings (older xlafuse)"]
@@ -62,7 +71,23 @@ def _differences(
             f"variant {record.variant!r}: {_show(record.settings.get('variant'))} in the file, "
             f"{_show(variants[record.variant])} now"
         )
+    if record.workload in sources:
+        entry, sha = sources[record.workload]
+        if record.entry != entry:
+            differences.append(
+                f"workload {record.workload!r}: entry {_show(record.entry)} in the file, "
+                f"{_show(entry)} now"
+            )
+        elif record.source_sha256 != sha:
+            differences.append(
+                f"workload {record.workload!r}: its source file changed (sha256 "
+                f"{_short(record.source_sha256)} in the file, {_short(sha)} now)"
+            )
     return differences
+
+
+def _short(sha: str | None) -> str:
+    return sha[:12] if sha else "none"
 
 
 def _diff_flat(before: Mapping[str, Any], after: Mapping[str, Any], prefix: str = ""):

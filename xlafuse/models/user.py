@@ -1,0 +1,390 @@
+"""The user's own programs: an entry `FILE.py:FUNCTION` or `MODULE:FUNCTION`, and `--import`.
+
+An entry names a function of the user's. It is called with a cell's overrides as keyword
+arguments (`FUNCTION(**overrides)`) and returns one of:
+
+- an `xlafuse.models.Workload` (e.g. from `xlafuse.models.build`), measured as it is;
+- `(fn, args)`: a forward program, `fn(*args)` jit-able, every call given the same arguments;
+- `(fn, args, donate_argnums)`: a step that consumes its state. `args[0]` is the state, which
+  must be donated (0 in `donate_argnums`), and `fn(*args)` returns `(new_state, ...)` with
+  `new_state` shaped like `args[0]`: each timed call gets the previous call's new state.
+
+The workload built from a tuple is named after FUNCTION, has the size "custom" (a user program
+has no zoo sizes: its overrides size it), the mode "forward" or "train" (a step), and the dtype
+of its least precise floating-point input (the numerics tolerance follows it).
+
+An import (`--import FILE_OR_MODULE`, a config's `imports`) runs a file or module of the
+user's once per process, so that its `@xlafuse.models.register` workloads become zoo names with
+sizes, modes and dtypes. Files are imported under a name of their own (`xlafuse_user_*`), once
+per resolved path, with their folder on `sys.path` (as running the file would have it). Child
+processes that rebuild a workload import the same (`imported`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib
+import importlib.util
+import inspect
+import sys
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from types import MappingProxyType, ModuleType
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from xlafuse.errors import XlafuseError, did_you_mean
+from xlafuse.models.names import display_name, is_entry  # noqa: F401 - part of this module's API
+from xlafuse.models.workload import Workload
+
+ENTRY_SIZE = "custom"  # the size of a workload built from (fn, args): it has no zoo sizes
+ENTRY_FORMS = (
+    "an xlafuse.models.Workload, (fn, args) with fn(*args) jit-able, or "
+    "(fn, args, donate_argnums) for a step fn(state, ...) -> (new_state, ...)"
+)
+
+# Resolved import target -> module, in import order (what a child process imports again).
+_IMPORTED: dict[str, ModuleType] = {}
+
+
+class EntryError(XlafuseError):
+    """An entry or import of the user's that cannot be loaded, called or traced."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Entry:
+    """A parsed entry spec.
+
+    Attributes:
+      spec: as given, e.g. "examples/cartpole.py:rollout" (what records show).
+      target: the file, resolved to an absolute path, or the module's dotted name.
+      function: FUNCTION's name.
+    """
+
+    spec: str
+    target: str
+    function: str
+
+    @property
+    def is_file(self) -> bool:
+        """Whether the target is a file (else a module name)."""
+        return is_file_target(self.target)
+
+    @property
+    def resolved(self) -> str:
+        """`target:function`: the entry as a child process (another folder, maybe) names it."""
+        return f"{self.target}:{self.function}"
+
+
+def is_file_target(target: str) -> bool:
+    """A file (`x.py`, `dir/x`) rather than a module's dotted name."""
+    return target.endswith(".py") or "/" in target or "\\" in target
+
+
+def parse_entry(spec: str, base: str | Path | None = None) -> Entry:
+    """Splits `FILE.py:FUNCTION` or `MODULE:FUNCTION`; a relative file is relative to `base`
+    (a config's folder; the working directory when None).
+
+    Raises:
+      EntryError: not of that form (nothing is imported here).
+    """
+    target, sep, function = spec.rpartition(":")
+    if not sep or not target or not function.isidentifier():
+        raise EntryError(
+            f"entry {spec!r} is not FILE.py:FUNCTION or MODULE:FUNCTION "
+            "(e.g. examples/cartpole.py:rollout)"
+        )
+    if is_file_target(target):
+        target = str((Path(base or ".") / target).resolve())
+    return Entry(spec, target, function)
+
+
+def import_target(target: str, base: str | Path | None = None) -> ModuleType:
+    """Imports a file or a module of the user's, once per process.
+
+    Args:
+      target: `FILE.py` (relative to `base`) or a module's dotted name.
+      base: the folder a relative file is relative to; the working directory when None.
+
+    Raises:
+      EntryError: no such file or module, or importing it raised (its type and first line).
+    """
+    key = str((Path(base or ".") / target).resolve()) if is_file_target(target) else target
+    if key in _IMPORTED:
+        return _IMPORTED[key]
+    try:
+        module = _import_file(key, target) if is_file_target(key) else _import_module(key)
+    except EntryError:
+        raise
+    except Exception as err:  # the user's code: anything it raises is reported, in one line
+        raise EntryError(f"importing {target!r} failed: {_first_line(err)}") from err
+    _IMPORTED[key] = module
+    return module
+
+
+def imported() -> tuple[str, ...]:
+    """The resolved imports of this process, in order (a child process repeats them)."""
+    return tuple(_IMPORTED)
+
+
+def _import_file(path: str, given: str) -> ModuleType:
+    file = Path(path)
+    if not file.is_file():
+        raise EntryError(f"no file {given!r} ({'a folder' if file.is_dir() else 'not found'})")
+    if file.suffix != ".py":
+        raise EntryError(f"{given!r} is not a Python file (.py)")
+    digest = hashlib.sha256(path.encode()).hexdigest()[:8]
+    name = f"xlafuse_user_{_identifier(file.stem)}_{digest}"
+    module_spec = importlib.util.spec_from_file_location(name, file)
+    if module_spec is None or module_spec.loader is None:
+        raise EntryError(f"{given!r} cannot be imported as a Python file")
+    module = importlib.util.module_from_spec(module_spec)
+    folder = str(file.parent)
+    if folder not in sys.path:
+        sys.path.insert(0, folder)  # its own imports of files beside it, as running it would
+    sys.modules[name] = module  # dataclasses and pickling look the module up by name
+    try:
+        module_spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]
+        raise
+    return module
+
+
+def _import_module(name: str) -> ModuleType:
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as err:
+        if err.name is not None and name.startswith(err.name):
+            raise EntryError(
+                f"no module {name!r} (not importable from here; a file is given as path/x.py)"
+            ) from None
+        raise
+
+
+def _identifier(text: str) -> str:
+    return "".join(c if c.isalnum() else "_" for c in text)
+
+
+def load_function(entry: Entry) -> Callable[..., Any]:
+    """FUNCTION of the entry's file or module.
+
+    Raises:
+      EntryError: the import fails, or the module has no such function (with "did you mean").
+    """
+    module = import_target(entry.target)
+    function = getattr(module, entry.function, None)
+    if function is None:
+        defined = [n for n, v in vars(module).items() if callable(v) and not n.startswith("_")]
+        raise EntryError(
+            f"entry {entry.spec!r}: {entry.target.rsplit('/', 1)[-1]!r} has no function "
+            f"{entry.function!r}{did_you_mean(entry.function, defined)}"
+        )
+    if not callable(function):
+        raise EntryError(f"entry {entry.spec!r}: {entry.function!r} is not a function")
+    return function
+
+
+def source_sha256(entry: Entry) -> str:
+    """SHA-256 (hex) of the file that defines the entry: a changed file is a changed cell.
+
+    Raises:
+      EntryError: as `load_function` (a module without a source file hashes its name).
+    """
+    if entry.is_file:
+        path = entry.target
+    else:
+        path = getattr(import_target(entry.target), "__file__", None)
+        if path is None:
+            return hashlib.sha256(entry.target.encode()).hexdigest()
+    try:
+        return file_sha256(path)
+    except OSError as err:
+        raise EntryError(f"entry {entry.spec!r}: cannot read {path!r}: {err.strerror}") from None
+
+
+def file_sha256(path: str | Path) -> str:
+    """SHA-256 (hex) of a file's bytes."""
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def check_overrides(entry: Entry, overrides: Mapping[str, Any]) -> None:
+    """Refuse overrides that FUNCTION does not take as keyword arguments (before calling it).
+
+    Raises:
+      EntryError: as `load_function`, or a keyword FUNCTION has no parameter for.
+    """
+    function = load_function(entry)
+    try:
+        signature = inspect.signature(function)
+    except (TypeError, ValueError):
+        return  # a builtin or C function: calling it will tell
+    try:
+        signature.bind(**overrides)
+    except TypeError as err:
+        names = [p for p in signature.parameters if p not in ("args", "kwargs")]
+        raise EntryError(
+            f"entry {entry.spec!r}: {err} (its parameters: {', '.join(names) or 'none'})"
+        ) from None
+
+
+def build_entry(
+    spec: str | Entry, overrides: Mapping[str, Any] | None = None, dtype: Any = None
+) -> Workload:
+    """Calls the entry's FUNCTION with `overrides` and turns what it returns into a Workload.
+
+    Args:
+      spec: `FILE.py:FUNCTION` (relative to the working directory) or `MODULE:FUNCTION`, or an
+        `Entry`.
+      overrides: FUNCTION's keyword arguments.
+      dtype: refused unless None: a user program's dtype is its inputs' (pass one to FUNCTION
+        as an override of its own if it takes one).
+
+    Returns:
+      The Workload (its `entry` names the resolved spec, so a child process can build it).
+
+    Raises:
+      EntryError: the entry cannot be imported or found, refuses the overrides, raises (its
+        exception's type and message), returns something of another shape, or returns a
+        function that jax cannot trace with its arguments (the trace error's first line).
+    """
+    entry = spec if isinstance(spec, Entry) else parse_entry(spec)
+    overrides = dict(overrides or {})
+    if dtype is not None:
+        raise EntryError(
+            f"entry {entry.spec!r}: dtype is set by the program's own inputs, not by "
+            f"dtype={dtype!r} (give FUNCTION a keyword argument for it and override that)"
+        )
+    check_overrides(entry, overrides)
+    function = load_function(entry)
+    try:
+        result = function(**overrides)
+    except Exception as err:  # the user's code
+        raise EntryError(f"entry {entry.spec!r} raised {_first_line(err)}") from err
+    return workload_from(result, entry.function, overrides, entry)
+
+
+def workload_from(
+    result: Any,
+    name: str,
+    overrides: Mapping[str, Any] | None = None,
+    entry: Entry | None = None,
+) -> Workload:
+    """A Workload from what an entry returned (see the module docstring), checked by tracing.
+
+    Args:
+      result: a Workload, `(fn, args)` or `(fn, args, donate_argnums)`.
+      name: the workload's name (FUNCTION's, or a function's given from Python).
+      overrides: the keyword arguments it was made with (the workload's `config`).
+      entry: the entry it came from, or None for a function given from Python.
+
+    Raises:
+      EntryError: another shape, or a function jax cannot trace (nothing is compiled).
+    """
+    where = f"entry {entry.spec!r}" if entry is not None else f"{name!r}"
+    resolved = entry.resolved if entry is not None else None
+    if isinstance(result, Workload):
+        return dataclasses.replace(result, entry=resolved)
+    if not isinstance(result, tuple | list) or len(result) not in (2, 3):
+        raise EntryError(f"{where} returned {_shape_of(result)}; accepted: {ENTRY_FORMS}")
+    fn, args, *donate = result
+    if not callable(fn) or not isinstance(args, tuple | list):
+        raise EntryError(
+            f"{where} returned ({_shape_of(fn)}, {_shape_of(args)}"
+            f"{', ...' if donate else ''}); accepted: {ENTRY_FORMS}"
+        )
+    args = tuple(args)
+    donate_argnums = _donate_argnums(where, donate[0] if donate else (), len(args))
+    out = _trace(where, fn, args)
+    if donate_argnums:
+        _check_step(where, out, args)
+    return Workload(
+        name=name,
+        size=ENTRY_SIZE,
+        mode="train" if donate_argnums else "forward",
+        dtype=_inputs_dtype(args),
+        fn=fn,
+        args=args,
+        num_params=0,
+        items_per_call=1,
+        items_unit="calls",
+        flops=None,
+        config=MappingProxyType(dict(overrides or {})),
+        donate_argnums=donate_argnums,
+        entry=resolved,
+    )
+
+
+def _donate_argnums(where: str, donate: Any, count: int) -> tuple[int, ...]:
+    if isinstance(donate, int) and not isinstance(donate, bool):
+        donate = (donate,)
+    ok = isinstance(donate, tuple | list) and all(
+        isinstance(i, int) and not isinstance(i, bool) and 0 <= i < count for i in donate
+    )
+    if not ok:
+        raise EntryError(
+            f"{where}: donate_argnums {donate!r} must be argument positions from 0 to {count - 1}"
+        )
+    donate = tuple(sorted(set(donate)))
+    if donate and 0 not in donate:
+        raise EntryError(
+            f"{where}: a step donates its state, argument 0 (donate_argnums {donate!r} leaves it "
+            "out); return (fn, args) for a program that consumes nothing"
+        )
+    return donate
+
+
+def _trace(where: str, fn: Callable[..., Any], args: tuple) -> Any:
+    """The output shapes of `fn(*args)` (`jax.eval_shape`: traced, nothing compiled or run)."""
+    try:
+        return jax.eval_shape(fn, *args)
+    except Exception as err:
+        raise EntryError(
+            f"{where}: fn(*args) cannot be traced by jax.jit: {_first_line(err)}"
+        ) from (err)
+
+
+def _check_step(where: str, out: Any, args: tuple) -> None:
+    """A step returns (new_state, ...) with new_state shaped like its state, args[0]."""
+    shapes = jax.eval_shape(lambda state: state, args[0])
+    if not isinstance(out, tuple | list) or not out:
+        raise EntryError(
+            f"{where}: a step must return (new_state, ...); fn(*args) returns {_shape_of(out)}"
+        )
+    if jax.tree.structure(out[0]) != jax.tree.structure(shapes) or any(
+        (a.shape, a.dtype) != (b.shape, b.dtype)
+        for a, b in zip(jax.tree.leaves(out[0]), jax.tree.leaves(shapes), strict=True)
+    ):
+        raise EntryError(
+            f"{where}: a step's first output must be its new state, shaped like args[0] "
+            "(the next call takes it in place of args[0])"
+        )
+
+
+def _inputs_dtype(args: tuple) -> str:
+    """The least precise floating-point dtype among the inputs (float32 when none is)."""
+    floats = {
+        jnp.dtype(leaf.dtype)
+        for leaf in jax.tree.leaves(args)
+        if hasattr(leaf, "dtype") and jnp.issubdtype(leaf.dtype, jnp.floating)
+    }
+    if not floats:
+        return "float32"
+    return min(floats, key=lambda d: (np.finfo(d).bits, np.finfo(d).nmant)).name
+
+
+def _shape_of(value: Any) -> str:
+    if isinstance(value, tuple | list):
+        return f"a {type(value).__name__} of {len(value)}"
+    if callable(value):
+        return "a function"
+    return f"a {type(value).__name__}"
+
+
+def _first_line(err: BaseException) -> str:
+    lines = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {lines[0]}" if lines else type(err).__name__
