@@ -39,9 +39,9 @@ def policy(params, obs):
     """Logits of a 4 -> hidden -> hidden -> 2 tanh network."""
     h = obs
     for w, b in params[:-1]:
-        h = jnp.tanh(h @ w + b)
+        h = jnp.tanh(h @ w + b[None, :])
     w, b = params[-1]
-    return h @ w + b
+    return h @ w + b[None, :]
 
 
 def rollout(envs: int = 256, steps: int = 100, hidden: int = 64, unroll: int = 1):

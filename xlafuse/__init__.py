@@ -2,7 +2,8 @@
 
 Public surface:
   compile(fn, variant=...)       jax.jit under a fusion variant; `.compile(*args)` -> CompiledVariant
-  compare(fn, *args, variants=)  several variants of one function in one table
+  compare(fn, *args, variants=)  several variants of one function in one table (compile + one call)
+  measure(fn, *args, variants=)  a run's cells of one function: timed, judged, traced on a GPU
   analyze_hlo(text_or_path)      FusionReport of optimized HLO text or a file
   collectives_of_text(text)      CollectiveReport: the collectives of a sharded program's HLO
   variants                       the presets, `variants.get`, `variants.compose`, `Variant`
@@ -29,6 +30,7 @@ _EXPORTS = {
     "FusionReport": "xlafuse.hlo",
     "HloParseError": "xlafuse.errors",
     "KernelInfo": "xlafuse.hlo",
+    "Measurement": "xlafuse.experiment.measure_fn",
     "NumericDiff": "xlafuse.measure.numerics",
     "UnknownNameError": "xlafuse.errors",
     "UnknownPassError": "xlafuse.errors",
@@ -42,6 +44,7 @@ _EXPORTS = {
     "compare_outputs": "xlafuse.measure.numerics",
     "compile": "xlafuse.compile.jit",
     "load_config": "xlafuse.experiment.config",
+    "measure": "xlafuse.experiment.measure_fn",
     "measure_cold_start": "xlafuse.measure.coldstart",
     "run_experiment": "xlafuse.experiment.runner",
     "warmup": "xlafuse.experiment.warmup",
@@ -57,6 +60,7 @@ if TYPE_CHECKING:  # what the names are, for type checkers and editors
     from xlafuse.errors import HloParseError, UnknownNameError, UnknownPassError, XlafuseError
     from xlafuse.experiment.compare import Comparison, VariantRow, compare
     from xlafuse.experiment.config import ExperimentConfig, load_config
+    from xlafuse.experiment.measure_fn import Measurement, measure
     from xlafuse.experiment.runner import run_experiment
     from xlafuse.experiment.warmup import WarmupSummary, warmup
     from xlafuse.hlo import FusionReport, KernelInfo, analyze_hlo
@@ -72,6 +76,9 @@ if TYPE_CHECKING:  # what the names are, for type checkers and editors
 # taken off again: later imports of `xlafuse.compile.*` find it loaded and bind nothing here.
 importlib.import_module("xlafuse.compile")
 del globals()["compile"]
+# Likewise `xlafuse.measure`, the function, and the subpackage of that name (it imports nothing).
+importlib.import_module("xlafuse.measure")
+del globals()["measure"]
 
 
 def __getattr__(name: str):
@@ -100,6 +107,7 @@ __all__ = [
     "FusionReport",
     "HloParseError",
     "KernelInfo",
+    "Measurement",
     "NumericDiff",
     "UnknownNameError",
     "UnknownPassError",
@@ -113,6 +121,7 @@ __all__ = [
     "compare_outputs",
     "compile",
     "load_config",
+    "measure",
     "measure_cold_start",
     "models",
     "run_experiment",

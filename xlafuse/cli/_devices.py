@@ -53,7 +53,10 @@ def import_user_code(args) -> None:
     from xlafuse.models import user  # JAX, as in check_workload
 
     for target in args.imports:
-        user.import_target(target)
+        try:
+            user.import_target(target)
+        except user.EntryError as err:
+            raise user.EntryError(f"--import: {err}") from err.__cause__
 
 
 def settle_workload_args(args) -> None:
@@ -71,7 +74,7 @@ def settle_workload_args(args) -> None:
     given = [f"--{k}" for k in ("size", "mode", "dtype") if getattr(args, k, None) is not None]
     if given:
         raise XlafuseError(
-            f"{' and '.join(given)} go with a zoo workload; {args.workload!r} is a program of "
+            f"{' and '.join(given)} {'go' if len(given) > 1 else 'goes'} with a zoo workload; {args.workload!r} is a program of "
             "yours: give it keyword arguments with --overrides (its mode is what it returns)"
         )
     args.size, args.mode = "custom", None

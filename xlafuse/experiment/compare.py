@@ -129,6 +129,10 @@ def compare(
 ) -> Comparison:
     """Compile `fn` under each variant, run it once on `args`, and tabulate the differences.
 
+    The fast, compile-only view: kernels, modeled bytes, compile seconds and whether the
+    outputs agree, with no timing. `xlafuse.measure` measures the same function as a run's
+    cells (paired timing with an interval and a verdict; device and per-kernel times on a GPU).
+
     Args:
       fn: a JAX-traceable function.
       *args: example inputs.

@@ -222,6 +222,26 @@ class VariantConfig:
     def __post_init__(self):
         object.__setattr__(self, "options", MappingProxyType(dict(self.options)))
 
+    @classmethod
+    def of(cls, spec) -> VariantConfig:
+        """The config form of a preset name ("a+b"), a dict of XLA options (named by its "name"
+        key, else "options") or a `Variant`, resolved here (as a config's are, once).
+
+        Raises:
+          UnknownNameError, ValueError, TypeError: as `xlafuse.variants.get`.
+        """
+        if isinstance(spec, str):
+            config = cls(spec, spec)
+        elif isinstance(spec, Mapping):
+            options = {k: v for k, v in spec.items() if k not in _INLINE_VARIANT_META}
+            config = cls(str(spec.get("name", "options")), None, options)
+        else:
+            resolved = variants.get(spec)  # a Variant: its own name, resolved already
+            config = cls(resolved.name, None, resolved.options)
+            object.__setattr__(config, "_resolved", resolved)
+        config.resolve()
+        return config
+
     def resolve(self):
         """The `xlafuse.variants.Variant` this stands for, resolved on first use and kept: a
         run resolves each variant of its config once, however many cells use it.
@@ -673,37 +693,41 @@ def _framework(config: VariantConfig) -> str:
 
 def _check_variant_applies(problems, where, config: VariantConfig, backend) -> bool:
     """The variant applies to the backend and names only passes its XLA has."""
+    problem = variant_problem(config, backend)
+    if problem:
+        problems.add(where, problem)
+    return problem is None
+
+
+def variant_problem(config: VariantConfig, backend: str) -> str | None:
+    """What is wrong with running `config` on `backend` (None: nothing): a name that does not
+    resolve, a variant for other backends, torch missing for a torch variant, a pass or an
+    option the running XLA does not have (each variant's options compiled once)."""
     try:
         variant = config.resolve()
     except ValueError as err:
-        problems.add(where, str(err))
-        return False
+        return str(err)
     if not variant.applies_to(backend):
-        problems.add(
-            where,
+        return (
             f"variant {config.name!r} applies to {', '.join(variant.backends)} only; "
-            f"the backend is {backend!r}",
+            f"the backend is {backend!r}"
         )
-        return False
     if variant.framework != "jax":  # a PyTorch twin: no XLA options, but torch must be there
         try:
             variant.check_framework()
         except ValueError as err:
-            problems.add(where, str(err))
-            return False
-        return True
+            return str(err)
+        return None
     if backend != jax.default_backend():
-        return True  # pass names can only be checked against the XLA that will run them
+        return None  # pass names can only be checked against the XLA that will run them
     try:
         options = variant.compiler_options(backend)
     except ValueError as err:
-        problems.add(where, str(err))
-        return False
+        return str(err)
     rejected = xla_rejects(options)
     if rejected:
-        problems.add(where, f"XLA rejects the options of variant {config.name!r}: {rejected}")
-        return False
-    return True
+        return f"XLA rejects the options of variant {config.name!r}: {rejected}"
+    return None
 
 
 def xla_rejects(options: Mapping[str, Any]) -> str | None:

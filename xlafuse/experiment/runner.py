@@ -20,9 +20,9 @@ import dataclasses
 import gc
 import shutil
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import jax
 
@@ -61,6 +61,8 @@ class _Run:
     ceilings: parts.CeilingsRecord | None
     say: Callable[[str], None]
     settings: dict[str, Any] = dataclasses.field(default_factory=dict)
+    # Workloads already built, by name (`xlafuse.measure` hands its function in this way).
+    built: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     # The references' DeviceProfiles by cell id, from the XLA phase: the twins' device speedups
     # need them, and jax's profiler cannot trace the reference again once torch's has run.
     reference_profiles: dict[str, Any] = dataclasses.field(default_factory=dict)
@@ -96,6 +98,10 @@ def run_experiment(
     variants: Sequence[str] | None = None,
     fresh: bool = False,
     progress: bool = True,
+    built: Mapping[str, Any] | None = None,
+    ceilings: parts.CeilingsRecord | None = None,
+    report: bool = True,
+    stream: TextIO | None = None,
 ) -> list[CellResult]:
     """Run every cell of an experiment, resuming where an earlier run of it stopped.
 
@@ -106,6 +112,12 @@ def run_experiment(
       variants: variant names to run (the reference is always included); all when None.
       fresh: move earlier results aside and start over instead of resuming.
       progress: show a progress bar with an ETA (a line per cell is printed either way).
+      built: workloads already built, by the config's workload name (used instead of
+        building them: a function given from Python, `xlafuse.measure`).
+      ceilings: a calibration of this process to use when the results file has none (else
+        one is measured, with `[measure] calibrate`).
+      report: write report.md and the plots after the last cell.
+      stream: where the lines go (stdout when None).
 
     Returns:
       The latest record of every selected cell, earlier runs' included, in sweep order.
@@ -135,22 +147,27 @@ def run_experiment(
         done = records.finished_cells(results_path)
         plan = [(w, _todo(config, w, backend, done)) for w in config.workloads]
         todo = sum(len(cells) for _, cells in plan)
-        with Reporter(progress, todo) as reporter:
+        with Reporter(progress, todo, stream) as reporter:
             if torn is not None:
                 reporter.say(f"a torn last line of {results_path} was moved aside to {torn}")
             if todo:
-                run = _start(config, results_path, settings, reporter.say, todo, len(done))
+                run = _start(
+                    config, results_path, settings, reporter.say, todo, len(done), ceilings
+                )
+                run.built = dict(built or {})
                 try:
                     for phase in _phases(plan):
                         done = records.finished_cells(results_path)
                         for workload_config, cells in phase:
                             _run_workload(run, workload_config, cells, done, reporter.advance)
                 finally:
-                    _write_report(results_path, out_dir, reporter.say)
+                    if report:
+                        _write_report(results_path, out_dir, reporter.say)
             else:
                 cells = len(config.workloads) * len(config.variants)
                 reporter.say(f"all {cells} cells already in {results_path}; nothing to run")
-                _write_report(results_path, out_dir, reporter.say)
+                if report:
+                    _write_report(results_path, out_dir, reporter.say)
     return _selected_records(config, results_path, backend)
 
 
@@ -225,24 +242,24 @@ def _move_aside(path: Path) -> None:
             made.rename(path.parent / f"{stem}.{made.name}.old")
 
 
-def _start(config, results_path, settings, say, todo: int, skipped: int) -> _Run:
+def _start(config, results_path, settings, say, todo: int, skipped: int, given=None) -> _Run:
     backend, device_kind = settings["backend"], settings["device_kind"]
     say(
         f"{config.name}: {todo} cells to run on {backend} ({device_kind})"
         + (f", {skipped} already done" if skipped else "")
         + f" -> {results_path}"
     )
-    ceilings = _ceilings(results_path, backend, say) if config.measure.calibrate else None
+    ceilings = _ceilings(results_path, backend, say, given) if config.measure.calibrate else None
     env = run_environment.environment(config.config_hash())
     return _Run(config, results_path, backend, device_kind, env, ceilings, say, settings)
 
 
-def _ceilings(results_path: Path, backend: str, say) -> parts.CeilingsRecord:
-    """The results file's calibration when it has one (a resume never mixes two), else a new
-    one (`xlafuse.measure.calibrate`)."""
+def _ceilings(results_path: Path, backend: str, say, given=None) -> parts.CeilingsRecord:
+    """The results file's calibration when it has one (a resume never mixes two), else the
+    one `given`, else a new one (`xlafuse.measure.calibrate`)."""
     earlier = records.load_results(results_path) if results_path.exists() else []
     kept = next((r.ceilings for r in earlier if r.ceilings.copy_bytes_per_s), None)
-    ceilings = kept or fields_lib.ceilings_part(calibrate(backend))
+    ceilings = kept or given or fields_lib.ceilings_part(calibrate(backend))
     flops = ceilings.matmul_flops_per_s
     say(
         f"ceilings{' (reused from the results file)' if kept else ''}: "
@@ -257,7 +274,7 @@ def _run_workload(run: _Run, w: WorkloadConfig, cells, done, advance) -> None:
     if not cells:
         return
     try:
-        workload = w.build()
+        workload = run.built[w.name] if w.name in run.built else w.build()
     except Exception as err:
         for variant in cells:
             _finish(run, _error_record(run, w, variant, None, err), None, advance)

@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 import re
-from itertools import chain
+from itertools import chain, islice
 
 from xlafuse.errors import HloParseError
 from xlafuse.hlo.ir import (
@@ -78,8 +78,10 @@ for _ in range(12):
 _NESTED_GROUP = re.compile(rf"[({{\[]{_GROUP_INSIDE}[)}}\]]", re.S).match
 _WS = re.compile(r"(?:\s+|//[^\n]*|/\*.*?\*/)*", re.S)
 _ws = _WS.match
-_GROUP_TOK = re.compile(r'"(?:[^"\\]++|\\.)*+"|//[^\n]*|/\*.*?\*/|[(){}\[\]]', re.S)
-_STRING = re.compile(r'"(?:[^"\\]++|\\.)*+"', re.S)
+# What `Reader._group` walks over: a string's and a block comment's openings (each read on from
+# there by `_string_end`, `_comment_end`), a line comment, a bracket.
+_GROUP_TOK = re.compile(r'"|//[^\n]*|/\*|[(){}\[\]]').search
+_STRING = re.compile(r'"(?:[^"\\]++|\\.)*+"', re.S).match
 _VALUE_GOES_ON = re.compile(r"[{(\[0-9'\-]").match  # a value's next part, after a space
 _BARE = re.compile(r"[^\s,{}()\[\]\"]+")
 _WORD = re.compile(rf"%?({_NAME})")
@@ -97,11 +99,14 @@ _TABLE = re.compile(r"(FileNames|FunctionNames|FileLocations|StackFrames)[ \t\r]
 _TABLE_ROW = r"[ \t]*+(\d+)[ \t]++([^\n]*+)(?:\n|$)"  # the value's trailing blanks: rstrip
 _TABLE_END = re.compile(rf"(?:{_TABLE_ROW})*+").match
 _TABLE_ROWS = re.compile(_TABLE_ROW).findall
+_TABLE_ROW_AT = re.compile(_TABLE_ROW).finditer
 _KV_INT = re.compile(r"(\w+)=(-?\d+)")
 _QUOTED = re.compile(r'"((?:[^"\\]++|\\.)*+)"')
 _META_STR = re.compile(r'(op_name|source_file)="((?:[^"\\]++|\\.)*+)"')
 _META_INT = re.compile(r"(source_line|stack_frame_id)=(\d+)")
 _NO_METADATA = (None, None, None)
+_INT64_MAX = (1 << 63) - 1
+_INT64_DIGITS = 18  # a number of at most this many digits fits in int64
 
 
 # Shapes by their text, shared by every module read in this process: modules repeat each
@@ -120,6 +125,10 @@ class Reader:
         self.n = len(text)
         self.source = source
         self.pos = 0  # start of what is being parsed, for errors from unexpected exceptions
+        # A quote at or after unclosed_quote opens no string (`_string_end`); the last `*/`,
+        # once looked for (`_comment_end`)
+        self.unclosed_quote = self.n
+        self.last_comment_end: int | None = None
         self.line_pos = 0  # self.line_no is the line of text[line_pos]
         self.line_no = 1
         self.files: dict[int, str] = {}
@@ -224,20 +233,31 @@ class Reader:
         """The rows `id value` of a stack-frame table (one regex call finds them all)."""
         s = self.s
         end = _TABLE_END(s, pos).end()
-        for key_text, value in _TABLE_ROWS(s, pos, end):
-            key, value = int(key_text), value.rstrip(" \t\r")
+        for row, (key_text, value) in enumerate(_TABLE_ROWS(s, pos, end)):
+            key, value = _int64(key_text), value.rstrip(" \t\r")
+            if key is None:
+                raise self._table_error(table, key_text, pos, row)
             if table == "FunctionNames":
                 continue
             if table == "FileNames":
                 q = _QUOTED.search(value)
                 self.files[key] = q.group(1) if q else value
                 continue
-            fields = {k: int(v) for k, v in _KV_INT.findall(value)}
+            pairs = _KV_INT.findall(value)
+            numbers = [_int64(v) for _, v in pairs]
+            if None in numbers:
+                raise self._table_error(table, pairs[numbers.index(None)][1], pos, row)
+            fields = {k: number for (k, _), number in zip(pairs, numbers, strict=True)}
             if table == "FileLocations":
                 self.locations[key] = (fields.get("file_name_id", 0), fields.get("line", 0))
             else:
                 self.frames[key] = fields.get("file_location_id", 0)
         return end
+
+    def _table_error(self, table: str, number: str, pos: int, row: int) -> HloParseError:
+        """The error for a number out of int64's range in row `row` of the table at pos."""
+        at = next(islice(_TABLE_ROW_AT(self.s, pos), row, None)).start()
+        return self.error(f"{_digits(number)} in the {table} table does not fit in int64", at)
 
     def _frame_source(self, frame: int) -> tuple[str | None, int | None]:
         cached = self.frame_cache.get(frame)
@@ -322,7 +342,9 @@ class Reader:
                 line_pos = pos
                 attrs = _Attributes(rest) if rest else _NO_ATTRIBUTES
                 # meta: the inside of `metadata={...}`, captured by `_FAST`
-                op_name, source_file, source_line = self._metadata(meta) if meta else _NO_METADATA
+                op_name, source_file, source_line = (
+                    self._metadata(meta, line_no) if meta else _NO_METADATA
+                )
                 append(_make_instruction((
                     iname, opcode, shape, operands, attrs, root is not None, op_name,
                     source_file, source_line, indices, line_no,
@@ -389,21 +411,27 @@ class Reader:
 
     def _add(self, name, opcode, shape, operands, indices, attrs, root, meta, line) -> None:
         """Appends an instruction of the general path; `meta`: the inside of its `metadata={}`."""
-        op_name, source_file, source_line = self._metadata(meta) if meta else _NO_METADATA
+        op_name, source_file, source_line = self._metadata(meta, line) if meta else _NO_METADATA
         self.instrs.append(_make_instruction((
             name, opcode, shape, operands, attrs, bool(root), op_name, source_file,
             source_line, indices, line,
         )))  # fmt: skip
 
-    def _metadata(self, meta: str) -> tuple[str | None, str | None, int | None]:
+    def _metadata(
+        self, meta: str, line: int | None = None
+    ) -> tuple[str | None, str | None, int | None]:
         """(op_name, source_file, source_line) of a `metadata={...}` text, read once per module:
-        instructions from one source line (a fused computation's) repeat the same text."""
+        instructions from one source line (a fused computation's) repeat the same text. `line`:
+        the instruction's, for an error (the C scanner leaves a text that may have one to the
+        Python reader, so it calls this without)."""
         known = self.metadata_cache.get(meta)
         if known is None:
-            known = self.metadata_cache[meta] = self._read_metadata(meta)
+            known = self.metadata_cache[meta] = self._read_metadata(meta, line)
         return known
 
-    def _read_metadata(self, meta: str) -> tuple[str | None, str | None, int | None]:
+    def _read_metadata(
+        self, meta: str, line: int | None = None
+    ) -> tuple[str | None, str | None, int | None]:
         op_name = source_file = source_line = None
         for key, value in _META_STR.findall(meta):
             if key == "op_name":
@@ -411,10 +439,16 @@ class Reader:
             else:
                 source_file = value
         for key, value in _META_INT.findall(meta):
+            number = _int64(value)
+            if number is None:
+                reason = f"{key}={_digits(value)} in metadata does not fit in int64"
+                if line is None:
+                    raise self.error(reason)
+                raise HloParseError(reason, line, self.source)
             if key == "source_line":
-                source_line = int(value)
+                source_line = number
             elif source_file is None:
-                source_file, source_line = self._frame_source(int(value))
+                source_file, source_line = self._frame_source(number)
         return op_name, source_file, source_line
 
     def _general(self, pos: int) -> int:
@@ -492,7 +526,16 @@ class Reader:
             raise self.error(
                 f"expected an operand name in the operands of {owner!r}: {self._clip(pos)}"
             )
-        return m.group(1), int(m.group(2)) if m.group(2) else None, m.end()
+        if not m.group(2):
+            return m.group(1), None, m.end()
+        index = _int64(m.group(2))
+        if index is None:
+            raise self.error(
+                f"tuple index #{_digits(m.group(2))} in the operands of {owner!r} does not fit in "
+                "int64",
+                m.start(2),
+            )
+        return m.group(1), index, m.end()
 
     def _anon_name(self, opcode: str) -> str:
         count = self.anon.get(opcode, 0)
@@ -531,7 +574,7 @@ class Reader:
             if c in "({[":
                 pos = self._group(pos)
             elif c == '"':
-                m = _STRING.match(s, pos)
+                m = _STRING(s, pos)
                 if not m:
                     raise self.error("unterminated string", pos)
                 pos = m.end()
@@ -547,24 +590,56 @@ class Reader:
         return pos
 
     def _group(self, pos: int) -> int:
-        """Position after the bracket group opened at pos (strings and comments skipped)."""
-        nested = _NESTED_GROUP(self.s, pos)
-        if nested:  # one line, no comment: one regex instead of a step per bracket
-            return nested.end()
+        """Position after the bracket group opened at pos (strings and comments skipped).
+
+        A quote whose string never ends, or a `/*` with no `*/` after it, is read as any other
+        character. Each is found so once per text, not once per group: each group's search for
+        its end ran to the end of the text, quadratic in the text (issue 30).
+        """
+        s = self.s
+        # Past an unclosed quote, the regex could only fail at a quote, after the same search
+        if pos < self.unclosed_quote:
+            nested = _NESTED_GROUP(s, pos)
+            if nested:  # no comment: one regex instead of a step per bracket
+                return nested.end()
         depth = 0
-        for tok in _GROUP_TOK.finditer(self.s, pos):
+        tok = _GROUP_TOK(s, pos)
+        while tok is not None:
             c = tok.group()
+            end = tok.end()
             if c in _OPEN:
                 depth += 1
             elif c in _CLOSE:
                 depth -= 1
                 if depth == 0:
-                    return tok.end()
+                    return end
                 if depth < 0:
                     break
-        raise self.error(
-            f"unbalanced brackets (an unclosed {self.s[pos]!r}): {self._clip(pos)}", pos
-        )
+            elif c == '"':
+                end = self._string_end(tok.start())
+            elif c == "/*":
+                end = self._comment_end(end)
+            tok = _GROUP_TOK(s, end)
+        raise self.error(f"unbalanced brackets (an unclosed {s[pos]!r}): {self._clip(pos)}", pos)
+
+    def _string_end(self, start: int) -> int:
+        """Position after the string opened at start; start + 1 where it never ends."""
+        if start < self.unclosed_quote:
+            m = _STRING(self.s, start)
+            if m:
+                return m.end()
+            # The search ran to the end: any later quote was inside it, so opens none either
+            self.unclosed_quote = start
+        return start + 1
+
+    def _comment_end(self, pos: int) -> int:
+        """Position after the `*/` that ends a block comment whose text starts at pos; pos where
+        none does (the text's last `*/` is before it)."""
+        if self.last_comment_end is None:
+            self.last_comment_end = self.s.rfind("*/")
+        if self.last_comment_end < pos:
+            return pos
+        return self.s.find("*/", pos) + 2
 
     def _shape(self, pos: int) -> tuple[Shape, int]:
         """An array, (nested) tuple or buffer shape at pos; returns it and the position after."""
@@ -602,20 +677,42 @@ class Reader:
         if dtype not in DTYPE_BITS:
             raise self.error(f"unknown element type {dtype!r} in shape {m.group(0)!r}", pos)
         if _STATIC_DIMS.fullmatch(dims_text):
-            dims = tuple(map(int, dims_text.split(","))) if dims_text else ()
-            return _new_shape(dtype, dims, (), layout, (False,) * len(dims))
-        dims_list: list[int] = []
-        dynamic: list[bool] = []
-        for dim in dims_text.split(","):
-            dim = dim.strip()
-            digits = dim[2:].strip() if dim.startswith("<=") else dim
-            if dim == "?":
-                digits = "-1"
-            elif not digits.isdigit():
-                raise self.error(f"bad dimension {dim!r} in shape {m.group(0)!r}", pos)
-            dims_list.append(int(digits))
-            dynamic.append(dim != digits)
-        return _new_shape(dtype, tuple(dims_list), (), layout, tuple(dynamic))
+            sizes = dims_text.split(",") if dims_text else []
+            dynamic = (False,) * len(sizes)
+            if len(dims_text) <= _INT64_DIGITS:  # so few digits: each dim, and their product, fit
+                return _new_shape(dtype, tuple(map(int, sizes)), (), layout, dynamic)
+        else:
+            sizes, dynamic = [], []
+            for dim in dims_text.split(","):
+                dim = dim.strip()
+                digits = dim[2:].strip() if dim.startswith("<=") else dim
+                if dim == "?":
+                    digits = "-1"
+                elif not digits.isdecimal():
+                    raise self.error(f"bad dimension {dim!r} in shape {_clip(m.group(0))}", pos)
+                sizes.append(digits)
+                dynamic.append(dim != digits)
+        return _new_shape(dtype, self._dims(sizes, m.group(0), pos), (), layout, tuple(dynamic))
+
+    def _dims(self, sizes: list[str], shape: str, pos: int) -> tuple[int, ...]:
+        """The dims of the shape at pos, each and their product in int64's range as XLA checks
+        them (a running product: an unbounded dim, -1, left out)."""
+        dims = []
+        product = 1
+        for size in sizes:
+            dim = -1 if size == "-1" else _int64(size)
+            if dim is None:
+                raise self.error(
+                    f"dimension {_digits(size)} in shape {_clip(shape)} does not fit in int64", pos
+                )
+            if dim >= 0:
+                product *= dim
+                if product > _INT64_MAX:
+                    raise self.error(
+                        f"shape {_clip(shape)} has more elements than int64 holds", pos
+                    )
+            dims.append(dim)
+        return tuple(dims)
 
     def _check_operands(
         self, name: str, instrs: tuple[Instruction, ...], index: dict[str, Instruction]
@@ -668,12 +765,34 @@ def _fast_operands(inner: str) -> tuple[tuple[str, ...] | None, tuple[int | None
         return _NOT_FAST
     found = _FAST_REF_ALL(inner)
     operands = tuple(f[0] for f in found)
-    indices = tuple(int(i) if i else None for _, i in found) if "#" in inner else ()
-    return operands, indices
+    if "#" not in inner:
+        return operands, ()
+    if any(len(i) > _INT64_DIGITS for _, i in found):
+        return _NOT_FAST  # one that may not fit in int64: the general path reports where it is
+    return operands, tuple(int(i) if i else None for _, i in found)
 
 
 def _clip(text: str, width: int = 80) -> str:
     return repr(text if len(text) <= width else text[:width] + "...")
+
+
+def _int64(digits: str) -> int | None:
+    """The value of decimal digits (a `-` before them allowed), or None where it is out of
+    int64's range: XLA's lexer reads integers into 64 bits and rejects the text where one does
+    not fit (and int() of more than 4,300 digits raises)."""
+    if len(digits) <= _INT64_DIGITS:
+        return int(digits)
+    sign = "-" if digits.startswith("-") else ""
+    significant = digits.lstrip("-").lstrip("0") or "0"
+    if len(significant) > _INT64_DIGITS + 1:
+        return None
+    value = int(sign + significant)
+    return value if -_INT64_MAX - 1 <= value <= _INT64_MAX else None
+
+
+def _digits(number: str) -> str:
+    """A number as shown in an error: its first digits only, where it has many."""
+    return number if len(number) <= 24 else f"{number[:20]}... ({len(number)} digits)"
 
 
 def _unique_names(computations: list[Computation]) -> tuple[Computation, ...]:
@@ -715,8 +834,10 @@ def _zero_suffix_renamed(names: set[str]) -> bool:
 
 def _uniquify(name: str, used: dict[str, tuple[set[int], list[int]]]) -> str:
     root, sep, suffix = name.rpartition(".")
-    if sep and root and suffix.isdigit():
-        number, has_suffix = int(suffix), True
+    # As XLA's absl::SimpleAtoi into an int64: ASCII digits, in range; else no numeric suffix
+    number = _int64(suffix) if sep and root and suffix.isascii() and suffix.isdigit() else None
+    if number is not None:
+        has_suffix = True
     else:
         root, number, has_suffix = name, 0, False
     ids, next_free = used.setdefault(root, (set(), [0]))

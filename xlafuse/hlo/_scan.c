@@ -5,8 +5,9 @@
  * fast path (the regex `_FAST`) would. It stops at the first line it does not take whole, for
  * any reason, and leaves that line to the Python reader: the end of a body (`}`), a form the
  * regex reads differently (typed operands, nested values, a second `metadata=`), non-ASCII
- * names, a shape not yet in the shape cache, and any text the regex rejects. So what it takes
- * is a subset of what `_FAST` takes, read into the same fields.
+ * names, a shape not yet in the shape cache, a number that may not fit in int64 (a tuple index,
+ * a metadata line or frame: more than 18 digits), and any text the regex rejects. So what it
+ * takes is a subset of what `_FAST` takes, read into the same fields.
  *
  * `scan_computations` reads whole computations the same way: a header on one line as
  * `_FAST_HEADER` reads it, lines as above, the closing `}`; with each one's name index, and
@@ -66,6 +67,10 @@ static inline int is_bare(Py_UCS4 c) {
 }
 
 #define NO (-1) /* a scan that does not take the text */
+
+/* A number of at most this many digits fits in int64; a longer one may not, and the Python
+ * reader, which rejects one that does not, reads its line (`_reader._INT64_DIGITS`). */
+#define INT64_DIGITS 18
 
 static Py_ssize_t skip_blanks(const Text *t, Py_ssize_t p) {
     while (is_blank(at(t, p))) p++;
@@ -198,8 +203,10 @@ static int scan_operand_names(const Text *t, Py_ssize_t p, Py_ssize_t *end) {
         if (!is_name_start(at(t, p))) return 0;
         while (is_name(at(t, p))) p++;
         if (at(t, p) == '#') {
-            if (!is_digit(at(t, ++p))) return 0;
+            Py_ssize_t digits = ++p;
+            if (!is_digit(at(t, p))) return 0;
             while (is_digit(at(t, p))) p++;
+            if (p - digits > INT64_DIGITS) return 0; /* may not fit: the Python reader says */
         }
         p = skip_blanks(t, p);
         if (at(t, p) == ')') {
@@ -544,11 +551,8 @@ static PyObject *read_metadata(Scan *scan, Py_ssize_t start, Py_ssize_t end) {
             return NULL; /* its source is in the module's tables */
         Py_ssize_t d = i + 12;
         if (is_line && d < end && is_digit(at(t, d))) {
-            long long value = 0;
-            for (; d < end && is_digit(at(t, d)); d++) {
-                if (value > 99999999999999999LL) return NULL; /* a Python int, not a C one */
-                value = value * 10 + (long long)(at(t, d) - '0');
-            }
+            long long value = 0; /* no overflow: `long_number` left longer ones to Python */
+            for (; d < end && is_digit(at(t, d)); d++) value = value * 10 + (at(t, d) - '0');
             line = value;
             i = d;
             continue;
@@ -568,8 +572,25 @@ static PyObject *read_metadata(Scan *scan, Py_ssize_t start, Py_ssize_t end) {
     return meta;
 }
 
+/* Whether a `source_line=` or `stack_frame_id=` in the span has more digits than surely fit
+ * in int64 (as `_reader._META_INT` finds them: anywhere, strings included). */
+static int long_number(const Text *t, Py_ssize_t start, Py_ssize_t end) {
+    for (Py_ssize_t i = start; i < end; i++) {
+        Py_ssize_t d = word_at(t, i, end, "source_line=")      ? i + 12
+                       : word_at(t, i, end, "stack_frame_id=") ? i + 15
+                                                               : NO;
+        if (d == NO) continue;
+        Py_ssize_t digits = d;
+        while (d < end && is_digit(at(t, d))) d++;
+        if (d - digits > INT64_DIGITS) return 1;
+    }
+    return 0;
+}
+
 /* (op_name, source_file, source_line) of the line's metadata (a new reference), read once per
- * metadata text in this call: by `read_metadata`, or else by the caller's `metadata_of`. */
+ * metadata text in this call: by `read_metadata`, or else by the caller's `metadata_of`. NULL
+ * with no exception set: a number there may not fit in int64, the Python reader reads the line
+ * (and names it in its error). */
 static PyObject *metadata_of(Scan *scan, const Line *line) {
     Py_hash_t hash = span_hash(&scan->t, line->meta, line->meta_end);
     PyObject *meta = table_get(&scan->metadata, &scan->t, line->meta, line->meta_end, hash);
@@ -577,6 +598,7 @@ static PyObject *metadata_of(Scan *scan, const Line *line) {
         Py_INCREF(meta);
         return meta;
     }
+    if (long_number(&scan->t, line->meta, line->meta_end)) return NULL;
     PyObject *inside = PyUnicode_Substring(scan->text, line->meta, line->meta_end);
     if (!inside) return NULL;
     meta = hash >= 0 ? read_metadata(scan, line->meta, line->meta_end) : NULL;
@@ -613,11 +635,28 @@ static PyObject *attributes_of(Scan *scan, const Line *line) {
 }
 
 /* The Instruction of a line read by `scan_line`: its fields in `Instruction`'s order. NULL
- * with no exception set: the shape is not in the cache yet, the Python reader reads this line. */
+ * with no exception set: the shape is not in the cache yet, or a number in the metadata may
+ * not fit in int64; the Python reader reads this line. */
 static PyObject *make_instruction(Scan *scan, const Line *line, Py_ssize_t line_no) {
     PyObject *shape = shape_of(scan, line);
     if (!shape) return NULL;
     PyObject *fields[11] = {NULL};
+    /* first: where the Python reader reads the line instead, nothing else is made yet (the
+     * line's name would be among this body's names) */
+    if (line->meta >= 0) {
+        PyObject *meta = metadata_of(scan, line);
+        if (!meta) return NULL;
+        for (int i = 0; i < 3; i++) {
+            fields[6 + i] = PyTuple_GET_ITEM(meta, i);
+            Py_INCREF(fields[6 + i]);
+        }
+        Py_DECREF(meta);
+    } else {
+        for (int i = 0; i < 3; i++) {
+            fields[6 + i] = Py_None;
+            Py_INCREF(Py_None);
+        }
+    }
     fields[0] = span_object(scan, &scan->names, line->name, line->name_end, PY_SSIZE_T_MAX);
     fields[1] = line->opcode;
     Py_INCREF(fields[1]);
@@ -631,20 +670,6 @@ static PyObject *make_instruction(Scan *scan, const Line *line, Py_ssize_t line_
         Py_INCREF(fields[4]);
     }
     fields[5] = PyBool_FromLong(line->root);
-    if (line->meta >= 0) {
-        PyObject *meta = metadata_of(scan, line);
-        if (!meta) goto fail;
-        for (int i = 0; i < 3; i++) {
-            fields[6 + i] = PyTuple_GET_ITEM(meta, i);
-            Py_INCREF(fields[6 + i]);
-        }
-        Py_DECREF(meta);
-    } else {
-        for (int i = 0; i < 3; i++) {
-            fields[6 + i] = Py_None;
-            Py_INCREF(Py_None);
-        }
-    }
     fields[10] = PyLong_FromSsize_t(line_no);
     for (int i = 0; i < 11; i++)
         if (!fields[i]) goto fail;

@@ -103,7 +103,7 @@ def parse_entry(spec: str, base: str | Path | None = None) -> Entry:
     return Entry(spec, target, function)
 
 
-def import_target(target: str, base: str | Path | None = None) -> ModuleType:
+def import_target(target: str | Path, base: str | Path | None = None) -> ModuleType:
     """Imports a file or a module of the user's, once per process.
 
     Args:
@@ -113,6 +113,7 @@ def import_target(target: str, base: str | Path | None = None) -> ModuleType:
     Raises:
       EntryError: no such file or module, or importing it raised (its type and first line).
     """
+    target = str(target)
     key = str((Path(base or ".") / target).resolve()) if is_file_target(target) else target
     if key in _IMPORTED:
         return _IMPORTED[key]
@@ -121,7 +122,7 @@ def import_target(target: str, base: str | Path | None = None) -> ModuleType:
     except EntryError:
         raise
     except Exception as err:  # the user's code: anything it raises is reported, in one line
-        raise EntryError(f"importing {target!r} failed: {_first_line(err)}") from err
+        raise EntryError(f"importing {target!r} raised {_first_line(err)}") from err
     _IMPORTED[key] = module
     return module
 
@@ -159,7 +160,7 @@ def _import_module(name: str) -> ModuleType:
     try:
         return importlib.import_module(name)
     except ModuleNotFoundError as err:
-        if err.name is not None and name.startswith(err.name):
+        if err.name is not None and (name == err.name or name.startswith(f"{err.name}.")):
             raise EntryError(
                 f"no module {name!r} (not importable from here; a file is given as path/x.py)"
             ) from None
@@ -176,7 +177,10 @@ def load_function(entry: Entry) -> Callable[..., Any]:
     Raises:
       EntryError: the import fails, or the module has no such function (with "did you mean").
     """
-    module = import_target(entry.target)
+    try:
+        module = import_target(entry.target)
+    except EntryError as err:
+        raise EntryError(f"entry {entry.spec!r}: {err}") from err.__cause__
     function = getattr(module, entry.function, None)
     if function is None:
         defined = [n for n, v in vars(module).items() if callable(v) and not n.startswith("_")]
@@ -382,7 +386,9 @@ def _shape_of(value: Any) -> str:
         return f"a {type(value).__name__} of {len(value)}"
     if callable(value):
         return "a function"
-    return f"a {type(value).__name__}"
+    if isinstance(value, jax.Array | np.ndarray):
+        return f"an array {value.dtype}{list(value.shape)}"
+    return f"a value of type {type(value).__name__}"
 
 
 def _first_line(err: BaseException) -> str:

@@ -1,0 +1,3 @@
+"""Raises when imported (a test of --import)."""
+
+RATIO = 1 / 0

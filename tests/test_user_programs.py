@@ -1,0 +1,362 @@
+"""Programs of the user's (issue 25): entries and imports through configs, the CLI and
+`xlafuse.measure`; what their records carry; every bad input in one line."""
+
+import json
+import shutil
+from pathlib import Path
+
+import jax.numpy as jnp
+import pytest
+from helpers import FAST_TIMING, REPO
+
+import xlafuse
+from xlafuse import models
+from xlafuse.cli import main
+from xlafuse.errors import XlafuseError
+from xlafuse.experiment.config import load_config, parse_config
+from xlafuse.experiment.runner import run_experiment
+from xlafuse.models import user
+from xlafuse.report.markdown import write_report
+from xlafuse.results.records import read_results
+
+DATA = REPO / "tests" / "data" / "user"
+PROGRAMS = DATA / "programs.py"
+EXAMPLES = REPO / "examples"
+MY_MODELS = EXAMPLES / "my_models.py"
+
+# Each way to name a program: (what --workload / compare takes, --import or None, overrides).
+FORMS = {
+    "file": (f"{PROGRAMS}:forward", None, "n=32"),
+    "module": ("programs:forward", None, "n=32"),
+    "step": (f"{PROGRAMS}:step", None, "n=32"),
+    "workload": (f"{PROGRAMS}:workload", None, "batch=2"),
+    "registered": ("gated_mlp", str(MY_MODELS), None),
+}
+
+
+@pytest.fixture(autouse=True)
+def own_imports(monkeypatch):
+    """Each test imports and registers the user's code afresh: the registry and the import
+    table are restored after it (a copy of a file at another path registers its names again)."""
+    from xlafuse.models import registry
+
+    registry.available()  # the zoo registered first, as in any process
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+    monkeypatch.setattr(user, "_IMPORTED", dict(user._IMPORTED))
+
+
+@pytest.fixture
+def on_path(monkeypatch):
+    """The test programs' folder importable as modules (`programs:forward`)."""
+    monkeypatch.syspath_prepend(str(DATA))
+
+
+def _cli_json(capsys, *argv) -> dict:
+    assert main(list(argv)) == 0, capsys.readouterr().err
+    return json.loads(capsys.readouterr().out)
+
+
+def _with(form: str, *argv) -> list[str]:
+    _, imported, overrides = FORMS[form]
+    extra = ["--import", imported] if imported else []
+    return [*argv, *extra, *(["--overrides", overrides] if overrides else [])]
+
+
+def _overrides(form: str) -> dict:
+    text = FORMS[form][2]
+    if not text:
+        return {}
+    key, value = text.split("=")
+    return {key: int(value)}
+
+
+@pytest.mark.parametrize("form", list(FORMS))
+def test_every_entry_point_compiles_the_same_program(form, on_path, capsys, tmp_path):
+    spec, imported, _ = FORMS[form]
+    if imported:
+        user.import_target(imported)
+    compared = _cli_json(capsys, *_with(form, "compare", spec, "--json"))
+    kernels = compared["rows"][0]["kernels"]
+    assert (
+        _cli_json(capsys, *_with(form, "inspect", "--workload", spec, "--json"))["kernels"]
+        == kernels
+    )
+    diff = _cli_json(capsys, *_with(form, "diff", "--workload", spec, "--json"))
+    assert diff["kernels"] == {
+        "a": kernels,
+        "b": compared["rows"][1]["kernels"],
+        "delta": (compared["rows"][1]["kernels"] - kernels),
+    }
+    explained = _cli_json(capsys, *_with(form, "explain", "--workload", spec, "--json"))
+    assert explained["lineage"]["counts"] == diff["lineage"]["a"]
+
+    workload = models.build(spec, **_overrides(form))
+    measured = xlafuse.measure(workload, timing=FAST_TIMING, calibrate=False)
+    assert [r.fusion.kernels for r in measured.records] == [
+        row["kernels"] for row in compared["rows"]
+    ]
+    entry = {"name": "mine", "entry": spec} if ":" in spec else {"name": spec}
+    config = parse_config(
+        {
+            "imports": [imported] if imported else [],
+            "experiment": {"name": "mine", "output": str(tmp_path / "run")},
+            "workloads": [{**entry, "mode": workload.mode, "overrides": _overrides(form)}],
+            "timing": FAST_TIMING,
+            "measure": {"calibrate": False},
+        }
+    )
+    ran = run_experiment(config, progress=False)
+    assert [r.fusion.kernels for r in ran] == [row["kernels"] for row in compared["rows"]]
+    assert all(r.ok for r in ran) and all(r.ok for r in measured.records)
+    # xlafuse.measure's records are a run's: the same keys, the same schema
+    assert {k for r in ran for k in r.to_dict()} == {
+        k for r in measured.records for k in r.to_dict()
+    }
+
+
+def test_the_example_config_runs_resumes_and_refuses_a_changed_model(tmp_path, capsys):
+    folder = tmp_path / "examples"
+    shutil.copytree(EXAMPLES, folder)
+    config = folder / "user.toml"
+    text = config.read_text().replace("envs = 256, steps = 100", "envs = 8, steps = 5")
+    text = text.replace("[timing]", "[measure]\ncalibrate = false\n\n[timing]")
+    config.write_text(text.replace("min_time_s = 0.5", "min_time_s = 0"))
+    out = tmp_path / "out"
+    assert main(["run", str(config), "--out", str(out), "--no-progress"]) == 0
+    records = read_results(out / "results.jsonl").records
+    assert [(r.workload, r.size, r.mode, r.variant) for r in records] == [
+        ("cartpole", "custom", "forward", "default"),
+        ("cartpole", "custom", "forward", "no-fusion"),
+        ("gated_mlp", "tiny", "forward", "default"),
+        ("gated_mlp", "tiny", "forward", "no-fusion"),
+        ("gated_mlp", "tiny", "train", "default"),
+        ("gated_mlp", "tiny", "train", "no-fusion"),
+    ]
+    cartpole_sha = user.file_sha256(folder / "cartpole.py")
+    models_sha = user.file_sha256(folder / "my_models.py")
+    assert {(r.entry, r.source_sha256) for r in records} == {
+        ("cartpole.py:rollout", cartpole_sha),
+        (None, models_sha),
+    }
+    assert all(r.ok for r in records)
+    assert all(r.numerics.within_tolerance for r in records if r.variant == "no-fusion")
+    capsys.readouterr()
+    assert main(["run", str(config), "--out", str(out), "--no-progress"]) == 0
+    assert "all 6 cells already in" in capsys.readouterr().out
+
+    with (folder / "cartpole.py").open("a") as f:
+        f.write("\n# a change\n")
+    assert main(["run", str(config), "--out", str(out), "--no-progress"]) == 2
+    changed = user.file_sha256(folder / "cartpole.py")
+    assert capsys.readouterr().err == (
+        f"xlafuse run: error: {out / 'results.jsonl'} holds results measured under other "
+        f"settings (workload 'cartpole': its source file changed (sha256 {cartpole_sha[:12]} "
+        f"in the file, {changed[:12]} now)): resuming would mix them; pass --fresh to move "
+        "that file aside and start over, or write to another --out\n"
+    )
+
+
+def test_measure_records_are_a_runs_and_report(tmp_path):
+    def mul_add(x, a, b):
+        return x * a + b
+
+    x, a, b = jnp.arange(256.0), jnp.full((256,), 2.0), jnp.ones(256)
+    measured = xlafuse.measure(mul_add, x, a, b, timing=FAST_TIMING, calibrate=False)
+    default, unfused = measured.records
+    assert (default.workload, default.size, default.mode, default.variant) == (
+        "mul_add",
+        "custom",
+        "forward",
+        "default",
+    )
+    assert default.source_sha256 == user.file_sha256(Path(__file__))
+    assert (default.fusion.kernels, unfused.fusion.kernels) == (1, 2)
+    assert unfused.speedup.verdict in ("faster", "slower", "same")
+    assert unfused.speedup.ci is not None and unfused.timing.median_s > 0
+    text = str(measured)
+    assert text.splitlines()[0] == "mul_add/custom/forward on cpu (cpu)"
+    assert "| variant | pipelined ms | latency ms |" in text
+    assert "| no-fusion | 2 | 0 |" in text
+    report = measured.write(tmp_path)
+    assert "mul_add" in report.read_text()
+    assert [r.variant for r in read_results(tmp_path / "results.jsonl").records] == [
+        "default",
+        "no-fusion",
+    ]
+    write_report(tmp_path / "results.jsonl", tmp_path / "again")
+
+
+def test_measure_a_step_threads_its_state_and_keeps_a_folder(tmp_path):
+    fn, args, donate = user.load_function(user.parse_entry(f"{PROGRAMS}:step"))(n=16)
+    measured = xlafuse.measure(
+        fn, *args, donate_argnums=donate, timing=FAST_TIMING, calibrate=False, out=tmp_path
+    )
+    assert [r.mode for r in measured.records] == ["train", "train"]
+    assert all(r.ok for r in measured.records)
+    assert measured.record("no-fusion").numerics.within_tolerance
+    assert measured.results_path == tmp_path / "results.jsonl"
+    assert (tmp_path / "report.md").is_file()
+    assert measured.record("default").speedup.lead == "pipelined"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"variants": []}, "variants must be a non-empty list"),
+        ({"variants": "default"}, "variants must be a non-empty list"),
+        ({"variants": ["default", "default"]}, "variant 'default' is given twice"),
+        ({"variants": ["default", "no-fusoin"]}, "did you mean 'no-fusion'"),
+        ({"variants": ["default", "torch-eager"]}, "runs a zoo workload's PyTorch twin"),
+        ({"timing": {"warmup": 0}}, "timing.warmup must be from 1 to 1000, not 0"),
+        ({"timing": {"wramup": 1}}, "timing: unknown ['wramup']"),
+        ({"donate_argnums": (1,)}, "a step donates its state, argument 0"),
+    ],
+)
+def test_measure_refuses_bad_input_before_any_compile(kwargs, message):
+    with pytest.raises(XlafuseError) as err:
+        xlafuse.measure(lambda x, y: x + y, jnp.ones(3), jnp.ones(3), **kwargs)
+    assert message in str(err.value)
+
+
+def test_measure_refuses_a_function_jax_cannot_trace():
+    def branchy(x):
+        return x if x.sum() > 0 else -x
+
+    with pytest.raises(XlafuseError, match=r"^'branchy': fn\(\*args\) cannot be traced by jax"):
+        xlafuse.measure(branchy, jnp.ones(3))
+
+
+@pytest.mark.parametrize(
+    ("argv", "error"),
+    [
+        (["compare", "nofile.py:f"], "entry 'nofile.py:f': no file '{cwd}/nofile.py' (not found)"),
+        (
+            ["compare", "no_such_module_xyz:f"],
+            "entry 'no_such_module_xyz:f': no module 'no_such_module_xyz' (not importable from "
+            "here; a file is given as path/x.py)",
+        ),
+        (
+            ["inspect", "--workload", "{programs}:forwrd"],
+            "entry '{programs}:forwrd': 'programs.py' has no function 'forwrd' (did you mean "
+            "'forward'?)",
+        ),
+        (
+            ["diff", "--workload", "{programs}:raises", "--overrides", "n=7"],
+            "entry '{programs}:raises' raised RuntimeError: no data for n=7",
+        ),
+        (
+            ["explain", "--workload", "{programs}:wrong_shape"],
+            "entry '{programs}:wrong_shape' returned an array float32[3]; accepted: an "
+            "xlafuse.models.Workload, (fn, args) with fn(*args) jit-able, or (fn, args, "
+            "donate_argnums) for a step fn(state, ...) -> (new_state, ...)",
+        ),
+        (
+            ["compare", "{programs}:not_jittable"],
+            "entry '{programs}:not_jittable': fn(*args) cannot be traced by jax.jit: "
+            "TracerBoolConversionError: Attempted boolean conversion of traced array with "
+            "shape bool[].",
+        ),
+        (
+            ["compare", "{programs}:bad_step"],
+            "entry '{programs}:bad_step': a step's first output must be its new state, shaped "
+            "like args[0] (the next call takes it in place of args[0])",
+        ),
+        (
+            ["compare", "{programs}:forward", "--overrides", "m=3"],
+            "entry '{programs}:forward': got an unexpected keyword argument 'm' (its "
+            "parameters: n)",
+        ),
+        (
+            ["coldstart", "--workload", "{programs}:forward", "--size", "small"],
+            "--size goes with a zoo workload; '{programs}:forward' is a program of yours: give "
+            "it keyword arguments with --overrides (its mode is what it returns)",
+        ),
+        (
+            ["inspect", "--workload", "{programs}:forward", "--devices", "2"],
+            "entry '{programs}:forward': a program of the user's runs on one device here "
+            "(devices=2); shard it inside FUNCTION, or register it as a workload",
+        ),
+        (
+            ["compare", "x.py:1f"],
+            "entry 'x.py:1f' is not FILE.py:FUNCTION or MODULE:FUNCTION "
+            "(e.g. examples/cartpole.py:rollout)",
+        ),
+        (["compare", "mlp", "--import", "nofile.py"], "--import: no file 'nofile.py' (not found)"),
+        (
+            ["compare", "mlp", "--import", "{data}/broken.py"],
+            "--import: importing '{data}/broken.py' raised ZeroDivisionError: division by zero",
+        ),
+        (
+            ["warmup", "{data}/clash.toml", "--cache", "{tmp}/cache"],
+            "{data}/clash.toml: 4 problems in the config:",
+        ),
+    ],
+)
+def test_bad_user_programs_are_one_line_and_exit_2(argv, error, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    names = {"programs": PROGRAMS, "data": DATA, "tmp": tmp_path, "cwd": tmp_path.resolve()}
+    assert main([a.format(**names) for a in argv]) == 2
+    lines = capsys.readouterr().err.splitlines()
+    # progress lines ("[1/3] building ...") may come first: then the one error line, no traceback
+    assert lines[-1] == f"xlafuse {argv[0]}: error: {error.format(**names)}"
+    assert all(line.startswith(f"xlafuse {argv[0]}: [") for line in lines[:-1])
+
+
+def test_config_problems_of_entries_are_located():
+    with pytest.raises(XlafuseError) as err:
+        load_config(DATA / "clash.toml")
+    assert str(err.value).splitlines() == [
+        f"{DATA / 'clash.toml'}: 4 problems in the config:",
+        "  imports[0]: no file 'missing.py' (not found)",
+        "  workloads[0].name: 'mlp' is a zoo workload's name; give the entry another name "
+        '(name = "my_forward")',
+        "  workloads[1].size: not for an entry: FUNCTION's overrides decide a program of the "
+        "user's (its size and dtype), on one device",
+        "  workloads[2].entry: entry 'programs.py:forwad': 'programs.py' has no function "
+        "'forwad' (did you mean 'forward'?)",
+    ]
+
+
+def test_a_program_that_fails_in_one_cell_is_an_error_record_and_the_run_goes_on(tmp_path):
+    config = parse_config(
+        {
+            "experiment": {"name": "mixed", "output": str(tmp_path)},
+            "workloads": [
+                {"entry": f"{PROGRAMS}:raises", "name": "broken"},
+                {"entry": f"{PROGRAMS}:step", "name": "stepper"},
+                {"entry": f"{PROGRAMS}:forward", "name": "fwd"},
+            ],
+            "timing": FAST_TIMING,
+            "measure": {"calibrate": False},
+        }
+    )
+    records = run_experiment(config, progress=False)
+    assert [(r.workload, r.status) for r in records] == [
+        ("broken", "error"),
+        ("broken", "error"),
+        ("stepper", "error"),
+        ("stepper", "error"),
+        ("fwd", "ok"),
+        ("fwd", "ok"),
+    ]
+    assert records[0].error == f"entry '{PROGRAMS}:raises' raised RuntimeError: no data for n=4"
+    assert records[2].error == (
+        f"entry '{PROGRAMS}:step' returned a step (fn, args, donate_argnums), and the config "
+        "says mode = 'forward': set mode = 'train'"
+    )
+
+
+def test_a_child_process_rebuilds_a_program_of_the_users(tmp_path, monkeypatch):
+    from xlafuse.measure import coldstart
+
+    monkeypatch.chdir(tmp_path)
+    user.import_target(MY_MODELS)
+    spec = coldstart.workload_spec(models.build(f"{PROGRAMS}:forward", n=8))
+    assert (spec["name"], spec["label"], spec["overrides"]) == (
+        f"{PROGRAMS}:forward",
+        "forward",
+        {"n": 8},
+    )
+    assert str(MY_MODELS) in spec["imports"]
+    result = coldstart.run_start(spec, "default", steady_calls=1)
+    assert result.compile_s > 0

@@ -1,0 +1,253 @@
+"""`xlafuse.measure(fn, *args)`: the runner's cell measurement of any function, from Python.
+
+`xlafuse.compare` compiles each variant and calls it once (kernels, modeled bytes, compile
+seconds, numerics: quick). `measure` runs the cells a config's run would: one per variant,
+through the same runner (`xlafuse.experiment.runner.run_experiment`), so each is compiled on
+the one compile path, judged against the first variant by the one numerics rule, timed in
+rounds paired with it (latency and pipelined, each speedup with its interval and verdict) and,
+on a GPU, traced: device time, every kernel's time joined to its HLO kernel, and the kernel
+groups of each variant timed against the first's. The records are `CellResult`s, the schema of
+`results.jsonl`: `xlafuse report` and `write_report` read them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import inspect
+import io
+import sys
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import jax
+
+from xlafuse.errors import XlafuseError
+from xlafuse.experiment.config import (
+    TIMING_RANGES,
+    ExperimentConfig,
+    MeasureConfig,
+    VariantConfig,
+    WorkloadConfig,
+    variant_problem,
+)
+from xlafuse.experiment.fields import ceilings_part
+from xlafuse.experiment.runner import run_experiment
+from xlafuse.measure.calibrate import calibrate as calibrate_ceilings
+from xlafuse.measure.timing import TimingSettings
+from xlafuse.models import user
+from xlafuse.models.names import workload_label
+from xlafuse.models.workload import Workload
+from xlafuse.report.cells import cell_tables
+from xlafuse.report.lines import cell_line
+from xlafuse.results import records as records_lib
+from xlafuse.results.parts import CeilingsRecord
+from xlafuse.results.records import CellResult
+
+
+@dataclasses.dataclass(frozen=True)
+class Measurement:
+    """What `measure` measured: one record per variant, the reference's first.
+
+    Print it for the run's lines and the report's two tables (times, then work).
+
+    Attributes:
+      records: the cells' `CellResult`s, in variant order (the first is the reference).
+      results_path: the results.jsonl they were written to (`out`), or None.
+    """
+
+    records: tuple[CellResult, ...]
+    results_path: Path | None = None
+
+    def record(self, variant: str) -> CellResult:
+        """The record of one variant, by name.
+
+        Raises:
+          KeyError: no such variant here (the message lists them).
+        """
+        for r in self.records:
+            if r.variant == variant:
+                return r
+        raise KeyError(f"no variant {variant!r} measured here: {[r.variant for r in self.records]}")
+
+    def to_dict(self) -> list[dict[str, Any]]:
+        """The records as results.jsonl holds them (flat JSON objects)."""
+        return [r.to_dict() for r in self.records]
+
+    def write(self, folder: str | Path) -> Path:
+        """Appends the records to `folder`/results.jsonl and writes report.md and the plots
+        there (`xlafuse.write_report`); returns the report's path."""
+        from xlafuse.report.markdown import write_report  # matplotlib: on use
+
+        folder = records_lib.prepare_output(folder)
+        path = folder / records_lib.RESULTS_FILE
+        for record in self.records:
+            records_lib.append_result(path, record)
+        return write_report(path, folder)
+
+    def __str__(self) -> str:
+        if not self.records:
+            return "nothing measured"
+        first = self.records[0]
+        label = workload_label(first.workload, first.size, first.mode, first.overrides)
+        reference = first if first.ok else None
+        lines = [f"{label} on {first.backend} ({first.device_kind})"]
+        lines += [cell_line(r, None if r is first else reference) for r in self.records]
+        return "\n".join([*lines, "", *cell_tables(self.records)])
+
+
+def measure(
+    fn: Callable[..., Any] | Workload,
+    *args: Any,
+    variants: Sequence[str | Mapping[str, Any] | Any] = ("default", "no-fusion"),
+    timing: TimingSettings | Mapping[str, Any] | None = None,
+    profile: bool | None = None,
+    donate_argnums: int | Sequence[int] = (),
+    name: str | None = None,
+    out: str | Path | None = None,
+    fresh: bool = False,
+    calibrate: bool = True,
+    verbose: bool = False,
+) -> Measurement:
+    """Measure `fn(*args)` under each variant as `xlafuse run` measures a cell.
+
+    Args:
+      fn: a jit-able function, or an `xlafuse.models.Workload` (then no `args`).
+      *args: its example arguments.
+      variants: preset names ("a+b" composes), dicts of XLA options (named by a "name" key)
+        or `Variant`s; the first is the reference every other is judged and timed against.
+      timing: `TimingSettings` (or a dict of its fields) for every cell; the defaults of a
+        config's `[timing]` when None.
+      profile: trace each cell for device time and per-kernel times (a GPU's kernels; on a
+        CPU, host-side op times); None: on a GPU only.
+      donate_argnums: a step that consumes its state: argument 0 is the state, donated, and
+        `fn` returns `(new_state, ...)`; each timed call then gets the previous new state.
+      name: what the records call the program (default: `fn.__name__`).
+      out: a folder to keep results.jsonl, report.md, the plots and the traces in; a later
+        call with the same program and folder resumes (its cells are not measured again)
+        unless `fresh`. None: nothing is written.
+      fresh: with `out`, move earlier results there aside first.
+      calibrate: measure the copy ceiling (% of it per cell): once per process, reused by
+        later calls (a results folder keeps the calibration it has).
+      verbose: print each cell's line (and the ceilings) on stderr as it finishes.
+
+    Returns:
+      A Measurement: print it; `.records` are CellResults.
+
+    Raises:
+      XlafuseError: no variant, a variant twice, a variant that does not apply here or that
+        XLA rejects, a PyTorch variant (it runs a zoo workload's twin), bad timing settings,
+        or a program that jax cannot trace with its arguments (checked before any compile).
+    """
+    workload = _workload(fn, args, donate_argnums, name)
+    backend = jax.default_backend()
+    chosen = _variants(variants, backend)
+    settings = _timing(timing)
+    if profile is None:
+        profile = backend == "gpu"
+    config = ExperimentConfig(
+        name="measure",
+        output=Path(out) if out is not None else Path("."),
+        workloads=(
+            WorkloadConfig(
+                workload.name,
+                workload.size,
+                workload.mode,
+                source_sha256=_source_sha256(fn),
+            ),
+        ),
+        variants=tuple(chosen),
+        reference=chosen[0].name,
+        timing=settings,
+        measure=MeasureConfig(
+            profile=bool(profile), keep_traces=out is not None, calibrate=calibrate
+        ),
+    )
+    run = functools.partial(
+        run_experiment,
+        config,
+        progress=False,
+        built={workload.name: workload},
+        ceilings=_process_ceilings(backend) if calibrate else None,
+        stream=sys.stderr if verbose else io.StringIO(),
+    )
+    if out is not None:
+        found = run(out=out, fresh=fresh)
+        return Measurement(tuple(found), Path(out) / records_lib.RESULTS_FILE)
+    with tempfile.TemporaryDirectory(prefix="xlafuse-measure-") as folder:
+        found = run(out=folder, report=False)
+    return Measurement(tuple(found))
+
+
+@functools.cache
+def _process_ceilings(backend: str) -> CeilingsRecord:
+    """This process's calibration (`xlafuse.measure.calibrate`), measured on first use."""
+    return ceilings_part(calibrate_ceilings(backend))
+
+
+def _workload(fn, args, donate_argnums, name) -> Workload:
+    if isinstance(fn, Workload):
+        if args or donate_argnums:
+            raise XlafuseError("measure(workload) takes no arguments: the workload has its own")
+        return dataclasses.replace(fn, name=name) if name else fn
+    if not callable(fn):
+        raise XlafuseError(f"measure needs a function or a Workload, not {type(fn).__name__}")
+    label = name or getattr(fn, "__name__", None) or type(fn).__name__
+    if not label.isidentifier():  # a lambda's "<lambda>" is no label
+        label = "function"
+    return user.workload_from((fn, args, donate_argnums), label)
+
+
+def _variants(given: Sequence[Any], backend: str) -> list[VariantConfig]:
+    if isinstance(given, str | Mapping) or not given:
+        raise XlafuseError(
+            f"variants must be a non-empty list of presets, option dicts or Variants, not "
+            f"{given!r}; e.g. variants=['default', 'no-fusion']"
+        )
+    chosen = [VariantConfig.of(spec) for spec in given]
+    names = [v.name for v in chosen]
+    for config in chosen:
+        if names.count(config.name) > 1:
+            raise XlafuseError(f"variant {config.name!r} is given twice (names: {names})")
+        if config.resolve().framework != "jax":
+            raise XlafuseError(
+                f"variant {config.name!r} runs a zoo workload's PyTorch twin; a function has "
+                "none (use xlafuse run or compare on a zoo workload)"
+            )
+        problem = variant_problem(config, backend)
+        if problem:
+            raise XlafuseError(problem)
+    return chosen
+
+
+def _timing(timing: TimingSettings | Mapping[str, Any] | None) -> TimingSettings:
+    if timing is None:
+        return TimingSettings()
+    if isinstance(timing, Mapping):
+        fields = {f.name for f in dataclasses.fields(TimingSettings)}
+        unknown = sorted(set(timing) - fields)
+        if unknown:
+            raise XlafuseError(f"timing: unknown {unknown}; accepted: {sorted(fields)}")
+        timing = TimingSettings(**timing)
+    for key, (low, high) in TIMING_RANGES.items():
+        value = getattr(timing, key)
+        if not low <= value <= high:
+            raise XlafuseError(f"timing.{key} must be from {low} to {high}, not {value!r}")
+    if timing.max_iters < timing.min_iters:
+        raise XlafuseError(
+            f"timing.max_iters {timing.max_iters} is below min_iters {timing.min_iters}"
+        )
+    return timing
+
+
+def _source_sha256(fn: Any) -> str | None:
+    """The hash of the file that defines `fn` (None where it has none, e.g. a notebook's)."""
+    try:
+        path = inspect.getsourcefile(fn)
+    except TypeError:
+        return None
+    if path is None or not Path(path).is_file():
+        return None
+    return user.file_sha256(path)
