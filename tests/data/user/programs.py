@@ -1,6 +1,5 @@
 """Programs of a user's, in every form an entry may return, and the wrong ones (tests)."""
 
-import jax
 import jax.numpy as jnp
 
 from xlafuse import models
