@@ -17,3 +17,14 @@ def test_api_names_from_the_design():
         assert name in xlafuse.__all__
     assert issubclass(xlafuse.UnknownPassError, ValueError)
     assert issubclass(xlafuse.HloParseError, ValueError)
+
+
+def test_measure_is_the_function_and_the_subpackage():
+    import xlafuse.measure.timing as timing  # the import system binds xlafuse.measure
+
+    from xlafuse.experiment.measure_fn import measure
+
+    assert timing.TimingSettings().warmup >= 1
+    assert callable(xlafuse.measure) and xlafuse.measure.timing is timing
+    assert "measure" in xlafuse.__all__ and "Measurement" in xlafuse.__all__
+    assert inspect.getdoc(measure).startswith("Measure `fn(*args)` under each variant")

@@ -360,3 +360,24 @@ def test_a_child_process_rebuilds_a_program_of_the_users(tmp_path, monkeypatch):
     assert str(MY_MODELS) in spec["imports"]
     result = coldstart.run_start(spec, "default", steady_calls=1)
     assert result.compile_s > 0
+
+
+def test_the_docs_example_runs_as_written(monkeypatch, capsys):
+    from helpers import small_calibration
+
+    from xlafuse.experiment import measure_fn
+    from xlafuse.experiment.fields import ceilings_part
+    from xlafuse.measure.timing import TimingSettings
+
+    text = (REPO / "docs" / "your-model.md").read_text()
+    code = text.split("```python\n", 1)[1].split("```", 1)[0]
+    assert len([line for line in code.splitlines() if line.strip()]) == 15
+    # the example as a user runs it, with the suite's fast timing and small calibration
+    monkeypatch.setattr(measure_fn, "_timing", lambda _: TimingSettings(**FAST_TIMING))
+    monkeypatch.setattr(
+        measure_fn, "_process_ceilings", lambda b: ceilings_part(small_calibration(b))
+    )
+    exec(compile(code, "docs/your-model.md", "exec"), {"__name__": "my_block_example"})
+    out = capsys.readouterr().out
+    assert out.splitlines()[0] == "my_block/tiny/train on cpu (cpu)"
+    assert "| no-fusion |" in out and "pipelined, paired" in out

@@ -15,6 +15,7 @@ Public surface:
 from __future__ import annotations
 
 import importlib
+import types
 from typing import TYPE_CHECKING
 
 # name -> the module that defines it. Imported on first use (PEP 562): `import xlafuse` and the
@@ -44,7 +45,6 @@ _EXPORTS = {
     "compare_outputs": "xlafuse.measure.numerics",
     "compile": "xlafuse.compile.jit",
     "load_config": "xlafuse.experiment.config",
-    "measure": "xlafuse.experiment.measure_fn",
     "measure_cold_start": "xlafuse.measure.coldstart",
     "run_experiment": "xlafuse.experiment.runner",
     "warmup": "xlafuse.experiment.warmup",
@@ -60,7 +60,7 @@ if TYPE_CHECKING:  # what the names are, for type checkers and editors
     from xlafuse.errors import HloParseError, UnknownNameError, UnknownPassError, XlafuseError
     from xlafuse.experiment.compare import Comparison, VariantRow, compare
     from xlafuse.experiment.config import ExperimentConfig, load_config
-    from xlafuse.experiment.measure_fn import Measurement, measure
+    from xlafuse.experiment.measure_fn import Measurement
     from xlafuse.experiment.runner import run_experiment
     from xlafuse.experiment.warmup import WarmupSummary, warmup
     from xlafuse.hlo import FusionReport, KernelInfo, analyze_hlo
@@ -76,9 +76,21 @@ if TYPE_CHECKING:  # what the names are, for type checkers and editors
 # taken off again: later imports of `xlafuse.compile.*` find it loaded and bind nothing here.
 importlib.import_module("xlafuse.compile")
 del globals()["compile"]
-# Likewise `xlafuse.measure`, the function, and the subpackage of that name (it imports nothing).
-importlib.import_module("xlafuse.measure")
-del globals()["measure"]
+
+
+class _MeasurePackage(types.ModuleType):
+    """`xlafuse.measure` is the subpackage (`import xlafuse.measure.timing as t` must keep
+    working, and the import system binds the name to it) and, called, the function
+    `xlafuse.experiment.measure_fn.measure`: `xlafuse.measure(fn, *args, variants=...)`."""
+
+    def __call__(self, fn, *args, **kwargs):
+        """`xlafuse.experiment.measure_fn.measure(fn, *args, **kwargs)`: see its docstring."""
+        from xlafuse.experiment.measure_fn import measure as measure_function  # JAX: on use
+
+        return measure_function(fn, *args, **kwargs)
+
+
+importlib.import_module("xlafuse.measure").__class__ = _MeasurePackage
 
 
 def __getattr__(name: str):

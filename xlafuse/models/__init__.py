@@ -30,7 +30,7 @@ _EXPORTS = {
 }
 _SUBMODULES = (
     "attention", "common", "memory", "mlp", "names", "pointwise", "reductions", "registry",
-    "resnet", "sharding", "train", "transformer", "workload",
+    "resnet", "sharding", "train", "transformer", "user", "workload",
 )  # fmt: skip
 
 if TYPE_CHECKING:
