@@ -21,7 +21,6 @@ def test_api_names_from_the_design():
 
 def test_measure_is_the_function_and_the_subpackage():
     import xlafuse.measure.timing as timing  # the import system binds xlafuse.measure
-
     from xlafuse.experiment.measure_fn import measure
 
     assert timing.TimingSettings().warmup >= 1
