@@ -5,7 +5,7 @@ import re
 import pytest
 
 from xlafuse.errors import HloParseError
-from xlafuse.hlo import analyze_hlo, find_optimized_modules, parse_hlo
+from xlafuse.hlo import _reader, analyze_hlo, find_optimized_modules, parse_hlo
 from xlafuse.hlo.ir import Instruction, Shape
 
 SMALL = """HloModule m, entry_computation_layout={(f32[4]{0})->f32[4]{0}}
@@ -206,6 +206,100 @@ def _error(text: str) -> str:
 )
 def test_malformed_input_names_line_and_reason(text, message):
     assert message in _error(text)
+
+
+LONG = "9" * 5000  # past int()'s 4,300 digits: once a ValueError, its line where it was raised
+SHOWN = "99999999999999999999... (5000 digits)"
+BIG_DIMS = ",".join(["100000000000000000000"] * 16)
+MANY_DIMS = ",".join(["1000000000"] * 16)
+TABLES = '\nFileNames\n1 "a.py"\n\nFileLocations\n1 file_name_id=1 line=3\n\nStackFrames\n'
+PATHS = ["C", "python"]
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            SMALL.replace("source_line=7", f"source_line={LONG}"),
+            f"line 5: source_line={SHOWN} in metadata does not fit in int64",
+        ),
+        (
+            SMALL.replace("source_line=7", "source_line=9223372036854775808"),
+            "line 5: source_line=9223372036854775808 in metadata does not fit in int64",
+        ),
+        (
+            SMALL.replace("source_line=7", f"stack_frame_id={LONG}"),
+            f"line 5: stack_frame_id={SHOWN} in metadata does not fit in int64",
+        ),
+        (
+            SMALL.replace("fusion(%x)", f"fusion(%x#{LONG})"),
+            f"line 10: tuple index #{SHOWN} in the operands of 'f' does not fit in int64",
+        ),
+        (
+            SMALL + f"{TABLES}1 file_location_id={LONG}\n",
+            f"line 20: {SHOWN} in the StackFrames table does not fit in int64",
+        ),
+        (
+            SMALL + f"{TABLES}{LONG} file_location_id=1\n",
+            f"line 20: {SHOWN} in the StackFrames table does not fit in int64",
+        ),
+    ],
+    ids=["source line", "source line past int64", "stack frame", "tuple index", "table", "key"],
+)
+def test_a_number_past_int64_is_one_error_at_its_line(text, message, path, monkeypatch):
+    if path == "python":
+        monkeypatch.setattr(_reader, "scanner", None)
+    assert _error(text) == message
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize(
+    ("shape", "message"),
+    [
+        (
+            "f32[99999999999999999999]{0}",
+            "dimension 99999999999999999999 in shape 'f32[99999999999999999999]{0}' does not "
+            "fit in int64",
+        ),
+        (f"f32[{LONG}]{{0}}", f"dimension {SHOWN} in shape 'f32[{LONG[:76]}...' does not"),
+        (f"f32[<=4,{LONG}]{{0}}", f"dimension {SHOWN} in shape 'f32[<=4,{LONG[:72]}...' does"),
+        (f"f32[{BIG_DIMS}]", "dimension 100000000000000000000 in shape 'f32[10000000000000"),
+        (f"f32[{MANY_DIMS}]", "shape 'f32[1000000000,1000000000,"),
+        ("f32[3037000500,3037000500]", "shape 'f32[3037000500,3037000500]' has more elements"),
+        # as XLA multiplies them, in order: past int64 before the 0
+        ("f32[4294967296,4294967296,0]", "shape 'f32[4294967296,4294967296,0]' has more elements"),
+    ],
+    ids=["20 digits", "5000 digits", "dynamic", "16 of 1e20", "16 of 1e9", "product", "then 0"],
+)
+def test_a_shape_past_int64_is_one_error_at_its_line(shape, message, path, monkeypatch):
+    if path == "python":
+        monkeypatch.setattr(_reader, "scanner", None)
+    text = SMALL.replace("ROOT %f = f32[4]{0} fusion", f"ROOT %f = {shape} fusion")
+    error = _error(text)
+    assert error.startswith(f"line 10: {message}") and "\n" not in error
+
+
+def test_shapes_at_int64s_end_are_read():
+    assert _shape_of("s8[9223372036854775807]").num_elements == 2**63 - 1
+    assert _shape_of("f32[3,3074457345618258602]").num_elements == 2**63 - 2
+    assert _shape_of(f"f32[0,{MANY_DIMS}]").num_elements == 0  # 0 first: no product overflows
+    unbounded = _shape_of("f32[?,9223372036854775807]")
+    assert unbounded.dims == (-1, 2**63 - 1) and not unbounded.sized
+    assert _shape_of(f"f32[{'0' * 30}7]").dims == (7,)
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_a_name_numbered_past_int64_is_not_numbered_as_xla(path, monkeypatch):
+    # XLA's NameUniquer: a suffix that absl::SimpleAtoi cannot read into an int64 is no number
+    if path == "python":
+        monkeypatch.setattr(_reader, "scanner", None)
+    names = [f"p.{LONG}", "q.9223372036854775808", "r.9223372036854775807"]
+    bodies = "".join(f"  {n} = f32[] parameter({i})\n" for i, n in enumerate(names))
+    text = f"HloModule m\nc {{\n{bodies}  ROOT t = f32[] constant(0)\n}}\n"
+    text += f"ENTRY e {{\n{bodies}  ROOT t = f32[] constant(0)\n}}\n"
+    renamed = [i.name for i in parse_hlo(text).entry.instructions]
+    assert renamed == [f"p.{LONG}.1", "q.9223372036854775808.1", "r.0", "t.1"]
 
 
 def test_binary_and_missing_files(tmp_path):

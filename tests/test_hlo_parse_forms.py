@@ -1,9 +1,11 @@
 """Every HLO form XLA reads that the reader once rejected (issue 11), one small test each; the two
 inputs that once escaped as other exceptions; a form that once made a parse depend on an earlier
-one (issue 30); and a fast, deterministic fuzz of the error rule."""
+one, and bracket groups whose comment or string never ends, once read in quadratic time (issue
+30); and a fast, deterministic fuzz of the error rule."""
 
 import json
 import random
+import re
 import subprocess
 import sys
 
@@ -317,6 +319,84 @@ def test_nesting_past_the_recursion_limit_is_one_clear_error(root):
     text = f"HloModule m\nENTRY e {{\n  p = f32[8] parameter(0)\n  {root}\n}}\n"
     with pytest.raises(HloParseError, match=r"line 4: nested too deeply to read \(tuple"):
         parse_hlo(text)
+
+
+# Bracket groups holding a `/*` that no `*/` ends, or quotes that no string ends, on the line after
+# their instruction's (so that the general path reads them): about 500 KB each. Each group's
+# search for the end of its comment or string once ran to the end of the text (issue 30): 96 KB
+# took 8-25 s, these would take 3-12 minutes each.
+UNCLOSED_HEAD = "HloModule m\nENTRY e {\n  ROOT p = f32[8] parameter(0)\n    , x="
+UNCLOSED = {
+    "a /* in each group": "{/*}" * 125_000,
+    "/* over and over in one group": "{" + "/* " * 166_000 + "}",
+    "quotes that no string ends": "{" + '"\\' * 250_000 + "}",
+    "and no group ends": "{{/*" + "{/*}" * 125_000,
+}
+READ_UNCLOSED = """
+import json, sys
+from xlafuse.errors import HloParseError
+from xlafuse.hlo import _reader, parse_hlo
+compiled = _reader.scanner
+out = {}
+for label, text in json.load(sys.stdin).items():
+    for path, scanner in (("C", compiled), ("python", None)):
+        _reader.scanner = scanner
+        try:
+            out[f"{label}, {path}"] = parse_hlo(text).entry.root.attr("x")[:9]
+        except HloParseError as exc:
+            out[f"{label}, {path}"] = str(exc)[:60]
+print(json.dumps(out))
+"""
+
+
+def test_groups_with_unclosed_comments_and_strings_are_read_in_linear_time():
+    texts = {label: f"{UNCLOSED_HEAD}{value}\n}}\n" for label, value in UNCLOSED.items()}
+    done = subprocess.run(
+        [sys.executable, "-c", READ_UNCLOSED],
+        input=json.dumps(texts), capture_output=True, text=True, check=True, timeout=60,
+    )  # fmt: skip
+    unbalanced = "line 4: unbalanced brackets (an unclosed '{'): '{{/*{/*}{/*}"
+    expected = ["{/*}{/*}{", "{/* /* /*", '{"\\"\\"\\"\\', unbalanced]
+    assert json.loads(done.stdout) == {
+        f"{label}, {path}": outcome
+        for label, outcome in zip(UNCLOSED, expected, strict=True)
+        for path in ("C", "python")
+    }
+
+
+# The end of a bracket group as the reader found it before issue 30: a walk over the tokens, each
+# comment and string matched whole or else passed over as one character
+GROUP_WALK = re.compile(r'"(?:[^"\\]++|\\.)*+"|//[^\n]*|/\*.*?\*/|[(){}\[\]]', re.S)
+
+
+def _walked_group_end(text: str, pos: int) -> int | None:
+    depth = 0
+    for tok in GROUP_WALK.finditer(text, pos):
+        c = tok.group()
+        if c in "({[":
+            depth += 1
+        elif c in ")}]":
+            depth -= 1
+            if depth <= 0:
+                return tok.end() if depth == 0 else None
+    return None
+
+
+def test_groups_end_where_a_walk_over_whole_comments_and_strings_ends():
+    rng = random.Random(30)
+    alphabet = [*'{}()[]"\\/*a \n', "/*", "*/", "//", '\\"']
+    checked = 0
+    for _ in range(3000):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 40)))
+        reader = _reader.Reader(text, None)  # one reader: what it learns of a text, kept
+        for pos in (i for i, c in enumerate(text) if c in "({["):
+            try:
+                end = reader._group(pos)
+            except HloParseError:
+                end = None
+            assert end == _walked_group_end(text, pos), (text, pos)
+            checked += end is not None
+    assert checked > 1000
 
 
 SEEDS = [

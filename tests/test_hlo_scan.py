@@ -61,6 +61,7 @@ def _same_both_ways(texts: list[str], monkeypatch) -> int:
     return taken
 
 
+LONG = "9" * 5000
 LINES = {
     "plain": "  ROOT %r = f32[8]{0} add(%p, %q)",
     "bare names": "  ROOT r = f32[8] add(p, q)",
@@ -96,6 +97,24 @@ LINES = {
     "a stack frame": '  ROOT r = f32[8] add(p, q), metadata={op_name="x" stack_frame_id=1}',
     "comment after": "  ROOT r = f32[8] add(p, q) // done",
     "attribute on the next line": "  ROOT r = f32[8] add(p, q)\n    , x=1",
+    # Numbers past int64 (5,000 digits: past int()'s 4,300 too), and the longest that fit
+    "a long tuple index": f"  ROOT r = f32[8] add(p#{LONG}, q)",
+    "a tuple index past int64": "  ROOT r = f32[8] add(p#9223372036854775808, q)",
+    "the last tuple index in int64": "  ROOT r = f32[8] add(p#9223372036854775807, q)",
+    "a tuple index of many zeros": f"  ROOT r = f32[8] add(p#{'0' * 5000}1, q)",
+    "a long source line": f"  ROOT r = f32[8] add(p, q), metadata={{source_line={LONG}}}",
+    "a source line past int64": "  ROOT r = f32[8] add(p, q), metadata={source_line=9223372036854775808}",
+    "the last source line in int64": "  ROOT r = f32[8] add(p, q), metadata={source_line=9223372036854775807}",
+    "a long stack frame": f'  ROOT r = f32[8] add(p, q), metadata={{op_name="x" stack_frame_id={LONG}}}',
+    "a long number in a string": f'  ROOT r = f32[8] add(p, q), metadata={{op_name="source_line={LONG}"}}',
+    "a long number beside non-ASCII": f'  ROOT r = f32[8] add(p, q), metadata={{op_name="é" source_line={LONG}}}',
+    "a long dimension": f"  ROOT r = f32[{LONG}] add(p, q)",
+    "a dimension past int64": "  ROOT r = f32[9223372036854775808] add(p, q)",
+    "too many elements": f"  ROOT r = f32[{','.join(['1000000000'] * 16)}] add(p, q)",
+    "an unclosed comment in groups": "  ROOT r = f32[8] add(p, q), x={/*}, y={/*}",
+    "unclosed comments in groups, on the next line": "  ROOT r = f32[8] add(p, q)\n    , x={/*}, y=[/* /*]",
+    "a comment over two groups": "  ROOT r = f32[8] add(p, q)\n    , x={/*}, y={*/}",
+    "unclosed strings in groups": '  ROOT r = f32[8] add(p, q)\n    , x={"\\}, y={\\"\\}',
 }
 
 
@@ -138,6 +157,14 @@ MODULES = {
     "no entry": f"HloModule m\n%a {{\n{BODY}}}\n%b {{\n{BODY}}}\n",
     "non-ASCII space after": f"HloModule m\nENTRY e {{\n{BODY}}}\u0085\n",
     "a character beyond Latin-1": f"HloModule m\nENTRY e {{\n{BODY}}}\n// λ\n",
+    # Once located at the first computation of C's run, the Python reader at the last (issue 30)
+    "a long source line in a later computation": f"HloModule m\n%c {{\n{BODY}}}\nENTRY e {{\n"
+    f"  p = f32[8] parameter(0)\n  ROOT n = f32[8] negate(p), metadata={{source_line={LONG}}}\n}}\n",
+    "a long tuple index in a later computation": f"HloModule m\n%c {{\n{BODY}}}\nENTRY e {{\n"
+    f"  p = (f32[8]) parameter(0)\n  ROOT n = f32[8] negate(p#{LONG})\n}}\n",
+    "a long number in a name": f"HloModule m\n%c {{\n  ROOT p.{LONG} = f32[8] parameter(0)\n}}\n"
+    f"ENTRY e {{\n  ROOT p.{LONG} = f32[8] parameter(0)\n}}\n",
+    "a long number in a table": f'HloModule m\nENTRY e {{\n{BODY}}}\n\nFileNames\n1 "a.py"\n{LONG} "b.py"\n',
 }
 
 
@@ -171,7 +198,9 @@ def test_the_scanner_reads_a_module_as_xla_prints_it_whole(monkeypatch):
     monkeypatch.setattr(
         _reader.Reader,
         "_read_metadata",
-        lambda reader, meta: metadata_read_in_python.append(meta) or read_metadata(reader, meta),
+        lambda reader, meta, line=None: (
+            metadata_read_in_python.append(meta) or read_metadata(reader, meta, line)
+        ),
     )
     module = parse_hlo(text)
     assert read == [("e", ["p", "r"])]

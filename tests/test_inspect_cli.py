@@ -271,6 +271,32 @@ def test_bad_input(capsys, samples, dump_folder, tmp_path, argv, message):
     assert "Traceback" not in err
 
 
+@pytest.mark.parametrize(
+    ("dims", "message"),
+    [
+        (
+            "99999999999999999999",
+            "line 4: dimension 99999999999999999999 in shape 'f32[99999999999999999999]' does "
+            "not fit in int64",
+        ),
+        (",".join(["100000000000000000000"] * 16), "line 4: dimension 100000000000000000000 in"),
+        (",".join(["1000000000"] * 16), "has more elements than int64 holds"),
+    ],
+    ids=["a dimension of 1e20", "16 of them", "16 dimensions of 1e9"],
+)
+def test_a_shape_xla_rejects_is_one_error(capsys, tmp_path, dims, message):
+    # once sized as Python ints: a module's modeled bytes, in MB, past what a float holds
+    path = tmp_path / "big.hlo"
+    path.write_text(
+        "HloModule m\nENTRY e {\n  p = f32[8] parameter(0)\n"
+        f"  ROOT b = f32[{dims}] broadcast(p), dimensions={{}}\n}}\n"
+    )
+    code, out, err = run(capsys, "inspect", path)
+    assert code == 2 and out == ""
+    assert err.startswith(f"xlafuse inspect: error: {path}: ") and err.count("\n") == 1
+    assert message in err
+
+
 def test_debug_shows_traceback(capsys):
     code, _, err = run(capsys, "--debug", "inspect", "/no/such/file.hlo")
     assert code == 2 and "Traceback" in err

@@ -592,9 +592,10 @@ class Reader:
     def _group(self, pos: int) -> int:
         """Position after the bracket group opened at pos (strings and comments skipped).
 
-        A quote whose string never ends, or a `/*` with no `*/` after it, is read as any other
-        character. Each is found so once per text, not once per group: each group's search for
-        its end ran to the end of the text, quadratic in the text (issue 30).
+        A quote whose string never ends, or a `/*` that no `*/` follows, is read as any other
+        character. Which are so is learned once per text (`_string_end`, `_comment_end`): a
+        search to the end of the text from each of them made a read quadratic in its size
+        (issue 30).
         """
         s = self.s
         # Past an unclosed quote, the regex could only fail at a quote, after the same search

@@ -206,7 +206,7 @@ static int scan_operand_names(const Text *t, Py_ssize_t p, Py_ssize_t *end) {
             Py_ssize_t digits = ++p;
             if (!is_digit(at(t, p))) return 0;
             while (is_digit(at(t, p))) p++;
-            if (p - digits > INT64_DIGITS) return 0; /* may not fit: the Python reader says */
+            if (p - digits > INT64_DIGITS) return 0; /* may not fit in int64: Python's */
         }
         p = skip_blanks(t, p);
         if (at(t, p) == ')') {
@@ -552,7 +552,8 @@ static PyObject *read_metadata(Scan *scan, Py_ssize_t start, Py_ssize_t end) {
         Py_ssize_t d = i + 12;
         if (is_line && d < end && is_digit(at(t, d))) {
             long long value = 0; /* no overflow: `long_number` left longer ones to Python */
-            for (; d < end && is_digit(at(t, d)); d++) value = value * 10 + (at(t, d) - '0');
+            for (; d < end && is_digit(at(t, d)); d++)
+                value = value * 10 + (long long)(at(t, d) - '0');
             line = value;
             i = d;
             continue;
@@ -576,6 +577,7 @@ static PyObject *read_metadata(Scan *scan, Py_ssize_t start, Py_ssize_t end) {
  * in int64 (as `_reader._META_INT` finds them: anywhere, strings included). */
 static int long_number(const Text *t, Py_ssize_t start, Py_ssize_t end) {
     for (Py_ssize_t i = start; i < end; i++) {
+        if (at(t, i) != 's') continue; /* both words' first letter: most characters end here */
         Py_ssize_t d = word_at(t, i, end, "source_line=")      ? i + 12
                        : word_at(t, i, end, "stack_frame_id=") ? i + 15
                                                                : NO;
