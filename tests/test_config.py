@@ -66,7 +66,7 @@ def test_one_error_lists_every_problem():
         }
     )
     expected = [
-        "experimnt: unknown key (did you mean 'experiment'?); accepted: experiment, workloads, timing, measure",
+        "experimnt: unknown key (did you mean 'experiment'?); accepted: imports, experiment, workloads, timing, measure",
         "workloads[0].size: unknown size 'huge' for workload 'mlp'; accepted: tiny, small, full",
         "workloads[1].name: unknown workload 'gtp2' (did you mean 'gpt2'?); accepted: attention,",
         "workloads[2].mode: mode 'train' needs parameters and workload 'mul_add_relu' has none; "

@@ -381,3 +381,19 @@ def test_the_docs_example_runs_as_written(monkeypatch, capsys):
     out = capsys.readouterr().out
     assert out.splitlines()[0] == "my_block/tiny/train on cpu (cpu)"
     assert "| no-fusion |" in out and "pipelined, paired" in out
+
+
+@pytest.mark.gpu
+def test_measure_of_the_rollout_on_a_gpu_attributes_every_kernel():
+    rollout = user.load_function(user.parse_entry(f"{EXAMPLES / 'cartpole.py'}:rollout"))
+    fn, args = rollout(envs=256, steps=50)
+    measured = xlafuse.measure(fn, *args, timing=FAST_TIMING, calibrate=False)
+    default, unfused = measured.records
+    for record in measured.records:
+        times = record.trace.kernel_times
+        assert record.ok and record.backend == "gpu"
+        assert record.device.time_s > 0 and times["time_s"] > 0
+        assert times["unattributed_share"] == 0, times["unattributed_top"]
+        assert times["attributed_s"] == pytest.approx(times["time_s"])
+    assert default.fusion.kernels < unfused.fusion.kernels
+    assert unfused.trace.kernel_diff and "error" not in unfused.trace.kernel_diff

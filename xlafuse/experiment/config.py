@@ -67,6 +67,7 @@ from xlafuse.compile.devices import device_count_problem
 from xlafuse.compile.variants import BACKENDS, DISABLE_PASSES
 from xlafuse.errors import XlafuseError, did_you_mean
 from xlafuse.measure.timing import TimingSettings
+from xlafuse import models
 from xlafuse.models import registry, user
 from xlafuse.models.names import workload_label
 from xlafuse.models.sharding import MODEL_PARALLEL_WORKLOADS, PARALLELISMS
@@ -153,7 +154,7 @@ class WorkloadConfig:
           XlafuseError, ValueError: as `build`; for an entry, also a mode that is not what
             FUNCTION returned.
         """
-        workload = registry.build(
+        workload = models.build(
             self.build_name,
             self.size,
             self.mode,
