@@ -213,3 +213,26 @@ def test_recorded_source_lines_carry_no_folders_of_the_machine():
     )
     assert portable_source("/home/me/model.py:7") == "/home/me/model.py:7"  # the user's own
     assert portable_source("model.py") == "model.py"
+
+
+def test_copies_run_as_memcpys_are_attributed_also_in_a_while_loop():
+    # The rollout of examples/cartpole.py (20 steps) compiled on the H200: a `copy` in the entry
+    # and one in the loop body; inside command buffers each runs as the driver's memcpy kernel,
+    # named `memcpy32_post`, not after the copy. Launch order as the H200 trace gave it.
+    report = analyze_hlo(SAMPLES / "cartpole.default.hlo.txt")
+    entry = ["memcpy32_post", "loop_broadcast_fusion", "input_concatenate_fusion_1",
+             "loop_broadcast_fusion_1", "loop_maximum_fusion"]  # fmt: skip
+    body = ["loop_add_and_fusion", "gemm_fusion_dot_general_3", "gemm_fusion_dot_general_4",
+            "gemm_fusion_dot_general_5", "input_reduce_fusion", "loop_add_fusion",
+            "input_concatenate_fusion", "memcpy32_post"]  # fmt: skip
+    names = [*entry, *body * 3, "input_reduce_fusion_1", "loop_multiply_fusion"]
+    events = [
+        Event(n, call * 10**6 + j * 1000, 100) for call in range(2) for j, n in enumerate(names)
+    ]
+    times = join_trace(report, events, 2)
+    rows = {k.name: k for k in times.kernels}
+    assert times.unattributed == ()
+    assert (rows["copy.14"].launches_per_call, rows["copy.14"].match) == (1, "memcpy")
+    assert (rows["copy.10"].launches_per_call, rows["copy.10"].match) == (3, "memcpy")
+    assert rows["copy.10"].time_s == pytest.approx(3 * 100e-9)
+    assert rows["loop_add_fusion"].launches_per_call == 3

@@ -32,7 +32,9 @@ unmatched HLO kernel of the same base name (numeric suffix removed); (4) library
 (cuBLAS/cuDNN: `sm90_xmma_gemm_...`, `nvjet_...`, `cutlass...`) pair, in launch order, with the
 library calls (custom-calls, cuDNN fusions) that lie between the neighbouring matched kernels; a
 second library launch in the same gap (e.g. a split-K reduction) counts as another launch of the
-same call. What is left is reported as unmatched.
+same call. A memcpy launch (`memcpy32_post`: a plain `copy` run as a device-to-device memcpy,
+which inside a CUDA graph is a kernel of the driver's) pairs the same way with the `copy`
+instructions between its neighbours. What is left is reported as unmatched.
 """
 
 from __future__ import annotations
@@ -64,6 +66,7 @@ UNMATCHED = "-"
 OK = "ok"
 NOT_JUDGED = "L2, not judged"
 MEMCPY = "memcpy, not a kernel"
+MEMCPY_LAUNCH = "memcpy"  # how a `copy` and its memcpy launch were paired
 L2_CARRY_OVER = (
     "at most one L2 of this kernel's writes left in L2: ncu flushes it outside the kernel, "
     "in the run the next kernel writes it back"
@@ -80,12 +83,17 @@ class ModeledKernel:
       library: True for library calls (cuBLAS/cuDNN custom-calls, cuDNN fusions), whose GPU
         kernels carry the library's names.
       kind: the kernel's kind (`kLoop`, `kInput`, `kCustom`, `custom-call`, ...), for the table.
+      copy: True for a plain `copy` instruction: it runs as a device-to-device memcpy, whose
+        launch (a driver kernel inside a CUDA graph) is named `memcpy...`, not after it.
+      computation: the HLO computation it is launched from (a loop body's, the entry's).
     """
 
     name: str
     modeled_bytes: int
     library: bool = False
     kind: str = ""
+    copy: bool = False
+    computation: str = ""
 
     @classmethod
     def from_kernel_info(cls, info: Any) -> ModeledKernel:
@@ -94,7 +102,10 @@ class ModeledKernel:
         library = (info.opcode == "custom-call" and "triton" not in sub_kind) or (
             "cudnn" in sub_kind
         )
-        return cls(info.name, info.bytes_in + info.bytes_out, library, info.kind)
+        copy = info.opcode == "copy"
+        return cls(
+            info.name, info.bytes_in + info.bytes_out, library, info.kind, copy, info.computation
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -522,27 +533,62 @@ def _same_base(name: str, free: list[tuple[int, ModeledKernel]]) -> int | None:
 
 
 def _pair_library(kernels, measured, pair, how, taken) -> None:
-    """Pass 4: leftover launches -> library calls between the neighbouring matched kernels."""
-    anchors = sorted(pair.items())  # (measured index, modeled index), launch order
-    last_in_gap: dict[tuple[int, int], int] = {}
+    """Pass 4: each leftover launch, in launch order, pairs with a free library call (a memcpy
+    launch: a free `copy`) of the computation of its neighbours, placed between them.
+
+    Its previous launch (paired by any pass) ran kernel `before`, its next one paired by name
+    runs `after`. The call is the first free one after `before` in `before`'s computation, and
+    before `after` when `after` comes later (a loop body's back edge bounds nothing); at the
+    start of a call, the first free one of `after`'s computation before it. With no free call
+    left, a launch right after one this pass paired is another launch of the same call (a
+    split-K reduction after its GEMM, a while loop's copy in each iteration).
+    """
+    following: list[int | None] = [None] * len(measured)  # `after` of each launch
+    upcoming = None
+    for j in range(len(measured) - 1, -1, -1):
+        following[j] = upcoming
+        if j in pair:
+            upcoming = pair[j]
+    before: int | None = None
+    paired_here: int | None = None  # the launch before this one, when this pass paired it
     for j in range(len(measured)):
         if j in pair:
+            before, paired_here = pair[j], None
             continue
-        before = max((i for jj, i in anchors if jj < j), default=-1)
-        after = min((i for jj, i in anchors if jj > j), default=len(kernels))
-        gap = (before, after)
-        i = next(
-            (i for i in range(before + 1, after) if i not in taken and kernels[i].library),
-            None,
-        )
-        if i is not None:
-            taken.add(i)
-            last_in_gap[gap] = i
-        elif gap in last_in_gap:
-            i = last_in_gap[gap]  # one more launch of the same library call
-        else:
+        memcpy = is_memcpy(measured[j].name)
+        i = _library_call(kernels, taken, memcpy, before, following[j])
+        if i is None and paired_here is not None and kernels[paired_here].copy == memcpy:
+            i = paired_here  # one more launch of the same call
+        if i is None:
+            paired_here = None
             continue
-        pair[j], how[j] = i, LIBRARY
+        taken.add(i)
+        pair[j], how[j] = i, MEMCPY_LAUNCH if memcpy else LIBRARY
+        before = paired_here = i
+
+
+def _library_call(kernels, taken, memcpy: bool, before: int | None, after: int | None):
+    """The free library call (a `copy` for a memcpy launch) between `before` and `after`
+    (`_pair_library`), or None."""
+
+    def free(i: int) -> bool:
+        return i not in taken and (kernels[i].copy if memcpy else kernels[i].library)
+
+    if before is None:
+        if after is None:
+            return next((i for i in range(len(kernels)) if free(i)), None)
+        home = kernels[after].computation
+        return next((i for i in range(after) if free(i) and kernels[i].computation == home), None)
+    home = kernels[before].computation
+    end = after if after is not None and after > before else len(kernels)
+    return next(
+        (i for i in range(before + 1, end) if free(i) and kernels[i].computation == home), None
+    )
+
+
+def is_memcpy(launch_name: str) -> bool:
+    """A memcpy's launch: `memcpy32_post` (in a CUDA graph), `Memcpy DtoD` (on a stream)."""
+    return "memcpy" in launch_name.lower()
 
 
 def compare_kernels(
