@@ -397,3 +397,21 @@ def test_measure_of_the_rollout_on_a_gpu_attributes_every_kernel():
         assert times["attributed_s"] == pytest.approx(times["time_s"])
     assert default.fusion.kernels < unfused.fusion.kernels
     assert unfused.trace.kernel_diff and "error" not in unfused.trace.kernel_diff
+
+
+def test_run_and_warmup_take_imports_on_the_command_line(tmp_path, capsys):
+    config = tmp_path / "mine.toml"
+    config.write_text(
+        '[experiment]\nvariants = ["default"]\n\n[[workloads]]\nname = "gated_mlp"\n\n'
+        "[measure]\ncalibrate = false\n\n[timing]\n"
+        + "\n".join(f"{k} = {v}" for k, v in FAST_TIMING.items())
+    )
+    out = tmp_path / "out"
+    assert main(["run", str(config), "--out", str(out), "--import", str(MY_MODELS)]) == 0
+    (record,) = read_results(out / "results.jsonl").records
+    assert (record.workload, record.entry) == ("gated_mlp", None)
+    assert record.source_sha256 == user.file_sha256(MY_MODELS)
+    capsys.readouterr()
+    assert main(["warmup", str(config), "--cache", str(tmp_path / "cache"), "--import",
+                 str(MY_MODELS)]) == 0  # fmt: skip
+    assert "compiled  gated_mlp/tiny/forward @ default" in capsys.readouterr().out
