@@ -11,15 +11,38 @@ from collections.abc import Sequence
 from xlafuse.errors import XlafuseError
 from xlafuse.models.names import PARALLELISMS, is_entry
 
+WORKLOAD_HELP = (
+    "a zoo workload (`xlafuse workloads`) or a program of yours, FILE.py:FUNCTION or "
+    "MODULE:FUNCTION (docs/your-model.md)"
+)
 
-def add_mesh_arguments(parser) -> None:
-    """Adds --devices, --parallelism and --overrides (a sharded batch must divide evenly)."""
+
+def add_workload_arguments(
+    parser, *, positional: bool = False, required: bool = False, dtype: bool = False, what=""
+) -> None:
+    """Adds the workload (`--workload W`, or a positional WORKLOAD), --size, --mode,
+    --overrides, --import, and --dtype when asked; `what` starts the workload's help text
+    ("compile this instead of reading a TARGET: ")."""
+    if positional:
+        parser.add_argument("workload", help=WORKLOAD_HELP)
+    else:
+        parser.add_argument("--workload", required=required, help=f"{what}{WORKLOAD_HELP}")
+    parser.add_argument("--size", help="tiny, small or full (default: tiny)")
+    parser.add_argument("--mode", help="forward or train (default: forward)")
+    if dtype:
+        parser.add_argument("--dtype", help="float32, bfloat16 or float16 (default: per backend)")
     parser.add_argument(
         "--overrides",
         action="append",
         metavar="K=V[,K=V]",
-        help="workload size-table or option overrides, e.g. batch=8",
+        help="size-table or option overrides (a program of yours: its keyword arguments), "
+        "e.g. batch=8",
     )
+    add_import_argument(parser)
+
+
+def add_mesh_arguments(parser) -> None:
+    """Adds --devices and --parallelism (a sharded batch must divide evenly)."""
     parser.add_argument(
         "--devices",
         type=int,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from xlafuse.cli import _progress
-from xlafuse.cli._devices import add_import_argument, overrides
+from xlafuse.cli._devices import add_workload_arguments, overrides
 from xlafuse.models.names import display_name, workload_label
 from xlafuse.report.format import fit
 
@@ -17,25 +17,7 @@ def register(subparsers) -> None:
         description="Start fresh processes that import, build, compile and call one workload: "
         "with an empty and a warm compilation cache, and loading a jax.export artifact.",
     )
-    p.add_argument(
-        "--workload",
-        required=True,
-        help="a zoo workload (e.g. gpt2) or a program of yours, FILE.py:FUNCTION or "
-        "MODULE:FUNCTION",
-    )
-    p.add_argument("--size", help="tiny, small or full (default: tiny)")
-    p.add_argument("--mode", help="forward or train (default: forward)")
-    p.add_argument(
-        "--dtype", default=None, help="float32, bfloat16 or float16 (default: per backend)"
-    )
-    p.add_argument(
-        "--overrides",
-        action="append",
-        metavar="K=V[,K=V]",
-        help="workload size-table or option overrides (a program of yours: its keyword "
-        "arguments), e.g. batch=8",
-    )
-    add_import_argument(p)
+    add_workload_arguments(p, required=True, dtype=True)
     p.add_argument("--variant", default="default", help="a variant name or a+b (default: default)")
     p.add_argument(
         "--cache",

@@ -7,8 +7,8 @@ import json
 from xlafuse import models
 from xlafuse.cli import _progress
 from xlafuse.cli._devices import (
-    add_import_argument,
     add_mesh_arguments,
+    add_workload_arguments,
     overrides,
     rerun_if_needed,
 )
@@ -23,19 +23,13 @@ def register(subparsers) -> None:
         description="Compile one workload under several variants, call each once, and tabulate "
         "kernels, fusions, modeled bytes, compile seconds and whether the outputs agree.",
     )
-    p.add_argument(
-        "workload",
-        help="a zoo workload (`xlafuse workloads`) or a program of yours, FILE.py:FUNCTION or MODULE:FUNCTION",
-    )
-    p.add_argument("--size", help="tiny, small or full (default: tiny)")
-    p.add_argument("--mode", help="forward or train (default: forward)")
+    add_workload_arguments(p, positional=True)
     p.add_argument(
         "--variants",
         default="default,no-fusion",
         help="comma-separated variants; the first is the reference (default: default,no-fusion)",
     )
     add_mesh_arguments(p)
-    add_import_argument(p)
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(func=run)
 

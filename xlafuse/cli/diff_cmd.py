@@ -6,8 +6,8 @@ import json
 
 from xlafuse.cli import _progress
 from xlafuse.cli._devices import (
-    add_import_argument,
     add_mesh_arguments,
+    add_workload_arguments,
     overrides,
     rerun_if_needed,
 )
@@ -32,15 +32,9 @@ def register(subparsers) -> None:
         "--reference",
         help="the program's unoptimized HLO (default: the *.before_optimizations.txt beside A)",
     )
-    p.add_argument(
-        "--workload",
-        help="compile this under --variants instead: a zoo workload (`xlafuse workloads`) or a program of yours, FILE.py:FUNCTION or MODULE:FUNCTION",
-    )
+    add_workload_arguments(p, what="compile this under --variants instead: ")
     p.add_argument("--variants", default="default,no-fusion", help="V1,V2 (default,no-fusion)")
-    p.add_argument("--size", help="workload size (default: tiny)")
-    p.add_argument("--mode", help="workload mode (default: forward)")
     add_mesh_arguments(p)
-    add_import_argument(p)
     p.add_argument("--top", type=int, default=10, help="groups shown (10)")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.add_argument(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from xlafuse.cli import _progress
-from xlafuse.cli._devices import add_import_argument, overrides
+from xlafuse.cli._devices import add_workload_arguments, overrides
 from xlafuse.report.format import fit
 
 
@@ -23,24 +23,11 @@ def register(subparsers) -> None:
     )
     p.add_argument("folder", nargs="?", help="an --xla_dump_to folder with a priority-fusion dump")
     p.add_argument("--module", help="in the folder, the module whose file name contains this")
-    p.add_argument(
-        "--workload",
-        help="compile this instead: a zoo workload (`xlafuse workloads`) or a program of yours, FILE.py:FUNCTION or MODULE:FUNCTION",
-    )
+    add_workload_arguments(p, what="compile this instead: ")
     p.add_argument("--variant", default="default", help="variant explained (default)")
     p.add_argument(
         "--against", default="no-fusion", help="also list what --variant fused of this (no-fusion)"
     )
-    p.add_argument("--size", help="workload size (default: tiny)")
-    p.add_argument("--mode", help="workload mode (default: forward)")
-    p.add_argument(
-        "--overrides",
-        action="append",
-        metavar="K=V[,K=V]",
-        help="workload size-table or option overrides (a program of yours: its keyword "
-        "arguments), e.g. batch=8",
-    )
-    add_import_argument(p)
     p.add_argument("--kernel", help="show the fusion steps that built this kernel")
     p.add_argument("--top", type=int, default=10, help="boundaries shown (10)")
     p.add_argument("--json", action="store_true", help="print JSON with every boundary")

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from xlafuse.cli import _progress
 from xlafuse.cli._devices import (
-    add_import_argument,
     add_mesh_arguments,
+    add_workload_arguments,
     overrides,
     rerun_if_needed,
 )
@@ -26,15 +26,9 @@ def register(subparsers) -> None:
     )
     p.add_argument("target", nargs="?", help="HLO text file or --xla_dump_to folder")
     p.add_argument("--module", help="in a dump folder, the module whose file name contains NAME")
-    p.add_argument(
-        "--workload",
-        help="compile this instead of reading a TARGET: a zoo workload (`xlafuse workloads`) or a program of yours, FILE.py:FUNCTION or MODULE:FUNCTION",
-    )
-    p.add_argument("--size", help="workload size (default: tiny)")
-    p.add_argument("--mode", help="workload mode (default: forward)")
+    add_workload_arguments(p, what="compile this instead of reading a TARGET: ")
     p.add_argument("--variant", default="default", help="fusion variant (default: default)")
     add_mesh_arguments(p)
-    add_import_argument(p)
     p.add_argument("--top", type=int, help="show the first N kernels only")
     p.add_argument("--sort", default="bytes", choices=SORT_KEYS, help="kernel order")
     p.add_argument("--json", action="store_true", help="print JSON (docs/inspect-json.md)")

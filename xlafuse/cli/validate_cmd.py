@@ -7,7 +7,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from xlafuse.cli._devices import add_import_argument, import_user_code, parse_overrides
+from xlafuse.cli._devices import add_workload_arguments, import_user_code, parse_overrides
 from xlafuse.errors import XlafuseError
 from xlafuse.report.format import fit
 
@@ -25,21 +25,7 @@ def register(subparsers) -> None:
     )
     p.add_argument("config", nargs="?", help="an experiment config (.toml): its GPU cells")
     p.add_argument("--only", nargs="+", metavar="WORKLOAD", help="with CONFIG: these workloads")
-    p.add_argument(
-        "--workload",
-        help="one workload instead of a CONFIG: a zoo name (e.g. chain) or a program of yours, "
-        "FILE.py:FUNCTION or MODULE:FUNCTION",
-    )
-    p.add_argument("--size", help="with --workload: tiny, small or full (default: tiny)")
-    p.add_argument("--mode", help="with --workload: forward or train (default: forward)")
-    p.add_argument("--dtype", default=None, help="with --workload: float32, bfloat16, float16")
-    p.add_argument(
-        "--overrides",
-        action="append",
-        metavar="K=V[,K=V]",
-        help="with --workload: size-table or option overrides, e.g. ops=8",
-    )
-    add_import_argument(p)
+    add_workload_arguments(p, dtype=True, what="one workload instead of a CONFIG: ")
     p.add_argument("--variants", type=_names, help="comma-separated variants (default: all)")
     p.add_argument("--cache", metavar="DIR", help="compilation cache to warm and keep")
     p.add_argument("--ncu", metavar="PATH", help="the ncu executable (default: ncu on PATH)")
