@@ -159,7 +159,7 @@ _COMPUTATION_LINE = re.compile(r"^(?:ENTRY\s+)?%?[\w.\-]+\s.*\{\s*$", re.MULTILI
 
 def test_every_sample_and_dump_module_parses_every_instruction(samples, dump_folder):
     files = sorted(samples.glob("*.hlo.txt")) + find_optimized_modules(dump_folder)
-    assert len(files) == 17 + 102
+    assert len(files) == 18 + 102
     for path in files:
         text = path.read_text()
         module = parse_hlo(text, source=str(path))
