@@ -18,11 +18,11 @@ WORKLOAD_HELP = (
 
 
 def add_workload_arguments(
-    parser, *, positional: bool = False, required: bool = False, dtype: bool = False, what=""
+    parser, *, positional=False, required=False, dtype=False, mesh=False, what=""
 ) -> None:
     """Adds the workload (`--workload W`, or a positional WORKLOAD), --size, --mode,
-    --overrides, --import, and --dtype when asked; `what` starts the workload's help text
-    ("compile this instead of reading a TARGET: ")."""
+    --overrides, --import, and when asked --dtype and the mesh (`add_mesh_arguments`); `what`
+    starts the workload's help text ("compile this instead of reading a TARGET: ")."""
     if positional:
         parser.add_argument("workload", help=WORKLOAD_HELP)
     else:
@@ -39,6 +39,8 @@ def add_workload_arguments(
         "e.g. batch=8",
     )
     add_import_argument(parser)
+    if mesh:
+        add_mesh_arguments(parser)
 
 
 def add_mesh_arguments(parser) -> None:

@@ -6,12 +6,7 @@ import json
 
 from xlafuse import models
 from xlafuse.cli import _progress
-from xlafuse.cli._devices import (
-    add_mesh_arguments,
-    add_workload_arguments,
-    overrides,
-    rerun_if_needed,
-)
+from xlafuse.cli._devices import add_workload_arguments, overrides, rerun_if_needed
 from xlafuse.models.names import workload_label
 from xlafuse.report.format import fit
 
@@ -23,13 +18,12 @@ def register(subparsers) -> None:
         description="Compile one workload under several variants, call each once, and tabulate "
         "kernels, fusions, modeled bytes, compile seconds and whether the outputs agree.",
     )
-    add_workload_arguments(p, positional=True)
+    add_workload_arguments(p, positional=True, mesh=True)
     p.add_argument(
         "--variants",
         default="default,no-fusion",
         help="comma-separated variants; the first is the reference (default: default,no-fusion)",
     )
-    add_mesh_arguments(p)
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(func=run)
 

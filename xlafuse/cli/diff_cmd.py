@@ -5,12 +5,7 @@ from __future__ import annotations
 import json
 
 from xlafuse.cli import _progress
-from xlafuse.cli._devices import (
-    add_mesh_arguments,
-    add_workload_arguments,
-    overrides,
-    rerun_if_needed,
-)
+from xlafuse.cli._devices import add_workload_arguments, overrides, rerun_if_needed
 from xlafuse.errors import XlafuseError
 from xlafuse.models.names import workload_label
 from xlafuse.report.format import fit
@@ -32,9 +27,8 @@ def register(subparsers) -> None:
         "--reference",
         help="the program's unoptimized HLO (default: the *.before_optimizations.txt beside A)",
     )
-    add_workload_arguments(p, what="compile this under --variants instead: ")
+    add_workload_arguments(p, mesh=True, what="compile this under --variants instead: ")
     p.add_argument("--variants", default="default,no-fusion", help="V1,V2 (default,no-fusion)")
-    add_mesh_arguments(p)
     p.add_argument("--top", type=int, default=10, help="groups shown (10)")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.add_argument(

@@ -6,12 +6,7 @@ import json
 from pathlib import Path
 
 from xlafuse.cli import _progress
-from xlafuse.cli._devices import (
-    add_mesh_arguments,
-    add_workload_arguments,
-    overrides,
-    rerun_if_needed,
-)
+from xlafuse.cli._devices import add_workload_arguments, overrides, rerun_if_needed
 from xlafuse.errors import XlafuseError
 from xlafuse.report.format import fit
 from xlafuse.report.inspect_text import SORT_KEYS
@@ -26,9 +21,8 @@ def register(subparsers) -> None:
     )
     p.add_argument("target", nargs="?", help="HLO text file or --xla_dump_to folder")
     p.add_argument("--module", help="in a dump folder, the module whose file name contains NAME")
-    add_workload_arguments(p, what="compile this instead of reading a TARGET: ")
+    add_workload_arguments(p, mesh=True, what="compile this instead of reading a TARGET: ")
     p.add_argument("--variant", default="default", help="fusion variant (default: default)")
-    add_mesh_arguments(p)
     p.add_argument("--top", type=int, help="show the first N kernels only")
     p.add_argument("--sort", default="bytes", choices=SORT_KEYS, help="kernel order")
     p.add_argument("--json", action="store_true", help="print JSON (docs/inspect-json.md)")
