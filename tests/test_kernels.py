@@ -82,7 +82,8 @@ def test_recorded_trace_rows_carry_bytes_bandwidth_kind_source_and_match():
     assert add1.source_lines == ("xlafuse/models/pointwise.py:31",)
     assert rows["wrapped_broadcast"].match == "name"
     fused = _joined("default").kernels[0]
-    assert (fused.name, fused.modeled_bytes, fused.match) == ("loop_add_fusion", 8388608, "name")
+    # outside a command buffer the kernel carries its instruction in the `hlo_op` stat
+    assert (fused.name, fused.modeled_bytes, fused.match) == ("loop_add_fusion", 8388608, "hlo_op")
     assert fused.pct_of_copy_ceiling == pytest.approx(100 * 8388608 / 2432e-9 / CEILING)
 
 
@@ -236,3 +237,30 @@ def test_copies_run_as_memcpys_are_attributed_also_in_a_while_loop():
     assert (rows["copy.10"].launches_per_call, rows["copy.10"].match) == (3, "memcpy")
     assert rows["copy.10"].time_s == pytest.approx(3 * 100e-9)
     assert rows["loop_add_fusion"].launches_per_call == 3
+
+
+def test_launches_are_attributed_by_their_hlo_op_before_any_name_rule():
+    # Two cuBLAS calls of block_fwd: each launches `nvjet_...` kernels whose names say nothing
+    # of the call, and the first a split-K reduction after a fusion launched in between (out of
+    # program order). The `hlo_op` stat of each launch names its instruction: no guess is made.
+    report = analyze_hlo(SAMPLES / "block_fwd.default.hlo.txt")
+    calls = [k.name for k in report.kernel_details if k.opcode == "custom-call"]
+    assert len(calls) >= 2
+    names, ops = [], []
+    for k in report.kernel_details:
+        if k.opcode == "custom-call":
+            names.append("nvjet_sm90_tst_128x256_64x4_1x2_h_bz_coopA_NNT")
+            ops.append(k.name)
+        else:
+            names.append(mangle(k.name) + ("_0" if k.name.startswith("gemm_fusion") else ""))
+            ops.append("command_buffer_3")  # inside a command buffer: the name rules decide
+    names.append("splitKreduce_kernel")
+    ops.append(calls[0])
+    events = [Event(n, j * 1000, 100, "", op) for j, (n, op) in enumerate(zip(names, ops))]
+    times = join_trace(report, events, 1)
+    rows = {k.name: k for k in times.kernels}
+    assert times.unattributed == ()
+    assert (rows[calls[0]].launches_per_call, rows[calls[0]].match) == (2, "hlo_op")
+    assert (rows[calls[1]].launches_per_call, rows[calls[1]].match) == (1, "hlo_op")
+    without_ops = join_trace(report, [Event(*e[:3]) for e in events], 1)
+    assert [name for name, _ in without_ops.unattributed] == ["splitKreduce_kernel"]

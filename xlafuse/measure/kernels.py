@@ -8,7 +8,9 @@ time no HLO kernel could be given ("unattributed").
 What the trace holds, and so what the join can say:
 
 * GPU ("device kernels"): the device plane's "Stream" lines, one event per kernel with its
-  duration on the GPU. Kernel names follow the HLO: the join is the one `xlafuse validate` uses
+  duration on the GPU. A launch outside a command buffer carries its HLO instruction in its
+  `hlo_op` stat, and that decides (a library call's kernels, whatever their names). The others'
+  names follow the HLO: the join is the one `xlafuse validate` uses
   against Nsight Compute (`xlafuse.measure.validate.join_kernels`: names with "." written "_",
   suffixes, reused kernels of identical fusions, cuBLAS/cuDNN launches attributed to their
   custom-call in launch order). It is made on the first call's launches; every call launches
@@ -49,12 +51,16 @@ REPEATED = "repeated launch"
 
 
 class Event(NamedTuple):
-    """One traced event: a GPU kernel or a CPU thunk (times in nanoseconds)."""
+    """One traced event: a GPU kernel or a CPU thunk (times in nanoseconds).
+
+    `op`: a GPU kernel's `hlo_op` stat, the HLO instruction its thunk ran (None without one).
+    """
 
     name: str
     start_ns: int
     duration_ns: int
     line: str = ""
+    op: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -160,7 +166,7 @@ def trace_events(path: str | Path) -> tuple[str, list[Event]]:
     CPU thunks carrying an `hlo_op` stat (a thunk holding others gives way to them)."""
 
     data = ProfileData.from_file(str(path))
-    gpu = [Event(n, s, d) for n, s, d in gpu_kernel_events(data.planes)]
+    gpu = [Event(n, s, d, "", op) for n, s, d, op in gpu_kernel_events(data.planes, ops=True)]
     if gpu:
         return GPU_BASIS, gpu
     return CPU_BASIS, _innermost(_cpu_thunk_events(data.planes))
@@ -243,14 +249,15 @@ def _join_gpu(modeled, events, calls) -> tuple[dict[int, int], dict[int, str]]:
     how: dict[int, str] = {}
     size = len(events) // calls if len(events) % calls == 0 else len(events)
     parts = [range(s, min(s + size, len(events))) for s in range(0, len(events), size or 1)]
-    first: list[str] | None = None
+    first: list[tuple[str, str | None]] | None = None
     first_owner: dict[int, int] = {}
+    index = {k.name: i for i, k in enumerate(modeled)}
     for part in parts:
-        names = [events[j].name for j in part]
+        names = [(events[j].name, events[j].op) for j in part]
         if first is not None and names == first:
             owner.update({part[k]: i for k, i in first_owner.items()})
             continue
-        local, local_how = _join_names(modeled, names)
+        local, local_how = _join_names(modeled, names, index)
         owner.update({part[k]: i for k, i in local.items()})
         for i, h in local_how.items():
             how.setdefault(i, h)
@@ -259,12 +266,17 @@ def _join_gpu(modeled, events, calls) -> tuple[dict[int, int], dict[int, str]]:
     return owner, how
 
 
-def _join_names(modeled, names: list[str]) -> tuple[dict[int, int], dict[int, str]]:
-    """The validate join on one call's launch names, plus repeated launches of a paired name."""
+def _join_names(modeled, launched, index) -> tuple[dict[int, int], dict[int, str]]:
+    """One call's launches, (name, hlo_op) each, joined: a launch whose `hlo_op` is an HLO
+    kernel's name is that kernel's (the runtime says so: a library call's GEMM and split-K
+    kernels, a fusion's memset); the others by the validate join on their names, plus
+    repeated launches of a paired name."""
+    names = [name for name, _ in launched]
     launches = [_Launch(n) for n in names]
+    known = {j: index[op] for j, (_, op) in enumerate(launched) if op in index}
     owner: dict[int, int] = {}
     how: dict[int, str] = {}
-    for i, js, match in join_kernels(modeled, launches):
+    for i, js, match in join_kernels(modeled, launches, known):
         if i is None:
             continue
         how[i] = match

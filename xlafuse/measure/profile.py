@@ -193,8 +193,10 @@ def summarize_kernels(kernels: list[tuple[str, int, int]], calls: int) -> Device
     )
 
 
-def gpu_kernel_events(planes: Iterable[Any]):
-    """(name, start_ns, duration_ns) of every event on a "Stream" line of a GPU plane."""
+def gpu_kernel_events(planes: Iterable[Any], ops: bool = False):
+    """(name, start_ns, duration_ns) of every event on a "Stream" line of a GPU plane; with
+    `ops`, also its `hlo_op` stat (None without one): the HLO instruction the runtime launched
+    it for, the kernel's own name outside a command buffer, `command_buffer_N` inside one."""
     for plane in planes:
         if not plane.name.startswith(GPU_PLANE_PREFIX):
             continue
@@ -202,7 +204,11 @@ def gpu_kernel_events(planes: Iterable[Any]):
             if "Stream" not in line.name:
                 continue
             for event in line.events:
-                yield event.name, int(event.start_ns), int(event.duration_ns)
+                if ops:
+                    op = next((str(v) for k, v in event.stats if k == "hlo_op"), None)
+                    yield event.name, int(event.start_ns), int(event.duration_ns), op
+                else:
+                    yield event.name, int(event.start_ns), int(event.duration_ns)
 
 
 def device_speedup(profile: DeviceProfile, reference: DeviceProfile | None) -> Speedup | None:

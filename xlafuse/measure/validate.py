@@ -23,7 +23,8 @@ its writes are still in L2; under ncu nobody pays for them, while in the run the
 them back. So ncu may see up to `l2_bytes` fewer DRAM bytes than the model, and a time shorter by
 the time those bytes take at the kernel's rate.
 
-The join (`join_kernels`), in four passes over ncu's launches: (1) by name: XLA names a kernel
+The join (`join_kernels`), in four passes over ncu's launches (a profiler trace's join first
+takes the launches whose `hlo_op` stat names an HLO kernel, `known`): (1) by name: XLA names a kernel
 after its fusion, "." mangled to "_" (`wrapped_multiply.1` runs as `wrapped_multiply_1`);
 (2) by name with a suffix (`gemm_fusion_dot_11_0` for `gemm_fusion_dot.11`, the longest name);
 (3) reused kernels: XLA compiles identical fusions once and launches the first one's kernel, so
@@ -58,6 +59,7 @@ _SUFFIX = re.compile(r"(?:[._]\d+)+$")
 
 # How a row's HLO kernel and ncu launch(es) were paired.
 BY_NAME = "name"
+BY_OP = "hlo_op"  # the trace's own word: the launch's `hlo_op` stat names the instruction
 SUFFIXED = "name + suffix"
 REUSED = "reused kernel"
 LIBRARY = "library"
@@ -466,7 +468,9 @@ def base_name(name: str) -> str:
 
 
 def join_kernels(
-    modeled: Sequence[ModeledKernel | tuple], measured: Sequence[NcuKernel]
+    modeled: Sequence[ModeledKernel | tuple],
+    measured: Sequence[NcuKernel],
+    known: Mapping[int, int] | None = None,
 ) -> list[tuple[int | None, list[int], str]]:
     """Pair HLO kernels with ncu launches (see the module docstring for the four passes).
 
@@ -474,21 +478,26 @@ def join_kernels(
       modeled: the HLO's kernels in program order: ModeledKernels, or tuples
         `(name, modeled_bytes[, library])`.
       measured: ncu's launches in launch order.
+      known: launches already paired (launch index -> modeled index), before the passes: a
+        profiler trace's `hlo_op` names the instruction outside command buffers.
 
     Returns:
       `(modeled index or None, [measured indices], match)` per pair, in launch order, then the
       unmatched HLO kernels as `(index, [], "-")` in program order.
     """
     kernels = [_modeled(k) for k in modeled]
-    pair: dict[int, int] = {}  # measured index -> modeled index
-    how: dict[int, str] = {}
-    taken: set[int] = set()
+    pair: dict[int, int] = dict(known or {})  # measured index -> modeled index
+    how: dict[int, str] = dict.fromkeys(pair, BY_OP)
+    taken: set[int] = set(pair.values())
     # Pass 1 through a name index: a program of thousands of kernels would otherwise cost
     # launches x kernels comparisons (pass 1: the first free HLO kernel, in program order, whose mangled name is the launch's).
     by_name: dict[str, list[int]] = {}
     for i, k in reversed(list(enumerate(kernels))):
-        by_name.setdefault(mangle(k.name), []).append(i)
+        if i not in taken:
+            by_name.setdefault(mangle(k.name), []).append(i)
     for j, launch in enumerate(measured):
+        if j in pair:
+            continue
         free = by_name.get(launch.name)
         if free:
             i = free.pop()
