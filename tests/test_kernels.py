@@ -10,6 +10,7 @@ from pathlib import Path
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 
 import xlafuse
@@ -27,8 +28,10 @@ from xlafuse.measure.kernels import (
     trace_events,
 )
 from xlafuse.measure.profile import read_trace, trace_calls
+from xlafuse.measure.stats import difference_interval
 from xlafuse.measure.timing import same_args
 from xlafuse.measure.validate import mangle
+from xlafuse.report.kernels import savings_section
 
 DATA = Path(__file__).parent / "data" / "trace-chain4"
 SAMPLES = Path(__file__).parent / "data" / "h200-jax0.11.2"
@@ -256,7 +259,9 @@ def test_launches_are_attributed_by_their_hlo_op_before_any_name_rule():
             ops.append("command_buffer_3")  # inside a command buffer: the name rules decide
     names.append("splitKreduce_kernel")
     ops.append(calls[0])
-    events = [Event(n, j * 1000, 100, "", op) for j, (n, op) in enumerate(zip(names, ops))]
+    events = [
+        Event(n, j * 1000, 100, "", op) for j, (n, op) in enumerate(zip(names, ops, strict=True))
+    ]
     times = join_trace(report, events, 1)
     rows = {k.name: k for k in times.kernels}
     assert times.unattributed == ()
@@ -264,3 +269,44 @@ def test_launches_are_attributed_by_their_hlo_op_before_any_name_rule():
     assert (rows[calls[1]].launches_per_call, rows[calls[1]].match) == (1, "hlo_op")
     without_ops = join_trace(report, [Event(*e[:3]) for e in events], 1)
     assert [name for name, _ in without_ops.unattributed] == ["splitKreduce_kernel"]
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "verdict"),
+    [
+        ([10e-6] * 5, [10e-6] * 5, "same"),  # identical
+        ([10e-6, 11e-6, 9e-6, 10e-6, 10e-6], [5e-6, 5.5e-6, 4.5e-6, 5e-6, 5e-6], "faster"),
+        ([5e-6, 5.5e-6, 4.5e-6, 5e-6, 5e-6], [10e-6, 11e-6, 9e-6, 10e-6, 10e-6], "slower"),
+        ([10e-6] * 5, [10.2e-6] * 5, "same"),  # real but under 3%
+        ([10e-6, 20e-6, 10e-6, 20e-6], [12e-6, 22e-6, 11e-6, 21e-6], "same"),  # within the noise
+        ([0.0] * 4, [3e-6] * 4, "slower"),  # only in B
+    ],
+)
+def test_a_groups_change_has_its_interval_and_verdict(a, b, verdict):
+    change = difference_interval(a, b)
+    assert change.delta_s == pytest.approx(np.mean(b) - np.mean(a))
+    assert change.ci[0] <= change.delta_s <= change.ci[1]
+    assert change.verdict == verdict
+
+
+def test_recorded_diff_splits_the_groups_by_verdict_and_their_sums_add_up():
+    texts = [(DATA / f"{v}.hlo.txt").read_text() for v in ("default", "no-fusion")]
+    a, b = (parse_hlo(t, v) for t, v in zip(texts, ("default", "no-fusion"), strict=True))
+    diff = diff_modules(a, b, ("default", "no-fusion"), None, (None, *texts))
+    fused, unfused = _joined("default"), _joined("no-fusion")
+    assert len(fused.samples_by_kernel()["loop_add_fusion"]) == 3  # one time per traced call
+    record = kernel_diff_record(diff, fused, unfused)
+    assert record["changed_groups"] == {"faster": 0, "slower": 1, "same": 0}
+    (loss,) = record["losses"]
+    assert loss["kernels_a"] == ["loop_add_fusion"] and loss["verdict"] == "slower"
+    assert loss["ci_s"][0] <= loss["saved_s"] <= loss["ci_s"][1] and loss["ci_s"][0] > 0
+    assert record["gains"] == []
+    groups = sum(record["changed_s"].values())
+    assert groups == pytest.approx(
+        (unfused.time_s - unfused.unattributed_s) - (fused.time_s - fused.unattributed_s)
+    )
+    text = "\n".join(savings_section(record))
+    assert "#### Where no-fusion gains and loses against default" in text
+    assert "no-fusion gains (faster): no groups" in text
+    assert "no-fusion loses (slower): 1 group\n" in text
+    assert "| 95% CI µs |" in text

@@ -81,6 +81,12 @@ def test_the_other_variant_records_its_kernel_groups_timed_against_the_reference
     assert sum(g["time_a_s"] for g in diff["top"]) == pytest.approx(diff["time_a_s"], rel=1e-9)
     assert sum(g["time_b_s"] for g in diff["top"]) == pytest.approx(diff["time_b_s"], rel=1e-9)
     assert [g["n_b"] for g in diff["top"]] == [8]
+    # each group's change has its interval; decided and `same` groups add up to the total
+    assert sum(diff["changed_groups"].values()) == diff["groups"] == 1
+    attributed = (diff["time_b_s"] - diff["unattributed_b_s"]) - (
+        diff["time_a_s"] - diff["unattributed_a_s"]
+    )
+    assert sum(diff["changed_s"].values()) == pytest.approx(attributed, rel=1e-9)
 
 
 def test_report_says_how_to_open_traces_and_shows_the_kernel_tables(kept):
@@ -89,7 +95,7 @@ def test_report_says_how_to_open_traces_and_shows_the_kernel_tables(kept):
     assert "tensorboard --logdir traces/chain_tiny_forward_auto_ops_4_default_cpu" in text
     assert "https://ui.perfetto.dev" in text
     assert "### Kernel times (traced, each joined to its HLO kernel)" in text
-    assert "#### Top 1 fusions by time saved: default vs no-fusion" in text
+    assert "#### Where no-fusion gains and loses against default" in text
     assert "On the CPU there are no device kernels" in text
     assert (out / "kernel_roofline.png").stat().st_size > 0
 

@@ -62,12 +62,12 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from xlafuse import models
 from xlafuse.compile import variants
 from xlafuse.compile.devices import device_count_problem
 from xlafuse.compile.variants import BACKENDS, DISABLE_PASSES
 from xlafuse.errors import XlafuseError, did_you_mean
 from xlafuse.measure.timing import TimingSettings
-from xlafuse import models
 from xlafuse.models import registry, user
 from xlafuse.models.names import workload_label
 from xlafuse.models.sharding import MODEL_PARALLEL_WORKLOADS, PARALLELISMS

@@ -5,15 +5,23 @@
 time (`xlafuse.measure.kernels`) gives each group the time of A's kernels and of B's kernels: for
 A fused and B unfused, `saved_s` (B's time - A's time) is what that fusion saved, measured, not
 modeled. The groups' times add up, with each side's unattributed time, to the side's total.
+
+A group's change has its noise: from the per-call times of its kernels in each traced call,
+the interval of B's mean minus A's and a verdict (`xlafuse.measure.stats.difference_interval`:
+`faster` where B gains, `slower` where it loses, `same` within the noise or under 3%). The
+record lists the groups where B gains and where it loses, each largest first, and the sums of
+the decided and the `same` groups beside the total difference.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from xlafuse import models
 from xlafuse.compile.jit import compile_workload, unoptimized_hlo
@@ -24,6 +32,7 @@ from xlafuse.hlo.parse import parse_hlo
 from xlafuse.measure import timing
 from xlafuse.measure.kernels import KernelTimes, find_trace, join_trace, trace_events
 from xlafuse.measure.profile import trace_calls
+from xlafuse.measure.stats import VERDICTS, Difference, difference_interval
 
 SCHEMA = "xlafuse.kernel_diff/1"
 TOP = 10
@@ -38,11 +47,13 @@ class TimedGroup:
       group: the kernels of A and B that hold the same instructions.
       time_a_s: seconds per call of A's kernels of the group.
       time_b_s: seconds per call of B's kernels of the group.
+      change: B - A with its interval and verdict; None without per-call times.
     """
 
     group: KernelGroup
     time_a_s: float
     time_b_s: float
+    change: Difference | None = None
 
     @property
     def saved_s(self) -> float:
@@ -63,11 +74,20 @@ class TimedGroup:
             "saved_s": self.saved_s,
             "bytes_a": g.bytes_a,
             "bytes_b": g.bytes_b,
+            **(
+                {"ci_s": list(self.change.ci), "verdict": self.change.verdict}
+                if self.change is not None
+                else {}
+            ),
         }
 
 
 def time_groups(
-    diff: FusionDiff, times_a: Mapping[str, float], times_b: Mapping[str, float]
+    diff: FusionDiff,
+    times_a: Mapping[str, float],
+    times_b: Mapping[str, float],
+    samples_a: Mapping[str, Sequence[float]] | None = None,
+    samples_b: Mapping[str, Sequence[float]] | None = None,
 ) -> tuple[TimedGroup, ...]:
     """Each group of `diff` with its measured times, the largest saving first.
 
@@ -75,12 +95,17 @@ def time_groups(
       diff: the FusionDiff from A to B.
       times_a: A's HLO kernel name -> seconds per call (`KernelTimes.times_by_kernel()`).
       times_b: the same for B.
+      samples_a: A's HLO kernel name -> seconds in each traced call
+        (`KernelTimes.samples_by_kernel()`); with `samples_b`, each group's change gets its
+        interval and verdict.
+      samples_b: the same for B.
     """
     timed = [
         TimedGroup(
             g,
             sum(times_a.get(k, 0.0) for k in g.kernels_a),
             sum(times_b.get(k, 0.0) for k in g.kernels_b),
+            _change(g, samples_a, samples_b),
         )
         for g in diff.groups
     ]
@@ -88,11 +113,33 @@ def time_groups(
     return tuple(timed)
 
 
+def _change(group: KernelGroup, samples_a, samples_b) -> Difference | None:
+    """B - A of one group from its kernels' per-call times (None without them)."""
+    if not samples_a or not samples_b:
+        return None
+    a = _group_samples(group.kernels_a, samples_a)
+    b = _group_samples(group.kernels_b, samples_b)
+    return difference_interval(a, b)
+
+
+def _group_samples(kernels: Sequence[str], samples: Mapping[str, Sequence[float]]) -> np.ndarray:
+    """Per call, the seconds of a group's kernels on one side (zeros: the side has none)."""
+    calls = len(next(iter(samples.values())))
+    return np.sum([samples.get(k, (0.0,) * calls) for k in kernels] or [[0.0] * calls], axis=0)
+
+
 def kernel_diff_record(
     diff: FusionDiff, times_a: KernelTimes, times_b: KernelTimes, top: int = TOP
 ) -> dict[str, Any]:
-    """The compact record of A vs B (`CellResult.trace.kernel_diff`): totals and the top savings."""
-    timed = time_groups(diff, times_a.times_by_kernel(), times_b.times_by_kernel())
+    """The compact record of A vs B (`CellResult.trace.kernel_diff`): totals, the top savings,
+    and with per-call times the groups where B gains and loses with their sums (`changes`)."""
+    timed = time_groups(
+        diff,
+        times_a.times_by_kernel(),
+        times_b.times_by_kernel(),
+        times_a.samples_by_kernel(),
+        times_b.samples_by_kernel(),
+    )
     return {
         "schema": SCHEMA,
         "a": diff.label_a,
@@ -106,6 +153,25 @@ def kernel_diff_record(
         "kernels_b": diff.kernels_b,
         "groups": len(timed),
         "top": [t.to_dict(NAMES_KEPT) for t in timed[:top]],
+        **changes(timed, top),
+    }
+
+
+def changes(timed: Sequence[TimedGroup], top: int = TOP) -> dict[str, Any]:
+    """Where B gains (`gains`: groups B runs faster, the largest gain first) and loses
+    (`losses`), and the sums of the groups' differences by verdict (`changed_s`: "faster",
+    "slower", "same"; they add up to the groups' total B - A); {} without intervals."""
+    decided = [t for t in timed if t.change is not None]
+    if not decided:
+        return {}
+    by = {v: [t for t in decided if t.change.verdict == v] for v in VERDICTS}
+    gains = sorted(by["faster"], key=lambda t: t.change.delta_s)
+    losses = sorted(by["slower"], key=lambda t: -t.change.delta_s)
+    return {
+        "gains": [t.to_dict(NAMES_KEPT) for t in gains[:top]],
+        "losses": [t.to_dict(NAMES_KEPT) for t in losses[:top]],
+        "changed_s": {v: sum(t.change.delta_s for t in by[v]) for v in VERDICTS},
+        "changed_groups": {v: len(by[v]) for v in VERDICTS},
     }
 
 
@@ -135,6 +201,7 @@ class MeasuredDiff:
             "b": self.times_b.summary(),
             "groups": [t.to_dict() for t in self.timed],
             "traces": dict(self.traces),
+            **changes(self.timed),
         }
         return out
 
@@ -182,7 +249,13 @@ def measure_workload_diff(
     label = f"workload {workload} ({work.size}, {work.mode})"
     ref, a, b = (parse_hlo(t, label) for t in texts)
     diff = diff_modules(a, b, tuple(variants), ref, tuple(texts))
-    timed = time_groups(diff, times[0].times_by_kernel(), times[1].times_by_kernel())
+    timed = time_groups(
+        diff,
+        times[0].times_by_kernel(),
+        times[1].times_by_kernel(),
+        times[0].samples_by_kernel(),
+        times[1].samples_by_kernel(),
+    )
     return MeasuredDiff(diff, times[0], times[1], timed, traces)
 
 

@@ -78,7 +78,9 @@ class KernelTime:
       source_lines: `file:line` of the Python that made its instructions, without the
         machine's folders (`xlafuse.hlo.ir.portable_source`).
       match: how its events were joined ("name", "name + suffix", "reused kernel", "library",
-        "hlo_op" on the CPU, "-" when none was).
+        "memcpy", "hlo_op" (the event's own stat), "-" when none was).
+      per_call_s: its seconds in each traced call, when the events split into equal calls
+        (else empty); kept in memory for intervals, not written into records.
     """
 
     name: str
@@ -90,11 +92,13 @@ class KernelTime:
     pct_of_copy_ceiling: float | None
     source_lines: tuple[str, ...]
     match: str
+    per_call_s: tuple[float, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-able form."""
+        """JSON-able form (without `per_call_s`)."""
         out = dataclasses.asdict(self)
         out["source_lines"] = list(self.source_lines)
+        del out["per_call_s"]
         return out
 
 
@@ -141,6 +145,14 @@ class KernelTimes:
     def times_by_kernel(self) -> dict[str, float]:
         """HLO kernel name -> seconds per call (every kernel, 0 for those not seen)."""
         return {k.name: k.time_s for k in self.kernels}
+
+    def samples_by_kernel(self) -> dict[str, tuple[float, ...]]:
+        """HLO kernel name -> its seconds in each traced call ({} when the events did not split
+        into equal calls)."""
+        if not any(k.per_call_s for k in self.kernels):
+            return {}
+        zeros = (0.0,) * self.calls
+        return {k.name: k.per_call_s or zeros for k in self.kernels}
 
     def summary(self, top: int = TOP) -> dict[str, Any]:
         """The compact record of a cell (`CellResult.trace.kernel_times`): totals and the top kernels."""
@@ -213,6 +225,9 @@ def join_trace(
         owner, how = _join_cpu(modeled, events)
     ns, launches = defaultdict(int), defaultdict(int)
     lost: dict[str, int] = defaultdict(int)
+    # per call, when the events split into equal calls (every call launches the same kernels)
+    size = len(events) // calls if events and len(events) % calls == 0 else 0
+    per_call: dict[int, list[int]] = defaultdict(lambda: [0] * calls)
     for j, event in enumerate(events):
         i = owner.get(j)
         if i is None:
@@ -220,9 +235,12 @@ def join_trace(
         else:
             ns[i] += event.duration_ns
             launches[i] += 1
+            if size:
+                per_call[i][j // size] += event.duration_ns
     rows = [
         _kernel_time(info, ns[i] * 1e-9 / calls, launches[i] / calls, how.get(i, "-"),
-                     copy_ceiling_bytes_per_s)
+                     copy_ceiling_bytes_per_s,
+                     tuple(t * 1e-9 for t in per_call[i]) if size else ())
         for i, info in enumerate(details)
     ]  # fmt: skip
     rows.sort(key=lambda r: (-r.time_s, -r.launches_per_call))
@@ -233,13 +251,13 @@ def join_trace(
     )
 
 
-def _kernel_time(info, time_s, launches, match, ceiling) -> KernelTime:
+def _kernel_time(info, time_s, launches, match, ceiling, per_call_s) -> KernelTime:
     modeled = info.bytes_in + info.bytes_out
     achieved = modeled / time_s if time_s and modeled else None
     pct = 100.0 * achieved / ceiling if achieved and ceiling else None
     return KernelTime(
         info.name, info.kind, time_s, launches, modeled, achieved, pct,
-        tuple(portable_source(s) for s in info.source_lines), match,
+        tuple(portable_source(s) for s in info.source_lines), match, per_call_s,
     )  # fmt: skip
 
 

@@ -164,3 +164,59 @@ def paired_speedup(
     low, high = np.percentile(np.concatenate(ratios), [tail, 100 - tail])
     ci = (float(min(low, point)), float(max(high, point)))
     return Speedup(point, ci, verdict(point, ci), is_decided(ci), (ref.size, var.size))
+
+
+@dataclasses.dataclass(frozen=True)
+class Difference:
+    """A difference of mean times, B - A, with its interval: what a kernel group gains or loses.
+
+    Means, not medians, so that the groups' differences add up to the total difference.
+
+    Attributes:
+      delta_s: mean(B) - mean(A) in seconds (< 0: B takes less time).
+      ci: (low, high) 95% bootstrap interval of the difference, each side resampled apart (the
+        two were traced in separate calls).
+      verdict: "faster" when B takes less time (the whole interval below 0 and the change at
+        least 3% of the larger side's time), "slower" when it takes more, else "same".
+    """
+
+    delta_s: float
+    ci: tuple[float, float]
+    verdict: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form."""
+        return {"delta_s": self.delta_s, "ci": list(self.ci), "verdict": self.verdict}
+
+
+def difference_interval(
+    a_s: Sequence[float], b_s: Sequence[float], resamples: int = RESAMPLES, seed: int = 0
+) -> Difference:
+    """B's mean time minus A's, per call, with its interval and verdict (see `Difference`).
+
+    Args:
+      a_s: per-call seconds of A (zeros where A has none of the work).
+      b_s: per-call seconds of B.
+      resamples: bootstrap resamples.
+      seed: the resampling seed (fixed: the same samples give the same interval).
+
+    Raises:
+      ValueError: an empty sample set or a negative time.
+    """
+    a = np.asarray(a_s, dtype=np.float64)
+    b = np.asarray(b_s, dtype=np.float64)
+    if a.size == 0 or b.size == 0:
+        raise ValueError("a difference interval needs at least one sample on each side")
+    if (a < 0).any() or (b < 0).any():
+        raise ValueError("per-call times cannot be negative")
+    point = float(b.mean() - a.mean())
+    rng = np.random.default_rng(seed)
+    a_means = rng.choice(a, size=(resamples, a.size)).mean(axis=1)
+    b_means = rng.choice(b, size=(resamples, b.size)).mean(axis=1)
+    tail = (1.0 - CONFIDENCE) / 2 * 100
+    low, high = np.percentile(b_means - a_means, [tail, 100 - tail])
+    ci = (float(min(low, point)), float(max(high, point)))
+    small = abs(point) < SAME_WITHIN * max(float(a.mean()), float(b.mean()))
+    if small or ci[0] <= 0.0 <= ci[1]:
+        return Difference(point, ci, "same")
+    return Difference(point, ci, "faster" if point < 0 else "slower")

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from xlafuse.errors import XlafuseError
+from xlafuse.measure.stats import SAME_WITHIN
 from xlafuse.report.figure import new_figure, save
 from xlafuse.report.lines import cell_label
 from xlafuse.results.records import CellResult
@@ -97,27 +98,60 @@ def top_kernels_table(kernel_times: Mapping[str, Any], rows: int = DETAIL_ROWS) 
 
 
 def savings_section(diff: Mapping[str, Any]) -> list[str]:
-    """`Top 10 fusions by time saved: A vs B` of a `kernel_diff` record."""
+    """The groups of a `kernel_diff` record where B gains and where it loses, each with its
+    interval and verdict (records without intervals: the top groups by time saved)."""
     if "error" in diff:
         return [f"Kernel diff not available: {diff['error']}"]
     a, b = diff["a"], diff["b"]
-    lines = [
-        f"#### Top {len(diff['top'])} fusions by time saved: {a} vs {b}",
-        "",
+    intro = (
         f"Each row is a group of `xlafuse diff`: the kernels of {a} and of {b} that hold the same "
-        f"instructions, with their traced time per call; saved = {b} - {a}. All {diff['groups']} "
-        f"groups plus the unattributed time ({_us(diff['unattributed_a_s'])} / "
-        f"{_us(diff['unattributed_b_s'])}) add up to {_us(diff['time_a_s'])} ({a}) and "
-        f"{_us(diff['time_b_s'])} ({b}).",
+        f"instructions, with their traced time per call. All {diff['groups']} groups plus the "
+        f"unattributed time ({_us(diff['unattributed_a_s'])} / {_us(diff['unattributed_b_s'])}) "
+        f"add up to {_us(diff['time_a_s'])} ({a}) and {_us(diff['time_b_s'])} ({b})."
+    )
+    if "gains" not in diff:
+        return [
+            f"#### Top {len(diff['top'])} fusions by time saved: {a} vs {b}",
+            "",
+            f"{intro} saved = {b} - {a}.",
+            "",
+            *_groups_table(diff["top"], a, b, "saved µs", with_interval=False),
+        ]
+    sums, counts = diff["changed_s"], diff["changed_groups"]
+    lines = [
+        f"#### Where {b} gains and loses against {a}",
         "",
-        f"| group | {a} kernels | {b} kernels | {a} µs | {b} µs | saved µs | {a} MB | {b} MB |",
-        "|" + "---|" * 8,
+        f"{intro} {b} - {a} per group, with its 95% interval from the per-call times of the "
+        f"traced calls; `same` (within the noise, or under {SAME_WITHIN:.0%}) left out of both "
+        f"tables. {b} gains {_us(-sums['faster'])} in {counts['faster']} groups, loses "
+        f"{_us(sums['slower'])} in {counts['slower']}, and {_us(sums['same'])} is in "
+        f"{counts['same']} `same` groups; the total {b} - {a} is "
+        f"{_us(diff['time_b_s'] - diff['time_a_s'])}.",
     ]
-    for g in diff["top"]:
+    for title, rows in (
+        (f"{b} gains (faster)", diff["gains"]),
+        (f"{b} loses (slower)", diff["losses"]),
+    ):
+        lines += ["", f"{title}: {len(rows) or 'no'} group{'s' if len(rows) != 1 else ''}"]
+        if rows:
+            lines += ["", *_groups_table(rows, a, b, f"{b} - {a} µs", with_interval=True)]
+    return lines
+
+
+def _groups_table(rows, a: str, b: str, change: str, with_interval: bool) -> list[str]:
+    interval = " 95% CI µs |" if with_interval else ""
+    lines = [
+        f"| group | {a} kernels | {b} kernels | {a} µs | {b} µs | {change} |{interval} "
+        f"{a} MB | {b} MB |",
+        "|" + "---|" * (9 if with_interval else 8),
+    ]
+    for g in rows:
+        ci = g.get("ci_s")
+        shown = f" {ci[0] * 1e6:.4g} to {ci[1] * 1e6:.4g} |" if with_interval and ci else ""
         lines.append(
             f"| {g['kind']} | {_names(g['kernels_a'], g['n_a'])} | "
             f"{_names(g['kernels_b'], g['n_b'])} | {g['time_a_s'] * 1e6:.4g} | "
-            f"{g['time_b_s'] * 1e6:.4g} | {g['saved_s'] * 1e6:.4g} | "
+            f"{g['time_b_s'] * 1e6:.4g} | {g['saved_s'] * 1e6:.4g} |{shown} "
             f"{g['bytes_a'] / 1e6:.4g} | {g['bytes_b'] / 1e6:.4g} |"
         )
     return lines
@@ -222,17 +256,15 @@ def render_measured_diff(measured: Any, top: int | None = 10) -> str:
         )
     if measured.times_a.basis == "host thunks":
         lines.append(CPU_NOTE)
-    shown = measured.timed[:top] if top is not None else measured.timed
-    lines.append(
-        f"\nkernel groups by time saved ({b} - {a}), {len(shown)} of {len(measured.timed)}:"
-    )
-    width = max([len(_text_names(t.group.kernels_a)) for t in shown] + [10])
-    for t in shown:
+    decided = [t for t in measured.timed if t.change is not None]
+    if decided:
+        lines += _text_changes(decided, a, b, top)
+    else:
+        shown = measured.timed[:top] if top is not None else measured.timed
         lines.append(
-            f"  {t.saved_s * 1e6:>9.3f} µs  {t.group.kind:<9} "
-            f"{_text_names(t.group.kernels_a):<{width}} {t.time_a_s * 1e6:>9.3f} µs -> "
-            f"{_text_names(t.group.kernels_b)} {t.time_b_s * 1e6:.3f} µs"
+            f"\nkernel groups by time saved ({b} - {a}), {len(shown)} of {len(measured.timed)}:"
         )
+        lines += _text_groups(shown)
     total_a = sum(t.time_a_s for t in measured.timed) + measured.times_a.unattributed_s
     total_b = sum(t.time_b_s for t in measured.timed) + measured.times_b.unattributed_s
     lines.append(
@@ -240,6 +272,43 @@ def render_measured_diff(measured: Any, top: int | None = 10) -> str:
         f"traced ({a}), {total_b * 1e6:.4g} of {measured.times_b.time_s * 1e6:.4g} µs ({b})"
     )
     return "\n".join(lines)
+
+
+def _text_changes(decided, a: str, b: str, top: int | None) -> list[str]:
+    """Where B gains and where it loses (B - A per group, with its interval), the `same` groups
+    summed apart."""
+    lines = []
+    for verdict, title in (("faster", "gains"), ("slower", "loses")):
+        rows = sorted(
+            (t for t in decided if t.change.verdict == verdict),
+            key=lambda t: t.change.delta_s if verdict == "faster" else -t.change.delta_s,
+        )
+        total = sum(t.change.delta_s for t in rows)
+        shown = rows[:top] if top is not None else rows
+        lines.append(
+            f"\nwhere {b} {title} ({b} - {a}, 95% interval), {len(shown)} of {len(rows)} "
+            f"groups, {total * 1e6:.4g} µs in all:"
+        )
+        lines += _text_groups(shown)
+    same = [t for t in decided if t.change.verdict == "same"]
+    lines.append(
+        f"same within the noise or under {SAME_WITHIN:.0%}: {len(same)} groups, "
+        f"{sum(t.change.delta_s for t in same) * 1e6:.4g} µs in all"
+    )
+    return lines
+
+
+def _text_groups(shown) -> list[str]:
+    width = max([len(_text_names(t.group.kernels_a)) for t in shown] + [10])
+    lines = []
+    for t in shown:
+        ci = f" [{t.change.ci[0] * 1e6:.4g}, {t.change.ci[1] * 1e6:.4g}]" if t.change else ""
+        lines.append(
+            f"  {t.saved_s * 1e6:>9.3f} µs{ci}  {t.group.kind:<9} "
+            f"{_text_names(t.group.kernels_a):<{width}} {t.time_a_s * 1e6:>9.3f} µs -> "
+            f"{_text_names(t.group.kernels_b)} {t.time_b_s * 1e6:.3f} µs"
+        )
+    return lines
 
 
 def _text_names(names: Sequence[str]) -> str:
