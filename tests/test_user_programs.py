@@ -415,3 +415,22 @@ def test_run_and_warmup_take_imports_on_the_command_line(tmp_path, capsys):
     assert main(["warmup", str(config), "--cache", str(tmp_path / "cache"), "--import",
                  str(MY_MODELS)]) == 0  # fmt: skip
     assert "compiled  gated_mlp/tiny/forward @ default" in capsys.readouterr().out
+
+
+def test_one_label_names_one_program():
+    with pytest.raises(XlafuseError) as err:
+        parse_config(
+            {
+                "workloads": [
+                    {"entry": f"{PROGRAMS}:forward", "name": "mine"},
+                    {"entry": f"{PROGRAMS}:step", "name": "mine", "mode": "train"},
+                    {"entry": f"{PROGRAMS}:forward", "name": "mine", "overrides": {"n": 8}},
+                    {"entry": f"{PROGRAMS}:forward", "name": "a/b"},
+                ]
+            }
+        )
+    assert str(err.value).splitlines()[1:] == [
+        f"  workloads[1].name: 'mine' already names entry '{PROGRAMS}:forward' (workloads[0])",
+        "  workloads[3].name: 'a/b' is no label (: or /); give the entry another name "
+        '(name = "my_forward")',
+    ]

@@ -164,11 +164,8 @@ class WorkloadConfig:
             **self.overrides,
         )
         if self.entry is not None and workload.mode != self.mode:
-            returned = (
-                "a step (fn, args, donate_argnums)"
-                if workload.mode == "train"
-                else ("a forward program")
-            )
+            step = workload.mode == "train"
+            returned = "a step (fn, args, donate_argnums)" if step else "a forward program"
             raise user.EntryError(
                 f"entry {self.entry!r} returned {returned}, and the config says mode = "
                 f"{self.mode!r}: set mode = {workload.mode!r}"
@@ -464,10 +461,18 @@ def _parse_workloads(problems, value, backend, base) -> list[WorkloadConfig]:
         problems.add("workloads", "must be a non-empty array of tables ([[workloads]])")
         return []
     out = []
+    named: dict[str, tuple[str | None, str]] = {}  # label -> (its entry, where it was given)
     for i, item in enumerate(value):
-        workload = _parse_workload(problems, f"workloads[{i}]", item, backend, base)
-        if workload is not None:
-            out.append(workload)
+        where = f"workloads[{i}]"
+        workload = _parse_workload(problems, where, item, backend, base)
+        if workload is None:
+            continue
+        earlier = named.setdefault(workload.name, (workload.entry, where))
+        if earlier[0] != workload.entry:  # two programs under one label would share cells
+            shown = f"entry {earlier[0]!r}" if earlier[0] else "the zoo workload"
+            problems.add(f"{where}.name", f"{workload.name!r} already names {shown} ({earlier[1]})")
+            continue
+        out.append(workload)
     return out
 
 
@@ -535,10 +540,10 @@ def _parse_entry(problems, where, item, base) -> WorkloadConfig | None:
     if name is None:
         return None
     if name in registry.available() or ":" in name or "/" in name:
-        what = "a zoo workload's" if ":" not in name and "/" not in name else "not a label"
+        what = "a zoo workload's name" if name in registry.available() else "no label (: or /)"
         problems.add(
             f"{where}.name",
-            f'{name!r} is {what} name; give the entry another name (name = "my_{entry.function}")',
+            f'{name!r} is {what}; give the entry another name (name = "my_{entry.function}")',
         )
         return None
     return WorkloadConfig(
