@@ -399,6 +399,13 @@ def test_measure_of_the_rollout_on_a_gpu_attributes_every_kernel():
     assert unfused.trace.kernel_diff and "error" not in unfused.trace.kernel_diff
 
 
+def test_workloads_lists_what_an_import_registers(capsys):
+    assert main(["workloads", "gated_mlp", "--import", str(MY_MODELS)]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0].startswith("gated_mlp  modes: forward, train")
+    assert "  d_hidden       int    64     2048   16384" in out
+
+
 def test_run_and_warmup_take_imports_on_the_command_line(tmp_path, capsys):
     config = tmp_path / "mine.toml"
     config.write_text(

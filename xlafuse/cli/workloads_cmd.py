@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+from xlafuse.cli._devices import add_import_argument, import_user_code
+
 
 def register(subparsers) -> None:
     """Adds the `workloads` parser."""
@@ -16,6 +18,7 @@ def register(subparsers) -> None:
     )
     p.add_argument("names", nargs="*", metavar="NAME", help="only these workloads")
     p.add_argument("--json", action="store_true", help="print JSON")
+    add_import_argument(p)
     p.set_defaults(func=run)
 
 
@@ -24,6 +27,7 @@ def run(args) -> int:
     # on use, not at the top: the family modules import JAX (see xlafuse.cli)
     from xlafuse.models import registry
 
+    import_user_code(args)
     names = args.names or registry.available()
     rows = [_describe(registry.spec(name)) for name in names]
     if args.json:
