@@ -114,24 +114,19 @@ def measure(
     """Measure `fn(*args)` under each variant as `xlafuse run` measures a cell.
 
     Args:
-      fn: a jit-able function, or an `xlafuse.models.Workload` (then no `args`).
-      *args: its example arguments.
+      fn: a jit-able function, or an `xlafuse.models.Workload` (then no `args`). *args: its
+        example arguments.
       variants: preset names ("a+b" composes), dicts of XLA options (named by a "name" key)
         or `Variant`s; the first is the reference every other is judged and timed against.
-      timing: `TimingSettings` (or a dict of its fields) for every cell; the defaults of a
-        config's `[timing]` when None.
-      profile: trace each cell for device time and per-kernel times (a GPU's kernels; on a
-        CPU, host-side op times); None: on a GPU only.
+      timing: `TimingSettings` (or a dict of its fields); a config's `[timing]` defaults.
+      profile: trace each cell for device and per-kernel times (None: on a GPU only).
       donate_argnums: a step that consumes its state: argument 0 is the state, donated, and
         `fn` returns `(new_state, ...)`; each timed call then gets the previous new state.
       name: what the records call the program (default: `fn.__name__`).
-      out: a folder to keep results.jsonl, report.md, the plots and the traces in; a later
-        call with the same program and folder resumes (its cells are not measured again)
-        unless `fresh`. None: nothing is written.
-      fresh: with `out`, move earlier results there aside first.
-      calibrate: measure the copy ceiling (% of it per cell): once per process, reused by
-        later calls (a results folder keeps the calibration it has).
-      verbose: print each cell's line (and the ceilings) on stderr as it finishes.
+      out: a folder for results.jsonl, report.md, plots and traces; a later call with the same
+        program and folder resumes there unless `fresh` (None: nothing is written).
+      fresh: with `out`, move earlier results aside. verbose: print each cell's line (stderr).
+      calibrate: measure the copy ceiling once per process (a results folder keeps its own).
 
     Returns:
       A Measurement: print it; `.records` are CellResults.
@@ -142,43 +137,36 @@ def measure(
         or a program that jax cannot trace with its arguments (checked before any compile).
     """
     workload = _workload(fn, args, donate_argnums, name)
-    backend = jax.default_backend()
-    chosen = _variants(variants, backend)
-    settings = _timing(timing)
-    if profile is None:
-        profile = backend == "gpu"
-    config = ExperimentConfig(
-        name="measure",
-        output=Path(out) if out is not None else Path("."),
-        workloads=(
-            WorkloadConfig(
-                workload.name,
-                workload.size,
-                workload.mode,
-                source_sha256=_source_sha256(fn),
-            ),
-        ),
-        variants=tuple(chosen),
-        reference=chosen[0].name,
-        timing=settings,
-        measure=MeasureConfig(
-            profile=bool(profile), keep_traces=out is not None, calibrate=calibrate
-        ),
-    )
-    run = functools.partial(
-        run_experiment,
-        config,
-        progress=False,
-        built={workload.name: workload},
-        ceilings=_process_ceilings(backend) if calibrate else None,
-        stream=sys.stderr if verbose else io.StringIO(),
-    )
+    config = _config(workload, _source_sha256(fn), variants, timing, profile, out, calibrate)
+    ceilings = _process_ceilings(jax.default_backend()) if calibrate else None
+    stream = sys.stderr if verbose else io.StringIO()
+    kwargs = {"built": {workload.name: workload}, "ceilings": ceilings, "stream": stream}
     if out is not None:
-        found = run(out=out, fresh=fresh)
+        found = run_experiment(config, out=out, fresh=fresh, progress=False, **kwargs)
         return Measurement(tuple(found), Path(out) / records_lib.RESULTS_FILE)
     with tempfile.TemporaryDirectory(prefix="xlafuse-measure-") as folder:
-        found = run(out=folder, report=False)
+        found = run_experiment(config, out=folder, progress=False, report=False, **kwargs)
     return Measurement(tuple(found))
+
+
+def _config(workload, source_sha256, variants, timing, profile, out, calibrate):
+    """The one-workload ExperimentConfig a run of `measure`'s cells takes (validated here)."""
+    backend = jax.default_backend()
+    chosen = _variants(variants, backend)
+    cell = WorkloadConfig(workload.name, workload.size, workload.mode, source_sha256=source_sha256)
+    return ExperimentConfig(
+        name="measure",
+        output=Path(out) if out is not None else Path("."),
+        workloads=(cell,),
+        variants=tuple(chosen),
+        reference=chosen[0].name,
+        timing=_timing(timing),
+        measure=MeasureConfig(
+            profile=backend == "gpu" if profile is None else bool(profile),
+            keep_traces=out is not None,
+            calibrate=calibrate,
+        ),
+    )
 
 
 @functools.cache

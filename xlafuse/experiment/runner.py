@@ -110,65 +110,87 @@ def run_experiment(
       out: results folder; the config's `experiment.output` when None.
       only: workload names (or labels like "mlp/tiny/train") to run; all when None.
       variants: variant names to run (the reference is always included); all when None.
-      fresh: move earlier results aside and start over instead of resuming.
-      progress: show a progress bar with an ETA (a line per cell is printed either way).
-      built: workloads already built, by the config's workload name (used instead of
-        building them: a function given from Python, `xlafuse.measure`).
-      ceilings: a calibration of this process to use when the results file has none (else
-        one is measured, with `[measure] calibrate`).
-      report: write report.md and the plots after the last cell.
-      stream: where the lines go (stdout when None).
+      fresh: move earlier results aside and start over. progress: a bar with an ETA.
+      built: workloads already built, by the config's name (`xlafuse.measure`'s function).
+      ceilings: the calibration to use when the results file has none (else one is made).
+      report: write report.md and the plots. stream: where the lines go (None: stdout).
 
     Returns:
       The latest record of every selected cell, earlier runs' included, in sweep order.
 
     Raises:
-      DeviceCountError: a workload asks for more devices than the backend has (on a CPU,
-        `xlafuse run` runs itself again with enough host devices; see `xlafuse.compile.devices`).
+      DeviceCountError: more devices than the backend has (`xlafuse run` on a CPU runs
+        itself again with enough host devices).
       XlafuseError: an invalid config, `only`/`variants` naming nothing in it, an output
         folder that cannot be written, one that another run holds, or a results file there
         written under other settings (resuming would mix them).
     """
-    if not isinstance(config, ExperimentConfig):
-        config = load_config(config)
-    config = select(config, only, variants)
-    backend = jax.default_backend()
-    config = _for_backend(config, backend, print)
-    check_device_count(max((w.devices for w in config.workloads), default=1))
+    config, backend = _for_this_run(config, only, variants)
     out_dir = records.prepare_output(out if out is not None else config.output)
     results_path = out_dir / records.RESULTS_FILE
     settings = run_environment.run_settings(config, backend, jax.devices()[0].device_kind)
+    given = _Given(dict(built or {}), ceilings, report)
     with records.lock_folder(out_dir):
         if fresh:
             _move_aside(results_path)
         torn = records.repair_tail(results_path)
-        sources = {w.name: (w.entry, w.source_sha256) for w in config.workloads}
-        check_resumable(results_path, settings, run_environment.by_name(config.variants), sources)
-        done = records.finished_cells(results_path)
-        plan = [(w, _todo(config, w, backend, done)) for w in config.workloads]
-        todo = sum(len(cells) for _, cells in plan)
-        with Reporter(progress, todo, stream) as reporter:
+        plan, done = _plan(config, results_path, settings, backend)
+        with Reporter(progress, sum(len(cells) for _, cells in plan), stream) as reporter:
             if torn is not None:
                 reporter.say(f"a torn last line of {results_path} was moved aside to {torn}")
-            if todo:
-                run = _start(
-                    config, results_path, settings, reporter.say, todo, len(done), ceilings
-                )
-                run.built = dict(built or {})
-                try:
-                    for phase in _phases(plan):
-                        done = records.finished_cells(results_path)
-                        for workload_config, cells in phase:
-                            _run_workload(run, workload_config, cells, done, reporter.advance)
-                finally:
-                    if report:
-                        _write_report(results_path, out_dir, reporter.say)
-            else:
-                cells = len(config.workloads) * len(config.variants)
-                reporter.say(f"all {cells} cells already in {results_path}; nothing to run")
-                if report:
-                    _write_report(results_path, out_dir, reporter.say)
+            _run_plan(config, plan, results_path, settings, reporter, done, given)
     return _selected_records(config, results_path, backend)
+
+
+def _for_this_run(config, only, variants) -> tuple[ExperimentConfig, str]:
+    """The config (read, when a path) as this run takes it: the selected workloads and
+    variants of this backend; and the backend. Refuses more devices than the backend has."""
+    if not isinstance(config, ExperimentConfig):
+        config = load_config(config)
+    backend = jax.default_backend()
+    config = _for_backend(select(config, only, variants), backend, print)
+    check_device_count(max((w.devices for w in config.workloads), default=1))
+    return config, backend
+
+
+def _plan(config, results_path: Path, settings, backend: str) -> tuple[list, int]:
+    """(each workload with its variants still to run, the cells already done), once the
+    results file is known to hold cells of these settings only (`check_resumable`)."""
+    sources = {w.name: (w.entry, w.source_sha256) for w in config.workloads}
+    check_resumable(results_path, settings, run_environment.by_name(config.variants), sources)
+    done = records.finished_cells(results_path)
+    return [(w, _todo(config, w, backend, done)) for w in config.workloads], len(done)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Given:
+    """What a caller hands a run besides its config (`run_experiment`'s arguments)."""
+
+    built: Mapping[str, Any]
+    ceilings: parts.CeilingsRecord | None
+    report: bool
+
+
+def _run_plan(config, plan, results_path: Path, settings, reporter, skipped: int, given) -> None:
+    """Every pending cell of `plan`, phase by phase, then the report (also when a cell raised
+    past its own error record, e.g. Ctrl-C: every finished cell is in the file already)."""
+    todo = sum(len(cells) for _, cells in plan)
+    if not todo:
+        cells = len(config.workloads) * len(config.variants)
+        reporter.say(f"all {cells} cells already in {results_path}; nothing to run")
+        if given.report:
+            _write_report(results_path, results_path.parent, reporter.say)
+        return
+    run = _start(config, results_path, settings, reporter.say, todo, skipped, given.ceilings)
+    run.built = given.built
+    try:
+        for phase in _phases(plan):
+            done = records.finished_cells(results_path)
+            for workload_config, cells in phase:
+                _run_workload(run, workload_config, cells, done, reporter.advance)
+    finally:
+        if given.report:
+            _write_report(results_path, results_path.parent, reporter.say)
 
 
 def select(
