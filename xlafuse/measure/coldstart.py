@@ -264,16 +264,7 @@ def workload_spec(workload: Any) -> dict[str, Any]:
     if isinstance(workload, str):
         workload = {"name": workload}
     elif hasattr(workload, "fn") and hasattr(workload, "config"):
-        label = workload.name
-        workload = {
-            "name": workload.entry or workload.name,
-            "size": workload.size,
-            "mode": workload.mode,
-            "dtype": None if workload.entry else workload.dtype,
-            "overrides": workload.to_dict()["config"],
-            "devices": workload.devices,
-            "parallelism": workload.parallelism,
-        }
+        label, workload = workload.name, _built_spec(workload)
     elif hasattr(workload, "to_dict"):
         label = getattr(workload, "name", None)
         workload = {**workload.to_dict(), "name": getattr(workload, "build_name", label)}
@@ -296,6 +287,20 @@ def workload_spec(workload: Any) -> dict[str, Any]:
         "devices": int(workload.get("devices") or 1),
         "parallelism": workload.get("parallelism") if workload.get("devices", 1) > 1 else None,
         "imports": list(user.imported()),
+    }
+
+
+def _built_spec(workload: Any) -> dict[str, Any]:
+    """The spec of a built Workload: its resolved configuration as overrides (a program of the
+    user's: its entry, whose dtype is its inputs')."""
+    return {
+        "name": workload.entry or workload.name,
+        "size": workload.size,
+        "mode": workload.mode,
+        "dtype": None if workload.entry else workload.dtype,
+        "overrides": workload.to_dict()["config"],
+        "devices": workload.devices,
+        "parallelism": workload.parallelism,
     }
 
 

@@ -224,8 +224,7 @@ def measure_workload_diff(
     Args:
       workload: a zoo workload's name, or a program of the user's (`FILE.py:FUNCTION`).
       variants: (A, B), e.g. ("default", "no-fusion").
-      size: the workload size.
-      mode: the workload mode.
+      size, mode: the workload's size and mode.
       calls: calls traced per variant.
       trace_dir: keep the traces under `trace_dir/<variant>/`; None: temporary, deleted.
       overrides: the workload's overrides (a program of the user's: its keyword arguments).

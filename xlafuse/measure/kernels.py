@@ -223,24 +223,11 @@ def join_trace(
         owner, how = _join_gpu(modeled, events, calls)
     else:
         owner, how = _join_cpu(modeled, events)
-    ns, launches = defaultdict(int), defaultdict(int)
-    lost: dict[str, int] = defaultdict(int)
-    # per call, when the events split into equal calls (every call launches the same kernels)
-    size = len(events) // calls if events and len(events) % calls == 0 else 0
-    per_call: dict[int, list[int]] = defaultdict(lambda: [0] * calls)
-    for j, event in enumerate(events):
-        i = owner.get(j)
-        if i is None:
-            lost[event.name] += event.duration_ns
-        else:
-            ns[i] += event.duration_ns
-            launches[i] += 1
-            if size:
-                per_call[i][j // size] += event.duration_ns
+    ns, launches, per_call, lost = _sum_events(events, owner, calls)
     rows = [
         _kernel_time(info, ns[i] * 1e-9 / calls, launches[i] / calls, how.get(i, "-"),
                      copy_ceiling_bytes_per_s,
-                     tuple(t * 1e-9 for t in per_call[i]) if size else ())
+                     tuple(t * 1e-9 for t in per_call[i]) if per_call else ())
         for i, info in enumerate(details)
     ]  # fmt: skip
     rows.sort(key=lambda r: (-r.time_s, -r.launches_per_call))
@@ -249,6 +236,25 @@ def join_trace(
     return KernelTimes(
         basis, calls, total, tuple(rows), tuple(unattributed), copy_ceiling_bytes_per_s
     )
+
+
+def _sum_events(events: Sequence[Event], owner: Mapping[int, int], calls: int):
+    """(ns, launches, per-call ns by kernel index, lost ns by event name): `per_call` is {}
+    unless the events split into equal calls (every call launches the same kernels)."""
+    ns, launches = defaultdict(int), defaultdict(int)
+    lost: dict[str, int] = defaultdict(int)
+    size = len(events) // calls if events and len(events) % calls == 0 else 0
+    per_call: dict[int, list[int]] = defaultdict(lambda: [0] * calls)
+    for j, event in enumerate(events):
+        i = owner.get(j)
+        if i is None:
+            lost[event.name] += event.duration_ns
+            continue
+        ns[i] += event.duration_ns
+        launches[i] += 1
+        if size:
+            per_call[i][j // size] += event.duration_ns
+    return ns, launches, per_call if size else {}, lost
 
 
 def _kernel_time(info, time_s, launches, match, ceiling, per_call_s) -> KernelTime:

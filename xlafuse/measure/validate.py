@@ -489,20 +489,7 @@ def join_kernels(
     pair: dict[int, int] = dict(known or {})  # measured index -> modeled index
     how: dict[int, str] = dict.fromkeys(pair, BY_OP)
     taken: set[int] = set(pair.values())
-    # Pass 1 through a name index: a program of thousands of kernels would otherwise cost
-    # launches x kernels comparisons (pass 1: the first free HLO kernel, in program order, whose mangled name is the launch's).
-    by_name: dict[str, list[int]] = {}
-    for i, k in reversed(list(enumerate(kernels))):
-        if i not in taken:
-            by_name.setdefault(mangle(k.name), []).append(i)
-    for j, launch in enumerate(measured):
-        if j in pair:
-            continue
-        free = by_name.get(launch.name)
-        if free:
-            i = free.pop()
-            pair[j], how[j] = i, BY_NAME
-            taken.add(i)
+    _pair_by_name(kernels, measured, pair, how, taken)
     for label, find in ((SUFFIXED, _prefixed), (REUSED, _same_base)):
         for j, launch in enumerate(measured):
             if j in pair:
@@ -526,6 +513,24 @@ def join_kernels(
             out.append((i, [j], how[j]))
     out.extend((i, [], UNMATCHED) for i in range(len(kernels)) if i not in taken)
     return out
+
+
+def _pair_by_name(kernels, measured, pair, how, taken) -> None:
+    """Pass 1: each launch -> the first free HLO kernel, in program order, whose mangled name is
+    the launch's (through a name index: a program of thousands of kernels would otherwise cost
+    launches x kernels comparisons)."""
+    by_name: dict[str, list[int]] = {}
+    for i, k in reversed(list(enumerate(kernels))):
+        if i not in taken:
+            by_name.setdefault(mangle(k.name), []).append(i)
+    for j, launch in enumerate(measured):
+        if j in pair:
+            continue
+        free = by_name.get(launch.name)
+        if free:
+            i = free.pop()
+            pair[j], how[j] = i, BY_NAME
+            taken.add(i)
 
 
 def _prefixed(name: str, free: list[tuple[int, ModeledKernel]]) -> int | None:

@@ -169,9 +169,8 @@ def build(
     """Builds a workload: a pure function and example arguments, on the default device or a mesh.
 
     Args:
-        name: a name from `available()`, or a user program's entry, `FILE.py:FUNCTION` or
-            `MODULE:FUNCTION` (`xlafuse.models.user`: FUNCTION(**overrides) makes it; size,
-            mode and seed are then FUNCTION's business and are not used).
+        name: a name from `available()`, or a program of the user's, `FILE.py:FUNCTION` or
+            `MODULE:FUNCTION` (`xlafuse.models.user`: size, mode and seed are then not used).
         size: "tiny" (CI, a 2-core CPU), "small" (reference architectures, modest batch) or
             "full" (sized for an H200).
         mode: "forward" (inference) or "train" (loss + grad + AdamW update in one step).
@@ -194,9 +193,8 @@ def build(
         XlafuseError: an override of the wrong kind or sign (`check_override`), an unknown
             parallelism, more devices than the backend has, a batch or layer dimension that
             `devices` does not divide, or arrays that cannot fit in the devices' memory
-            (`xlafuse.models.memory.check_fits`: checked before any array is made).
-        EntryError: a user entry that cannot be loaded, called or traced, or asked to run on
-            more than one device.
+            (`xlafuse.models.memory.check_fits`: checked before any array is made); a user's
+            program that cannot be loaded, called or traced, or on more than one device.
     """
     if user.is_entry(name):
         _check_entry_devices(name, devices)
@@ -205,11 +203,17 @@ def build(
     if devices != 1:
         sharding.check_device_count(devices)
     cfg, ctx, recipe, abstract = _prepare(name, size, mode, dtype, devices, overrides, seed)
+    workload = _workload(name, size, mode, cfg, ctx, recipe, seed, abstract)
+    return sharding.shard(workload, devices, parallelism)
+
+
+def _workload(name, size, mode, cfg, ctx, recipe: Recipe, seed, abstract) -> Workload:
+    """The Workload of a prepared configuration, on the default device (`build`)."""
     fn, args, num_params, state_tree = _assemble(recipe, mode, cfg, seed, abstract)
     flops = recipe.flops
     if flops is not None and mode == "train":
         flops *= TRAIN_FLOPS_FACTOR
-    workload = Workload(
+    return Workload(
         name=name,
         size=size,
         mode=mode,
@@ -224,7 +228,6 @@ def build(
         donate_argnums=(0,) if mode == "train" else (),
         state_tree=state_tree,
     )
-    return sharding.shard(workload, devices, parallelism)
 
 
 def check_build(
