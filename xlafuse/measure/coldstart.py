@@ -379,12 +379,11 @@ def measure_cold_start(
     Args:
       workload: see `workload_spec`.
       variant: a preset name, "a+b", a Variant or a dict of XLA options.
-      cache_dir: the cache folder to fill and keep; None uses a temporary one. If it already
-        holds entries (e.g. after `xlafuse warmup`), the cold run is skipped: both runs would be
-        warm, and `cold_compile_s` is None.
+      cache_dir: the cache folder to fill and keep (None: a temporary one). If it holds
+        entries already (`xlafuse warmup`), the cold run is skipped: `cold_compile_s` is None.
       steady_calls: calls whose median is `steady_call_s`.
-      aot: also measure export and the AOT load in a third process.
-      on_step: called with a short line before each child process starts (for progress).
+      aot: also measure export and the AOT load in a third process. on_step: called with a
+        short line before each child process starts (for progress).
 
     Returns:
       The ColdStartResult.
@@ -417,9 +416,14 @@ def measure_cold_start(
         if aot:
             step("AOT load: new process, deserialize + compile + first call")
             aot_load_s = run_aot_load(workload, variant, exported)
+    return _result(workload_spec(workload), name, cold, warm, first, aot_load_s, cache_dir)
+
+
+def _result(spec, variant: str, cold, warm, first, aot_load_s, cache_dir) -> ColdStartResult:
+    """The ColdStartResult of the runs (`first`: the cold run's, else the warm one's)."""
     return ColdStartResult(
-        workload=workload_spec(workload),
-        variant=name,
+        workload=spec,
+        variant=variant,
         backend=first.backend,
         import_s=first.import_s,
         lower_s=first.lower_s,
