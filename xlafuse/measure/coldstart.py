@@ -392,7 +392,6 @@ def measure_cold_start(
       XlafuseError: `cache_dir` cannot serve as a cache folder (a file, or not writable).
       RuntimeError: a child failed.
     """
-    name = _variant_dict(variant)["name"]
     if cache_dir is not None:
         check_cache_dir(cache_dir)
     step = on_step or (lambda line: None)
@@ -407,15 +406,14 @@ def measure_cold_start(
         warm = run_start(workload, variant, folder, steady_calls)
         first = cold or warm
         aot_load_s = None
-        if aot and cold is None:
-            # The warm child did not export: do it now, without a cache (not timed against it).
+        if aot and cold is None:  # the warm child did not export: a child without a cache does
             step("export: new process, no cache")
-            first = dataclasses.replace(
-                first, aot_export_s=run_start(workload, variant, None, 1, exported).aot_export_s
-            )
+            exporting = run_start(workload, variant, None, 1, exported)
+            first = dataclasses.replace(first, aot_export_s=exporting.aot_export_s)
         if aot:
             step("AOT load: new process, deserialize + compile + first call")
             aot_load_s = run_aot_load(workload, variant, exported)
+    name = _variant_dict(variant)["name"]
     return _result(workload_spec(workload), name, cold, warm, first, aot_load_s, cache_dir)
 
 
