@@ -92,12 +92,7 @@ def compile_for_explain(
     # JAX and the compiler, imported here: reading a dump folder needs neither
     import jax
 
-    from xlafuse.compile.jit import (
-        compile_lowered,
-        compile_workload,
-        lower_workload,
-        unoptimized_hlo,
-    )
+    from xlafuse.compile.jit import unoptimized_hlo
     from xlafuse.compile.variants import get as get_variant
 
     work = models.build(
@@ -117,21 +112,27 @@ def compile_for_explain(
             on_step(
                 f"compiling {workload_label(work.name, work.size, work.mode, overrides)} @ {name}"
             )
-        if backend != "gpu" or variant.process_flags:
-            optimized[name] = compile_workload(work, variant).hlo_text
-            continue
-        # The same program as `compile_workload` compiles (same jit arguments and options),
-        # with XLA's dump switched on: a dump does not change the program.
-        with tempfile.TemporaryDirectory(prefix="xlafuse-explain-") as folder:
-            options = {**variant.compiler_options(backend), **DUMP_OPTIONS, "xla_dump_to": folder}
-            compiled = compile_lowered(lower_workload(work), variant, options)
-            optimized[name] = compiled.as_text()
-            found = sorted(Path(folder).glob(f"*{DUMP_SUFFIX}"))
-            if found:
-                dumps[name] = read_priority_dump(found[-1])
+        optimized[name], dump = _compile_with_reasons(work, variant, backend)
+        if dump is not None:
+            dumps[name] = dump
     return CompiledHlo(
         f"workload {workload} ({size}, {work.mode})", backend, unoptimized, optimized, dumps
     )
+
+
+def _compile_with_reasons(work, variant, backend: str):
+    """(optimized HLO, XLA's priority-fusion dump or None) of a workload under a variant. On a
+    GPU, in process, the same program as `compile_workload` compiles (same jit arguments and
+    options) with XLA's dump switched on: a dump does not change the program."""
+    from xlafuse.compile.jit import compile_lowered, compile_workload, lower_workload  # JAX
+
+    if backend != "gpu" or variant.process_flags:
+        return compile_workload(work, variant).hlo_text, None
+    with tempfile.TemporaryDirectory(prefix="xlafuse-explain-") as folder:
+        options = {**variant.compiler_options(backend), **DUMP_OPTIONS, "xla_dump_to": folder}
+        text = compile_lowered(lower_workload(work), variant, options).as_text()
+        found = sorted(Path(folder).glob(f"*{DUMP_SUFFIX}"))
+        return text, read_priority_dump(found[-1]) if found else None
 
 
 def explain_target(
@@ -296,6 +297,24 @@ def missed_fusions(unoptimized_text: str, optimized_text: str, top: int = 5) -> 
     }
 
 
+def _check_files(a, b) -> None:
+    """Both of A and B given, and files.
+
+    Raises:
+        XlafuseError: one missing, a folder, or a path that does not exist.
+    """
+    if a is None or b is None:
+        raise XlafuseError("give two HLO files A B, or --workload NAME --variants V1,V2")
+    for path in (a, b):
+        if Path(path).is_dir():
+            raise XlafuseError(
+                f"diff compares two HLO files; {str(path)!r} is a dump folder "
+                "(give one of its *after_optimizations.txt files)"
+            )
+        if not Path(path).exists():
+            raise XlafuseError(f"no such file or folder: {str(path)!r}; {ACCEPTED}")
+
+
 def diff_targets(
     a: str | Path | None = None,
     b: str | Path | None = None,
@@ -340,16 +359,7 @@ def diff_targets(
         return diff_workload(
             workload, tuple(variants), size, mode, devices, parallelism, overrides, on_step
         )
-    if a is None or b is None:
-        raise XlafuseError("give two HLO files A B, or --workload NAME --variants V1,V2")
-    for path in (a, b):
-        if Path(path).is_dir():
-            raise XlafuseError(
-                f"diff compares two HLO files; {str(path)!r} is a dump folder "
-                "(give one of its *after_optimizations.txt files)"
-            )
-        if not Path(path).exists():
-            raise XlafuseError(f"no such file or folder: {str(path)!r}; {ACCEPTED}")
+    _check_files(a, b)
     reference = reference if reference is not None else reference_beside(a)
     ref, module_a, module_b = (load_module(p) if p else None for p in (reference, a, b))
     texts = tuple(read_hlo(Path(p))[0] if p else None for p in (reference, a, b))
