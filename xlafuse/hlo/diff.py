@@ -195,27 +195,32 @@ def _direct_links(a, b, a_text, b_text) -> list[tuple[str, str]]:
     return links
 
 
-def _groups(lineage_a, lineage_b, bytes_a, bytes_b, extra=()) -> tuple[KernelGroup, ...]:
-    parent: dict[tuple[str, str], tuple[str, str]] = {}
+class _Joined:
+    """Kernels of A and B, `("a", name)` and `("b", name)`, joined into groups (union-find)."""
 
-    def find(x):
-        while parent.setdefault(x, x) != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
+    def __init__(self, nodes: list[tuple[str, str]]):
+        self.parent = {n: n for n in nodes}
+
+    def find(self, x: tuple[str, str]) -> tuple[str, str]:
+        while self.parent.setdefault(x, x) != x:
+            self.parent[x] = self.parent[self.parent[x]]
+            x = self.parent[x]
         return x
 
+    def join(self, keep: tuple[str, str], other: tuple[str, str]) -> None:
+        root, other_root = self.find(keep), self.find(other)
+        if other_root != root:
+            self.parent[other_root] = root
+
+
+def _groups(lineage_a, lineage_b, bytes_a, bytes_b, extra=()) -> tuple[KernelGroup, ...]:
     nodes = [("a", k) for k in lineage_a.kernels] + [("b", k) for k in lineage_b.kernels]
-    for n in nodes:
-        find(n)
+    joined = _Joined(nodes)
+    find = joined.find
     for ta in lineage_a.traces:
         tb = lineage_b.by_name.get(ta.instruction)
-        if ta.kernel is None:
-            continue
-        root = find(("a", ta.kernel))
-        if tb is not None and tb.kernel is not None:
-            other = find(("b", tb.kernel))
-            if other != root:
-                parent[other] = root
+        if ta.kernel is not None and tb is not None and tb.kernel is not None:
+            joined.join(("a", ta.kernel), ("b", tb.kernel))
     # A kernel whose instructions were all lost on the way from the unoptimized module may still
     # hold the same instructions as a kernel on the other side: link it, and only it, directly.
     sizes: dict[tuple[str, str], int] = {}
@@ -223,9 +228,8 @@ def _groups(lineage_a, lineage_b, bytes_a, bytes_b, extra=()) -> tuple[KernelGro
         sizes[find(n)] = sizes.get(find(n), 0) + 1
     alone = {n for n in nodes if sizes[find(n)] == 1}
     for ka, kb in extra:
-        ra, rb = find(("a", ka)), find(("b", kb))
-        if ra != rb and (("a", ka) in alone or ("b", kb) in alone):
-            parent[rb] = ra
+        if ("a", ka) in alone or ("b", kb) in alone:
+            joined.join(("a", ka), ("b", kb))
     members: dict[tuple[str, str], list[tuple[str, str]]] = {}
     for n in nodes:
         members.setdefault(find(n), []).append(n)

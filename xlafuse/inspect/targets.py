@@ -64,8 +64,7 @@ def inspect_target(
         path: an optimized HLO text file or an `--xla_dump_to` folder.
         module: in a folder, the module whose file name contains this text.
         workload: instead of `path`, a workload name from `xlafuse.models`.
-        size: the workload size ("tiny", "small", "full").
-        mode: the workload mode ("forward", "train").
+        size, mode: the workload's size ("tiny", "small", "full") and mode ("forward", "train").
         variant: the fusion variant to compile the workload under.
         overrides: workload overrides (e.g. `{"batch": 4}`).
         devices: shard the workload over this many devices (`xlafuse.models.build`).
