@@ -75,15 +75,14 @@ def validate_cell(
     """Profile one call of a workload under ncu and judge the HLO's kernels against it.
 
     Args:
-      workload: a name, a spec dict (name, size, mode, dtype, seed, overrides), a WorkloadConfig
-        or a Workload (see `xlafuse.measure.coldstart.workload_spec`).
+      workload: as `xlafuse.measure.coldstart.workload_spec` takes it (a name, a program of
+        the user's, a spec dict, a WorkloadConfig or a Workload).
       variant: a preset name, "a+b", a Variant or a dict of XLA options.
       cache_dir: the persistent compilation cache to warm and read; a temporary one when None.
       ncu: the ncu executable; None looks for $XLAFUSE_NCU, then `ncu` on PATH.
       profile_calls: calls traced with `jax.profiler` for the device time (0: none).
-      keep: a folder to keep ncu's raw output (`STEM.ncu.csv`) and the optimized HLO it ran
-        (`STEM.hlo.txt.gz`), STEM from `file_stem`: the table can be rebuilt from the two.
-      timeout_s: seconds each child may take.
+      keep: a folder to keep ncu's raw output (`STEM.ncu.csv`, STEM from `file_stem`) and the
+        optimized HLO it ran (`STEM.hlo.txt.gz`). timeout_s: seconds each child may take.
 
     Returns:
       The ValidationResult.
@@ -100,34 +99,39 @@ def validate_cell(
     with tempfile.TemporaryDirectory(prefix="xlafuse-validate-") as tmp:
         folder = Path(tmp)
         request["cache_dir"] = str(Path(cache_dir) if cache_dir else folder / "cache")
-        warm = _run_child({**request, "phase": "warm"}, folder / "warm", flags, timeout_s)
-        if warm["backend"] != "gpu":
-            raise XlafuseError(
-                f"no GPU: JAX in a child process has only the {warm['backend']!r} backend "
-                "(xlafuse validate needs an NVIDIA GPU and Nsight Compute)"
-            )
-        program = [sys.executable, "-m", _CHILD_MODULE, str(folder / "ncu")]
-        profiled, csv_text = _run_child(
-            {**request, "phase": "ncu"},
-            folder / "ncu",
-            flags,
-            timeout_s,
-            ncu_command(ncu_path, program),
-        )
+        warm, profiled, csv_text = _profile(request, folder, flags, timeout_s, ncu_path)
         hlo_text = (folder / "ncu" / "optimized.hlo.txt").read_text()
         if keep is not None:
             _keep(Path(keep), spec, chosen.name, csv_text, hlo_text)
         modeled = modeled_kernels(hlo_text)
+        same = modeled == modeled_kernels(folder / "warm" / "optimized.hlo.txt")
+        measured = _measured(csv_text, spec, chosen.name)
+        profiler_s, l2 = warm.get("profiler_kernel_s"), warm.get("l2_bytes")
         return compare_kernels(
-            modeled,
-            _measured(csv_text, spec, chosen.name),
-            warm.get("profiler_kernel_s"),
-            warm.get("l2_bytes"),
-            workload=spec,
-            variant=chosen.name,
-            compiled_under_ncu=profiled["cache_hits"] == 0,
-            same_kernels=modeled == modeled_kernels(folder / "warm" / "optimized.hlo.txt"),
+            modeled, measured, profiler_s, l2, workload=spec, variant=chosen.name,
+            compiled_under_ncu=profiled["cache_hits"] == 0, same_kernels=same,
+        )  # fmt: skip
+
+
+def _profile(request, folder: Path, flags, timeout_s: float, ncu_path: str):
+    """(the warm child's result, the ncu child's result, ncu's CSV): a child that fills the
+    cache and traces device times, then one under ncu that profiles one call.
+
+    Raises:
+      XlafuseError: the warm child sees no GPU.
+    """
+    warm = _run_child({**request, "phase": "warm"}, folder / "warm", flags, timeout_s)
+    if warm["backend"] != "gpu":
+        raise XlafuseError(
+            f"no GPU: JAX in a child process has only the {warm['backend']!r} backend "
+            "(xlafuse validate needs an NVIDIA GPU and Nsight Compute)"
         )
+    program = [sys.executable, "-m", _CHILD_MODULE, str(folder / "ncu")]
+    command = ncu_command(ncu_path, program)
+    profiled, csv_text = _run_child(
+        {**request, "phase": "ncu"}, folder / "ncu", flags, timeout_s, command
+    )
+    return warm, profiled, csv_text
 
 
 def validate_config(
