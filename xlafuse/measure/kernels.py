@@ -40,7 +40,7 @@ from jax.profiler import ProfileData
 
 from xlafuse.hlo import analyze_hlo
 from xlafuse.hlo.ir import portable_source
-from xlafuse.measure.profile import gpu_kernel_events
+from xlafuse.measure.profile import event_stat, gpu_kernel_events
 from xlafuse.measure.validate import ModeledKernel, join_kernels
 
 SCHEMA = "xlafuse.kernel_times/1"
@@ -331,7 +331,7 @@ def _cpu_thunk_events(planes: Iterable[Any]) -> list[Event]:
             continue
         for line in plane.lines:
             for event in line.events:
-                op = next((v for k, v in event.stats if k == "hlo_op"), None)
+                op = event_stat(event, "hlo_op")
                 if op is not None:
                     out.append(
                         Event(str(op), int(event.start_ns), int(event.duration_ns), line.name)
