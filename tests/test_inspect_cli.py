@@ -26,12 +26,12 @@ ENTRY_COUNT_FILES = [
 JSON_KEYS = {
     "schema", "target", "target_kind", "path", "module", "backend", "variant", "thunk_launches",
     "warnings", "kernels", "fusions", "real_fusions", "custom_calls", "custom_call_targets",
-    "kinds", "entry_fusions", "modeled_bytes", "kernels_detail", "modules", "devices",
-    "parallelism", "collectives",
+    "kinds", "entry_fusions", "modeled_bytes", "flops", "flops_unknown_kernels",
+    "kernels_detail", "modules", "devices", "parallelism", "collectives",
 }  # fmt: skip
 KERNEL_KEYS = {
     "name", "computation", "opcode", "kind", "sub_kind", "num_ops", "ops", "is_real_fusion",
-    "bytes_in", "bytes_out", "traffic_share", "op_names", "source_lines",
+    "bytes_in", "bytes_out", "traffic_share", "flops", "op_names", "source_lines",
 }  # fmt: skip
 
 
@@ -92,6 +92,7 @@ def test_json_schema(capsys, samples):
     assert len(detail) == 20 and all(set(k) == KERNEL_KEYS for k in detail)
     assert sum(k["bytes_in"] + k["bytes_out"] for k in detail) == got["modeled_bytes"]
     assert sum(k["traffic_share"] for k in detail) == pytest.approx(1.0)
+    assert got["flops_unknown_kernels"] == 0 and got["flops"] == sum(k["flops"] for k in detail)
     assert detail[0]["name"] == "input_reduce_fusion"
     assert detail[0]["kind"] == "kInput" and detail[0]["num_ops"] == 4
     assert got["modules"] == [] and got["thunk_launches"] is None

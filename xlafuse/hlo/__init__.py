@@ -1,6 +1,8 @@
-"""Optimized HLO: parse it, find its kernels and fusions, model the bytes they move."""
+"""Optimized HLO: parse it, find its kernels and fusions, model the bytes they move, count
+their FLOPs."""
 
 from xlafuse.hlo.dump import find_optimized_modules, thunk_launch_count
+from xlafuse.hlo.flops import FlopCount, instruction_flops, module_flops
 from xlafuse.hlo.fusion import (
     FusionReport,
     KernelInfo,
@@ -15,6 +17,7 @@ from xlafuse.hlo.traffic import instruction_bytes
 
 __all__ = [
     "Computation",
+    "FlopCount",
     "FusionReport",
     "HloModule",
     "Instruction",
@@ -26,6 +29,8 @@ __all__ = [
     "find_optimized_modules",
     "infer_backend",
     "instruction_bytes",
+    "instruction_flops",
+    "module_flops",
     "parse_hlo",
     "thunk_launch_count",
 ]

@@ -21,6 +21,10 @@ What counts (documented here because every number in a report rests on it):
 * Modeled bytes (see `traffic`): summed over the kernels whose shapes all have a known size; a
   kernel with an instruction printed without a shape or an unbounded dim (`f32[?,8]`) is counted
   in `unsized_kernels` instead, never guessed.
+* FLOPs (see `flops`): counted per kernel from its shapes and attributes (a fusion: over its
+  fused computations); `flops` sums the kernels whose count is known, and a kernel that cannot
+  be counted (a sort, an unknown custom-call, a shape of unknown size) is counted in
+  `flops_unknown_kernels` instead, never guessed.
 * A real fusion has >= 2 compute ops, not counting a broadcast of a scalar (it costs nothing in a
   fused loop). So a fusion-wrapper single-op `wrapped_*` fusion, and `relu` = max(x, broadcast(0)),
   are not real fusions; mul+add+max is.
@@ -31,14 +35,21 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from functools import lru_cache, partial
-from operator import attrgetter
+from functools import partial
+from itertools import compress
+from operator import attrgetter, itemgetter
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
 from xlafuse.errors import HloParseError
 from xlafuse.hlo.dump import read_hlo
+from xlafuse.hlo.flops import (
+    ELEMENTWISE_OPCODES,
+    ZERO_FLOP_OPCODES,
+    elementwise_flops,
+    kernel_flops,
+)
 from xlafuse.hlo.ir import Computation, HloModule, Instruction, _balanced
 from xlafuse.hlo.parse import gc_paused, parse_hlo
 from xlafuse.hlo.traffic import FREE_OPCODES, kernel_bytes
@@ -66,6 +77,9 @@ _computation_of = attrgetter("computation")
 _bytes_in = attrgetter("bytes_in")
 _bytes_out = attrgetter("bytes_out")
 _sized = attrgetter("sized")
+_flops_of = attrgetter("flops")
+_opcode_of = itemgetter(Instruction._fields.index("opcode"))
+_op_name_of = itemgetter(Instruction._fields.index("op_name"))
 
 
 class KernelInfo(NamedTuple):
@@ -88,6 +102,7 @@ class KernelInfo(NamedTuple):
     op_names: tuple[str, ...]
     source_lines: tuple[str, ...]
     sized: bool = True  # False: a shape has no known size; bytes_in and bytes_out are 0
+    flops: int | None = None  # `xlafuse.hlo.flops`; None: an op or shape it cannot count
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able dict of the fields (tuples become lists)."""
@@ -114,6 +129,8 @@ class FusionReport:
     modeled_bytes: int = 0
     kernel_details: tuple[KernelInfo, ...] = ()
     unsized_kernels: int = 0  # kernels left out of modeled_bytes: a shape of unknown size
+    flops: int = 0  # summed over the kernels whose FLOPs are known (`xlafuse.hlo.flops`)
+    flops_unknown_kernels: int = 0  # kernels left out of flops: KernelInfo.flops is None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able dict: mappings become dicts, kernel_details a list of dicts."""
@@ -138,26 +155,11 @@ def analyze_module(module: HloModule) -> FusionReport:
         HloParseError: a fusion whose fused computation calls itself (a cycle XLA rejects), or
             fusions nested too deeply to walk.
     """
-    kernels: list[KernelInfo] = []
+    kernels = _kernels(module)
     entry = module.entry
-    instr: Instruction | None = None
-    try:
-        with gc_paused():
-            for comp in executed_computations(module):
-                for instr in comp.instructions:
-                    launch = _launch_of(instr.opcode)
-                    if launch is _OP or (
-                        launch is _CUSTOM_CALL
-                        and instr.custom_call_target not in _NOT_LAUNCH_TARGETS
-                    ):
-                        kernels.append(_single_op_kernel(comp, instr))
-                    elif launch is _FUSION:
-                        kernels.append(_fusion_kernel(module, comp, instr))
-    except RecursionError:
-        line = instr.line if instr else None
-        raise HloParseError("fusions nested too deeply to walk", line, module.source) from None
     fusions = [k for k in kernels if k.opcode == "fusion"]
     custom = [k for k in kernels if k.opcode == "custom-call"]
+    flops = list(map(_flops_of, kernels))
     return FusionReport(
         module=module.name,
         backend=infer_backend(module),
@@ -172,7 +174,31 @@ def analyze_module(module: HloModule) -> FusionReport:
         modeled_bytes=sum(map(_bytes_in, kernels)) + sum(map(_bytes_out, kernels)),
         kernel_details=tuple(kernels),
         unsized_kernels=len(kernels) - sum(map(_sized, kernels)),
+        flops=sum(filter(None, flops)),  # None and 0 left out alike, in C
+        flops_unknown_kernels=flops.count(None),
     )
+
+
+def _kernels(module: HloModule) -> list[KernelInfo]:
+    """Every launch of the executed computations, in program order (see `analyze_module`)."""
+    kernels: list[KernelInfo] = []
+    instr: Instruction | None = None
+    try:
+        with gc_paused():
+            for comp in executed_computations(module):
+                for instr in comp.instructions:
+                    launch = _LAUNCHES[instr.opcode]
+                    if launch is _OP or (
+                        launch is _CUSTOM_CALL
+                        and instr.custom_call_target not in _NOT_LAUNCH_TARGETS
+                    ):
+                        kernels.append(_single_op_kernel(module, comp, instr))
+                    elif launch is _FUSION:
+                        kernels.append(_fusion_kernel(module, comp, instr))
+    except RecursionError:
+        line = instr.line if instr else None
+        raise HloParseError("fusions nested too deeply to walk", line, module.source) from None
+    return kernels
 
 
 def _counts(values) -> dict[str, int]:
@@ -268,7 +294,15 @@ def _has_hint(text: str) -> bool:
 _NONE, _FUSION, _CUSTOM_CALL, _OP = "none", "fusion", "custom-call", "op"
 
 
-@lru_cache(maxsize=1024)  # decided once per opcode; then a lookup in C for each instruction
+class _Launches(dict):
+    """Opcode -> how it launches, decided on the first look-up of each opcode; then a dict
+    subscript (half the time of an `lru_cache` call, once per instruction analyzed)."""
+
+    def __missing__(self, opcode: str) -> str:
+        launch = self[opcode] = _launch_of(opcode)
+        return launch
+
+
 def _launch_of(opcode: str) -> str:
     """How an opcode launches: not at all, as a fusion, as a custom-call (a launch unless its
     target is an annotation), or as one op."""
@@ -279,55 +313,77 @@ def _launch_of(opcode: str) -> str:
     return _CUSTOM_CALL if opcode == "custom-call" else _OP
 
 
-def _single_op_kernel(comp: Computation, instr: Instruction) -> KernelInfo:
+_LAUNCHES = _Launches()
+
+
+def _single_op_kernel(module: HloModule, comp: Computation, instr: Instruction) -> KernelInfo:
     """A launch that is one instruction (most kernels): built without a list of its ops."""
     opcode = instr.opcode
     sized = kernel_bytes(instr, comp)
     bytes_in, bytes_out = sized or (0, 0)
+    # free and elementwise ops (most kernels) without a call; a sized kernel's output is sized
+    if opcode in ZERO_FLOP_OPCODES:
+        flops = 0
+    elif opcode in ELEMENTWISE_OPCODES and sized is not None:
+        flops = instr.shape.num_elements
+    else:
+        flops = kernel_flops(instr, comp, module)
+    op_name, source_file = instr.op_name, instr.source_file
     return _kernel_info((
         instr.name, comp.name, opcode, opcode,
         instr.custom_call_target if opcode == "custom-call" else None, (opcode,), 1, False,
-        bytes_in, bytes_out, (instr.op_name,) if instr.op_name else (),
-        (f"{instr.source_file}:{instr.source_line}",) if instr.source_file else (),
-        sized is not None,
+        bytes_in, bytes_out, (op_name,) if op_name else (),
+        (f"{source_file}:{instr.source_line}",) if source_file else (), sized is not None, flops,
     ))  # fmt: skip
 
 
 def _fusion_kernel(module: HloModule, comp: Computation, instr: Instruction) -> KernelInfo:
-    inner = _fused_instructions(module, instr, (comp.name,))
+    inner, complete = _fused_instructions(module, instr, (comp.name,))
     if inner:
         compute = [i for i in inner if i.opcode not in FREE_OPCODES]
-        by_name = {i.name: i for i in inner}
-        weighty = sum(not _scalar_broadcast(i, by_name) for i in compute)
+        opcodes = tuple(map(_opcode_of, compute))
+        weighty = len(compute)
+        if "broadcast" in opcodes:  # only a broadcast (of a scalar) weighs nothing
+            by_name = {i.name: i for i in inner}
+            broadcasts = compress(compute, map("broadcast".__eq__, opcodes))
+            weighty -= sum(_scalar_broadcast(i, by_name) for i in broadcasts)
         ops = [instr, *compute]
-        op_names = _distinct(i.op_name for i in ops)
+        op_names = _distinct(map(_op_name_of, ops))
         source_lines = _distinct(f"{i.source_file}:{i.source_line}" for i in ops if i.source_file)
     else:
         compute = [instr]
+        opcodes = (instr.opcode,)
         weighty = 0
         op_names = (instr.op_name,) if instr.op_name else ()
         source_lines = (f"{instr.source_file}:{instr.source_line}",) if instr.source_file else ()
     sized = kernel_bytes(instr, comp)
     bytes_in, bytes_out = sized or (0, 0)
+    # a fusion of elementwise and free ops (most) from its ops at hand; the others walked again
+    flops = elementwise_flops(compute, opcodes) if inner and complete else None
+    if flops is None:
+        flops = kernel_flops(instr, comp, module)
     return _kernel_info((
         instr.name, comp.name, instr.opcode, instr.fusion_kind or "kLoop", instr.backend_kind,
-        tuple(i.opcode for i in compute), len(compute), weighty >= 2, bytes_in, bytes_out,
-        op_names, source_lines, sized is not None,
+        opcodes, len(compute), weighty >= 2, bytes_in, bytes_out, op_names, source_lines,
+        sized is not None, flops,
     ))  # fmt: skip
 
 
 def _fused_instructions(
     module: HloModule, instr: Instruction, calling: tuple[str, ...]
-) -> list[Instruction]:
-    """Instructions of a fusion's fused computation, nested fusions expanded in place.
+) -> tuple[list[Instruction], bool]:
+    """Instructions of a fusion's fused computation, nested fusions expanded in place, and
+    whether every computation named was found (one that is not is left out).
 
     Raises:
         HloParseError: a fused computation that calls itself, directly or through others.
     """
     out: list[Instruction] = []
+    complete = True
     for name in instr.attributes.get("calls", "").strip("{}").replace("%", "").split(","):
         comp = _lookup(module, name.strip())
         if comp is None:
+            complete = False
             continue
         if comp.name in calling:
             raise HloParseError(
@@ -336,12 +392,18 @@ def _fused_instructions(
                 instr.line,
                 module.source,
             )
-        for inner in comp.instructions:
+        instructions = comp.instructions
+        if "fusion" not in map(_opcode_of, instructions):  # most: no nested fusion, in C
+            out.extend(instructions)
+            continue
+        for inner in instructions:
             if inner.opcode == "fusion":
-                out.extend(_fused_instructions(module, inner, (*calling, comp.name)))
+                nested, found = _fused_instructions(module, inner, (*calling, comp.name))
+                out.extend(nested)
+                complete &= found
             else:
                 out.append(inner)
-    return out
+    return out, complete
 
 
 def _lookup(module: HloModule, name: str) -> Computation | None:
@@ -359,4 +421,4 @@ def _scalar_broadcast(instr: Instruction, by_name: Mapping[str, Instruction]) ->
 
 
 def _distinct(values) -> tuple[str, ...]:
-    return tuple(dict.fromkeys(v for v in values if v))
+    return tuple(dict.fromkeys(filter(None, values)))

@@ -16,9 +16,12 @@ Every key is always present; values are null where they do not apply::
     kernels, fusions, real_fusions, custom_calls, entry_fusions, modeled_bytes    int
     kinds                {fusion kind ("kLoop", "kInput", "kOutput", "kCustom"): count}
     custom_call_targets  {custom-call target: count}
+    flops                int: FLOPs summed over the kernels whose count is known
+    flops_unknown_kernels  int: kernels whose FLOPs cannot be counted (left out of flops)
     kernels_detail  [ {name, computation, opcode, kind, sub_kind, num_ops, ops: [opcode],
                        is_real_fusion, bytes_in, bytes_out, traffic_share (0..1 of
-                       modeled_bytes), op_names: [str], source_lines: ["file:line"]} ]
+                       modeled_bytes), flops (int | null: null where it cannot be counted),
+                       op_names: [str], source_lines: ["file:line"]} ]
                     in the module's execution order ([] for a folder listing)
     modules         [ {file, module, kernels, fusions, real_fusions, modeled_bytes,
                        thunk_launches} ] largest first ([] unless the target is a folder)
@@ -30,7 +33,8 @@ Every key is always present; values are null where they do not apply::
                      ring_bytes, operand_shapes, computation, op_name} ]} | null (folder listing)
                     see `xlafuse.hlo.collectives` for what counts
 
-Bytes are modeled HBM bytes (see `xlafuse.hlo.traffic`), not measurements.
+Bytes are modeled HBM bytes (see `xlafuse.hlo.traffic`), not measurements; FLOPs are counted
+from the optimized HLO's shapes by the table of `xlafuse.hlo.flops`.
 """
 
 from __future__ import annotations
@@ -52,6 +56,8 @@ SUMMARY_KEYS = (
     "kinds",
     "entry_fusions",
     "modeled_bytes",
+    "flops",
+    "flops_unknown_kernels",
 )
 
 
@@ -146,6 +152,7 @@ def _kernel_json(kernel: KernelInfo, report: FusionReport) -> dict[str, Any]:
         "bytes_in",
         "bytes_out",
         "traffic_share",
+        "flops",
         "op_names",
         "source_lines",
     ]
