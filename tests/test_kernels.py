@@ -31,7 +31,7 @@ from xlafuse.measure.profile import read_trace, trace_calls
 from xlafuse.measure.stats import difference_interval
 from xlafuse.measure.timing import same_args
 from xlafuse.measure.validate import mangle
-from xlafuse.report.kernels import savings_section
+from xlafuse.report.kernels import savings_section, top_kernels_table
 
 DATA = Path(__file__).parent / "data" / "trace-chain4"
 SAMPLES = Path(__file__).parent / "data" / "h200-jax0.11.2"
@@ -310,3 +310,34 @@ def test_recorded_diff_splits_the_groups_by_verdict_and_their_sums_add_up():
     assert "no-fusion gains (faster): no groups" in text
     assert "no-fusion loses (slower): 1 group\n" in text
     assert "| 95% CI µs |" in text
+
+
+def test_each_kernel_gets_its_bound_from_both_ceilings_and_the_headroom_above_it():
+    matmul = 5.0e14  # FLOP/s: a round ceiling
+    _, events = trace_events(DATA / "default.xplane.pb")
+    times = join_trace(
+        (DATA / "default.hlo.txt").read_text(), events, 3, GPU_BASIS, CEILING, matmul
+    )
+    (fused,) = [k for k in times.kernels if k.name == "loop_add_fusion"]
+    memory_s = 8388608 / CEILING
+    assert fused.flops is not None and fused.flops / matmul < memory_s
+    assert (fused.bound, fused.bound_s) == ("memory", pytest.approx(memory_s))
+    assert fused.pct_of_bound == pytest.approx(100 * memory_s / fused.time_s)
+    assert fused.headroom_s == pytest.approx(fused.time_s - memory_s)
+    # a GEMM: its FLOPs over the matmul ceiling outweigh its bytes over the copy ceiling
+    report = analyze_hlo(SAMPLES / "block_fwd.default.hlo.txt")
+    gemm = next(k for k in report.kernel_details if k.name == "gemm_fusion_dot.11")
+    events = [Event(mangle(k.name) + ("_0" if k.name.startswith("gemm") else ""), j * 10**5, 50_000)
+              for j, k in enumerate(report.kernel_details) if k.opcode != "custom-call"]  # fmt: skip
+    joined = join_trace(report, events, 1, GPU_BASIS, 4.0e12, 1.0e12)
+    row = next(k for k in joined.kernels if k.name == gemm.name)
+    compute_s = gemm.flops / 1.0e12
+    assert compute_s > (gemm.bytes_in + gemm.bytes_out) / 4.0e12
+    assert (row.bound, row.bound_s) == ("compute", pytest.approx(compute_s))
+    summary = joined.summary()
+    assert summary["matmul_ceiling_flops_per_s"] == 1.0e12
+    headroom = [k["headroom_s"] for k in summary["headroom_top"]]
+    assert headroom == sorted(headroom, reverse=True) and headroom[0] > 0
+    text = "\n".join(top_kernels_table(summary))
+    assert "| GFLOP | bound | % of bound | source |" in text
+    assert "| kernel | kind | µs/call | bound µs | bound | headroom µs | source |" in text

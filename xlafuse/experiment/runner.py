@@ -486,14 +486,18 @@ def _kernel_fields(run: _Run, compiled, workload, trace_dir, reference, variant:
     """trace_path, kernel_times and (a non-reference cell) kernel_diff: `cell_kernels`."""
     if trace_dir is None:
         return {}
-    ceiling = run.ceilings.copy_bytes_per_s if run.ceilings else None
+    ceilings = (
+        (run.ceilings.copy_bytes_per_s, run.ceilings.matmul_flops_per_s)
+        if run.ceilings
+        else (None, None)
+    )
     return cell_kernels.kernel_fields(
         trace_dir,
         run.results_path.parent if run.config.measure.keep_traces else None,
         compiled,
         workload,
         PROFILE_CALLS,
-        ceiling,
+        ceilings,
         reference.kernels,
         (run.config.reference, variant),
     )

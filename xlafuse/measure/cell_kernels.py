@@ -67,7 +67,7 @@ def kernel_fields(
     compiled: Any,
     workload: Any,
     calls: int,
-    copy_ceiling_bytes_per_s: float | None,
+    ceilings_bytes_flops: tuple[float | None, float | None],
     baseline: Baseline,
     labels: tuple[str, str],
 ) -> dict[str, Any]:
@@ -80,7 +80,8 @@ def kernel_fields(
       compiled: the cell's CompiledVariant (`report`, `hlo_text`).
       workload: the Workload (lowered once for the unoptimized HLO of the diff).
       calls: calls traced.
-      copy_ceiling_bytes_per_s: the measured copy ceiling (used for GPU kernels only).
+      ceilings_bytes_flops: the measured copy (bytes/s) and matmul (FLOP/s) ceilings, used for
+        GPU kernels only.
       baseline: the reference's traced kernels; filled when this cell is the reference.
       labels: (reference variant, this cell's variant).
     """
@@ -93,8 +94,8 @@ def kernel_fields(
     basis, events = trace_events(path)
     if not events:
         return fields
-    ceiling = copy_ceiling_bytes_per_s if basis == GPU_BASIS else None
-    times = join_trace(compiled.report, events, calls, basis, ceiling)
+    ceilings = ceilings_bytes_flops if basis == GPU_BASIS else (None, None)
+    times = join_trace(compiled.report, events, calls, basis, *ceilings)
     fields["kernel_times"] = times.summary()
     if labels[0] == labels[1]:
         baseline.times, baseline.hlo_text = times, compiled.hlo_text

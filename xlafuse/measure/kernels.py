@@ -81,6 +81,12 @@ class KernelTime:
         "memcpy", "hlo_op" (the event's own stat), "-" when none was).
       per_call_s: its seconds in each traced call, when the events split into equal calls
         (else empty); kept in memory for intervals, not written into records.
+      flops: its FLOPs per launch from the HLO (`xlafuse.hlo.flops`; None: not countable).
+      bound_s: the least time its work can take per call at the measured ceilings: the larger
+        of bytes / copy ceiling and FLOPs / matmul ceiling, times its launches (None without
+        the ceilings or a count).
+      bound: "memory" or "compute": which of the two `bound_s` is.
+      pct_of_bound: 100 x bound_s / time_s: how close the kernel runs to its roofline.
     """
 
     name: str
@@ -93,6 +99,15 @@ class KernelTime:
     source_lines: tuple[str, ...]
     match: str
     per_call_s: tuple[float, ...] = ()
+    flops: int | None = None
+    bound_s: float | None = None
+    bound: str | None = None
+    pct_of_bound: float | None = None
+
+    @property
+    def headroom_s(self) -> float | None:
+        """Seconds per call above the kernel's bound: what running at the roofline would save."""
+        return None if self.bound_s is None else max(0.0, self.time_s - self.bound_s)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form (without `per_call_s`)."""
@@ -121,6 +136,7 @@ class KernelTimes:
     kernels: tuple[KernelTime, ...]
     unattributed: tuple[tuple[str, float], ...] = ()
     copy_ceiling_bytes_per_s: float | None = None
+    matmul_ceiling_flops_per_s: float | None = None
 
     @property
     def attributed_s(self) -> float:
@@ -146,6 +162,11 @@ class KernelTimes:
         """HLO kernel name -> seconds per call (every kernel, 0 for those not seen)."""
         return {k.name: k.time_s for k in self.kernels}
 
+    def headroom(self) -> list[KernelTime]:
+        """The kernels with a bound, the most time above it first."""
+        bounded = [k for k in self.kernels if k.headroom_s is not None]
+        return sorted(bounded, key=lambda k: -k.headroom_s)
+
     def samples_by_kernel(self) -> dict[str, tuple[float, ...]]:
         """HLO kernel name -> its seconds in each traced call ({} when the events did not split
         into equal calls)."""
@@ -168,7 +189,11 @@ class KernelTimes:
             "kernels_seen": sum(1 for k in self.kernels if k.launches_per_call),
             "launches_per_call": self.launches_per_call,
             "copy_ceiling_bytes_per_s": self.copy_ceiling_bytes_per_s,
+            "matmul_ceiling_flops_per_s": self.matmul_ceiling_flops_per_s,
             "top": [k.to_dict() for k in self.kernels[:top]],
+            "headroom_top": [
+                {**k.to_dict(), "headroom_s": k.headroom_s} for k in self.headroom()[:top]
+            ],
             "unattributed_top": [[n, t] for n, t in self.unattributed[:5]],
         }
 
@@ -196,6 +221,7 @@ def join_trace(
     calls: int,
     basis: str = GPU_BASIS,
     copy_ceiling_bytes_per_s: float | None = None,
+    matmul_ceiling_flops_per_s: float | None = None,
 ) -> KernelTimes:
     """Join traced events to the HLO kernels of `report` (a FusionReport, or HLO text).
 
@@ -205,6 +231,8 @@ def join_trace(
       calls: calls traced (times are divided by it).
       basis: GPU_BASIS (join by kernel name) or CPU_BASIS (exact `hlo_op` names).
       copy_ceiling_bytes_per_s: the measured copy ceiling, for `pct_of_copy_ceiling`.
+      matmul_ceiling_flops_per_s: the measured matmul ceiling; with the copy ceiling, each
+        kernel's bound (`KernelTime.bound_s`).
 
     Returns:
       The KernelTimes.
@@ -224,18 +252,16 @@ def join_trace(
     else:
         owner, how = _join_cpu(modeled, events)
     ns, launches, per_call, lost = _sum_events(events, owner, calls)
+    ceilings = (copy_ceiling_bytes_per_s, matmul_ceiling_flops_per_s)
     rows = [
         _kernel_time(info, ns[i] * 1e-9 / calls, launches[i] / calls, how.get(i, "-"),
-                     copy_ceiling_bytes_per_s,
-                     tuple(t * 1e-9 for t in per_call[i]) if per_call else ())
+                     ceilings, tuple(t * 1e-9 for t in per_call[i]) if per_call else ())
         for i, info in enumerate(details)
     ]  # fmt: skip
     rows.sort(key=lambda r: (-r.time_s, -r.launches_per_call))
     unattributed = sorted(((n, t * 1e-9 / calls) for n, t in lost.items()), key=lambda x: -x[1])
     total = sum(e.duration_ns for e in events) * 1e-9 / calls
-    return KernelTimes(
-        basis, calls, total, tuple(rows), tuple(unattributed), copy_ceiling_bytes_per_s
-    )
+    return KernelTimes(basis, calls, total, tuple(rows), tuple(unattributed), *ceilings)
 
 
 def _sum_events(events: Sequence[Event], owner: Mapping[int, int], calls: int):
@@ -257,13 +283,22 @@ def _sum_events(events: Sequence[Event], owner: Mapping[int, int], calls: int):
     return ns, launches, per_call if size else {}, lost
 
 
-def _kernel_time(info, time_s, launches, match, ceiling, per_call_s) -> KernelTime:
+def _kernel_time(info, time_s, launches, match, ceilings, per_call_s) -> KernelTime:
+    copy, matmul = ceilings
     modeled = info.bytes_in + info.bytes_out
     achieved = modeled / time_s if time_s and modeled else None
-    pct = 100.0 * achieved / ceiling if achieved and ceiling else None
+    pct = 100.0 * achieved / copy if achieved and copy else None
+    flops = getattr(info, "flops", None)
+    bound_s = bound = pct_of_bound = None
+    if copy and matmul and flops is not None and launches:
+        memory_s, compute_s = modeled / copy, flops / matmul
+        bound = "compute" if compute_s > memory_s else "memory"
+        bound_s = max(memory_s, compute_s) * launches
+        pct_of_bound = 100.0 * bound_s / time_s if time_s else None
     return KernelTime(
         info.name, info.kind, time_s, launches, modeled, achieved, pct,
         tuple(portable_source(s) for s in info.source_lines), match, per_call_s,
+        flops, bound_s, bound, pct_of_bound,
     )  # fmt: skip
 
 

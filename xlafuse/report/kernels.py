@@ -80,21 +80,49 @@ def _totals_table(traced: Sequence[CellResult]) -> list[str]:
 
 
 def top_kernels_table(kernel_times: Mapping[str, Any], rows: int = DETAIL_ROWS) -> list[str]:
-    """The top kernels of a `kernel_times` record as a markdown table."""
-    head = "| kernel | kind | µs/call | launches | modeled MB | GB/s | % copy ceiling | source |"
-    lines = [head, "|" + "---|" * 8]
+    """The top kernels of a `kernel_times` record as a markdown table; with both ceilings,
+    each kernel's bound and the kernels furthest above theirs (headroom)."""
+    bounded = kernel_times.get("matmul_ceiling_flops_per_s") is not None
+    head = "| kernel | kind | µs/call | launches | modeled MB | GB/s | % copy ceiling |"
+    head += " GFLOP | bound | % of bound | source |" if bounded else " source |"
+    lines = [head, "|" + "---|" * (11 if bounded else 8)]
     for k in kernel_times.get("top", [])[:rows]:
-        lines.append(
-            f"| `{k['name']}` | {k['kind']} | {k['time_s'] * 1e6:.4g} | "
-            f"{k['launches_per_call']:.3g} | {k['modeled_bytes'] / 1e6:.4g} | "
-            f"{_num(k['achieved_bytes_per_s'], 1e-9)} | {_num(k['pct_of_copy_ceiling'], 1)} | "
-            f"{_source(k['source_lines'])} |"
-        )
+        lines.append(_kernel_row(k, bounded))
     lost = kernel_times.get("unattributed_top") or []
     if lost:
         shown = ", ".join(f"`{n}` {t * 1e6:.3g} µs" for n, t in lost)
         lines += ["", f"Unattributed (no HLO kernel): {shown}."]
+    headroom = [k for k in kernel_times.get("headroom_top", []) if k.get("headroom_s")]
+    if headroom:
+        lines += [
+            "",
+            "Headroom: the kernels with the most time above their bound (the larger of modeled "
+            "bytes over the copy ceiling and FLOPs over the matmul ceiling).",
+            "",
+            "| kernel | kind | µs/call | bound µs | bound | headroom µs | source |",
+            "|" + "---|" * 7,
+        ]
+        lines += [
+            f"| `{k['name']}` | {k['kind']} | {k['time_s'] * 1e6:.4g} | "
+            f"{k['bound_s'] * 1e6:.4g} | {k['bound']} | {k['headroom_s'] * 1e6:.4g} | "
+            f"{_source(k['source_lines'])} |"
+            for k in headroom[:rows]
+        ]
     return lines
+
+
+def _kernel_row(k: Mapping[str, Any], bounded: bool) -> str:
+    row = (
+        f"| `{k['name']}` | {k['kind']} | {k['time_s'] * 1e6:.4g} | "
+        f"{k['launches_per_call']:.3g} | {k['modeled_bytes'] / 1e6:.4g} | "
+        f"{_num(k['achieved_bytes_per_s'], 1e-9)} | {_num(k['pct_of_copy_ceiling'], 1)} |"
+    )
+    if bounded:
+        flops = k.get("flops")
+        row += (
+            f" {_num(flops, 1e-9)} | {k.get('bound') or '-'} | {_num(k.get('pct_of_bound'), 1)} |"
+        )
+    return f"{row} {_source(k['source_lines'])} |"
 
 
 def savings_section(diff: Mapping[str, Any]) -> list[str]:
