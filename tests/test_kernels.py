@@ -6,6 +6,8 @@ float32 array of 2**20 elements, 3 calls traced under default (1 kernel per call
 the optimized HLO of each.
 """
 
+import gzip
+import json
 from pathlib import Path
 
 import jax
@@ -341,3 +343,24 @@ def test_each_kernel_gets_its_bound_from_both_ceilings_and_the_headroom_above_it
     text = "\n".join(top_kernels_table(summary))
     assert "| GFLOP | bound | % of bound | source |" in text
     assert "| kernel | kind | µs/call | bound µs | bound | headroom µs | source |" in text
+
+
+GPT2_TRAIN = Path(__file__).parent / "data" / "trace-gpt2-train"
+
+
+@pytest.mark.parametrize(("variant", "library_calls"), [("default", 120), ("no-gemm-fusion", 219)])
+def test_a_gemm_heavy_train_step_is_attributed_launch_by_launch(variant, library_calls):
+    # GPT-2 full train on the H200 (jax 0.11.2), 2 calls traced: every launch in a command
+    # buffer (hlo_op names the buffer only), cuBLASLt calls launching `nvjet_*` GEMMs, a
+    # `Memset` before some. Aligned with the HLO's kernels in program order, nothing is left.
+    payload = json.loads(gzip.decompress((GPT2_TRAIN / f"{variant}.events.json.gz").read_bytes()))
+    text = gzip.decompress((GPT2_TRAIN / f"{variant}.hlo.txt.gz").read_bytes()).decode()
+    report = analyze_hlo(text)
+    events = [Event(*e) for e in payload["events"]]
+    times = join_trace(report, events, payload["calls"])
+    assert times.unattributed == ()
+    assert all(k.launches_per_call >= 1 for k in times.kernels)  # every kernel seen
+    assert times.launches_per_call == len(events) / payload["calls"]
+    library = [k for k in times.kernels if k.match == "library"]
+    assert len(library) == library_calls == report.custom_calls
+    assert {k.launches_per_call for k in library} == {1.0, 2.0}  # a Memset before some GEMMs

@@ -40,8 +40,9 @@ from jax.profiler import ProfileData
 
 from xlafuse.hlo import analyze_hlo
 from xlafuse.hlo.ir import portable_source
+from xlafuse.measure.align import align_launches, fits
 from xlafuse.measure.profile import event_stat, gpu_kernel_events
-from xlafuse.measure.validate import ModeledKernel, join_kernels
+from xlafuse.measure.validate import BY_OP, ModeledKernel, join_kernels
 
 SCHEMA = "xlafuse.kernel_times/1"
 GPU_BASIS = "device kernels"
@@ -328,18 +329,22 @@ def _join_gpu(modeled, events, calls) -> tuple[dict[int, int], dict[int, str]]:
 def _join_names(modeled, launched, index) -> tuple[dict[int, int], dict[int, str]]:
     """One call's launches, (name, hlo_op) each, joined: a launch whose `hlo_op` is an HLO
     kernel's name is that kernel's (the runtime says so: a library call's GEMM and split-K
-    kernels, a fusion's memset); the others by the validate join on their names, plus
-    repeated launches of a paired name."""
+    kernels, a fusion's memset); the others aligned with the kernels in program order
+    (`xlafuse.measure.align`) or, for a call of many more launches than kernels (a loop), by
+    the validate join on their names; then repeated launches of a paired name."""
     names = [name for name, _ in launched]
-    launches = [_Launch(n) for n in names]
     known = {j: index[op] for j, (_, op) in enumerate(launched) if op in index}
-    owner: dict[int, int] = {}
-    how: dict[int, str] = {}
-    for i, js, match in join_kernels(modeled, launches, known):
-        if i is None:
-            continue
-        how[i] = match
-        owner.update({j: i for j in js})
+    if fits(len(names), modeled):
+        owner, how = align_launches(modeled, names)
+        owner.update(known)
+        how.update(dict.fromkeys(known.values(), BY_OP))
+    else:
+        owner, how = {}, {}
+        for i, js, match in join_kernels(modeled, [_Launch(n) for n in names], known):
+            if i is None:
+                continue
+            how[i] = match
+            owner.update({j: i for j in js})
     by_name = {names[j]: i for j, i in sorted(owner.items())}
     for j, name in enumerate(names):
         if j not in owner and name in by_name:

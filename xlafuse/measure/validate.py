@@ -491,14 +491,17 @@ def join_kernels(
     taken: set[int] = set(pair.values())
     _pair_by_name(kernels, measured, pair, how, taken)
     for label, find in ((SUFFIXED, _prefixed), (REUSED, _same_base)):
+        previous = -1  # the kernel the previous paired launch ran: launches follow the program
         for j, launch in enumerate(measured):
             if j in pair:
+                previous = pair[j]
                 continue
             free = [(i, k) for i, k in enumerate(kernels) if i not in taken]
-            i = find(launch.name, free)
+            i = find(launch.name, free, previous)
             if i is not None:
                 pair[j], how[j] = i, label
                 taken.add(i)
+                previous = i
     _pair_library(kernels, measured, pair, how, taken)
     out: list[tuple[int | None, list[int], str]] = []
     rows: dict[int, int] = {}  # modeled index -> position in out
@@ -533,17 +536,29 @@ def _pair_by_name(kernels, measured, pair, how, taken) -> None:
             taken.add(i)
 
 
-def _prefixed(name: str, free: list[tuple[int, ModeledKernel]]) -> int | None:
+def _prefixed(name: str, free: list[tuple[int, ModeledKernel]], previous: int) -> int | None:
     """Pass 2: the HLO kernel whose mangled name, plus "_", starts the launch's name (the
-    longest such): a kernel name with a suffix, e.g. `gemm_fusion_dot_11_0`."""
-    found = [(len(k.name), -i, i) for i, k in free if name.startswith(mangle(k.name) + "_")]
-    return max(found)[2] if found else None
+    longest such): a kernel name with a suffix, e.g. `gemm_fusion_dot_11_0`; of those, the
+    first after `previous` in program order (the kernel the previous launch ran), else the
+    first."""
+    found = [(len(k.name), i) for i, k in free if name.startswith(mangle(k.name) + "_")]
+    if not found:
+        return None
+    longest = max(length for length, _ in found)
+    return _next_after([i for length, i in found if length == longest], previous)
 
 
-def _same_base(name: str, free: list[tuple[int, ModeledKernel]]) -> int | None:
-    """Pass 3: the first HLO kernel, in program order, with the launch's base name."""
+def _same_base(name: str, free: list[tuple[int, ModeledKernel]], previous: int) -> int | None:
+    """Pass 3: an HLO kernel with the launch's base name: the first after `previous` in program
+    order (launches follow the program; XLA launches a reused kernel where each of its twins
+    stands), else the first."""
     base = base_name(name)
-    return next((i for i, k in free if base_name(k.name) == base), None)
+    return _next_after([i for i, k in free if base_name(k.name) == base], previous)
+
+
+def _next_after(candidates: list[int], previous: int) -> int | None:
+    """The first of `candidates` (in program order) after `previous`, else the first."""
+    return next((i for i in candidates if i > previous), candidates[0] if candidates else None)
 
 
 def _pair_library(kernels, measured, pair, how, taken) -> None:
