@@ -364,3 +364,23 @@ def test_a_gemm_heavy_train_step_is_attributed_launch_by_launch(variant, library
     library = [k for k in times.kernels if k.match == "library"]
     assert len(library) == library_calls == report.custom_calls
     assert {k.launches_per_call for k in library} == {1.0, 2.0}  # a Memset before some GEMMs
+
+
+def test_the_kernel_roofline_plots_intensity_against_flops_under_both_ceilings(tmp_path):
+    from xlafuse.report.kernels import plot_kernel_roofline
+    from xlafuse.results.parts import TraceRecord
+    from xlafuse.results.records import CellResult
+
+    report = analyze_hlo(SAMPLES / "block_fwd.default.hlo.txt")
+    events = [Event(mangle(k.name) + ("_0" if k.name.startswith("gemm") else ""), j * 10**5, 50_000)
+              for j, k in enumerate(report.kernel_details) if k.opcode != "custom-call"]  # fmt: skip
+    summary = join_trace(report, events, 1, GPU_BASIS, 4.0e12, 1.0e12).summary()
+    cell = dict(workload="block", size="full", mode="forward", dtype="bfloat16", variant="default")
+    record = CellResult(**cell, backend="gpu", device_kind="NVIDIA H200",
+                        trace=TraceRecord(kernel_times=summary))  # fmt: skip
+    assert plot_kernel_roofline(record, tmp_path / "roofline.png")
+    assert (tmp_path / "roofline.png").stat().st_size > 10_000
+    without = {**summary, "matmul_ceiling_flops_per_s": None}  # an older record: bytes only
+    old = CellResult(**cell, backend="gpu", device_kind="NVIDIA H200",
+                     trace=TraceRecord(kernel_times=without))  # fmt: skip
+    assert plot_kernel_roofline(old, tmp_path / "memory.png")

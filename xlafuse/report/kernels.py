@@ -231,41 +231,75 @@ def choose_roofline_cell(records: Sequence[CellResult], wanted: str | None) -> C
 
 
 def plot_kernel_roofline(record: CellResult, path: Path) -> bool:
-    """Per-kernel bandwidth roofline of one cell: each top kernel's modeled bytes against its
-    achieved bandwidth, under the measured copy ceiling (no per-kernel FLOP count exists: the
-    HLO model counts bytes, so this is the memory side of the roofline)."""
+    """Per-kernel roofline of one cell's top kernels (area ~ share of time). With FLOPs per
+    kernel and both ceilings (a GPU run): arithmetic intensity (FLOPs / modeled bytes) against
+    achieved FLOP/s, under the roofline min(matmul ceiling, copy ceiling x intensity). Else its
+    memory side: modeled bytes against achieved bandwidth, under the copy ceiling."""
     kt = record.trace.kernel_times
-    rows = [k for k in kt.get("top", []) if k["achieved_bytes_per_s"] and k["modeled_bytes"]]
-    if not rows:
-        return False
+    matmul, copy = kt.get("matmul_ceiling_flops_per_s"), kt.get("copy_ceiling_bytes_per_s")
+    compute = [
+        k for k in kt.get("top", [])
+        if k.get("flops") and k["modeled_bytes"] and k["time_s"] and matmul and copy
+    ]  # fmt: skip
     fig, ax = new_figure((8, 5.5))
-    for kind in dict.fromkeys(k["kind"] for k in rows):
-        chosen = [k for k in rows if k["kind"] == kind]
-        ax.scatter(
-            [k["modeled_bytes"] for k in chosen],
-            [k["achieved_bytes_per_s"] / 1e9 for k in chosen],
-            s=[max(12.0, 400 * k["time_s"] / kt["time_s"]) for k in chosen],
-            label=kind,
-            zorder=3,
-        )
-    for k in rows:
-        ax.annotate(k["name"], (k["modeled_bytes"], k["achieved_bytes_per_s"] / 1e9),
-                    fontsize=6, xytext=(4, 3), textcoords="offset points")  # fmt: skip
-    ceiling = kt.get("copy_ceiling_bytes_per_s") or record.ceilings.copy_bytes_per_s
-    if ceiling and kt.get("basis") != "host thunks":
-        ax.axhline(ceiling / 1e9, color="black", linestyle="--", linewidth=1,
-                   label=f"copy ceiling {ceiling / 1e9:.4g} GB/s (measured)")  # fmt: skip
+    if compute:
+        _flop_roofline(ax, compute, kt, matmul, copy)
+    elif not _memory_roofline(ax, kt, copy or record.ceilings.copy_bytes_per_s):
+        return False
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.set_xlabel("modeled bytes of the kernel (inputs + outputs, log scale)")
-    ax.set_ylabel(f"achieved GB/s (modeled bytes / traced time, {kt['basis']})")
+    shown = len(compute) if compute else len(kt.get("top", []))
     ax.set_title(
-        f"Per-kernel roofline, top {len(rows)} kernels by time (area ~ share of time)\n"
+        f"Per-kernel roofline, top {shown} kernels by time (area ~ share of time)\n"
         f"{cell_name(record)} ({record.device_kind})",
         fontsize=9,
     )
     ax.legend(fontsize=7, title="kind", title_fontsize=7)
     return save(fig, path)
+
+
+def _flop_roofline(ax, rows, kt, matmul: float, copy: float) -> None:
+    def point(k):
+        return k["flops"] / k["modeled_bytes"], k["flops"] * k["launches_per_call"] / k["time_s"]
+
+    _scatter(ax, rows, kt, point, scale=1e-12)
+    low = min(point(k)[0] for k in rows) / 4
+    high = max(max(point(k)[0] for k in rows) * 4, 4 * matmul / copy)
+    xs = [low * (high / low) ** (n / 99) for n in range(100)]
+    ax.plot(xs, [min(matmul, copy * x) / 1e12 for x in xs], color="black", linestyle="--",
+            linewidth=1, label=f"roofline: {matmul / 1e12:.4g} TFLOP/s, {copy / 1e9:.4g} GB/s")  # fmt: skip
+    ax.set_xlabel("arithmetic intensity (FLOPs / modeled bytes, log scale)")
+    ax.set_ylabel(f"achieved TFLOP/s (FLOPs / traced time, {kt['basis']})")
+
+
+def _memory_roofline(ax, kt, ceiling: float | None) -> bool:
+    rows = [k for k in kt.get("top", []) if k["achieved_bytes_per_s"] and k["modeled_bytes"]]
+    if not rows:
+        return False
+    _scatter(ax, rows, kt, lambda k: (k["modeled_bytes"], k["achieved_bytes_per_s"]), 1e-9)
+    if ceiling and kt.get("basis") != "host thunks":
+        ax.axhline(ceiling / 1e9, color="black", linestyle="--", linewidth=1,
+                   label=f"copy ceiling {ceiling / 1e9:.4g} GB/s (measured)")  # fmt: skip
+    ax.set_xlabel("modeled bytes of the kernel (inputs + outputs, log scale)")
+    ax.set_ylabel(f"achieved GB/s (modeled bytes / traced time, {kt['basis']})")
+    return True
+
+
+def _scatter(ax, rows, kt, point, scale: float) -> None:
+    """The kernels as points by kind, named, their area their share of the traced time."""
+    for kind in dict.fromkeys(k["kind"] for k in rows):
+        chosen = [k for k in rows if k["kind"] == kind]
+        ax.scatter(
+            [point(k)[0] for k in chosen],
+            [point(k)[1] * scale for k in chosen],
+            s=[max(12.0, 400 * k["time_s"] / kt["time_s"]) for k in chosen],
+            label=kind,
+            zorder=3,
+        )
+    for k in rows:
+        x, y = point(k)
+        ax.annotate(k["name"], (x, y * scale), fontsize=6, xytext=(4, 3),
+                    textcoords="offset points")  # fmt: skip
 
 
 def render_measured_diff(measured: Any, top: int | None = 10) -> str:
