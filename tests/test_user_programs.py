@@ -184,6 +184,10 @@ def test_measure_records_are_a_runs_and_report(tmp_path):
         "no-fusion",
     ]
     write_report(tmp_path / "results.jsonl", tmp_path / "again")
+    other = xlafuse.measure(mul_add, x, a, b, timing={**FAST_TIMING, "min_iters": 2,
+                            "max_iters": 2}, calibrate=False)  # fmt: skip
+    with pytest.raises(XlafuseError, match="holds results measured under other settings"):
+        other.write(tmp_path)
 
 
 def test_measure_a_step_threads_its_state_and_keeps_a_folder(tmp_path):

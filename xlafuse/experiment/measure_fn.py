@@ -45,6 +45,7 @@ from xlafuse.report.lines import cell_line
 from xlafuse.results import records as records_lib
 from xlafuse.results.parts import CeilingsRecord
 from xlafuse.results.records import CellResult
+from xlafuse.results.settings import check_resumable
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,11 +79,19 @@ class Measurement:
 
     def write(self, folder: str | Path) -> Path:
         """Appends the records to `folder`/results.jsonl and writes report.md and the plots
-        there (`xlafuse.write_report`); returns the report's path."""
+        there (`xlafuse.write_report`); returns the report's path.
+
+        Raises:
+          XlafuseError: the folder's results were measured under other settings (as a run
+            refuses to resume there).
+        """
         from xlafuse.report.markdown import write_report  # matplotlib: on use
 
         folder = records_lib.prepare_output(folder)
         path = folder / records_lib.RESULTS_FILE
+        if self.records:
+            shared = {k: v for k, v in self.records[0].settings.items() if k != "variant"}
+            check_resumable(path, shared)
         for record in self.records:
             records_lib.append_result(path, record)
         return write_report(path, folder)
