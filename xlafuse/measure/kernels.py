@@ -9,8 +9,11 @@ What the trace holds, and so what the join can say:
 
 * GPU ("device kernels"): the device plane's "Stream" lines, one event per kernel with its
   duration on the GPU. A launch outside a command buffer carries its HLO instruction in its
-  `hlo_op` stat, and that decides (a library call's kernels, whatever their names). The others'
-  names follow the HLO: the join is the one `xlafuse validate` uses
+  `hlo_op` stat, and that decides (a library call's kernels, whatever their names). The others,
+  in a program whose kernels are all in one computation, are aligned with the kernels in
+  program order (`xlafuse.measure.align`: names say what may pair, the order which twin or
+  library call). In a program with a loop or a branch, names follow the HLO: the join is the
+  one `xlafuse validate` uses
   against Nsight Compute (`xlafuse.measure.validate.join_kernels`: names with "." written "_",
   suffixes, reused kernels of identical fusions, cuBLAS/cuDNN launches attributed to their
   custom-call in launch order). It is made on the first call's launches; every call launches
