@@ -171,8 +171,14 @@ def test_measure_records_are_a_runs_and_report(tmp_path):
     )
     assert default.source_sha256 == user.file_sha256(Path(__file__))
     assert (default.fusion.kernels, unfused.fusion.kernels) == (1, 2)
-    assert unfused.speedup.verdict in ("faster", "slower", "same")
-    assert unfused.speedup.ci is not None and unfused.timing.median_s > 0
+    # a CPU cell leads with the pipelined figure; its speedup is the reference's shown time
+    # over the variant's, over the same rounds, and lies in its own interval
+    speedup = unfused.speedup
+    assert speedup.lead == "pipelined"
+    assert speedup.vs_reference == pytest.approx(
+        speedup.reference_pipelined_s / unfused.timing.pipelined_s_per_call
+    )
+    assert speedup.ci[0] <= speedup.vs_reference <= speedup.ci[1]
     text = str(measured)
     assert text.splitlines()[0] == "mul_add/custom/forward on cpu (cpu)"
     assert "| variant | pipelined ms | latency ms |" in text

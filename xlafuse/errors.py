@@ -33,6 +33,12 @@ class UnknownNameError(XlafuseError):
     """A registry look-up (variant, workload, size, ...) that matched nothing."""
 
 
+def error_line(err: BaseException) -> str:
+    """`TypeName: the first line of its message` (the type alone without a message)."""
+    lines = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {lines[0]}" if lines else type(err).__name__
+
+
 def did_you_mean(value: object, accepted: Iterable[object]) -> str:
     """` (did you mean 'x'?)` for the accepted name closest to `value`; "" when none is close."""
     close = difflib.get_close_matches(str(value), [str(a) for a in accepted], n=1)

@@ -776,16 +776,27 @@ def _parse_timing(problems, value) -> TimingSettings:
         return float if key.endswith("_s") else int
 
     timing = _flat_table(problems, "timing", value, TimingSettings, kind_of)
+    for where, message in timing_problems(timing):
+        problems.add(where, message)
+    return timing
+
+
+def timing_problems(timing: TimingSettings) -> list[tuple[str, str]]:
+    """(where, what) of each timing setting out of its range (`TIMING_RANGES`), and a
+    max_iters below min_iters."""
+    found = []
     for key, (low, high) in TIMING_RANGES.items():
         got = getattr(timing, key)
         if not low <= got <= high:  # also refuses nan
-            problems.add(f"timing.{key}", f"must be from {low} to {high}, not {got!r}")
+            found.append((f"timing.{key}", f"must be from {low} to {high}, not {got!r}"))
     if timing.max_iters < timing.min_iters:
-        problems.add(
-            "timing.max_iters",
-            f"{timing.max_iters} is below timing.min_iters ({timing.min_iters})",
+        found.append(
+            (
+                "timing.max_iters",
+                f"{timing.max_iters} is below timing.min_iters ({timing.min_iters})",
+            )
         )
-    return timing
+    return found
 
 
 def _parse_measure(problems, value) -> MeasureConfig:

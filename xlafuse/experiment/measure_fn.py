@@ -26,11 +26,11 @@ import jax
 
 from xlafuse.errors import XlafuseError
 from xlafuse.experiment.config import (
-    TIMING_RANGES,
     ExperimentConfig,
     MeasureConfig,
     VariantConfig,
     WorkloadConfig,
+    timing_problems,
     variant_problem,
 )
 from xlafuse.experiment.fields import ceilings_part
@@ -228,14 +228,10 @@ def _timing(timing: TimingSettings | Mapping[str, Any] | None) -> TimingSettings
         if unknown:
             raise XlafuseError(f"timing: unknown {unknown}; accepted: {sorted(fields)}")
         timing = TimingSettings(**timing)
-    for key, (low, high) in TIMING_RANGES.items():
-        value = getattr(timing, key)
-        if not low <= value <= high:
-            raise XlafuseError(f"timing.{key} must be from {low} to {high}, not {value!r}")
-    if timing.max_iters < timing.min_iters:
-        raise XlafuseError(
-            f"timing.max_iters {timing.max_iters} is below min_iters {timing.min_iters}"
-        )
+    found = timing_problems(timing)
+    if found:
+        where, message = found[0]
+        raise XlafuseError(f"{where} {message}")
     return timing
 
 

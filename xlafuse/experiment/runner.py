@@ -27,7 +27,7 @@ from typing import Any, TextIO
 import jax
 
 from xlafuse.compile.jit import MeasureRequest, compile_workload, unoptimized_hlo
-from xlafuse.errors import check_selected
+from xlafuse.errors import check_selected, error_line
 from xlafuse.experiment import environment as run_environment
 from xlafuse.experiment import fields as fields_lib
 from xlafuse.experiment.config import ExperimentConfig, VariantConfig, WorkloadConfig, load_config
@@ -333,7 +333,7 @@ def _reference(run: _Run, w, workload, cells, done, advance) -> _Reference:
         compiled = compile_workload(workload, variant.resolve(), _measure_request(run, workload))
         outputs = _first_outputs(compiled, workload)
     except Exception as err:
-        message = f"recompiling the reference failed: {_error_line(err)}"
+        message = f"recompiling the reference failed: {error_line(err)}"
         return dataclasses.replace(reference, error=message)
     return dataclasses.replace(reference, compiled=compiled, outputs=outputs)
 
@@ -465,7 +465,7 @@ def _missed_fusions(workload, compiled) -> dict[str, Any]:
         unoptimized = compiled.unoptimized_hlo() or unoptimized_hlo(workload)
         return missed_fusions(unoptimized, compiled.hlo_text, top=MISSED_FUSIONS_TOP)
     except Exception as err:
-        return {"error": _error_line(err)}
+        return {"error": error_line(err)}
 
 
 def _profile(compiled, workload, request: MeasureRequest, advance):
@@ -541,12 +541,6 @@ def _framework(variant: VariantConfig) -> dict[str, Any]:
 
 def _record(run, w, variant, workload, status, fields) -> CellResult:
     return CellResult(**_identity(run, w, variant, workload), status=status, **fields)
-
-
-def _error_line(err: BaseException) -> str:
-    """`TypeName: first line of the message`."""
-    lines = str(err).strip().splitlines()
-    return f"{type(err).__name__}: {lines[0]}" if lines else type(err).__name__
 
 
 def _error_record(run, w, variant, workload, err: BaseException) -> CellResult:

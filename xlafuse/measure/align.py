@@ -40,7 +40,7 @@ from xlafuse.measure.validate import (
     mangle,
 )
 
-MAX_CELLS = 20_000_000  # launches x kernels: about 80 MB of int32, a fraction of a second
+MAX_CELLS = 20_000_000  # launches x kernels: 80 MB of int32; 19.4 M cells took 2.75 s here
 _LABELS = {4: BY_NAME, 3: SUFFIXED, 2: REUSED, 1: LIBRARY}
 
 

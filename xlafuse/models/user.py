@@ -37,7 +37,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from xlafuse.errors import XlafuseError, did_you_mean
+from xlafuse.errors import XlafuseError, did_you_mean, error_line
 from xlafuse.models.names import display_name, is_entry  # noqa: F401 - part of this module's API
 from xlafuse.models.workload import Workload
 
@@ -122,7 +122,7 @@ def import_target(target: str | Path, base: str | Path | None = None) -> ModuleT
     except EntryError:
         raise
     except Exception as err:  # the user's code: anything it raises is reported, in one line
-        raise EntryError(f"importing {target!r} raised {_first_line(err)}") from err
+        raise EntryError(f"importing {target!r} raised {error_line(err)}") from err
     _IMPORTED[key] = module
     return module
 
@@ -268,7 +268,7 @@ def build_entry(
     try:
         result = function(**overrides)
     except Exception as err:  # the user's code
-        raise EntryError(f"entry {entry.spec!r} raised {_first_line(err)}") from err
+        raise EntryError(f"entry {entry.spec!r} raised {error_line(err)}") from err
     return workload_from(result, entry.function, overrides, entry)
 
 
@@ -348,7 +348,7 @@ def _trace(where: str, fn: Callable[..., Any], args: tuple) -> Any:
         return jax.eval_shape(fn, *args)
     except Exception as err:
         raise EntryError(
-            f"{where}: fn(*args) cannot be traced by jax.jit: {_first_line(err)}"
+            f"{where}: fn(*args) cannot be traced by jax.jit: {error_line(err)}"
         ) from (err)
 
 
@@ -389,8 +389,3 @@ def _shape_of(value: Any) -> str:
     if isinstance(value, jax.Array | np.ndarray):
         return f"an array {value.dtype}{list(value.shape)}"
     return f"a value of type {type(value).__name__}"
-
-
-def _first_line(err: BaseException) -> str:
-    lines = str(err).strip().splitlines()
-    return f"{type(err).__name__}: {lines[0]}" if lines else type(err).__name__
