@@ -1,6 +1,9 @@
 """`xlafuse diff` and `xlafuse.hlo.diff`: every kernel in one group, deltas adding up exactly."""
 
+import gzip
 import json
+from collections import Counter
+from pathlib import Path
 
 import jax
 import pytest
@@ -8,6 +11,8 @@ import pytest
 from xlafuse.cli import main
 from xlafuse.hlo import analyze_module, parse_hlo
 from xlafuse.hlo.diff import diff_modules
+from xlafuse.hlo.lineage import kind
+from xlafuse.report.explain_text import render_diff
 
 PAIRS = ("mul_add_relu", "reductions", "softmax", "sdpa_xla", "sdpa_cudnn", "convnet", "scan_rnn")
 
@@ -167,5 +172,111 @@ def test_reference_beside_a_dumped_file(capsys, samples):
     code, out, _ = run(capsys, "diff", a, a, "--json")
     got = json.loads(out)
     assert code == 0 and got["reference"] == "unoptimized"
-    assert got["lineage"]["a"] == {"kernel": 14, "outside": 0, "lost": 11}
+    assert got["lineage"]["a"] == {"kernel": 18, "outside": 0, "lost": 7}
     assert [g["kind"] for g in got["groups"]] == ["same"] * 4
+
+
+GPT2_TRAIN = Path(__file__).parent / "data" / "trace-gpt2-train"
+
+
+@pytest.fixture(scope="module")
+def gpt2_train():
+    """GPT-2 full train step (bf16) on the H200, default vs no-gemm-fusion, traced to the
+    unoptimized module (lowered by jax 0.10.2 on the CPU: the same program, entry `main.275`;
+    source paths written as the device's)."""
+    texts = [
+        gzip.decompress((GPT2_TRAIN / f"{name}.hlo.txt.gz").read_bytes()).decode()
+        for name in ("unoptimized", "default", "no-gemm-fusion")
+    ]
+    ref, a, b = (parse_hlo(t) for t in texts)
+    return diff_modules(a, b, ("default", "no-gemm-fusion"), ref, tuple(texts)), a, b
+
+
+def test_every_dot_of_a_train_step_is_followed_through_triton_and_cublas(gpt2_train):
+    # default runs 99 of the step's 219 dots as Triton GEMM fusions and 120 as cuBLASLt calls
+    # (some split in K, XLA's metadata dropped on some); no-gemm-fusion runs all 219 as
+    # cuBLASLt calls (the 50,257-word vocabulary padded). Every dot lands in a kernel of both.
+    diff, a, b = gpt2_train
+    assert_one_to_one(diff, a, b)
+    dots = [t for t in diff.lineage_a.traces if t.opcode == "dot"]
+    assert len(dots) == 219
+    for lineage in (diff.lineage_a, diff.lineage_b):
+        assert all(lineage.by_name[t.instruction].status == "kernel" for t in dots)
+    assert diff.unlinked_dots == ()
+    kinds = Counter(kind(i) for c in b.computations for i in c.instructions)
+    assert (kinds["dot"], sum(i.opcode == "custom-call" for c in b.computations
+                              for i in c.instructions)) == (219, 219)  # fmt: skip
+    in_b = {diff.lineage_b.by_name[t.instruction].kernel for t in dots}
+    assert all(k.startswith(("cublas-lt-matmul", "custom-call")) for k in in_b)
+    # What stays on one side is what XLA added for cuBLAS: layout transposes, copies, a pad.
+    alone = [k for g in diff.groups if not g.kernels_a for k in g.kernels_b]
+    assert not [g for g in diff.groups if not g.kernels_b]
+    assert {k.rsplit(".", 1)[0] for k in alone} == {
+        "input_transpose_fusion",
+        "copy",
+        "loop_pad_fusion",
+    }
+
+
+def test_the_diff_says_what_it_could_not_follow(gpt2_train):
+    diff, _, _ = gpt2_train
+    text = render_diff(diff, top=3)
+    lost = diff.lineage_b.lost_by_opcode()
+    assert "dot" not in lost and "multiply" in lost
+    assert (
+        f"  lost in B: ({', '.join(f'{n} {op}' for op, n in list(lost.items())[:8])}, ...)" in text
+    )
+    assert "dots/convolutions in no group" not in text
+    got = diff.to_dict()["lineage"]
+    assert (got["unlinked_dots"], got["lost_by_opcode"]["b"]) == ([], lost)
+
+
+def test_a_rewritten_dot_left_alone_is_named():
+    # A: the dot in a Triton GEMM fusion; B: a cuBLAS call with its metadata dropped and an
+    # operand count that matches no signature; both traced to A's instructions.
+    a_text = """HloModule m, entry_computation_layout={(f32[64,32]{1,0}, f32[32,16]{1,0})->f32[64,16]{1,0}}
+
+%gemm (p0: f32[64,32], p1: f32[32,16]) -> f32[64,16] {
+  %p0 = f32[64,32]{1,0} parameter(0)
+  %p1 = f32[32,16]{1,0} parameter(1)
+  ROOT %dot.1 = f32[64,16]{1,0} dot(%p0, %p1), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}
+
+ENTRY %main (x: f32[64,32], w: f32[32,16]) -> f32[64,16] {
+  %x = f32[64,32]{1,0} parameter(0)
+  %w = f32[32,16]{1,0} parameter(1)
+  ROOT %gemm_fusion_dot = f32[64,16]{1,0} fusion(%x, %w), kind=kCustom, calls=%gemm
+}
+"""
+    b_text = """HloModule m, entry_computation_layout={(f32[64,32]{1,0}, f32[32,16]{1,0})->f32[64,16]{1,0}}
+
+ENTRY %main (x: f32[64,32], w: f32[32,16]) -> f32[64,16] {
+  %x = f32[64,32]{1,0} parameter(0)
+  %w = f32[32,16]{1,0} parameter(1)
+  %cc = (f32[64,16]{1,0}, s8[1024]{0}) custom-call(%x, %w), custom_call_target="__cublas$lt$matmul"
+  ROOT %gte = f32[64,16]{1,0} get-tuple-element(%cc), index=0
+}
+"""
+    a, b = parse_hlo(a_text), parse_hlo(b_text)
+    diff = diff_modules(a, b, texts=(None, a_text, b_text))
+    (group,) = diff.groups
+    assert (group.kernels_a, group.kernels_b, diff.unlinked_dots) == (
+        ("gemm_fusion_dot",),
+        ("cc",),
+        (),
+    )
+    assert diff.lineage_b.by_name["dot.1"].how == "order"
+    # Against a program without the dot (B adds two parameters): A's GEMM is named as left alone.
+    c_text = b_text.replace(
+        "%cc = (f32[64,16]{1,0}, s8[1024]{0}) custom-call(%x, %w), "
+        'custom_call_target="__cublas$lt$matmul"',
+        "%y = f32[64,16]{1,0} parameter(2)\n  %cc = f32[64,16]{1,0} add(%y, %y)",
+    ).replace(
+        "ROOT %gte = f32[64,16]{1,0} get-tuple-element(%cc), index=0",
+        "ROOT %n = f32[64,16]{1,0} negate(%cc)",
+    )
+    alone = diff_modules(a, parse_hlo(c_text), texts=(None, a_text, c_text))
+    assert alone.unlinked_dots == ("A:gemm_fusion_dot",)
+    assert "dots/convolutions in no group of the other side: 1 (A:gemm_fusion_dot)" in render_diff(
+        alone
+    )

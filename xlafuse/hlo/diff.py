@@ -112,6 +112,20 @@ class FusionDiff:
         return self.modeled_bytes_b - self.modeled_bytes_a
 
     @property
+    def unlinked_dots(self) -> tuple[str, ...]:
+        """Kernels that run a dot or a convolution and sit in an "only A" or "only B" group
+        ("A:name" / "B:name"): the lineage did not follow them across a rewrite."""
+        out = []
+        for g in self.groups:
+            out += [
+                f"A:{k}" for k in g.kernels_a if not g.kernels_b and k in self.lineage_a.dot_kernels
+            ]
+            out += [
+                f"B:{k}" for k in g.kernels_b if not g.kernels_a and k in self.lineage_b.dot_kernels
+            ]
+        return tuple(out)
+
+    @property
     def changes(self) -> tuple[KernelGroup, ...]:
         """The groups that are not "same"."""
         return tuple(g for g in self.groups if g.kind != "same")
@@ -122,7 +136,15 @@ class FusionDiff:
         for key in ("kernels", "real_fusions", "modeled_bytes"):
             a, b = getattr(self, f"{key}_a"), getattr(self, f"{key}_b")
             out[key] = {"a": a, "b": b, "delta": b - a}
-        out["lineage"] = {"a": self.lineage_a.counts(), "b": self.lineage_b.counts()}
+        out["lineage"] = {
+            "a": self.lineage_a.counts(),
+            "b": self.lineage_b.counts(),
+            "lost_by_opcode": {
+                "a": self.lineage_a.lost_by_opcode(),
+                "b": self.lineage_b.lost_by_opcode(),
+            },
+            "unlinked_dots": list(self.unlinked_dots),
+        }
         out["groups"] = [g.to_dict() for g in self.groups]
         ca, cb = self.collectives_a, self.collectives_b
         out["collectives"] = {

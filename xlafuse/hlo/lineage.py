@@ -34,6 +34,16 @@ How an optimized instruction is identified with a reference one (`Trace.how`), i
    places of a pair already identified (backward; for a commutative op only when one operand is
    left on each side), when `op_name`s agree.
 
+A library call is the instruction it replaced: a cuBLAS/cuBLASLt GEMM custom-call is a `dot`, a
+cuDNN convolution custom-call a `convolution` (`kind`), its value is its result (the first element
+of its (result, workspace) tuple) and its data operands are the first two. So a dot that one
+compilation runs in a Triton GEMM fusion and another as a cuBLAS call is identified in both (by
+steps 2 to 4: the call's attributes differ from the dot's, so never by structure).
+
+A view in the reference (a reshape, bitcast or copy of the same elements, an identity broadcast)
+computes nothing: its trace is that of the value under it (`how` "view"), or "outside" when that is
+a parameter or constant.
+
 A computation called from several places (`call`) is numbered for one of them, so its
 instructions are found mostly by steps 2 to 4 there. After each round of 2, 3 and 4 the optimized graph is numbered again with each identified
 instruction given its reference's number, and step 1 runs again, so what follows a rewritten op
@@ -45,10 +55,11 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 
+from xlafuse.hlo.flops import CONV_TARGETS, GEMM_TARGETS
 from xlafuse.hlo.fusion import analyze_module, executed_computations
 from xlafuse.hlo.ir import Computation, HloModule, Instruction, Shape
 
@@ -64,6 +75,7 @@ _KEY_ATTRS = (
     "index_vector_dim", "slice_sizes", "is_stable", "largest", "k",
 )  # fmt: skip
 _ROUNDS = 40
+_ORDERED = frozenset({"dot", "convolution"})  # identified by order as a last resort (`_by_order`)
 
 Key = tuple[str, str]  # (computation, instruction)
 
@@ -80,7 +92,7 @@ class Trace:
         kernel: the one kernel it is attributed to (status "kernel"), else None.
         holders: every kernel holding a copy of it, in the module's kernel order.
         optimized: the optimized instruction(s) identified with it.
-        how: "structure", "name", "metadata" or "neighbours"; None when lost.
+        how: "structure", "name", "metadata", "neighbours", "order" or "view"; None when lost.
     """
 
     instruction: str
@@ -107,6 +119,7 @@ class Lineage:
         traces: one per traced reference instruction, in reference order.
         kernels: the optimized module's kernel names, in execution order.
         names_kept: whether the optimized module keeps reference names (step 2 was used).
+        dot_kernels: the kernels that run a dot or a convolution (library calls included).
     """
 
     reference: str
@@ -114,6 +127,7 @@ class Lineage:
     traces: tuple[Trace, ...]
     kernels: tuple[str, ...]
     names_kept: bool
+    dot_kernels: frozenset[str] = frozenset()
     _by_name: Mapping[str, Trace] = field(
         init=False, repr=False, compare=False, hash=False, default_factory=dict
     )
@@ -152,11 +166,12 @@ class Lineage:
         return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-able dict: module names, counts, names_kept and the traces."""
+        """JSON-able dict: module names, counts, names_kept, dot kernels and the traces."""
         return {
             "reference": self.reference,
             "optimized": self.optimized,
             "names_kept": self.names_kept,
+            "dot_kernels": sorted(self.dot_kernels),
             "counts": self.counts(),
             "lost_by_opcode": self.lost_by_opcode(),
             "traces": [t.to_dict() for t in self.traces],
@@ -187,9 +202,14 @@ def trace_module(
     opt = _Graph(optimized, table, literal_payloads(optimized_text or ""))
     matcher = _Matcher(ref, opt)
     matcher.run()
-    kernel_order = tuple(k.name for k in analyze_module(optimized).kernel_details)
-    traces = tuple(matcher.trace(key, kernel_order) for key in ref.traced)
-    return Lineage(reference.name, optimized.name, traces, kernel_order, matcher.names_kept)
+    order = {k: n for n, k in enumerate(opt.kernel_order)}
+    traces = tuple(matcher.trace(key, order) for key in ref.traced)
+    dots = frozenset(
+        kernel for key, kernel in opt.kernel.items() if kernel and kind(opt.instr[key]) in _ORDERED
+    )
+    return Lineage(
+        reference.name, optimized.name, traces, opt.kernel_order, matcher.names_kept, dots
+    )
 
 
 class _Graph:
@@ -214,7 +234,8 @@ class _Graph:
 
     # -- structure ------------------------------------------------------------------------
     def _collect(self) -> None:
-        kernels = {k.name for k in analyze_module(self.module).kernel_details}
+        self.kernel_order = tuple(k.name for k in analyze_module(self.module).kernel_details)
+        kernels = set(self.kernel_order)
         for comp in self.module.computations:
             for i in comp.instructions:
                 if i.opcode in ("fusion", "fusion-start", "call"):
@@ -341,6 +362,8 @@ class _Graph:
         tup = self.src.get(operand, operand)
         tinstr = self.instr.get(tup)
         index = int(instr.attr("index") or -1)
+        if tinstr is not None and index == 0 and _is_library(tinstr):
+            return value, tup  # a library call's result
         if tinstr is not None and tinstr.opcode == "tuple" and 0 <= index < len(tinstr.operands):
             element = (tup[0], tinstr.operands[index])
             if element in self.instr:
@@ -375,6 +398,34 @@ def _is_view(instr: Instruction, operand: Shape | None) -> bool:
     if instr.opcode == "broadcast":
         return instr.shape.dims == operand.dims
     return False
+
+
+def kind(instr: Instruction) -> str:
+    """The opcode, or for a library call the opcode of what it replaced ("dot" for a cuBLAS
+    GEMM, "convolution" for a cuDNN convolution)."""
+    if instr.opcode == "custom-call":
+        target = instr.custom_call_target
+        if target in GEMM_TARGETS:
+            return "dot"
+        if target in CONV_TARGETS:
+            return "convolution"
+    return instr.opcode
+
+
+def _is_library(instr: Instruction) -> bool:
+    return instr.opcode == "custom-call" and kind(instr) != "custom-call"
+
+
+def _value_shape(instr: Instruction) -> Shape:
+    """The shape of the value: a library call's is its result's, the first of its tuple."""
+    shape = instr.shape
+    if _is_library(instr) and shape.is_tuple and shape.tuple_shapes:
+        return shape.tuple_shapes[0]
+    return shape
+
+
+def _elements(instr: Instruction) -> int:
+    return _value_shape(instr).num_elements
 
 
 def _shape_sig(shape: Shape) -> tuple:
@@ -430,6 +481,8 @@ class _Matcher:
                 new += self._by_metadata(shape)
             new += self._by_neighbours()
             if not new:
+                new = self._by_order()
+            if not new:
                 break
 
     def _renumber(self) -> None:
@@ -484,14 +537,15 @@ class _Matcher:
             for k in keys:
                 i = graph.instr[k]
                 if i.op_name and i.source_file:
+                    value = _value_shape(i)
                     shape = (
-                        _shape_sig(i.shape)
+                        _shape_sig(value)
                         if shape_key == "dims"
-                        else (i.shape.dtype, i.shape.num_elements)
+                        else (value.dtype, value.num_elements)
                         if shape_key == "elements"
                         else None
                     )
-                    out[(i.opcode, i.op_name, i.source_file, i.source_line, shape)].append(k)
+                    out[(kind(i), i.op_name, i.source_file, i.source_line, shape)].append(k)
             return out
 
         opt = group(self.opt, self._unmatched_opt())
@@ -502,6 +556,56 @@ class _Matcher:
             if len(os_) == 1 and len(rs) == 1 and self._agree(os_[0], rs[0]):
                 new += self._pair(os_[0], rs[0], "metadata")
         return new
+
+    def _by_order(self) -> int:
+        """Dots and convolutions of one signature (kind, `op_name` and source line, the value's
+        type and elements, the operands' elements), when as many are left unidentified on each
+        side: the k-th in reference order is the k-th in kernel order. A model's layers repeat
+        one line and the copies do the same work, so only which layer's copy is which is taken
+        from the order. Then the same without `op_name` and line (XLA drops the metadata of
+        some GEMMs it rewrites into cuBLAS calls)."""
+        kernels = {k: n for n, k in enumerate(self.opt.kernel_order)}
+        position = {k: n for n, k in enumerate(self.ref.traced)}
+        new = 0
+        for metadata in ("all", "shapes", "operands", "metadata"):
+            opt = self._signatures(self.opt, self._unmatched_opt(), metadata)
+            ref = self._signatures(
+                self.ref, [r for r in self.ref.traced if not self.back.get(r)], metadata
+            )
+            for key, os_ in opt.items():
+                rs = ref.get(key, [])
+                if len(os_) != len(rs):
+                    continue
+                os_.sort(key=lambda k: kernels.get(self.opt.kernel[k], -1))
+                rs.sort(key=position.get)
+                pairs = zip(os_, rs, strict=True)
+                new += sum(self._pair(o, r, "order") for o, r in pairs)
+            if new:
+                break
+        return new
+
+    @staticmethod
+    def _signatures(graph: _Graph, keys, by: str) -> dict[tuple, list[Key]]:
+        """Signature -> instructions: `by` "all" (metadata, the value's type and elements, the
+        operands' elements), "shapes" (the value and the operands), "operands" (a split-K
+        GEMM's value has K's splits as a dimension of its own) or "metadata" (cuBLAS pads a
+        GEMM's odd dimensions: GPT-2's 50,257-word vocabulary to 50,264)."""
+        out: dict[tuple, list[Key]] = defaultdict(list)
+        for k in keys:
+            i = graph.instr[k]
+            if kind(i) not in _ORDERED or (by in ("all", "metadata") and not i.op_name):
+                continue
+            value = _value_shape(i)
+            key = [kind(i)]
+            if by != "metadata":
+                operands = graph.operands[k][:2]
+                key += sorted(graph.instr[graph.source(o)].shape.num_elements for o in operands)
+            if by in ("all", "shapes"):
+                key.append(value.num_elements)
+            if by in ("all", "metadata"):
+                key += [i.op_name, i.source_file, i.source_line, value.dtype]
+            out[tuple(key)].append(k)
+        return out
 
     def _by_neighbours(self) -> int:
         """Forward: the one unidentified reference user, of this opcode, of the values an
@@ -514,8 +618,8 @@ class _Matcher:
         new = 0
         for o in self._unmatched_opt():
             found: set[Key] | None = None
-            for k in self.opt.operands[o]:
-                rs = self.matched.get(self.opt.source(k))
+            for k in self._data_operands(o):
+                rs = self.matched.get(k)
                 if not rs:
                     continue
                 users = {
@@ -535,7 +639,9 @@ class _Matcher:
         return new
 
     def _operands_of(self, o: Key, r: Key) -> int:
-        ops = [self.opt.source(k) for k in self.opt.operands[o]]
+        if _is_library(self.opt.instr[o]):
+            return 0  # its operands may be swapped: not identified by place
+        ops = self._data_operands(o)
         refs = [self.ref.source(k) for k in self.ref.operands[r]]
         if len(ops) != len(refs):
             return 0
@@ -556,11 +662,28 @@ class _Matcher:
                 new += self._pair(a, b, "neighbours")
         return new
 
+    def _data_operands(self, o: Key) -> list[Key]:
+        """What `o` computes from: a library call's first two operands (a GEMM's bias or a
+        fused convolution's side input stands for an instruction of its own), each taken
+        through the transposes XLA added to lay it out (`_laid_out`)."""
+        ops = [self._laid_out(self.opt.source(k)) for k in self.opt.operands[o]]
+        return ops[:2] if _is_library(self.opt.instr[o]) else ops
+
+    def _laid_out(self, o: Key) -> Key:
+        """The value under a chain of unidentified transposes of the optimized module: XLA adds
+        them to give a dot or a library call the layout it wants (the reference has none)."""
+        while not self.matched.get(o) and self.opt.instr[o].opcode == "transpose":
+            operands = self.opt.operands[o]
+            if len(operands) != 1:
+                break
+            o = self.opt.source(operands[0])
+        return o
+
     def _alike(self, o: Key, r: Key) -> bool:
         oi, ri = self.opt.instr[o], self.ref.instr[r]
         return (
-            oi.opcode == ri.opcode
-            and oi.shape.num_elements == ri.shape.num_elements
+            kind(oi) == ri.opcode
+            and _elements(oi) == ri.shape.num_elements
             and not (oi.op_name and ri.op_name and oi.op_name != ri.op_name)
         )
 
@@ -570,17 +693,17 @@ class _Matcher:
     def _agree(self, o: Key, r: Key) -> bool:
         """Opcode, element count and op_name agree, and so do operands identified already."""
         oi, ri = self.opt.instr[o], self.ref.instr[r]
-        if oi.opcode != ri.opcode and not (oi.opcode in _VIEWS and ri.opcode in _VIEWS):
+        if kind(oi) != ri.opcode and not (oi.opcode in _VIEWS and ri.opcode in _VIEWS):
             return False
-        if oi.shape.num_elements != ri.shape.num_elements:
+        if _elements(oi) != ri.shape.num_elements:
             return False
         if oi.op_name and ri.op_name and oi.op_name != ri.op_name:
             return False
-        ops = [self.opt.source(k) for k in self.opt.operands[o]]
+        ops = self._data_operands(o)
         refs = [self._carriers(self.ref.source(k)) for k in self.ref.operands[r]]
         if len(ops) != len(refs):
             return False
-        if oi.opcode in _COMMUTATIVE:
+        if oi.opcode in _COMMUTATIVE or _is_library(oi):  # a library call may swap operands
             known = [self.matched.get(k) for k in ops]
             return all(not s or any(s & x for x in refs) for s in known)
         for k, xs in zip(ops, refs, strict=True):
@@ -611,14 +734,22 @@ class _Matcher:
             out.add(r)
         return out
 
-    def trace(self, r: Key, kernel_order: tuple[str, ...]) -> Trace:
+    def trace(self, r: Key, order: Mapping[str, int]) -> Trace:
+        """Where reference instruction `r` ended up; `order`: kernel -> its place."""
         instr = self.ref.instr[r]
+        source = self.ref.source(r)
+        if source != r:  # a view: where the value under it is
+            if source not in self.ref.traced_set:
+                return Trace(instr.name, r[0], instr.opcode, "outside", how="view")
+            under = self.trace(source, order)
+            how = "view" if under.status != "lost" else None
+            return replace(
+                under, instruction=instr.name, computation=r[0], opcode=instr.opcode, how=how
+            )
         copies = sorted(self.back.get(r, ()), key=lambda k: k[1])
-        base = Trace(instr.name, r[0], instr.opcode, "lost")
         if not copies:
-            return base
+            return Trace(instr.name, r[0], instr.opcode, "lost")
         kernels = {self.opt.kernel.get(o) for o in copies} - {None}
-        order = {k: i for i, k in enumerate(kernel_order)}
         holders = tuple(sorted(kernels, key=lambda k: order.get(k, len(order))))
         names = tuple(o[1] for o in copies)
         how = self.how.get(r)

@@ -152,6 +152,11 @@ def kernel_diff_record(
         "kernels_a": diff.kernels_a,
         "kernels_b": diff.kernels_b,
         "groups": len(timed),
+        "lost_by_opcode": {
+            "a": diff.lineage_a.lost_by_opcode(),
+            "b": diff.lineage_b.lost_by_opcode(),
+        },
+        "unlinked_dots": list(diff.unlinked_dots),
         "top": [t.to_dict(NAMES_KEPT) for t in timed[:top]],
         **changes(timed, top),
     }

@@ -44,6 +44,15 @@ def render_diff(diff: FusionDiff, top: int | None = 10) -> str:
         f"A holds {ca['kernel']} in kernels ({ca['lost']} lost), "
         f"B holds {cb['kernel']} ({cb['lost']} lost)"
     )
+    for side, lineage in (("A", diff.lineage_a), ("B", diff.lineage_b)):
+        if lineage.counts()["lost"]:
+            lines.append(f"  lost in {side}:{_lost(lineage, 8)}")
+    unlinked = diff.unlinked_dots
+    if unlinked:
+        lines.append(
+            f"dots/convolutions in no group of the other side: {len(unlinked)} "
+            f"({', '.join(unlinked[:5])}{' ...' if len(unlinked) > 5 else ''})"
+        )
     changes = diff.changes
     lines.append(f"\nkernel groups that differ: {len(changes)} of {len(diff.groups)}")
     shown = changes[:top] if top is not None else changes

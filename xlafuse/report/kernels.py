@@ -156,6 +156,7 @@ def savings_section(diff: Mapping[str, Any]) -> list[str]:
         f"{counts['same']} `same` groups; the total {b} - {a} is "
         f"{_us(diff['time_b_s'] - diff['time_a_s'])}.",
     ]
+    lines += _lineage_lines(diff)
     for title, rows in (
         (f"{b} gains (faster)", diff["gains"]),
         (f"{b} loses (slower)", diff["losses"]),
@@ -164,6 +165,32 @@ def savings_section(diff: Mapping[str, Any]) -> list[str]:
         if rows:
             lines += ["", *_groups_table(rows, a, b, f"{b} - {a} µs", with_interval=True)]
     return lines
+
+
+def _lineage_lines(diff: Mapping[str, Any]) -> list[str]:
+    """What the grouping could not follow (records from before the lineage was kept: none)."""
+    if "lost_by_opcode" not in diff:
+        return []
+    lines = []
+    for side in ("a", "b"):
+        lost = diff["lost_by_opcode"][side]
+        if lost:
+            shown = ", ".join(f"{n} {op}" for op, n in list(lost.items())[:8])
+            more = ", ..." if len(lost) > 8 else ""
+            lines.append(
+                f"Instructions of the program not traced to a kernel of {diff[side]}: "
+                f"{sum(lost.values())} ({shown}{more})."
+            )
+    unlinked = diff["unlinked_dots"]
+    lines.append(
+        f"Dots and convolutions in a group of one side only: {len(unlinked)}"
+        + (
+            f" ({', '.join(f'`{k}`' for k in unlinked[:5])}{' ...' if len(unlinked) > 5 else ''})."
+            if unlinked
+            else "."
+        )
+    )
+    return ["", " ".join(lines)]
 
 
 def _groups_table(rows, a: str, b: str, change: str, with_interval: bool) -> list[str]:
