@@ -7,7 +7,8 @@ connected sets of linked kernels are the groups. So every kernel of A and every 
 in exactly one group (a kernel holding nothing traced is a group of its own), and the groups'
 byte differences add up to the modeled-bytes difference of the modules exactly. A kernel left
 alone that way (all its instructions lost on the way from the unoptimized module) joins the
-group of the kernel on the other side that holds one of its instructions (B traced to A).
+group of the kernel on the other side that holds one of its instructions (B traced to A), or
+else of the kernel on its own side that writes an instruction it holds a copy of.
 
 A group is "same" (one kernel each side, same bytes), "changed" (one each side, bytes differ),
 "split" (one kernel of A, several of B), "fused" (several of A, one of B), "regrouped" (several
@@ -23,7 +24,7 @@ from typing import Any
 from xlafuse.hlo.collectives import CollectiveReport, analyze_collectives
 from xlafuse.hlo.fusion import analyze_module
 from xlafuse.hlo.ir import HloModule
-from xlafuse.hlo.lineage import Lineage, trace_module
+from xlafuse.hlo.lineage import Lineage, Trace, trace_module
 
 
 @dataclass(frozen=True)
@@ -235,6 +236,22 @@ class _Joined:
             self.parent[other_root] = root
 
 
+def _join_copies(joined: _Joined, alone: set, side: str, lineage: Lineage) -> None:
+    """A kernel still alone that holds a copy of an instruction another kernel of its side
+    writes (XLA duplicated it, or split a reduction in two kernels) joins that kernel's group:
+    the one whose instruction has the fewest copies."""
+    best: dict[str, Trace] = {}
+    for t in lineage.traces:
+        if t.kernel is None or len(t.holders) < 2:
+            continue
+        for k in t.holders:
+            closer = k not in best or len(t.holders) < len(best[k].holders)
+            if k != t.kernel and (side, k) in alone and closer:
+                best[k] = t
+    for k, t in best.items():
+        joined.join((side, t.kernel), (side, k))
+
+
 def _groups(lineage_a, lineage_b, bytes_a, bytes_b, extra=()) -> tuple[KernelGroup, ...]:
     nodes = [("a", k) for k in lineage_a.kernels] + [("b", k) for k in lineage_b.kernels]
     joined = _Joined(nodes)
@@ -252,6 +269,8 @@ def _groups(lineage_a, lineage_b, bytes_a, bytes_b, extra=()) -> tuple[KernelGro
     for ka, kb in extra:
         if ("a", ka) in alone or ("b", kb) in alone:
             joined.join(("a", ka), ("b", kb))
+    _join_copies(joined, alone, "a", lineage_a)
+    _join_copies(joined, alone, "b", lineage_b)
     members: dict[tuple[str, str], list[tuple[str, str]]] = {}
     for n in nodes:
         members.setdefault(find(n), []).append(n)

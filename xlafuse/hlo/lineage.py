@@ -15,7 +15,7 @@ something (not parameter, constant, tuple, get-tuple-element, call) gets one `Tr
 How an optimized instruction is identified with a reference one (`Trace.how`), in this order:
 
 1. "structure": the same opcode, shape and attributes applied to the same values (value
-   numbering over both graphs; fused parameters resolve to the fusion's operands; reshape,
+   numbering over both graphs; an elementwise op's shape is its type and element count; fused parameters resolve to the fusion's operands; reshape,
    bitcast, copy and identity broadcasts are views of their operand; commutative operands are
    sorted; equal constants are one value). Exact: it is the same computation.
 2. "name": XLA keeps instruction names through its GPU passes, appending `.N` to clones
@@ -75,6 +75,16 @@ _KEY_ATTRS = (
     "index_vector_dim", "slice_sizes", "is_stable", "largest", "k",
 )  # fmt: skip
 _ROUNDS = 40
+# Ops that compute element by element: their value does not depend on how the elements are
+# shaped (`f32[8,1024,768]` in the program, `f32[8192,768]` once XLA collapsed it)
+_ELEMENTWISE = frozenset({
+    "abs", "add", "and", "atan2", "cbrt", "ceil", "clamp", "compare", "convert", "cosine",
+    "divide", "erf", "exponential", "exponential-minus-one", "floor", "imag", "is-finite", "log",
+    "log-plus-one", "logistic", "maximum", "minimum", "multiply", "negate", "not", "or",
+    "popcnt", "power", "real", "remainder", "round-nearest-afz", "round-nearest-even", "rsqrt",
+    "select", "shift-left", "shift-right-arithmetic", "shift-right-logical", "sign", "sine",
+    "sqrt", "subtract", "tan", "tanh", "xor",
+})  # fmt: skip
 _ORDERED = frozenset({"dot", "convolution"})  # identified by order as a last resort (`_by_order`)
 
 Key = tuple[str, str]  # (computation, instruction)
@@ -319,7 +329,12 @@ class _Graph:
             values = [self._value(o) for o in operands]
             if op in _COMMUTATIVE:
                 values.sort()
-            vn = self._intern((op, _shape_sig(instr.shape), _attrs(instr), tuple(values)))
+            shape = (
+                (instr.shape.dtype, instr.shape.num_elements)
+                if op in _ELEMENTWISE
+                else _shape_sig(instr.shape)
+            )
+            vn = self._intern((op, shape, _attrs(instr), tuple(values)))
             src = key
         vn = self.override.get(key, vn)
         self.vn[key], self.src[key] = vn, src
@@ -384,6 +399,16 @@ class _Graph:
 
     def _intern(self, item: tuple) -> int:
         return self.table.setdefault(item, len(self.table))
+
+    def kind(self, key: Key) -> str:
+        """`kind` of the instruction, with a division by a constant counted as the
+        multiplication XLA rewrites it into (`x / broadcast(c)` -> `x * broadcast(1 / c)`)."""
+        instr = self.instr[key]
+        if instr.opcode == "divide" and len(self.operands[key]) == 2:
+            divisor = self.source(self.operands[key][1])
+            if self.instr[divisor].opcode == "constant" or _constant_broadcast(self, divisor):
+                return "multiply"
+        return kind(instr)
 
     def source(self, key: Key) -> Key:
         """The instruction that computes the value `key` names (through views and plumbing)."""
@@ -470,13 +495,18 @@ class _Matcher:
 
     def run(self) -> None:
         self.ref.number({})
+        self.opt.number({})
+        self._copies: dict[int, list[Key]] = defaultdict(list)  # one value computed again
+        self._plain = dict(self.opt.vn)
+        for o in self.opt.traced:
+            if self.opt.source(o) == o:
+                self._copies[self._plain[o]].append(o)
         for round_ in range(_ROUNDS):
             self._renumber()
             new = self._by_structure()
             if round_ == 0:
                 self.names_kept = self._names_kept()
-            if self.names_kept:
-                new += self._by_name()
+            new += self._by_name(same_line=not self.names_kept)
             for shape in ("dims", "elements", None):
                 new += self._by_metadata(shape)
             new += self._by_neighbours()
@@ -490,10 +520,13 @@ class _Matcher:
         self.opt.number({o: self.ref.vn[min(rs)] for o, rs in self.matched.items() if rs})
 
     def _pair(self, o: Key, r: Key, how: str) -> bool:
+        """Identifies `o` with `r`, and so every copy of `o`: the same value computed again in
+        another kernel (XLA duplicates cheap ops into each consumer's fusion)."""
         if r in self.matched[o]:
             return False
-        self.matched[o].add(r)
-        self.back[r].add(o)
+        for copy in self._copies.get(self._plain.get(o), [o]):
+            self.matched[copy].add(r)
+            self.back[r].add(copy)
         self.how.setdefault(r, how)
         return True
 
@@ -511,13 +544,18 @@ class _Matcher:
         return new
 
     def _names_kept(self) -> bool:
-        pairs = [(o, r) for o, rs in self.matched.items() for r in rs]
+        """Whether at least half of the instructions identified by structure with exactly one
+        reference instruction carry its name as a prefix (one equal to several, a broadcast
+        constant, says nothing about names)."""
+        pairs = [(o, next(iter(rs))) for o, rs in self.matched.items() if len(rs) == 1]
         if not pairs:
             return False
         kept = sum(_is_prefix(r[1], o[1]) for o, r in pairs)
         return 2 * kept >= len(pairs)
 
-    def _by_name(self) -> int:
+    def _by_name(self, same_line: bool) -> int:
+        """Step 2; with `same_line` (a module that does not keep most names) only where more
+        than the name agrees (`_supported`)."""
         names: dict[str, list[Key]] = defaultdict(list)
         for r in self.ref.traced:
             names[r[1]].append(r)
@@ -527,7 +565,8 @@ class _Matcher:
             for n in range(len(parts), 0, -1):
                 found = names.get(".".join(parts[:n]))
                 if found and len(found) == 1 and self._agree(o, found[0]):
-                    new += self._pair(o, found[0], "name")
+                    if not same_line or self._supported(o, found[0]):
+                        new += self._pair(o, found[0], "name")
                     break
         return new
 
@@ -545,7 +584,7 @@ class _Matcher:
                         if shape_key == "elements"
                         else None
                     )
-                    out[(kind(i), i.op_name, i.source_file, i.source_line, shape)].append(k)
+                    out[(graph.kind(k), i.op_name, i.source_file, i.source_line, shape)].append(k)
             return out
 
         opt = group(self.opt, self._unmatched_opt())
@@ -578,11 +617,21 @@ class _Matcher:
                     continue
                 os_.sort(key=lambda k: kernels.get(self.opt.kernel[k], -1))
                 rs.sort(key=position.get)
-                pairs = zip(os_, rs, strict=True)
-                new += sum(self._pair(o, r, "order") for o, r in pairs)
+                new += sum(self._pair(o, r, "order") for o, r in self._in_order(os_, rs))
             if new:
                 break
         return new
+
+    def _in_order(self, os_: list[Key], rs: list[Key]) -> list[tuple[Key, Key]]:
+        """Each optimized instruction, in order, with the first reference one left whose
+        identified operands agree (`_agree`), else with the first one left."""
+        left = list(rs)
+        pairs = []
+        for o in os_:
+            r = next((r for r in left if self._agree(o, r)), left[0])
+            left.remove(r)
+            pairs.append((o, r))
+        return pairs
 
     @staticmethod
     def _signatures(graph: _Graph, keys, by: str) -> dict[tuple, list[Key]]:
@@ -682,7 +731,7 @@ class _Matcher:
     def _alike(self, o: Key, r: Key) -> bool:
         oi, ri = self.opt.instr[o], self.ref.instr[r]
         return (
-            kind(oi) == ri.opcode
+            self.opt.kind(o) == self.ref.kind(r)
             and _elements(oi) == ri.shape.num_elements
             and not (oi.op_name and ri.op_name and oi.op_name != ri.op_name)
         )
@@ -693,7 +742,9 @@ class _Matcher:
     def _agree(self, o: Key, r: Key) -> bool:
         """Opcode, element count and op_name agree, and so do operands identified already."""
         oi, ri = self.opt.instr[o], self.ref.instr[r]
-        if kind(oi) != ri.opcode and not (oi.opcode in _VIEWS and ri.opcode in _VIEWS):
+        if self.opt.kind(o) != self.ref.kind(r) and not (
+            oi.opcode in _VIEWS and ri.opcode in _VIEWS
+        ):
             return False
         if _elements(oi) != ri.shape.num_elements:
             return False
@@ -711,6 +762,15 @@ class _Matcher:
             if s and not s & xs and self.opt.vn.get(k) not in {self.ref.vn.get(x) for x in xs}:
                 return False
         return True
+
+    def _supported(self, o: Key, r: Key) -> bool:
+        """Evidence beyond a name (names can coincide: XLA numbers the instructions it makes
+        from the same counters): the same source line, and an operand identified with one of
+        the reference's."""
+        if not _same_line(self.opt.instr[o], self.ref.instr[r]):
+            return False
+        refs = set().union(*(self._carriers(self.ref.source(k)) for k in self.ref.operands[r]))
+        return any(self.matched.get(k, set()) & refs for k in self._data_operands(o))
 
     def _carriers(self, r: Key) -> set[Key]:
         """`r` and, while unidentified, what it carries on unchanged in size: XLA drops such ops
@@ -764,6 +824,13 @@ def _constant_broadcast(graph: _Graph, key: Key) -> bool:
     instr = graph.instr[key]
     return instr.opcode == "broadcast" and all(
         graph.instr[graph.source(k)].opcode == "constant" for k in graph.operands[key]
+    )
+
+
+def _same_line(a: Instruction, b: Instruction) -> bool:
+    return a.source_file is not None and (a.source_file, a.source_line) == (
+        b.source_file,
+        b.source_line,
     )
 
 

@@ -1,0 +1,58 @@
+"""Records a workload's traced kernels for the kernel-join and lineage tests (run on a GPU).
+
+    PYTHONPATH=. python3 tests/data/record_kernel_trace.py gpt2 full train default no-fusion \
+        --out tests/data/trace-gpt2-train --calls 2
+
+Writes, per variant, `<variant>.hlo.txt.gz` (the optimized module) and `<variant>.events.json.gz`
+({"calls": N, "events": [[name, start_ns, duration_ns, line, hlo_op], ...]}, what
+`xlafuse.measure.kernels.trace_events` read from the trace), and `unoptimized.hlo.txt.gz`. Source
+paths of this checkout are written relative to it.
+"""
+
+import argparse
+import gzip
+import json
+import tempfile
+from pathlib import Path
+
+from xlafuse import models
+from xlafuse.compile.jit import compile_workload, unoptimized_hlo
+from xlafuse.compile.variants import get as get_variant
+from xlafuse.measure import timing
+from xlafuse.measure.kernels import find_trace, trace_events
+from xlafuse.measure.profile import trace_calls
+
+ROOT = str(Path(__file__).resolve().parents[2]) + "/"
+
+
+def write(path: Path, text: str) -> None:
+    with gzip.open(path, "wt", compresslevel=9) as f:
+        f.write(text.replace(ROOT, ""))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("workload")
+    parser.add_argument("size")
+    parser.add_argument("mode")
+    parser.add_argument("variants", nargs="+")
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--calls", type=int, default=2)
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    work = models.build(args.workload, size=args.size, mode=args.mode)
+    write(args.out / "unoptimized.hlo.txt.gz", unoptimized_hlo(work))
+    advance = timing.thread_state if work.mode == "train" else timing.same_args
+    for name in args.variants:
+        compiled = compile_workload(work, get_variant(name))
+        write(args.out / f"{name}.hlo.txt.gz", compiled.hlo_text)
+        with tempfile.TemporaryDirectory() as tmp:
+            trace_calls(compiled, work.fresh_args(), args.calls, advance, Path(tmp))
+            basis, events = trace_events(find_trace(tmp))
+        payload = {"calls": args.calls, "basis": basis, "events": [list(e) for e in events]}
+        write(args.out / f"{name}.events.json.gz", json.dumps(payload))
+        print(name, basis, len(events), "events")
+
+
+if __name__ == "__main__":
+    main()
