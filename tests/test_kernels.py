@@ -366,6 +366,23 @@ def test_a_gemm_heavy_train_step_is_attributed_launch_by_launch(variant, library
     assert {k.launches_per_call for k in library} == {1.0, 2.0}  # a Memset before some GEMMs
 
 
+def test_a_train_step_without_fusion_is_aligned_launch_by_launch():
+    # GPT-2 full train under no-fusion: 5,463 launches per call against 5,293 kernels, a table
+    # past the old 20 M-cell bound (1.5% of the time, two cuBLAS GEMMs, went unattributed); a
+    # contiguous slice of the padded vocabulary runs as the driver's `memcpy32_post`.
+    payload = json.loads(gzip.decompress((GPT2_TRAIN / "no-fusion.events.json.gz").read_bytes()))
+    report = analyze_hlo(
+        gzip.decompress((GPT2_TRAIN / "no-fusion.hlo.txt.gz").read_bytes()).decode()
+    )
+    events = [Event(*e) for e in payload["events"]]
+    assert (len(events) // payload["calls"], len(report.kernel_details)) == (5463, 5293)
+    times = join_trace(report, events, payload["calls"])
+    assert times.unattributed == ()
+    assert all(k.launches_per_call >= 1 for k in times.kernels)
+    (piece,) = [k for k in times.kernels if k.name == "wrapped_slice.37"]
+    assert piece.match == "memcpy"
+
+
 def test_the_kernel_roofline_plots_intensity_against_flops_under_both_ceilings(tmp_path):
     from xlafuse.report.kernels import plot_kernel_roofline
     from xlafuse.results.parts import TraceRecord

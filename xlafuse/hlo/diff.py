@@ -18,6 +18,7 @@ instructions were lost).
 
 from __future__ import annotations
 
+from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -252,6 +253,20 @@ def _join_copies(joined: _Joined, alone: set, side: str, lineage: Lineage) -> No
         joined.join((side, t.kernel), (side, k))
 
 
+def _join_layout_copies(joined: _Joined, alone: set, lineage_a, lineage_b, bytes_a, bytes_b):
+    """A `copy` kernel of A and one of B, both alone, that copy the same value (or, the value
+    unknown, make the same layout change) with the same bytes are one layout change made in
+    both: one group (paired in order)."""
+    waiting: dict[tuple, list[str]] = defaultdict(list)
+    for k, value in lineage_b.copy_of.items():
+        if ("b", k) in alone:
+            waiting[(value, bytes_b.get(k))].append(k)
+    for k, value in lineage_a.copy_of.items():
+        match = waiting.get((value, bytes_a.get(k)))
+        if ("a", k) in alone and match:
+            joined.join(("a", k), ("b", match.pop(0)))
+
+
 def _groups(lineage_a, lineage_b, bytes_a, bytes_b, extra=()) -> tuple[KernelGroup, ...]:
     nodes = [("a", k) for k in lineage_a.kernels] + [("b", k) for k in lineage_b.kernels]
     joined = _Joined(nodes)
@@ -271,6 +286,7 @@ def _groups(lineage_a, lineage_b, bytes_a, bytes_b, extra=()) -> tuple[KernelGro
             joined.join(("a", ka), ("b", kb))
     _join_copies(joined, alone, "a", lineage_a)
     _join_copies(joined, alone, "b", lineage_b)
+    _join_layout_copies(joined, alone, lineage_a, lineage_b, bytes_a, bytes_b)
     members: dict[tuple[str, str], list[tuple[str, str]]] = {}
     for n in nodes:
         members.setdefault(find(n), []).append(n)

@@ -130,6 +130,9 @@ class Lineage:
         kernels: the optimized module's kernel names, in execution order.
         names_kept: whether the optimized module keeps reference names (step 2 was used).
         dot_kernels: the kernels that run a dot or a convolution (library calls included).
+        copy_of: a `copy` kernel (a layout change XLA added) -> the reference instructions
+            whose value it copies, or `parameter N`, or when neither is known the layout change
+            (`shape f32[..]{0,1} -> f32[..]{1,0}`); it computes nothing, so holds no trace.
     """
 
     reference: str
@@ -138,6 +141,7 @@ class Lineage:
     kernels: tuple[str, ...]
     names_kept: bool
     dot_kernels: frozenset[str] = frozenset()
+    copy_of: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     _by_name: Mapping[str, Trace] = field(
         init=False, repr=False, compare=False, hash=False, default_factory=dict
     )
@@ -217,8 +221,20 @@ def trace_module(
     dots = frozenset(
         kernel for key, kernel in opt.kernel.items() if kernel and kind(opt.instr[key]) in _ORDERED
     )
+    copies = {
+        key[1]: opt.value_name(opt.source(key), matcher.matched)
+        or ("shape " + _layout_change(opt, key),)
+        for key, kernel in opt.kernel.items()
+        if kernel == key[1] and opt.instr[key].opcode == "copy"
+    }
     return Lineage(
-        reference.name, optimized.name, traces, opt.kernel_order, matcher.names_kept, dots
+        reference.name,
+        optimized.name,
+        traces,
+        opt.kernel_order,
+        matcher.names_kept,
+        dots,
+        MappingProxyType({k: v for k, v in copies.items() if v}),
     )
 
 
@@ -409,6 +425,14 @@ class _Graph:
             if self.instr[divisor].opcode == "constant" or _constant_broadcast(self, divisor):
                 return "multiply"
         return kind(instr)
+
+    def value_name(self, key: Key, matched: Mapping[Key, set[Key]]) -> tuple[str, ...]:
+        """What the value `key` computes is, in the reference's terms: the reference
+        instructions identified with it, or `parameter N` of the entry; () if unknown."""
+        if key[0] == self.entry and self.instr[key].opcode == "parameter":
+            number = self._parameter_number(self.instr[key])
+            return (f"parameter {number}",) if number is not None else ()
+        return tuple(sorted(r[1] for r in matched.get(key, ())))
 
     def source(self, key: Key) -> Key:
         """The instruction that computes the value `key` names (through views and plumbing)."""
@@ -638,7 +662,8 @@ class _Matcher:
         """Signature -> instructions: `by` "all" (metadata, the value's type and elements, the
         operands' elements), "shapes" (the value and the operands), "operands" (a split-K
         GEMM's value has K's splits as a dimension of its own) or "metadata" (cuBLAS pads a
-        GEMM's odd dimensions: GPT-2's 50,257-word vocabulary to 50,264)."""
+        GEMM's odd dimensions, GPT-2's 50,257-word vocabulary to 50,264, and the GEMM may write
+        the f32 its consumer converts to)."""
         out: dict[tuple, list[Key]] = defaultdict(list)
         for k in keys:
             i = graph.instr[k]
@@ -652,7 +677,9 @@ class _Matcher:
             if by in ("all", "shapes"):
                 key.append(value.num_elements)
             if by in ("all", "metadata"):
-                key += [i.op_name, i.source_file, i.source_line, value.dtype]
+                key += [i.op_name, i.source_file, i.source_line]
+            if by == "all":
+                key.append(value.dtype)
             out[tuple(key)].append(k)
         return out
 
@@ -825,6 +852,14 @@ def _constant_broadcast(graph: _Graph, key: Key) -> bool:
     return instr.opcode == "broadcast" and all(
         graph.instr[graph.source(k)].opcode == "constant" for k in graph.operands[key]
     )
+
+
+def _layout_change(graph: _Graph, key: Key) -> str:
+    """`f32[64,256]{0,1} -> f32[64,256]{1,0}`: what a copy does, from its operand's shape and
+    its own."""
+    operands = graph.operands[key]
+    before = graph.instr[operands[0]].shape if operands and operands[0] in graph.instr else None
+    return f"{before} -> {graph.instr[key].shape}"
 
 
 def _same_line(a: Instruction, b: Instruction) -> bool:

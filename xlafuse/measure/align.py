@@ -40,7 +40,9 @@ from xlafuse.measure.validate import (
     mangle,
 )
 
-MAX_CELLS = 20_000_000  # launches x kernels: 80 MB of int32; 19.4 M cells took 2.75 s here
+# The table's size: launches x kernels scores of 2 bytes (4 where a score may pass 32,767). 19.4
+# M cells took 2.75 s here; GPT-2 full train without fusion is 5,463 x 5,293 (58 MB).
+MAX_BYTES = 128 << 20
 _LABELS = {4: BY_NAME, 3: SUFFIXED, 2: REUSED, 1: LIBRARY}
 
 
@@ -48,7 +50,13 @@ def fits(launches: int, kernels: Sequence[ModeledKernel]) -> bool:
     """Whether one call's launches are aligned: every kernel in one computation (no loop body
     or branch, whose launches repeat or skip), and a table of a bounded size."""
     straight = len({k.computation for k in kernels}) <= 1
-    return straight and launches * len(kernels) <= MAX_CELLS
+    cells = (launches + 1) * (len(kernels) + 1)
+    return straight and cells * _score_type(launches, len(kernels)).itemsize <= MAX_BYTES
+
+
+def _score_type(launches: int, kernels: int) -> np.dtype:
+    """The smallest type a score fits in: at most 4 per pair, min(launches, kernels) pairs."""
+    return np.dtype(np.int16 if 4 * min(launches, kernels) < 1 << 15 else np.int32)
 
 
 def align_launches(
@@ -62,7 +70,7 @@ def align_launches(
     """
     weights = _Weights(kernels)
     rows = [weights.row(name) for name in names]
-    score = np.zeros((len(names) + 1, len(kernels) + 1), dtype=np.int32)
+    score = np.zeros((len(names) + 1, len(kernels) + 1), _score_type(len(names), len(kernels)))
     for j, row in enumerate(rows, start=1):
         previous = score[j - 1]
         candidate = np.maximum(previous[1:], previous[:-1] + row)
@@ -124,7 +132,7 @@ class _Weights:
         cached = self.cache.get(name)
         if cached is not None:
             return cached
-        row = np.zeros(self.size, dtype=np.int32)
+        row = np.zeros(self.size, dtype=np.int16)
         if is_memset(name):  # never a call of its own: placed beside its call afterwards
             self.cache[name] = row
             return row

@@ -68,6 +68,7 @@ UNMATCHED = "-"
 OK = "ok"
 NOT_JUDGED = "L2, not judged"
 MEMCPY = "memcpy, not a kernel"
+_MEMCPY_OPS = frozenset({"slice"})  # a fusion of these may run as a memcpy
 MEMCPY_LAUNCH = "memcpy"  # how a `copy` and its memcpy launch were paired
 L2_CARRY_OVER = (
     "at most one L2 of this kernel's writes left in L2: ncu flushes it outside the kernel, "
@@ -85,8 +86,9 @@ class ModeledKernel:
       library: True for library calls (cuBLAS/cuDNN custom-calls, cuDNN fusions), whose GPU
         kernels carry the library's names.
       kind: the kernel's kind (`kLoop`, `kInput`, `kCustom`, `custom-call`, ...), for the table.
-      copy: True for a plain `copy` instruction: it runs as a device-to-device memcpy, whose
-        launch (a driver kernel inside a CUDA graph) is named `memcpy...`, not after it.
+      copy: True for a plain `copy`, or a fusion of only a slice (a contiguous one): it may run
+        as a device-to-device memcpy, whose launch (a driver kernel inside a CUDA graph) is
+        named `memcpy...`, not after it.
       computation: the HLO computation it is launched from (a loop body's, the entry's).
     """
 
@@ -104,7 +106,7 @@ class ModeledKernel:
         library = (info.opcode == "custom-call" and "triton" not in sub_kind) or (
             "cudnn" in sub_kind
         )
-        copy = info.opcode == "copy"
+        copy = info.opcode == "copy" or (info.opcode == "fusion" and set(info.ops) <= _MEMCPY_OPS)
         return cls(
             info.name, info.bytes_in + info.bytes_out, library, info.kind, copy, info.computation
         )
