@@ -11,7 +11,7 @@ import pytest
 from xlafuse.cli import main
 from xlafuse.hlo import analyze_module, parse_hlo
 from xlafuse.hlo.diff import diff_modules
-from xlafuse.hlo.lineage import kind
+from xlafuse.hlo.lineage import kind, trace_module
 from xlafuse.report.explain_text import render_diff
 
 PAIRS = ("mul_add_relu", "reductions", "softmax", "sdpa_xla", "sdpa_cudnn", "convnet", "scan_rnn")
@@ -295,3 +295,47 @@ ENTRY %main (p: f32[64,32]) -> f32[64,32] {
         ("same", ("copy.1",), ("copy.1",)),
         ("same", ("negate.1",), ("negate.1",)),
     ]
+
+
+def test_a_dropped_precision_round_trip_and_a_folded_division_are_followed():
+    # XLA on a GPU may keep excess precision: f32 -> bf16 -> f32 is dropped, and x / 4 becomes
+    # x * 0.25 (found by its metadata). The reference's ops after them are found too.
+    ref_text = """HloModule m
+
+ENTRY %main (p: f32[8,16], q: f32[128]) -> f32[128] {
+  %p = f32[8,16]{1,0} parameter(0)
+  %q = f32[128]{0} parameter(1)
+  %down = bf16[8,16]{1,0} convert(%p)
+  %up = f32[8,16]{1,0} convert(%down)
+  %four = f32[] constant(4)
+  %b = f32[8,16]{1,0} broadcast(%four), dimensions={}
+  %div = f32[8,16]{1,0} divide(%up, %b), metadata={op_name="jit(f)/div" source_file="f.py" source_line=3}
+  %flat = f32[128]{0} reshape(%div)
+  %t = f32[128]{0} tanh(%flat)
+  ROOT %add.1 = f32[128]{0} add(%t, %q)
+}
+"""
+    opt_text = """HloModule m
+
+%fused (a: f32[128], c: f32[128]) -> f32[128] {
+  %a = f32[128]{0} parameter(0)
+  %c = f32[128]{0} parameter(1)
+  %quarter = f32[] constant(0.25)
+  %b = f32[128]{0} broadcast(%quarter), dimensions={}
+  %multiply.7 = f32[128]{0} multiply(%a, %b), metadata={op_name="jit(f)/div" source_file="f.py" source_line=3}
+  %tanh.3 = f32[128]{0} tanh(%multiply.7)
+  ROOT %add.9 = f32[128]{0} add(%tanh.3, %c)
+}
+
+ENTRY %main (p: f32[8,16], q: f32[128]) -> f32[128] {
+  %p = f32[8,16]{1,0} parameter(0)
+  %q = f32[128]{0} parameter(1)
+  %bc = f32[128]{0} bitcast(%p)
+  ROOT %loop_fusion = f32[128]{0} fusion(%bc, %q), kind=kLoop, calls=%fused
+}
+"""
+    lineage = trace_module(parse_hlo(ref_text), parse_hlo(opt_text), ref_text, opt_text)
+    by = lineage.by_name
+    assert (by["up"].status, by["up"].how) == ("outside", "view")  # the round trip is p itself
+    assert (by["div"].kernel, by["div"].optimized) == ("loop_fusion", ("multiply.7",))
+    assert [by[n].kernel for n in ("t", "add.1")] == ["loop_fusion", "loop_fusion"]

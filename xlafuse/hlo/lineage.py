@@ -15,7 +15,8 @@ something (not parameter, constant, tuple, get-tuple-element, call) gets one `Tr
 How an optimized instruction is identified with a reference one (`Trace.how`), in this order:
 
 1. "structure": the same opcode, shape and attributes applied to the same values (value
-   numbering over both graphs; an elementwise op's shape is its type and element count; fused parameters resolve to the fusion's operands; reshape,
+   numbering over both graphs; an elementwise op's or a broadcast scalar's shape is its type and
+   element count; fused parameters resolve to the fusion's operands; reshape,
    bitcast, copy and identity broadcasts are views of their operand; commutative operands are
    sorted; equal constants are one value). Exact: it is the same computation.
 2. "name": XLA keeps instruction names through its GPU passes, appending `.N` to clones
@@ -341,13 +342,15 @@ class _Graph:
             vn, src = self._element(key, instr)
         elif _is_view(instr, self._shape(operands[0]) if operands else None):
             vn, src = self._value(operands[0]), self.src.get(operands[0], operands[0])
+        elif (round_trip := self._round_trip(instr, operands)) is not None:
+            vn, src = self._value(round_trip), self.src.get(round_trip, round_trip)
         else:
             values = [self._value(o) for o in operands]
             if op in _COMMUTATIVE:
                 values.sort()
             shape = (
                 (instr.shape.dtype, instr.shape.num_elements)
-                if op in _ELEMENTWISE
+                if op in _ELEMENTWISE or self._scalar_broadcast(instr, operands)
                 else _shape_sig(instr.shape)
             )
             vn = self._intern((op, shape, _attrs(instr), tuple(values)))
@@ -355,6 +358,27 @@ class _Graph:
         vn = self.override.get(key, vn)
         self.vn[key], self.src[key] = vn, src
         return vn
+
+    def _round_trip(self, instr: Instruction, operands: tuple[Key, ...]) -> Key | None:
+        """`x` for `convert(convert(x))` back to x's type (f32 -> bf16 -> f32): XLA drops the
+        pair where it may keep excess precision (the GPU's default), so both modules count it
+        as `x` itself."""
+        if instr.opcode != "convert" or len(operands) != 1:
+            return None
+        inner = self.instr.get(self.src.get(operands[0], operands[0]))
+        if inner is None or inner.opcode != "convert":
+            return None
+        key = self.src.get(operands[0], operands[0])
+        under = self.operands[key][0] if self.operands.get(key) else None
+        shape = self._shape(under) if under is not None else None
+        return under if shape is not None and shape.dtype == instr.shape.dtype else None
+
+    def _scalar_broadcast(self, instr: Instruction, operands: tuple[Key, ...]) -> bool:
+        """A broadcast of one value: its shape does not matter either."""
+        if instr.opcode != "broadcast" or len(operands) != 1:
+            return False
+        shape = self._shape(operands[0])
+        return shape is not None and not shape.is_tuple and shape.num_elements == 1
 
     def _parameter(self, key: Key, instr: Instruction) -> int:
         caller = self.callers.get(key[0])
