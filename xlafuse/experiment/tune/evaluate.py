@@ -1,0 +1,121 @@
+"""How `xlafuse tune` measures one candidate: built, compiled on the one compile path, judged
+against the default program's answer, timed untraced.
+
+Each candidate's program is built with its knobs (`models.build`: a zoo override, a user
+FUNCTION's keyword) and compiled with its options once (`compile_workload`); later rounds only
+time it again, longer. The figure ranked is the one a cell leads with (`leading_figure`:
+pipelined for a train step and on a CPU, latency for a forward call on a GPU), untraced:
+tracing changes a launch-bound program.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+import jax
+
+from xlafuse import models
+from xlafuse.compile.jit import compile_workload
+from xlafuse.errors import XlafuseError, error_line
+from xlafuse.experiment.tune.search import OK, Score
+from xlafuse.experiment.tune.space import Candidate
+from xlafuse.measure import timing
+from xlafuse.measure.numerics import host_outputs, judge_workload
+
+BASE_TIMING = timing.TimingSettings(
+    warmup=2, min_time_s=0.05, min_iters=3, max_iters=200, repeats=2
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Target:
+    """What is tuned: a zoo workload or a user program, with its fixed settings.
+
+    Attributes:
+      name: the workload's name or the entry (`FILE.py:FUNCTION`).
+      settings: `models.build`'s other arguments (size, mode, dtype, devices, ...).
+      overrides: overrides every candidate has (the knobs come on top).
+    """
+
+    name: str
+    settings: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    overrides: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    def build(self, candidate: Candidate):
+        return models.build(
+            self.name, **self.settings, **{**self.overrides, **dict(candidate.knobs)}
+        )
+
+
+class Evaluator:
+    """`evaluate(candidate, effort) -> Score` for `successive_halving`, on the running backend.
+
+    The first candidate evaluated must be the default program: its outputs are the answer
+    every other candidate's are judged against.
+    """
+
+    def __init__(self, target: Target, base: timing.TimingSettings = BASE_TIMING):
+        self.target = target
+        self.base = base
+        self.backend = jax.default_backend()
+        self._compiled: dict[Candidate, tuple[Any, Any]] = {}
+        self._answer: Any = None
+        self.lead: str | None = None
+
+    def __call__(self, candidate: Candidate, effort: int) -> Score:
+        compile_s = None
+        if candidate not in self._compiled:
+            try:
+                work = self.target.build(candidate)
+                compiled = compile_workload(work, candidate.variant())
+            except (XlafuseError, ValueError, TypeError, RuntimeError) as err:
+                return Score("rejected", detail=error_line(err))
+            verdict = self._judge(work, compiled)
+            if verdict is not None:
+                return verdict
+            self._compiled[candidate] = (work, compiled)
+            compile_s = compiled.compile_s
+        work, compiled = self._compiled[candidate]
+        train = work.mode == "train"
+        self.lead = timing.leading_figure(train, self.backend)
+        advance = timing.thread_state if train else timing.same_args
+        measured = timing.measure(compiled, work.fresh_args(), self.settings(effort), advance)
+        seconds = (
+            measured.pipelined_s_per_call
+            if self.lead == timing.PIPELINED and measured.pipelined_s_per_call
+            else measured.time_median_s
+        )
+        return Score(OK, seconds, "", compile_s)
+
+    def keep(self, candidates) -> None:
+        """Lets go of the compiled programs (and their arguments) of every other candidate."""
+        wanted = set(candidates)
+        self._compiled = {c: v for c, v in self._compiled.items() if c in wanted}
+
+    def settings(self, effort: int) -> timing.TimingSettings:
+        """The base settings made `effort` times longer."""
+        b = self.base
+        return dataclasses.replace(
+            b,
+            min_time_s=b.min_time_s * effort,
+            min_iters=b.min_iters * effort,
+            max_iters=max(b.max_iters, b.min_iters * effort),
+            repeats=b.repeats * effort,
+        )
+
+    def _judge(self, work, compiled) -> Score | None:
+        """None when the candidate's answer is the default's (within the one rule)."""
+        outputs = host_outputs(work, compiled(*work.fresh_args()))
+        if self._answer is None:
+            self._answer = outputs
+            return None
+        try:
+            diff = judge_workload(work, self._answer, outputs)
+        except (ValueError, TypeError) as err:  # another structure or shape of outputs
+            return Score("numerics", detail=f"outputs unlike the default's: {error_line(err)}")
+        if not diff.within_tolerance:
+            part = f" ({diff.worst_part})" if diff.worst_part else ""
+            return Score("numerics", detail=f"max rel diff {diff.max_rel_diff:.3g}{part}")
+        return None

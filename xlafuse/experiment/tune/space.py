@@ -1,0 +1,167 @@
+"""What `xlafuse tune` searches: XLA option families and the target's own knobs, combined.
+
+The families are options of XLA's GPU compiler; on a CPU, tune searches the knobs alone.
+
+A family is one kind of decision XLA makes about fusion or launches, with its choices; the
+first choice of each is XLA's default. A knob is an override of a zoo workload or a keyword
+of a user's FUNCTION, with the values to try. The space is the product of the chosen
+families' choices and the knobs' values: combinations, not one knob at a time. The default
+program (no override, every family at its first choice) is always in it, first.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import itertools
+from collections.abc import Mapping, Sequence
+from types import MappingProxyType
+from typing import Any
+
+from xlafuse.compile import variants
+from xlafuse.errors import UnknownNameError
+
+
+@dataclasses.dataclass(frozen=True)
+class Family:
+    """One kind of XLA decision and its choices (label -> XLA options; the first: the default).
+
+    Attributes:
+      name: what the space and the results call it.
+      description: one line for humans.
+      choices: label -> the per-compile XLA options it sets.
+      backends: the backends where it applies.
+    """
+
+    name: str
+    description: str
+    choices: Mapping[str, Mapping[str, Any]]
+    backends: tuple[str, ...] = ("gpu",)
+
+
+_UNROLL = "xla_gpu_enable_while_loop_unrolling"
+FAMILIES: Mapping[str, Family] = MappingProxyType({f.name: f for f in (
+    Family("gemm-fusion", "matmuls as Triton GEMM fusions (on) or cuBLAS calls (off)",
+           {"on": {}, "off": {"xla_gpu_enable_triton_gemm": False}}),
+    Family("autotune", "how hard XLA searches GEMM tilings",
+           {"default": {}, "exhaustive": {"xla_gpu_exhaustive_tiling_search": True},
+            "off": {"xla_gpu_autotune_level": 0}}),
+    Family("while-loop-double-buffering", "a loop's next iteration's buffers set up early",
+           {"off": {}, "on": {"xla_gpu_enable_while_loop_double_buffering": True}}),
+    Family("while-loop-unrolling", "XLA unrolls loops itself",
+           {"default": {}, "auto": {_UNROLL: "WHILE_LOOP_UNROLLING_AUTO_UNROLL"},
+            "full": {_UNROLL: "WHILE_LOOP_UNROLLING_FULL_UNROLL"}}),
+    Family("command-buffers", "kernels launched as CUDA graphs (on) or one by one (off)",
+           {"on": {}, "off": {"xla_gpu_enable_command_buffer": ""},
+            "min-graph-1": {"xla_gpu_graph_min_graph_size": 1}}),
+    Family("multi-output-fusion", "sibling and producer-consumer multi-output fusion",
+           {"on": {}, "off": {"xla_disable_hlo_passes": "multi_output_fusion"}}),
+)})  # fmt: skip
+
+
+@dataclasses.dataclass(frozen=True)
+class Candidate:
+    """One program of the space: the target's knob values and one choice per family.
+
+    Attributes:
+      knobs: (name, value) pairs given to the target (none: its defaults).
+      choices: (family, label) pairs, in the families' order.
+    """
+
+    knobs: tuple[tuple[str, Any], ...] = ()
+    choices: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def name(self) -> str:
+        """`unroll=8 gemm-fusion=off`; "default" for the default program."""
+        parts = [f"{k}={v}" for k, v in self.knobs]
+        parts += [f"{family}={label}" for family, label in self.choices
+                  if label != next(iter(FAMILIES[family].choices))]  # fmt: skip
+        return " ".join(parts) or "default"
+
+    def options(self) -> dict[str, Any]:
+        """The XLA options of its choices, merged (passes to switch off joined)."""
+        out: dict[str, Any] = {}
+        passes: list[str] = []
+        for family, label in self.choices:
+            for key, value in FAMILIES[family].choices[label].items():
+                if key == variants.DISABLE_PASSES:
+                    passes += [p for p in str(value).split(",") if p]
+                else:
+                    out[key] = value
+        if passes:
+            out[variants.DISABLE_PASSES] = ",".join(passes)
+        return out
+
+    def variant(self) -> variants.Variant:
+        """The candidate's XLA options as a Variant (the compile path's input)."""
+        return variants.from_options(self.options(), name=self.name)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "knobs": dict(self.knobs), "choices": dict(self.choices)}
+
+
+def families_for(backend: str, names: Sequence[str] | None = None) -> list[Family]:
+    """The families to search on `backend`: `names` (all that apply when None), in the order
+    given.
+
+    Raises:
+      UnknownNameError: a name that is not a family, or one that does not apply on `backend`.
+    """
+    if names is None:
+        return [f for f in FAMILIES.values() if backend in f.backends]
+    chosen = []
+    for name in names:
+        family = FAMILIES.get(name)
+        if family is None:
+            raise UnknownNameError(
+                f"unknown option family {name!r}; accepted: {', '.join(FAMILIES)}"
+            )
+        if backend not in family.backends:
+            raise UnknownNameError(
+                f"option family {name!r} applies on {', '.join(family.backends)} only, not on "
+                f"this {backend}"
+            )
+        chosen.append(family)
+    return chosen
+
+
+def parse_knob(text: str) -> tuple[str, tuple[Any, ...]]:
+    """`unroll=1,2,4` -> ("unroll", (1, 2, 4)); each value read as a Python literal where it is
+    one (numbers, True/False, quoted strings), else kept as text.
+
+    Raises:
+      ValueError: not NAME=V1[,V2...].
+    """
+    name, sep, values = text.partition("=")
+    if not sep or not name.strip() or not values.strip():
+        raise ValueError(f"--knob {text!r}: expected NAME=V1,V2,... (e.g. unroll=1,2,4,8)")
+    parsed = tuple(_literal(v.strip()) for v in values.split(",") if v.strip())
+    if len(set(map(repr, parsed))) != len(parsed):
+        raise ValueError(f"--knob {text!r}: a value is given twice")
+    return name.strip(), parsed
+
+
+def _literal(text: str) -> Any:
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
+
+
+def enumerate_space(
+    knobs: Mapping[str, Sequence[Any]], families: Sequence[Family]
+) -> list[Candidate]:
+    """Every combination of the knobs' values and the families' choices, the default program
+    first (its knobs unset: the target's own defaults)."""
+    knob_names = list(knobs)
+    knob_values = [[(name, v) for v in knobs[name]] for name in knob_names]
+    choice_values = [[(f.name, label) for label in f.choices] for f in families]
+    default = Candidate((), tuple((f.name, next(iter(f.choices))) for f in families))
+    out = [default]
+    for ks in itertools.product(*knob_values):
+        for cs in itertools.product(*choice_values):
+            candidate = Candidate(tuple(ks), tuple(cs))
+            if candidate != default:
+                out.append(candidate)
+    return out

@@ -1,0 +1,245 @@
+"""`tune`: the search, its proof and what it writes.
+
+target -> space (`space`) -> successive halving (`search`, each candidate measured by
+`evaluate`) -> the fastest candidate re-measured against the default program in a fresh
+process (`rerun`) -> `tune.jsonl` (every trial), `best.toml` (a config `xlafuse run` reruns the
+two with) and the lines printed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from xlafuse.errors import XlafuseError
+from xlafuse.experiment.tune import search as search_lib
+from xlafuse.experiment.tune.evaluate import Evaluator, Target
+from xlafuse.experiment.tune.rerun import Rerun, rerun
+from xlafuse.experiment.tune.space import Candidate, Family, enumerate_space
+from xlafuse.models import user
+
+
+@dataclasses.dataclass(frozen=True)
+class TuneResult:
+    """What a tuning found.
+
+    Attributes:
+      target: what was tuned.
+      space: every candidate, the default program first.
+      search: the trials and the last round's ranking.
+      best: the fastest candidate of the search (None: none measured ok).
+      proof: the fresh-process rerun of `best` against the default (None: not run, or `best`
+        is the default program).
+      proof_error: why the rerun failed, one line (else "").
+      lead: the figure ranked ("latency" or "pipelined").
+    """
+
+    target: Target
+    space: tuple[Candidate, ...]
+    search: search_lib.SearchResult
+    best: Candidate | None
+    proof: Rerun | None
+    proof_error: str = ""
+    lead: str | None = None
+
+    @property
+    def confirmed(self) -> bool:
+        """Whether a candidate other than the default is faster, its rerun says so too."""
+        return self.proof is not None and self.proof.verdict == "faster"
+
+    def conclusion(self) -> str:
+        """One line: the winner and its proof, or why nothing beats the default."""
+        if self.best is None:
+            return "no candidate ran: see tune.jsonl for why each was refused"
+        if self.best == self.space[0]:
+            return "nothing beats the default program: it ranked first"
+        if self.proof is None:
+            why = self.proof_error or "not rerun (--no-rerun)"
+            return f"fastest in the search: {self.best.name}; unconfirmed: {why}"
+        p = self.proof
+        line = (
+            f"{self.best.name}: {p.speedup:.2f}x [{p.ci[0]:.2f}, {p.ci[1]:.2f}] {p.verdict} on "
+            f"{p.figure} in a fresh process ({_ms(p.winner_s)} vs {_ms(p.default_s)} ms; compile "
+            f"{p.compile_s[1]:.1f} vs {p.compile_s[0]:.1f} s)"
+        )
+        if self.confirmed:
+            return "winner: " + line
+        return f"no confirmed winner: the search's fastest, {line}, is noise"
+
+
+def tune(
+    target: Target,
+    knobs: Mapping[str, Sequence[Any]],
+    families: Sequence[Family],
+    budget_s: float,
+    out: Path | None = None,
+    prove: bool = True,
+    say: Callable[[str], None] = print,
+    evaluate: Callable[[Candidate, int], search_lib.Score] | None = None,
+    prover: Callable[[dict[str, Any]], Rerun] = rerun,
+) -> TuneResult:
+    """Searches the space of `knobs` x `families` for `target` within `budget_s` seconds,
+    then proves the fastest candidate against the default program in a fresh process.
+
+    Args:
+      target: the zoo workload or user program, with its fixed settings.
+      knobs: override or keyword -> the values to try.
+      families: XLA option families (`space.families_for`).
+      budget_s: seconds the search may take (the proof comes on top).
+      out: a folder for `tune.jsonl` and `best.toml` (None: nothing written).
+      prove: run the fresh-process rerun.
+      say: where the live leaderboard's lines go.
+      evaluate: the measurement (default: an `Evaluator` of `target`; injectable for tests).
+      prover: the proof (`rerun.rerun`; injectable for tests).
+
+    Raises:
+      XlafuseError: the default program itself could not be built, compiled or run.
+    """
+    space = tuple(enumerate_space(knobs, families))
+    evaluator = evaluate or Evaluator(target)
+    say(f"tune: {len(space)} candidates, budget {budget_s:g} s")
+    board = _Leaderboard(say)
+    result = search_lib.successive_halving(
+        space, evaluator, budget_s, on_trial=board.add, keep=getattr(evaluator, "keep", None)
+    )
+    first = result.trials[0].score if result.trials else None
+    if first is None or not first.ok:
+        raise XlafuseError(f"the default program did not run: {first.detail if first else '-'}")
+    best = result.ranked[0] if result.ranked else None
+    proof, error = None, ""
+    if prove and best is not None and best != space[0]:
+        say(f"rerun: {best.name} against the default, in a fresh process")
+        try:
+            proof = prover(_spec(target, space[0], best))
+        except XlafuseError as err:
+            error = str(err)
+    found = TuneResult(target, space, result, best, proof, error, getattr(evaluator, "lead", None))
+    say(found.conclusion())
+    if out is not None:
+        write(found, Path(out))
+        say(f"wrote {Path(out) / 'tune.jsonl'} and {Path(out) / 'best.toml'}")
+    return found
+
+
+class _Leaderboard:
+    """Prints each trial, and the three fastest so far after each round."""
+
+    def __init__(self, say: Callable[[str], None]):
+        self.say = say
+        self.best: dict[Candidate, float] = {}
+        self.round = 0
+
+    def add(self, trial: search_lib.Trial) -> None:
+        if trial.round != self.round:
+            self.round = trial.round
+            top = sorted(self.best.items(), key=lambda kv: kv[1])[:3]
+            self.say("  leaders: " + "; ".join(f"{c.name} {_ms(t)} ms" for c, t in top))
+        s = trial.score
+        shown = f"{_ms(s.time_s)} ms" if s.ok else f"{s.status}: {s.detail}"
+        self.say(f"  [round {trial.round}, effort {trial.effort}] {trial.candidate.name}: {shown}")
+        if s.ok:
+            self.best[trial.candidate] = s.time_s
+
+
+def _ms(seconds: float | None) -> str:
+    return "-" if seconds is None or not math.isfinite(seconds) else f"{seconds * 1e3:.4g}"
+
+
+def _spec(target: Target, default: Candidate, winner: Candidate) -> dict[str, Any]:
+    return {
+        "target": _portable_name(target.name),
+        "settings": dict(target.settings),
+        "overrides": dict(target.overrides),
+        "imports": list(user.imported()),
+        "default": default.to_dict(),
+        "winner": winner.to_dict(),
+    }
+
+
+def _portable_name(name: str) -> str:
+    """An entry resolved to its absolute file, so a child in any folder finds it."""
+    if ":" in name and user.is_file_target(name.rpartition(":")[0]):
+        return user.parse_entry(name).resolved
+    return name
+
+
+def write(result: TuneResult, folder: Path) -> None:
+    """`tune.jsonl` (one line per trial, then the conclusion) and `best.toml`."""
+    folder.mkdir(parents=True, exist_ok=True)
+    lines = [
+        json.dumps(
+            {
+                "candidate": t.candidate.to_dict(),
+                "round": t.round,
+                "effort": t.effort,
+                **dataclasses.asdict(t.score),
+            }
+        )
+        for t in result.search.trials
+    ]
+    summary = {
+        "conclusion": result.conclusion(),
+        "best": result.best.to_dict() if result.best else None,
+        "confirmed": result.confirmed,
+        "proof": result.proof.to_dict() if result.proof else None,
+        "proof_error": result.proof_error,
+        "figure": result.lead,
+        "budget_spent": result.search.budget_spent,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
+    }
+    (folder / "tune.jsonl").write_text("\n".join([*lines, json.dumps(summary)]) + "\n")
+    (folder / "best.toml").write_text(best_toml(result))
+
+
+def best_toml(result: TuneResult) -> str:
+    """A config that runs the default program and the best candidate with `xlafuse run`: one
+    workload with both as variants when only XLA options differ, else the target twice (as
+    `default` and `tuned`, its knobs as overrides) under both variants."""
+    target, best = result.target, result.best or result.space[0]
+    winner = best.options()
+    variants = '"default"' + (f", {_inline({'name': 'tuned', **winner})}" if winner else "")
+    lines = [
+        f"# xlafuse tune: {result.conclusion()}",
+        "#   xlafuse run best.toml",
+        "",
+        "[experiment]",
+        'name = "tune"',
+        'output = "results/tune"',
+        f"variants = [{variants}]",
+        'reference = "default"',
+    ]
+    programs = [("default", {})] + ([("tuned", dict(best.knobs))] if best.knobs else [])
+    for label, knobs in programs:
+        lines += ["", "[[workloads]]", *_workload_lines(target, label, knobs)]
+    return "\n".join(lines) + "\n"
+
+
+def _workload_lines(target: Target, label: str, knobs: Mapping[str, Any]) -> list[str]:
+    is_entry = ":" in target.name
+    lines = [f'entry = "{_portable_name(target.name)}"' if is_entry else f'name = "{target.name}"']
+    if is_entry:
+        lines.append(f'name = "{label}"')
+    for key in ("size", "mode", "dtype"):
+        if target.settings.get(key) is not None and not (is_entry and key != "mode"):
+            lines.append(f"{key} = {_value(target.settings[key])}")
+    overrides = {**target.overrides, **knobs}
+    if overrides:
+        lines.append(f"overrides = {_inline(overrides)}")
+    return lines
+
+
+def _inline(table: Mapping[str, Any]) -> str:
+    return "{ " + ", ".join(f"{k} = {_value(v)}" for k, v in table.items()) + " }"
+
+
+def _value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    return json.dumps(str(value))
