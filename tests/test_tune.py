@@ -175,7 +175,7 @@ def test_best_toml_puts_options_beside_the_default_and_runs(tmp_path, capsys):
     path.write_text(text.replace(', { name = "tuned", xla_gpu_enable_triton_gemm = false }', "")
                     + "\n[timing]\nwarmup = 1\nmin_time_s = 0\nmin_iters = 2\nmax_iters = 2\n"
                     "repeats = 1\n[measure]\ncalibrate = false\n")  # fmt: skip
-    code, out, err = run(capsys, "run", path, "--out", tmp_path / "res")
+    code, _, err = run(capsys, "run", path, "--out", tmp_path / "res")
     assert code == 0, err
     assert (tmp_path / "res" / "results.jsonl").read_text().count("\n") == 1
 
