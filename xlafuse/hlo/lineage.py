@@ -16,39 +16,47 @@ How an optimized instruction is identified with a reference one (`Trace.how`), i
 
 1. "structure": the same opcode, shape and attributes applied to the same values (value
    numbering over both graphs; an elementwise op's or a broadcast scalar's shape is its type and
-   element count; fused parameters resolve to the fusion's operands; reshape,
-   bitcast, copy and identity broadcasts are views of their operand; commutative operands are
-   sorted; equal constants are one value). Exact: it is the same computation.
+   element count; fused parameters resolve to the fusion's operands; reshape, bitcast, copy and
+   identity broadcasts are views of their operand, and so is a precision round trip, f32 -> bf16
+   -> f32, which XLA drops where it may keep excess precision; commutative operands are sorted;
+   equal constants are one value). Exact: it is the same computation.
 2. "name": XLA keeps instruction names through its GPU passes, appending `.N` to clones
    (`tanh.1` -> `tanh.1.7`). The longest dot-prefix of the optimized name that names a reference
    instruction, if opcode, element count and `op_name` agree and the operands already identified
    agree (an unidentified reference operand that only carries a value on, unchanged in size, such
-   as `maximum(x, -inf)` that XLA drops, agrees when the value under it does). Used only when the module keeps names: at least half of the instructions identified
-   by structure carry their reference name as a prefix (measured: the GPU does; the CPU with jax
-   0.10.2 renumbers fused clones, `tanh.1` -> `tanh.0`, so names are not used there).
+   as `maximum(x, -inf)` that XLA drops, agrees when the value under it does). Where fewer than
+   half of the instructions identified by structure carry their reference name (the CPU with jax
+   0.10.2 renumbers fused clones, `tanh.1` -> `tanh.0`; XLA also names what it makes from the
+   same counters, so names can coincide), a name counts only with the same source line and an
+   operand identified with one of the reference's.
 3. "metadata": the one instruction on each side with this opcode, `op_name` and source line
-   (first with the shape, then the element type and count, then neither), when exactly one is left unidentified on each side and
-   the operands already identified agree.
-
+   (first with the shape, then the element type and count, then neither), when exactly one is
+   left unidentified on each side and the operands already identified agree.
 4. "neighbours": the one unidentified reference instruction of this opcode and element count
    that reads the values an optimized instruction reads (forward), or the operands in the same
    places of a pair already identified (backward; for a commutative op only when one operand is
    left on each side), when `op_name`s agree.
+5. "order", when 1 to 4 find nothing more: dots and convolutions of one signature, as many
+   left on each side, the k-th in reference order with the k-th in kernel order (the first whose
+   operands agree): a model's layers repeat one source line (`_by_order`).
 
-A library call is the instruction it replaced: a cuBLAS/cuBLASLt GEMM custom-call is a `dot`, a
-cuDNN convolution custom-call a `convolution` (`kind`), its value is its result (the first element
-of its (result, workspace) tuple) and its data operands are the first two. So a dot that one
-compilation runs in a Triton GEMM fusion and another as a cuBLAS call is identified in both (by
-steps 2 to 4: the call's attributes differ from the dot's, so never by structure).
+An opcode here is the instruction's `kind`: a library call is the instruction it replaced (a
+cuBLAS/cuBLASLt GEMM custom-call a `dot`, a cuDNN convolution custom-call a `convolution`), its
+value its result (the first element of its (result, workspace) tuple), its data operands the
+first two, each taken through the transposes XLA added to lay it out; and a division by a
+constant is the multiplication by its inverse XLA makes of it. So a dot that one compilation
+runs in a Triton GEMM fusion and another as a cuBLAS call is identified in both (by steps 2 to
+5: the call's attributes differ from the dot's, so never by structure). An identified value is
+identified in every kernel that computes it again (XLA duplicates cheap ops into each consumer).
 
 A view in the reference (a reshape, bitcast or copy of the same elements, an identity broadcast)
 computes nothing: its trace is that of the value under it (`how` "view"), or "outside" when that is
 a parameter or constant.
 
 A computation called from several places (`call`) is numbered for one of them, so its
-instructions are found mostly by steps 2 to 4 there. After each round of 2, 3 and 4 the optimized graph is numbered again with each identified
-instruction given its reference's number, and step 1 runs again, so what follows a rewritten op
-is found by structure.
+instructions are found mostly by steps 2 to 4 there. After each round of 2 to 5 the optimized
+graph is numbered again with each identified instruction given its reference's number, and step
+1 runs again, so what follows a rewritten op is found by structure.
 """
 
 from __future__ import annotations
