@@ -1,12 +1,14 @@
 """Parsing optimized HLO: shapes, instructions, tables, every sample, and malformed input."""
 
+import gc
 import re
 
 import pytest
 
 from xlafuse.errors import HloParseError
-from xlafuse.hlo import _reader, analyze_hlo, find_optimized_modules, parse_hlo
+from xlafuse.hlo import _reader, analyze_hlo, analyze_module, find_optimized_modules, parse_hlo
 from xlafuse.hlo.ir import Instruction, Shape
+from xlafuse.hlo.parse import gc_paused
 
 SMALL = """HloModule m, entry_computation_layout={(f32[4]{0})->f32[4]{0}}
 
@@ -323,3 +325,46 @@ def test_a_file_saved_with_a_byte_order_mark_is_read(tmp_path):
     )
     report = analyze_hlo(marked)
     assert (report.module, report.kernels, report.modeled_bytes) == ("m", 1, 64)
+
+
+@pytest.mark.parametrize("enabled", [True, False], ids=["gc enabled", "gc disabled"])
+@pytest.mark.parametrize("frozen", [False, True], ids=["none frozen", "some frozen"])
+def test_reading_and_analyzing_leave_the_gc_as_found(enabled, frozen):
+    # A library call does not switch the process's GC (issue 30): only an application opts in
+    was_enabled = gc.isenabled()
+    (gc.enable if enabled else gc.disable)()
+    if frozen:
+        gc.freeze()
+    try:
+        count = gc.get_freeze_count()
+        module = parse_hlo(SMALL)
+        assert (gc.isenabled(), gc.get_freeze_count()) == (enabled, count)
+        analyze_module(module)
+        assert (gc.isenabled(), gc.get_freeze_count()) == (enabled, count)
+    finally:
+        if frozen:
+            gc.unfreeze()
+        (gc.enable if was_enabled else gc.disable)()
+
+
+def test_reading_and_analyzing_call_no_gc_switch(monkeypatch):
+    switched = []
+    for name in ("disable", "enable", "freeze", "unfreeze", "collect"):
+        monkeypatch.setattr(gc, name, lambda *_, name=name: switched.append(name))
+    analyze_module(parse_hlo(SMALL))
+    analyze_hlo(SMALL)
+    assert switched == []
+
+
+@pytest.mark.parametrize("enabled", [True, False], ids=["gc enabled", "gc disabled"])
+def test_gc_paused_pauses_and_restores_the_gc(enabled):
+    was_enabled = gc.isenabled()
+    (gc.enable if enabled else gc.disable)()
+    try:
+        count = gc.get_freeze_count()
+        with gc_paused():
+            assert not gc.isenabled()
+            parse_hlo(SMALL)
+        assert (gc.isenabled(), gc.get_freeze_count()) == (enabled, count)
+    finally:
+        (gc.enable if was_enabled else gc.disable)()

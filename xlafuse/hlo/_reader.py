@@ -1,6 +1,19 @@
 """The scanner behind `parse_hlo`: HLO text -> the dataclasses of `xlafuse.hlo.parse`.
 
 (see `parse_hlo` for what it reads; private: call `parse_hlo`)
+
+Three readers of one grammar (issue 30, item 7): `Reader._general` reads every form, token by
+token; `scan` reads the one-line forms that XLA prints, the bulk of any text, and is the one
+entry point to the fast readers: the C scanner (`_scan.c`) where it was built, else the regex
+`_FAST`, chosen inside it (the reader never branches on which). `_FAST` is kept, though it
+reads a subset of `_general`'s grammar: without it the pure-Python reader parses the corpus's
+canonical modules 2.7 times slower (9.1 MB/s against 25.0, parse only, 2026-12-03; with C,
+where it reads only the lines that C leaves, 53 against 53). `tests/test_hlo_scan.py` holds
+the readers to the same values.
+
+No parse depends on another: shapes are kept per `Reader` (per parse), the C scanner's tables
+per call (it asks `Reader._shape_of` for each shape). Against shapes kept for the process, that
+costs 13% of the parse (C: 51 MB/s against 59; Python: 24 against 27).
 """
 
 from __future__ import annotations
@@ -109,12 +122,81 @@ _INT64_MAX = (1 << 63) - 1
 _INT64_DIGITS = 18  # a number of at most this many digits fits in int64
 
 
-# Shapes by their text, shared by every module read in this process: modules repeat each
-# other's shapes (f32[], s32[], pred[], ...), and a Shape is an immutable value. Only a shape
-# read from its text alone is kept (`Reader._fast_shape`), so no parse depends on an earlier
-# one. Bounded.
-_SHAPES: dict[str, Shape] = {}
-_SHAPES_KEPT = 1 << 14
+def scan(reader: Reader, pos: int, body: list[Instruction] | None = None) -> int:
+    """Reads from pos what is in the one-line forms XLA prints, as far as they go.
+
+    Args:
+        reader: the reader of the text; its `line_pos`, `line_no` are left where this stopped.
+        pos: the first token to read.
+        body: in a computation's body, its instructions (each read is appended); None at the
+            top level, where whole computations are read into `reader.computations` (by the C
+            scanner only: in Python `Reader._computation` reads the header, and its lines here).
+
+    Returns:
+        Where it stopped: at a form for `Reader._general`, a `}`, a table or the end.
+    """
+    if body is None:
+        return pos if scanner is None else _scan_computations(reader, pos)
+    return _scan_lines(reader, pos, body)
+
+
+def _scan_computations(reader: Reader, pos: int) -> int:
+    """Whole computations from pos, read in C (see `scan`)."""
+    read: list[tuple] = []
+    pos, reader.line_pos, reader.line_no = scanner.scan_computations(
+        reader.s, pos, reader.line_pos, reader.line_no, read, reader._shape_of, reader._metadata,
+        Instruction, _Attributes, _NO_ATTRIBUTES, _LITERAL_OPCODES,
+    )  # fmt: skip
+    for name, is_entry, instructions, index, checked in read:
+        if not checked:
+            reader._check_operands(name, instructions, index)
+        reader.computations.append(_new_computation(name, instructions, is_entry, None, index))
+    return pos
+
+
+def _scan_lines(reader: Reader, pos: int, body: list[Instruction]) -> int:
+    """Instruction lines from pos into body (see `scan`): runs of them in C where it was built,
+    then the line that C leaves by `_FAST`, and so on; else all by `_FAST`."""
+    s, fast, shapes, shape_of = reader.s, _FAST, reader.shapes, reader._shape_of
+    compiled = scanner.scan_lines if scanner is not None else None
+    append = body.append
+    line_pos, line_no = reader.line_pos, reader.line_no
+    if pos < line_pos:  # an inline computation: its instructions come after line_pos
+        line_pos, line_no = 0, 1
+    while True:
+        if compiled is not None:
+            pos, line_pos, line_no = compiled(
+                s, pos, line_pos, line_no, body, shape_of, reader._metadata, Instruction,
+                _Attributes, _NO_ATTRIBUTES, _LITERAL_OPCODES,
+            )  # fmt: skip
+        m = None if s.startswith("}", pos) else fast(s, pos)  # `}`: most bodies end so
+        if m is None:
+            break
+        root, iname, shape_text, opcode, names, inner, rest, meta = m.groups()
+        if opcode in _LITERAL_OPCODES:
+            operands = indices = ()
+        elif names is not None:
+            operands = tuple(names.replace("%", "").replace(" ", "").split(","))
+            indices = ()
+        else:  # operands None: a form for the general path (then shape is False)
+            operands, indices = _fast_operands(inner)
+        shape = operands is not None and (shapes.get(shape_text) or reader._fast_shape(m))
+        if not shape:
+            break
+        line_no += s.count("\n", line_pos, pos)
+        line_pos = pos
+        attrs = _Attributes(rest) if rest else _NO_ATTRIBUTES
+        # meta: the inside of `metadata={...}`, captured by `_FAST`
+        op_name, source_file, source_line = (
+            reader._metadata(meta, line_no) if meta else _NO_METADATA
+        )
+        append(_make_instruction((
+            iname, opcode, shape, operands, attrs, root is not None, op_name,
+            source_file, source_line, indices, line_no,
+        )))  # fmt: skip
+        pos = m.end()
+    reader.line_pos, reader.line_no = line_pos, line_no
+    return pos
 
 
 class Reader:
@@ -135,9 +217,9 @@ class Reader:
         self.locations: dict[int, tuple[int, int]] = {}  # id -> (file_name_id, line)
         self.frames: dict[int, int] = {}  # id -> file_location_id
         self.frame_cache: dict[int, tuple[str | None, int | None]] = {}
-        if len(_SHAPES) > _SHAPES_KEPT:
-            _SHAPES.clear()
-        self.shapes = _SHAPES
+        # Shapes by their text, for this parse only (an earlier one's could differ: see
+        # `_fast_shape`)
+        self.shapes: dict[str, Shape] = {}
         self.metadata_cache: dict[str, tuple[str | None, str | None, int | None]] = {}
         self.anon: dict[str, int] = {}
         self.instrs: list[Instruction] = []
@@ -178,20 +260,10 @@ class Reader:
             if pos >= n:
                 break
             self.pos = pos
-            if scanner is not None:
-                read: list[tuple] = []  # whole computations in the forms XLA prints, read in C
-                pos, self.line_pos, self.line_no = scanner.scan_computations(
-                    s, pos, self.line_pos, self.line_no, read, self.shapes, self._metadata,
-                    Instruction, _Attributes, _NO_ATTRIBUTES, _LITERAL_OPCODES,
-                )  # fmt: skip
-                for comp_name, is_entry, instructions, index, checked in read:
-                    if not checked:
-                        self._check_operands(comp_name, instructions, index)
-                    computations.append(
-                        _new_computation(comp_name, instructions, is_entry, None, index)
-                    )
-                if read:
-                    continue
+            end = scan(self, pos)  # whole computations in the forms XLA prints
+            if end != pos:
+                pos = end
+                continue
             m = _TABLE.match(s, pos) if s[pos] in "FS" else None  # FileNames, ..., StackFrames
             if m:
                 pos = self._table(m.group(1), m.end())
@@ -311,51 +383,14 @@ class Reader:
 
     def _body(self, pos: int, name: str, is_entry: bool, start: int) -> tuple[Computation, int]:
         """The instructions after a computation's `{`, up to its `}`; returns the position after."""
-        s, fast, shapes = self.s, _FAST, self.shapes
-        scan = scanner.scan_lines if scanner is not None else None
+        s = self.s
         outer, self.instrs = self.instrs, []
         instrs = self.instrs
-        append = instrs.append
         pos = _ws(s, pos).end()
-        line_pos, line_no = self.line_pos, self.line_no
-        if pos < line_pos:  # an inline computation: its instructions come after line_pos
-            line_pos, line_no = 0, 1
         while True:
-            if scan is not None:  # as many lines as it takes; `_FAST` reads the next one
-                pos, line_pos, line_no = scan(
-                    s, pos, line_pos, line_no, instrs, shapes, self._metadata, Instruction,
-                    _Attributes, _NO_ATTRIBUTES, _LITERAL_OPCODES,
-                )  # fmt: skip
-            m = None if s.startswith("}", pos) else fast(s, pos)  # `}`: most bodies end so
-            if m is not None:  # the fast path: one instruction on one line, as XLA prints it
-                root, iname, shape_text, opcode, names, inner, rest, meta = m.groups()
-                if opcode in _LITERAL_OPCODES:
-                    operands = indices = ()
-                elif names is not None:
-                    operands = tuple(names.replace("%", "").replace(" ", "").split(","))
-                    indices = ()
-                else:  # operands None: a form for the general path (then shape is False)
-                    operands, indices = _fast_operands(inner)
-                shape = operands is not None and (shapes.get(shape_text) or self._fast_shape(m))
-            if m is not None and shape:
-                line_no += s.count("\n", line_pos, pos)
-                line_pos = pos
-                attrs = _Attributes(rest) if rest else _NO_ATTRIBUTES
-                # meta: the inside of `metadata={...}`, captured by `_FAST`
-                op_name, source_file, source_line = (
-                    self._metadata(meta, line_no) if meta else _NO_METADATA
-                )
-                append(_make_instruction((
-                    iname, opcode, shape, operands, attrs, root is not None, op_name,
-                    source_file, source_line, indices, line_no,
-                )))  # fmt: skip
-                pos = m.end()
-                continue
-            self.line_pos, self.line_no = line_pos, line_no
-            pos = self._general_line(pos, name, start)
+            pos = self._general_line(scan(self, pos, instrs), name, start)
             if s.startswith("}", pos):
                 break
-            line_pos, line_no = self.line_pos, self.line_no
         self.instrs = outer
         return self._checked(name, instrs, is_entry), pos + 1
 
@@ -372,13 +407,30 @@ class Reader:
 
         A comment inside a tuple shape may end on a later line: `(f32[] /*, s32[]) parameter(0)`
         then `*/ )`. Such a shape depends on the text after its line, so it is not kept: a later
-        module's line of the same text would read as this one, and so would C's table
-        (`_scan.c`), which takes its shapes from this cache.
+        line of the same text would read as this one, and so would the C scanner (`_scan.c`),
+        which takes its shapes from this cache (`_shape_of`).
         """
         shape, end = self._shape(m.start(3))
         if end != m.end(3):
             return None
         self.shapes[m.group(3)] = shape
+        return shape
+
+    def _shape_of(self, start: int, end: int) -> Shape | None:
+        """For the C scanner: the shape of the text from start to end, as `_fast_shape` reads
+        and keeps it; None where it is not read from that text alone, or not read at all (the
+        Python reader then reads the line, and says what is wrong)."""
+        text = self.s[start:end]
+        shape = self.shapes.get(text)
+        if shape is not None:
+            return shape
+        try:
+            shape, stop = self._shape(start)
+        except HloParseError:
+            return None
+        if stop != end:
+            return None
+        self.shapes[text] = shape
         return shape
 
     def _general_line(self, pos: int, name: str, start: int) -> int:

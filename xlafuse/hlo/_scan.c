@@ -1,11 +1,11 @@
 /* xlafuse.hlo._scan: the reader's fast path in C, built when a C compiler is at hand.
  *
  * `scan_lines` reads instructions in the one-line form that XLA prints, from a position in the
- * text, and appends an `Instruction` for each to a list, exactly as `_reader.Reader._body`'s
- * fast path (the regex `_FAST`) would. It stops at the first line it does not take whole, for
+ * text, and appends an `Instruction` for each to a list, exactly as the Python fast path of
+ * `_reader.scan` (the regex `_FAST`) would. It stops at the first line it does not take whole, for
  * any reason, and leaves that line to the Python reader: the end of a body (`}`), a form the
  * regex reads differently (typed operands, nested values, a second `metadata=`), non-ASCII
- * names, a shape not yet in the shape cache, a number that may not fit in int64 (a tuple index,
+ * names, a shape that the reader's `shape_of` does not read from its text alone, a number that may not fit in int64 (a tuple index,
  * a metadata line or frame: more than 18 digits), and any text the regex rejects. So what it
  * takes is a subset of what `_FAST` takes, read into the same fields.
  *
@@ -13,6 +13,9 @@
  * `_FAST_HEADER` reads it, lines as above, the closing `}`; with each one's name index, and
  * whether its names and operands need the Python reader's check. It stops at the first one
  * it does not read whole (nothing of that one is kept), at a stack-frame table, or at the end.
+ *
+ * Nothing is kept from one call to the next (no static table): what a call reads depends on
+ * its arguments only, so no parse depends on an earlier one (issue 30).
  *
  * `tests/test_hlo_scan.py` checks the reader with and without this file against each other,
  * over the whole corpus and over fuzzed texts. Without it (no compiler, or a checkout run from
@@ -280,12 +283,10 @@ static void table_insert(Table *table, Entry entry) {
     table->used++;
 }
 
-/* Keeps key -> value (new references); a table holding `limit` entries is emptied first.
- * 0, or -1 out of memory. A key with a hash of -1 (not ASCII) is not kept. */
-static int table_put(Table *table, Py_hash_t hash, PyObject *key, PyObject *value,
-                     Py_ssize_t limit) {
+/* Keeps key -> value (new references); 0, or -1 out of memory. A key with a hash of -1 (not
+ * ASCII) is not kept. */
+static int table_put(Table *table, Py_hash_t hash, PyObject *key, PyObject *value) {
     if (hash < 0) return 0;
-    if (table->used >= limit) table_clear(table);
     if (2 * (table->used + 1) > table->size) {
         Table grown = {PyMem_Calloc(table->size ? 2 * table->size : 16, sizeof(Entry)),
                        table->size ? 2 * table->size : 16, 0};
@@ -304,26 +305,20 @@ static int table_put(Table *table, Py_hash_t hash, PyObject *key, PyObject *valu
     return 0;
 }
 
-/* Kept from call to call: opcodes, and shapes by their text (as the caller's shape cache: a
- * shape's text always reads as the same Shape). Bounded; the GIL is held throughout. */
-static Table opcodes, shapes;
-#define OPCODES_KEPT 1024
-#define SHAPES_KEPT 16384
-
-/* What one call reads with: the text, the caller's list, caches and types, and the names,
- * attribute texts and metadata texts of this call (a module's metadata may name its own
- * stack-frame tables). */
+/* What one call reads with: the text, the caller's list, readers and types, and the names,
+ * attribute texts, metadata texts, opcodes and shapes of this call; emptied when it returns
+ * (a module's metadata may name its own stack-frame tables, and a shape's text may read
+ * otherwise in another text: see `_reader.Reader._fast_shape`). */
 typedef struct {
-    PyObject *text, *out, *shape_cache, *metadata_of, *instruction, *attributes,
+    PyObject *text, *out, *shape_of, *metadata_of, *instruction, *attributes,
         *no_attributes, *literal_opcodes;
     Text t;
-    Table names, attributes_made, metadata;
+    Table names, attributes_made, metadata, opcodes, shapes;
     Py_ssize_t unresolved; /* operands not among the names made before them in this body */
 } Scan;
 
 /* The span as a str: the one kept in `table` when there is one (a new reference). */
-static PyObject *span_object(Scan *scan, Table *table, Py_ssize_t start, Py_ssize_t end,
-                             Py_ssize_t limit) {
+static PyObject *span_object(Scan *scan, Table *table, Py_ssize_t start, Py_ssize_t end) {
     Py_hash_t hash = span_hash(&scan->t, start, end);
     PyObject *kept = table_get(table, &scan->t, start, end, hash);
     if (kept) {
@@ -331,7 +326,7 @@ static PyObject *span_object(Scan *scan, Table *table, Py_ssize_t start, Py_ssiz
         return kept;
     }
     PyObject *made = PyUnicode_Substring(scan->text, start, end);
-    if (made && table_put(table, hash, made, made, limit) < 0) Py_CLEAR(made);
+    if (made && table_put(table, hash, made, made) < 0) Py_CLEAR(made);
     return made;
 }
 
@@ -363,7 +358,7 @@ static int scan_line(Scan *scan, Py_ssize_t p, Line *line) {
     Py_ssize_t opcode = p;
     while (is_opcode(at(t, p))) p++;
     if (at(t, p) != '(') return 0;
-    line->opcode = span_object(scan, &opcodes, opcode, p, OPCODES_KEPT);
+    line->opcode = span_object(scan, &scan->opcodes, opcode, p);
     if (!line->opcode) return -1;
     int literal = PySet_Contains(scan->literal_opcodes, line->opcode);
     if (literal < 0) return -1;
@@ -492,17 +487,23 @@ fail:
     return -1;
 }
 
-/* The Shape of the line's shape text (borrowed), or NULL with no exception set when the
- * caller's cache does not have it yet: then the Python reader reads this line. */
+/* The Shape of the line's shape text (borrowed), read once per text in this call by the
+ * caller's `shape_of(start, end)`; NULL with no exception set where that returns None (a
+ * shape it does not read from its text alone): then the Python reader reads this line. */
 static PyObject *shape_of(Scan *scan, const Line *line) {
     Py_hash_t hash = span_hash(&scan->t, line->shape, line->shape_end);
-    PyObject *shape = table_get(&shapes, &scan->t, line->shape, line->shape_end, hash);
+    if (hash < 0) return NULL; /* not kept in the table (not ASCII): the Python reader's */
+    PyObject *shape = table_get(&scan->shapes, &scan->t, line->shape, line->shape_end, hash);
     if (shape) return shape;
+    PyObject *made = PyObject_CallFunction(scan->shape_of, "nn", line->shape, line->shape_end);
+    if (!made || made == Py_None) {
+        Py_XDECREF(made);
+        return NULL;
+    }
     PyObject *text = PyUnicode_Substring(scan->text, line->shape, line->shape_end);
-    if (!text) return NULL;
-    shape = PyDict_GetItemWithError(scan->shape_cache, text);
-    if (shape && table_put(&shapes, hash, text, shape, SHAPES_KEPT) < 0) shape = NULL;
-    Py_DECREF(text);
+    shape = text && table_put(&scan->shapes, hash, text, made) == 0 ? made : NULL;
+    Py_XDECREF(text);
+    Py_DECREF(made); /* the table holds it */
     return shape;
 }
 
@@ -611,7 +612,7 @@ static PyObject *metadata_of(Scan *scan, const Line *line) {
             Py_CLEAR(meta);
         }
     }
-    if (meta && table_put(&scan->metadata, hash, inside, meta, PY_SSIZE_T_MAX) < 0)
+    if (meta && table_put(&scan->metadata, hash, inside, meta) < 0)
         Py_CLEAR(meta);
     Py_DECREF(inside);
     return meta;
@@ -630,7 +631,7 @@ static PyObject *attributes_of(Scan *scan, const Line *line) {
     PyObject *rest = PyUnicode_Substring(scan->text, line->attrs, line->attrs_end);
     if (!rest) return NULL;
     made = PyObject_CallOneArg(scan->attributes, rest);
-    if (made && table_put(&scan->attributes_made, hash, rest, made, PY_SSIZE_T_MAX) < 0)
+    if (made && table_put(&scan->attributes_made, hash, rest, made) < 0)
         Py_CLEAR(made);
     Py_DECREF(rest);
     return made;
@@ -659,7 +660,7 @@ static PyObject *make_instruction(Scan *scan, const Line *line, Py_ssize_t line_
             Py_INCREF(Py_None);
         }
     }
-    fields[0] = span_object(scan, &scan->names, line->name, line->name_end, PY_SSIZE_T_MAX);
+    fields[0] = span_object(scan, &scan->names, line->name, line->name_end);
     fields[1] = line->opcode;
     Py_INCREF(fields[1]);
     fields[2] = shape;
@@ -713,7 +714,7 @@ static int start_scan(Scan *scan, PyObject *const *args, Py_ssize_t nargs, const
         return -1;
     }
     *scan = (Scan){
-        .text = args[0], .out = args[4], .shape_cache = args[5], .metadata_of = args[6],
+        .text = args[0], .out = args[4], .shape_of = args[5], .metadata_of = args[6],
         .instruction = args[7], .attributes = args[8], .no_attributes = args[9],
         .literal_opcodes = args[10],
     };
@@ -722,7 +723,7 @@ static int start_scan(Scan *scan, PyObject *const *args, Py_ssize_t nargs, const
     *line_no = PyLong_AsSsize_t(args[3]);
     if (PyErr_Occurred()) return -1;
     if (!PyUnicode_Check(scan->text) || !PyList_Check(scan->out) ||
-        !PyDict_Check(scan->shape_cache) || !PyType_Check(scan->instruction) ||
+        !PyCallable_Check(scan->shape_of) || !PyType_Check(scan->instruction) ||
         !PyType_IsSubtype((PyTypeObject *)scan->instruction, &PyTuple_Type) ||
         !PyAnySet_Check(scan->literal_opcodes)) {
         PyErr_Format(PyExc_TypeError, "%s: wrong argument types", name);
@@ -754,18 +755,20 @@ static PyObject *run_scan(PyObject *const *args, Py_ssize_t nargs, const char *n
     table_clear(&scan.names);
     table_clear(&scan.attributes_made);
     table_clear(&scan.metadata);
+    table_clear(&scan.opcodes);
+    table_clear(&scan.shapes);
     if (PyErr_Occurred()) return NULL;
     return Py_BuildValue("nnn", pos, pos, line_no);
 }
 
 PyDoc_STRVAR(scan_lines_doc,
-"scan_lines(text, pos, line_pos, line_no, out, shapes, metadata_of, instruction, attributes,\n"
-"           no_attributes, literal_opcodes) -> (pos, line_pos, line_no)\n"
+"scan_lines(text, pos, line_pos, line_no, out, shape_of, metadata_of, instruction,\n"
+"           attributes, no_attributes, literal_opcodes) -> (pos, line_pos, line_no)\n"
 "\n"
 "Appends to `out` an `instruction` for each line from `pos` in the one-line form XLA prints;\n"
-"stops at the first line it does not take. `shapes`: the reader's cache of shapes by their\n"
-"text, only read; `metadata_of`: the reader's (op_name, source_file, source_line) of a\n"
-"metadata text. `line_no` is the line of `line_pos`; returns where it stopped, and the line\n"
+"stops at the first line it does not take. `shape_of(start, end)`: the reader's Shape of\n"
+"text[start:end], or None where it leaves that line to the Python reader; `metadata_of`: the\n"
+"reader's (op_name, source_file, source_line) of a metadata text. `line_no` is the line of `line_pos`; returns where it stopped, and the line\n"
 "there. See the file's opening comment.");
 
 static int read_body_lines(Scan *scan, Py_ssize_t *pos, Py_ssize_t *line_no) {
@@ -871,7 +874,7 @@ fail:
 }
 
 PyDoc_STRVAR(scan_computations_doc,
-"scan_computations(text, pos, line_pos, line_no, out, shapes, metadata_of, instruction,\n"
+"scan_computations(text, pos, line_pos, line_no, out, shape_of, metadata_of, instruction,\n"
 "                  attributes, no_attributes, literal_opcodes) -> (pos, line_pos, line_no)\n"
 "\n"
 "Reads whole computations from `pos` (a header's first token), each in the one-line forms XLA\n"

@@ -51,7 +51,7 @@ from xlafuse.hlo.flops import (
     kernel_flops,
 )
 from xlafuse.hlo.ir import Computation, HloModule, Instruction, _balanced
-from xlafuse.hlo.parse import gc_paused, parse_hlo
+from xlafuse.hlo.parse import parse_hlo
 from xlafuse.hlo.traffic import FREE_OPCODES, kernel_bytes
 
 _NOT_LAUNCH = FREE_OPCODES | {
@@ -184,17 +184,15 @@ def _kernels(module: HloModule) -> list[KernelInfo]:
     kernels: list[KernelInfo] = []
     instr: Instruction | None = None
     try:
-        with gc_paused():
-            for comp in executed_computations(module):
-                for instr in comp.instructions:
-                    launch = _LAUNCHES[instr.opcode]
-                    if launch is _OP or (
-                        launch is _CUSTOM_CALL
-                        and instr.custom_call_target not in _NOT_LAUNCH_TARGETS
-                    ):
-                        kernels.append(_single_op_kernel(module, comp, instr))
-                    elif launch is _FUSION:
-                        kernels.append(_fusion_kernel(module, comp, instr))
+        for comp in executed_computations(module):
+            for instr in comp.instructions:
+                launch = _LAUNCHES[instr.opcode]
+                if launch is _OP or (
+                    launch is _CUSTOM_CALL and instr.custom_call_target not in _NOT_LAUNCH_TARGETS
+                ):
+                    kernels.append(_single_op_kernel(module, comp, instr))
+                elif launch is _FUSION:
+                    kernels.append(_fusion_kernel(module, comp, instr))
     except RecursionError:
         line = instr.line if instr else None
         raise HloParseError("fusions nested too deeply to walk", line, module.source) from None
