@@ -1,5 +1,5 @@
-"""What several test files share: fast timing settings, a small calibration, and a check
-script run in a child with N host devices.
+"""What several test files share: fast timing settings, a small calibration, a check script
+run in a child with N host devices, config files, and the command line run in this process.
 
 Imported as `from helpers import FAST_TIMING, small_calibration` (pytest puts tests/ on the path,
 as it does for `mutations`).
@@ -10,7 +10,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from xlafuse.cli import main
 from xlafuse.compile.devices import host_devices_env
+from xlafuse.errors import XlafuseError
+from xlafuse.experiment import runner
 from xlafuse.measure.calibrate import calibrate
 
 REPO = Path(__file__).resolve().parents[1]
@@ -22,6 +27,62 @@ FAST_TIMING = {"warmup": 1, "min_time_s": 0, "min_iters": 3, "max_iters": 3, "re
 def small_calibration(backend=None):
     """What the runner's `calibrate` gives, on a 1 MiB copy and a 64 x 64 matmul: fast."""
     return calibrate(backend, copy_bytes=1 << 20, matmul_size=64)
+
+
+def run_in_new_folder(tmp_path_factory, name: str, config_for) -> tuple[Path, list]:
+    """A module-scoped fixture's run: `config_for(folder)` run into a new folder `name`, without
+    a progress bar, under `small_calibration` (the function-scoped `monkeypatch` cannot set
+    it). Returns the folder and the records."""
+    out = tmp_path_factory.mktemp(name)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(runner, "calibrate", small_calibration)
+        return out, runner.run_experiment(config_for(out), progress=False)
+
+
+def copy_results(out: Path, folder: Path) -> Path:
+    """Makes `folder` with a copy of `out/results.jsonl` in it (a run to resume); returns it."""
+    folder.mkdir()
+    (folder / "results.jsonl").write_text((out / "results.jsonl").read_text())
+    return folder
+
+
+def config_file(folder: Path, text: str) -> Path:
+    """Writes the TOML `text` to `folder/c.toml`; returns that path."""
+    path = folder / "c.toml"
+    path.write_text(text)
+    return path
+
+
+def run_cli(capsys, *argv) -> tuple[int, str, str]:
+    """`xlafuse ARGV` in this process (each argument str()-ed): exit status, stdout, stderr."""
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def usage_error(capsys, *argv) -> str:
+    """The one line `xlafuse ARGV` answers bad input with: exit 2, nothing on stdout, on stderr
+    `xlafuse COMMAND: error: ...` alone, no traceback. Returns the line without that prefix."""
+    code, out, err = run_cli(capsys, *argv)
+    prefix = f"xlafuse {argv[0]}: error: "
+    assert (code, out) == (2, "") and err.startswith(prefix) and err.count("\n") == 1, err
+    assert "Traceback" not in err
+    return err[len(prefix) :]
+
+
+FIRST_COLD_START_STEP = "cold start: new process, empty cache (import, build, compile, calls)"
+
+
+def stop_cold_start_after_one_step(monkeypatch) -> None:
+    """`measure_cold_start` says its first step (FIRST_COLD_START_STEP), then fails: what a
+    command shows of a child's progress, without starting one."""
+    from xlafuse.measure import coldstart
+
+    def measure(*args, on_step=None, **kwargs):
+        on_step(FIRST_COLD_START_STEP)
+        raise XlafuseError("stopped after the first step")
+
+    monkeypatch.setattr(coldstart, "measure_cold_start", measure)
 
 
 def run_on_host_devices(script: str, folder: Path, devices: int, result: str) -> dict:

@@ -9,6 +9,7 @@ import os
 
 import jax
 import pytest
+from helpers import config_file
 
 from xlafuse import models
 from xlafuse.cli import _devices as cli_devices
@@ -109,12 +110,12 @@ def test_config_reports_override_kind_and_sign_at_load_time():
 
 
 def test_a_cell_too_large_is_an_error_record_and_the_run_goes_on(tmp_path, capsys):
-    config = tmp_path / "c.toml"
     out = tmp_path / "out"
-    config.write_text(
+    config = config_file(
+        tmp_path,
         f'[experiment]\nname = "t"\noutput = "{out}"\nvariants = ["default"]\n'
         f'[[workloads]]\nname = "mlp"\noverrides = {{ batch = {HUGE} }}\n'
-        '[[workloads]]\nname = "chain"\noverrides = { ops = 2 }\n' + FAST
+        '[[workloads]]\nname = "chain"\noverrides = { ops = 2 }\n' + FAST,
     )
     assert main(["run", str(config), "--no-progress"]) == 1
     first = load_results(out / "results.jsonl")

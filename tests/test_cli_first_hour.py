@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+from helpers import FIRST_COLD_START_STEP, stop_cold_start_after_one_step
 
 from xlafuse.cli import _COMMANDS, _progress, build_parser, main
 from xlafuse.experiment.progress import Reporter
@@ -165,33 +166,11 @@ def test_compare_says_each_compile_on_a_pipe(capsys):
 
 
 def test_coldstart_says_each_child_on_a_pipe(capsys, monkeypatch):
-    from xlafuse.errors import XlafuseError
-    from xlafuse.measure import coldstart
-
-    def measure(*args, on_step=None, **kwargs):
-        on_step("cold start: new process, empty cache (import, build, compile, calls)")
-        raise XlafuseError("stopped after the first step")
-
-    monkeypatch.setattr(coldstart, "measure_cold_start", measure)
+    stop_cold_start_after_one_step(monkeypatch)
     assert main(["coldstart", "--workload", "mlp"]) == 2
     assert capsys.readouterr().err.splitlines() == [
-        "xlafuse coldstart: [1/3] mlp/tiny/forward @ default: cold start: new process, empty "
-        "cache (import, build, compile, calls)",
+        f"xlafuse coldstart: [1/3] mlp/tiny/forward @ default: {FIRST_COLD_START_STEP}",
         "xlafuse coldstart: error: stopped after the first step",
-    ]
-
-
-def test_warmup_labels_keep_overrides_and_say_each_compile(tmp_path, capsys):
-    config = tmp_path / "c.toml"
-    config.write_text(
-        '[experiment]\nname = "w"\nvariants = ["default"]\n'
-        '[[workloads]]\nname = "chain"\noverrides = { ops = 2 }\n'
-    )
-    assert main(["warmup", str(config), "--cache", str(tmp_path / "cache")]) == 0
-    out, err = capsys.readouterr()
-    assert out.splitlines()[0] == "compiled  chain[ops=2]/tiny/forward @ default"
-    assert err.splitlines() == [
-        "xlafuse warmup: [1/1] compiling chain[ops=2]/tiny/forward @ default"
     ]
 
 

@@ -10,6 +10,7 @@ import pickle
 import jax
 import numpy as np
 import pytest
+from helpers import config_file, run_cli
 
 from xlafuse import compare_outputs, models
 from xlafuse.cli import main
@@ -66,28 +67,26 @@ def test_aot_export_round_trips_in_a_new_process(tmp_path):
     assert compare_outputs(expected, got).within_tolerance
 
 
-def test_warmup_cli_compiles_every_cell_of_a_config(tmp_path, capsys):
-    config = tmp_path / "c.toml"
-    config.write_text(
+def test_warmup_cli_compiles_every_cell_of_a_config_and_says_each_compile(tmp_path, capsys):
+    # the labels keep the overrides; stderr has one line per compile
+    config = config_file(
+        tmp_path,
         '[experiment]\nname = "w"\nvariants = ["default", "no-fusion"]\n'
-        '[[workloads]]\nname = "mlp"\nsize = "tiny"\n'
+        '[[workloads]]\nname = "mlp"\noverrides = { batch = 4 }\n',
     )
-    assert main(["warmup", str(config), "--cache", str(tmp_path / "cache")]) == 0
-    out = capsys.readouterr().out.splitlines()
-    assert out[:2] == [
-        "compiled  mlp/tiny/forward @ default",
-        "compiled  mlp/tiny/forward @ no-fusion",
+    cells = ["mlp[batch=4]/tiny/forward @ default", "mlp[batch=4]/tiny/forward @ no-fusion"]
+    warmup = ["warmup", config, "--cache", tmp_path / "cache"]
+    code, out, err = run_cli(capsys, *warmup)
+    assert code == 0 and out.splitlines()[:2] == [f"compiled  {c}" for c in cells]
+    assert err.splitlines() == [
+        f"xlafuse warmup: [{i}/2] compiling {c}" for i, c in enumerate(cells, 1)
     ]
-    assert out[2].startswith("0 of 2 cells were cache hits; ")
+    assert out.splitlines()[2].startswith("0 of 2 cells were cache hits; ")
     assert coldstart.cache_entry_count(tmp_path / "cache") >= 2
     # Run again: every cell comes from the folder, and it says so.
-    assert main(["warmup", str(config), "--cache", str(tmp_path / "cache")]) == 0
-    out = capsys.readouterr().out.splitlines()
-    assert out[:2] == [
-        "cache hit mlp/tiny/forward @ default",
-        "cache hit mlp/tiny/forward @ no-fusion",
-    ]
-    assert out[2].startswith("2 of 2 cells were cache hits; 0 new cache entries")
+    code, out, _ = run_cli(capsys, *warmup)
+    assert code == 0 and out.splitlines()[:2] == [f"cache hit {c}" for c in cells]
+    assert out.splitlines()[2].startswith("2 of 2 cells were cache hits; 0 new cache entries")
 
 
 def test_coldstart_cli_rejects_a_cache_that_is_a_file(tmp_path, capsys):
@@ -99,8 +98,7 @@ def test_coldstart_cli_rejects_a_cache_that_is_a_file(tmp_path, capsys):
     )
     with pytest.raises(XlafuseError, match=r"cannot create cache folder .*: .* is a file"):
         coldstart.measure_cold_start("mlp", cache_dir=cache / "sub")
-    config = tmp_path / "c.toml"
-    config.write_text('[[workloads]]\nname = "mlp"\n')
+    config = config_file(tmp_path, '[[workloads]]\nname = "mlp"\n')
     assert main(["warmup", str(config), "--cache", str(cache)]) == 2
     assert capsys.readouterr().err == (
         f"xlafuse warmup: error: cache folder {str(cache)!r} is a file, not a folder\n"

@@ -3,6 +3,7 @@
 from pathlib import Path
 
 import pytest
+from helpers import config_file
 
 from xlafuse.errors import XlafuseError
 from xlafuse.experiment.config import ExperimentConfig, load_config, parse_config
@@ -204,10 +205,10 @@ def test_variant_options_and_override_values_are_checked_before_running():
 def test_cli_rejects_a_list_valued_variant_before_any_cell(tmp_path, capsys):
     from xlafuse.cli import main
 
-    path = tmp_path / "c.toml"
-    path.write_text(
+    path = config_file(
+        tmp_path,
         '[experiment]\nvariants = ["default", {name = "x", xla_cpu_enable_fast_math = [true]}]\n'
-        '[[workloads]]\nname = "gelu"\n'
+        '[[workloads]]\nname = "gelu"\n',
     )
     assert main(["run", str(path), "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err

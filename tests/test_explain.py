@@ -4,8 +4,8 @@ import json
 
 import jax
 import pytest
+from helpers import run_cli, usage_error
 
-from xlafuse.cli import main
 from xlafuse.hlo import parse_hlo
 from xlafuse.hlo.explain import explain_module
 from xlafuse.hlo.lineage import trace_module
@@ -15,12 +15,6 @@ from xlafuse.report.explain_text import missed_fusions_markdown
 
 CHAIN = ("chain_module_1325", "module_1325.jit_f")
 GELU = ("why_gelu_forward", "module_779532.jit_gelu")
-
-
-def run(capsys, *argv):
-    code = main(list(map(str, argv)))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def files(samples, sample):
@@ -164,7 +158,7 @@ def test_history(samples):
 @pytest.mark.parametrize("sample", [CHAIN, GELU])
 def test_cli_lists_every_ineligible_producer(capsys, samples, sample):
     _, _, dump = files(samples, sample)
-    code, out, err = run(capsys, "explain", samples / "why" / sample[0])
+    code, out, err = run_cli(capsys, "explain", samples / "why" / sample[0])
     assert code == 0 and err == ""
     pairs = {(s.producer, s.reason) for s in dump.of_kind("producer_ineligible")}
     for producer, reason in pairs:
@@ -174,7 +168,7 @@ def test_cli_lists_every_ineligible_producer(capsys, samples, sample):
 
 
 def test_cli_chain_text(capsys, samples):
-    code, out, _ = run(capsys, "explain", samples / "why" / CHAIN[0], "--top", "2")
+    code, out, _ = run_cli(capsys, "explain", samples / "why" / CHAIN[0], "--top", "2")
     assert code == 0
     assert (
         "unoptimized instructions: 25; in kernels 18, outside kernels 0, lost 7 "
@@ -190,7 +184,7 @@ def test_cli_chain_text(capsys, samples):
 
 
 def test_cli_kernel_history(capsys, samples):
-    code, out, _ = run(
+    code, out, _ = run_cli(
         capsys, "explain", samples / "why" / GELU[0], "--kernel", "loop_multiply_fusion"
     )
     assert code == 0
@@ -203,7 +197,7 @@ def test_cli_kernel_history(capsys, samples):
 
 
 def test_cli_json(capsys, samples):
-    code, out, _ = run(
+    code, out, _ = run_cli(
         capsys, "explain", samples / "why" / CHAIN[0], "--json", "--kernel", "fusion.7"
     )
     got = json.loads(out)
@@ -240,7 +234,7 @@ ON_CPU = pytest.mark.skipif(jax.default_backend() != "cpu", reason="CPU figures"
 
 @ON_CPU
 def test_cpu_workload_mlp(capsys):
-    code, out, _ = run(capsys, "explain", "--workload", "mlp", "--json")
+    code, out, _ = run_cli(capsys, "explain", "--workload", "mlp", "--json")
     assert code == 0
     got = json.loads(out)
     assert got["has_dump"] is False
@@ -258,7 +252,7 @@ def test_cpu_workload_mlp(capsys):
 
 @ON_CPU
 def test_cpu_workload_text_says_no_reasons(capsys):
-    code, out, _ = run(capsys, "explain", "--workload", "mul_add_relu", "--top", "2")
+    code, out, _ = run_cli(capsys, "explain", "--workload", "mul_add_relu", "--top", "2")
     assert code == 0
     assert "reasons: XLA wrote no reasons for this compile (the CPU writes no" in out
     assert "kernel boundaries (missed fusions): 0, largest first" in out
@@ -279,16 +273,14 @@ def test_cpu_workload_text_says_no_reasons(capsys):
 )
 def test_bad_input(capsys, samples, dump_folder, argv, message):
     paths = {"dump": dump_folder, "chain": samples / "why" / CHAIN[0]}
-    argv = [x.format(**paths) for x in argv]
-    code, out, err = run(capsys, *argv)
-    assert code == 2 and out == ""
-    assert err.startswith("xlafuse explain: error: ") and message in err
-    assert err.count("\n") == 1
+    assert message in usage_error(capsys, *(x.format(**paths) for x in argv))
 
 
 @pytest.mark.gpu
 def test_gpu_workload_gelu_has_reasons(capsys):
-    code, out, _ = run(capsys, "explain", "--workload", "gelu", "--json", "--against", "default")
+    code, out, _ = run_cli(
+        capsys, "explain", "--workload", "gelu", "--json", "--against", "default"
+    )
     got = json.loads(out)
     assert code == 0 and got["has_dump"] is True
     assert got["missing_names"] == []

@@ -8,8 +8,7 @@ from pathlib import Path
 
 import jax
 import pytest
-
-from xlafuse.cli import main
+from helpers import run_cli, usage_error
 
 # These print the default backend's own figures and names (cpu on CI; gpu on the H200 machine).
 cpu_only = pytest.mark.skipif(
@@ -35,20 +34,14 @@ KERNEL_KEYS = {
 }  # fmt: skip
 
 
-def run(capsys, *argv):
-    code = main(list(map(str, argv)))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
 def run_json(capsys, *argv):
-    code, out, err = run(capsys, *argv, "--json")
+    code, out, err = run_cli(capsys, *argv, "--json")
     assert code == 0, err
     return json.loads(out)
 
 
 def test_block_fwd_summary(capsys, samples):
-    code, out, err = run(capsys, "inspect", samples / "block_fwd.default.hlo.txt")
+    code, out, err = run_cli(capsys, "inspect", samples / "block_fwd.default.hlo.txt")
     assert code == 0 and err == ""
     assert "module: jit__lambda  backend: gpu" in out
     assert "kernels: 20\n" in out
@@ -113,7 +106,7 @@ def test_schema_is_documented():
     ],
 )
 def test_table_top_and_sort(capsys, samples, sort, first):
-    code, out, _ = run(
+    code, out, _ = run_cli(
         capsys, "inspect", samples / "block_fwd.default.hlo.txt", "--top", 3, "--sort", sort
     )
     rows = out.split("\n\n", 1)[1].splitlines()
@@ -123,7 +116,7 @@ def test_table_top_and_sort(capsys, samples, sort, first):
 
 
 def test_dump_folder_listing(capsys, dump_folder):
-    code, out, _ = run(capsys, "inspect", dump_folder)
+    code, out, _ = run_cli(capsys, "inspect", dump_folder)
     lines = out.splitlines()
     assert code == 0
     # the title is prose, wrapped at 100 columns: a long checkout path moves it onto 2 lines
@@ -144,7 +137,7 @@ def test_dump_folder_listing(capsys, dump_folder):
 
 
 def test_dump_folder_module_with_thunk_count(capsys, dump_folder):
-    code, out, _ = run(capsys, "inspect", dump_folder, "--module", "217060")
+    code, out, _ = run_cli(capsys, "inspect", dump_folder, "--module", "217060")
     assert code == 0
     assert "kernels: 20  (thunk sequence: 20 launches)" in out
     assert "warning" not in out
@@ -158,14 +151,16 @@ def test_thunk_count_mismatch_warns(capsys, dump_folder, tmp_path):
     (tmp_path / hlo).write_text((dump_folder / hlo).read_text())
     lines = (dump_folder / thunks).read_text().splitlines()
     (tmp_path / thunks).write_text("\n".join(lines[:-1]) + "\n")
-    code, out, _ = run(capsys, "inspect", tmp_path / hlo)
+    code, out, _ = run_cli(capsys, "inspect", tmp_path / hlo)
     assert code == 0
     assert "warning: the thunk sequence lists 19 launches but the model counts 20 kernels" in out
 
 
 def test_dot_parses_back(capsys, samples, tmp_path):
     dot_file = tmp_path / "g.dot"
-    code, _, _ = run(capsys, "inspect", samples / "block_fwd.default.hlo.txt", "--dot", dot_file)
+    code, _, _ = run_cli(
+        capsys, "inspect", samples / "block_fwd.default.hlo.txt", "--dot", dot_file
+    )
     text = dot_file.read_text()
     assert code == 0 and text.startswith('digraph "jit__lambda" {')
     assert text.count("{") == text.count("}")
@@ -185,7 +180,7 @@ def test_dot_parses_back(capsys, samples, tmp_path):
 
 def test_dot_of_a_loop_has_clusters(capsys, samples, tmp_path):
     dot_file = tmp_path / "g.dot"
-    run(capsys, "inspect", samples / "scan_rnn.default.hlo.txt", "--dot", dot_file)
+    run_cli(capsys, "inspect", samples / "scan_rnn.default.hlo.txt", "--dot", dot_file)
     text = dot_file.read_text()
     assert text.count("subgraph cluster_") == 2
     assert '"main.6/while.6" [shape=diamond' in text
@@ -194,7 +189,7 @@ def test_dot_of_a_loop_has_clusters(capsys, samples, tmp_path):
 
 def test_svg_without_graphviz(capsys, samples, tmp_path, monkeypatch):
     monkeypatch.setattr("shutil.which", lambda name: None)
-    code, out, err = run(
+    code, out, err = run_cli(
         capsys, "inspect", samples / "mul_add_relu.default.hlo.txt", "--svg", tmp_path / "g.svg"
     )
     assert code == 2 and out == ""
@@ -268,12 +263,7 @@ def test_bad_input(capsys, samples, dump_folder, tmp_path, argv, message):
         "binary": _binary(tmp_path, samples),
         "truncated": _truncated(tmp_path, samples),
     }
-    argv = [a.format(**paths) for a in argv]
-    code, out, err = run(capsys, *argv)
-    assert code == 2 and out == ""
-    assert err.startswith("xlafuse inspect: error: ") and err.count("\n") == 1
-    assert message.format(**paths) in err
-    assert "Traceback" not in err
+    assert message.format(**paths) in usage_error(capsys, *(a.format(**paths) for a in argv))
 
 
 @pytest.mark.parametrize(
@@ -296,20 +286,18 @@ def test_a_shape_xla_rejects_is_one_error(capsys, tmp_path, dims, message):
         "HloModule m\nENTRY e {\n  p = f32[8] parameter(0)\n"
         f"  ROOT b = f32[{dims}] broadcast(p), dimensions={{}}\n}}\n"
     )
-    code, out, err = run(capsys, "inspect", path)
-    assert code == 2 and out == ""
-    assert err.startswith(f"xlafuse inspect: error: {path}: ") and err.count("\n") == 1
-    assert message in err
+    error = usage_error(capsys, "inspect", path)
+    assert error.startswith(f"{path}: ") and message in error
 
 
 def test_debug_shows_traceback(capsys):
-    code, _, err = run(capsys, "--debug", "inspect", "/no/such/file.hlo")
+    code, _, err = run_cli(capsys, "--debug", "inspect", "/no/such/file.hlo")
     assert code == 2 and "Traceback" in err
 
 
 @cpu_only
 def test_variants_command(capsys):
-    code, out, _ = run(capsys, "variants")
+    code, out, _ = run_cli(capsys, "variants")
     assert code == 0 and out.startswith("backend: cpu\n")
     assert "default  (applies here)" in out
     assert "no-fusion  (applies here)" in out
@@ -320,7 +308,7 @@ def test_variants_command(capsys):
 
 @cpu_only
 def test_passes_command(capsys):
-    code, out, _ = run(capsys, "passes")
+    code, out, _ = run_cli(capsys, "passes")
     lines = out.splitlines()
     assert code == 0 and re.match(r"\d+ fusion-related HLO passes of XLA \(cpu, jax ", lines[0])
     names = [line.strip() for line in lines[1:]]
@@ -331,7 +319,7 @@ def test_passes_command(capsys):
         )
         for n in names
     )
-    code, out_all, _ = run(capsys, "passes", "--all")
+    code, out_all, _ = run_cli(capsys, "passes", "--all")
     assert code == 0 and len(out_all.splitlines()) > len(lines)
 
 

@@ -8,7 +8,7 @@ import subprocess
 
 import jax
 import pytest
-from helpers import FAST_TIMING
+from helpers import FAST_TIMING, config_file, stop_cold_start_after_one_step
 
 from xlafuse.cli import main
 from xlafuse.errors import XlafuseError
@@ -160,8 +160,7 @@ def test_read_only_output_folder_is_one_line_exit_2(tmp_path, capsys, monkeypatc
     folder.mkdir()
     folder.chmod(0o500)
     monkeypatch.setattr(runner, "calibrate", lambda *a: pytest.fail("calibrated"))
-    config = tmp_path / "c.toml"
-    config.write_text('[[workloads]]\nname = "gelu"\n')
+    config = config_file(tmp_path, '[[workloads]]\nname = "gelu"\n')
     assert main(["run", str(config), "--out", str(folder)]) == 2
     assert capsys.readouterr().err == (
         f"xlafuse run: error: cannot write to output folder '{folder}': Permission denied\n"
@@ -169,8 +168,7 @@ def test_read_only_output_folder_is_one_line_exit_2(tmp_path, capsys, monkeypatc
 
 
 def test_an_uncreatable_output_folder_is_one_line_exit_2(tmp_path, capsys):
-    config = tmp_path / "c.toml"
-    config.write_text('[[workloads]]\nname = "gelu"\n')
+    config = config_file(tmp_path, '[[workloads]]\nname = "gelu"\n')
     assert main(["run", str(config), "--out", "/proc/xlafuse-cannot-be-here"]) == 2
     err = capsys.readouterr().err
     assert err.startswith(
@@ -384,13 +382,7 @@ def test_compiling_commands_show_their_step_on_a_terminal(terminal_stderr, capsy
 
 
 def test_coldstart_shows_each_child_on_a_terminal(terminal_stderr, monkeypatch):
-    from xlafuse.measure import coldstart
-
-    def measure(*args, on_step=None, **kwargs):
-        on_step("cold start: new process, empty cache (import, build, compile, calls)")
-        raise XlafuseError("stopped after the first step")
-
-    monkeypatch.setattr(coldstart, "measure_cold_start", measure)
+    stop_cold_start_after_one_step(monkeypatch)
     assert main(["coldstart", "--workload", "mlp"]) == 2
     assert (
         "[1/3] mlp/tiny/forward @ default: cold start: new process, empty cache"

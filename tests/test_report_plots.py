@@ -72,31 +72,45 @@ def _texts(fig):
     }
 
 
-def test_speedup_plot_keeps_override_labels(figures, tmp_path):
+@pytest.fixture
+def plotted(figures, tmp_path):
+    """The texts of each figure `write_plots` saves for RECORDS, by file name."""
     report_md.write_plots(RECORDS, tmp_path)
-    texts = _texts(figures["speedup.png"])
-    assert texts["title"] == (
-        "Speedup over default = default's median / the variant's median, same rounds\n"
-        "on latency (cpu)"
-    )
-    assert texts["y"] == "speedup vs default (x)"
-    assert texts["ticks"] == ["chain[ops=16]/tiny/forward", "mlp/tiny/forward"]
-    assert texts["legend"] == ["default", "no-fusion"]
+    return {name: _texts(fig) for name, fig in figures.items()}
 
 
-def test_kernels_plot_names_every_workload_and_variant(figures, tmp_path):
-    report_md.write_plots(RECORDS, tmp_path)
-    texts = _texts(figures["kernels_vs_time.png"])
-    assert texts["title"] == "Kernels per call vs latency per call (cpu)"
-    assert texts["x"] == "kernels per call (count, log scale)"
-    assert texts["y"] == "median time per call (ms, log scale)"
-    assert texts["legend"] == ["default", "no-fusion"]
-    assert texts["notes"] == ["chain[ops=16]/tiny/forward", "mlp/tiny/forward"]
+@pytest.mark.parametrize(
+    ("png", "expected"),
+    [
+        (
+            "speedup.png",
+            {
+                "title": "Speedup over default = default's median / the variant's median, "
+                "same rounds\non latency (cpu)",
+                "y": "speedup vs default (x)",
+                "ticks": ["chain[ops=16]/tiny/forward", "mlp/tiny/forward"],
+                "legend": ["default", "no-fusion"],
+            },
+        ),
+        (
+            "kernels_vs_time.png",
+            {
+                "title": "Kernels per call vs latency per call (cpu)",
+                "x": "kernels per call (count, log scale)",
+                "y": "median time per call (ms, log scale)",
+                "legend": ["default", "no-fusion"],
+                "notes": ["chain[ops=16]/tiny/forward", "mlp/tiny/forward"],
+            },
+        ),
+    ],
+    ids=["speedup keeps override labels", "kernels names every workload and variant"],
+)
+def test_plot_says_what_it_shows(plotted, png, expected):
+    assert {key: plotted[png][key] for key in expected} == expected
 
 
-def test_roofline_draws_the_measured_ceilings_and_explains_points_above(figures, tmp_path):
-    report_md.write_plots(RECORDS, tmp_path)
-    texts = _texts(figures["roofline.png"])
+def test_roofline_draws_the_measured_ceilings_and_explains_points_above(plotted):
+    texts = plotted["roofline.png"]
     assert texts["title"] == "Roofline under the measured ceilings (cpu)"
     assert texts["x"] == "arithmetic intensity (FLOP / modeled byte)"
     assert texts["y"] == "achieved FLOP/s (analytic FLOPs / time_median_s)"

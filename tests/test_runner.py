@@ -6,7 +6,7 @@ import pathlib
 
 import jax
 import pytest
-from helpers import FAST_TIMING, small_calibration
+from helpers import FAST_TIMING, config_file, copy_results, run_in_new_folder, small_calibration
 
 from xlafuse.cli import main
 from xlafuse.errors import XlafuseError
@@ -60,11 +60,7 @@ def compiles(monkeypatch):
 
 @pytest.fixture(scope="module")
 def first_run(tmp_path_factory):
-    out = tmp_path_factory.mktemp("run")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(runner, "calibrate", small_calibration)
-        records = runner.run_experiment(_config(out), progress=False)
-    return out, records
+    return run_in_new_folder(tmp_path_factory, "run", _config)
 
 
 def test_records_are_complete_and_ok(first_run):
@@ -130,9 +126,7 @@ def test_report_has_tables_and_plots(first_run):
 
 def test_resume_skips_finished_cells(first_run, tmp_path, compiles):
     out, _ = first_run
-    copy = tmp_path / "resume"
-    copy.mkdir()
-    (copy / "results.jsonl").write_text((out / "results.jsonl").read_text())
+    copy = copy_results(out, tmp_path / "resume")
     records = runner.run_experiment(_config(copy), progress=False)
     assert compiles["n"] == 0
     assert len(records) == 6
@@ -143,9 +137,7 @@ def test_resume_runs_only_new_cells_and_compares_with_the_recorded_reference(
     first_run, tmp_path, compiles
 ):
     out, _ = first_run
-    copy = tmp_path / "more"
-    copy.mkdir()
-    (copy / "results.jsonl").write_text((out / "results.jsonl").read_text())
+    copy = copy_results(out, tmp_path / "more")
     inline = {"name": "no-fusion-inline", "xla_disable_hlo_passes": "fusion"}
     config = _config(copy, variants=("default", "no-fusion", inline))
     records = runner.run_experiment(config, only=["mul_add_relu"], progress=False)
@@ -161,9 +153,7 @@ def test_a_reference_that_fails_to_recompile_on_resume_is_named_in_records_and_r
     first_run, tmp_path, monkeypatch
 ):
     out, _ = first_run
-    copy = tmp_path / "broken-reference"
-    copy.mkdir()
-    (copy / "results.jsonl").write_text((out / "results.jsonl").read_text())
+    copy = copy_results(out, tmp_path / "broken-reference")
     real = runner.compile_workload
 
     def failing_reference(workload, variant, *args, **kwargs):
@@ -188,9 +178,7 @@ def test_a_reference_that_fails_to_recompile_on_resume_is_named_in_records_and_r
 
 def test_fresh_starts_over(first_run, tmp_path, compiles):
     out, _ = first_run
-    copy = tmp_path / "fresh"
-    copy.mkdir()
-    (copy / "results.jsonl").write_text((out / "results.jsonl").read_text())
+    copy = copy_results(out, tmp_path / "fresh")
     config = _config(copy, workloads=[{"name": "mul_add_relu"}])
     runner.run_experiment(config, fresh=True, progress=False)
     assert compiles["n"] == 2
@@ -279,12 +267,12 @@ def test_cli_run_config_error_lists_every_problem(tmp_path, capsys):
 
 
 def test_cli_run_and_report(tmp_path, capsys):
-    path = tmp_path / "c.toml"
-    path.write_text(
+    path = config_file(
+        tmp_path,
         '[experiment]\nvariants = ["default", {name = "nf", xla_disable_hlo_passes = "fusion"}]\n'
         '[[workloads]]\nname = "gelu"\n'
         "[timing]\nwarmup = 1\nmin_time_s = 0\nmin_iters = 2\nmax_iters = 2\nrepeats = 1\n"
-        "[measure]\ncalibrate = false\n"
+        "[measure]\ncalibrate = false\n",
     )
     out = tmp_path / "out"
     assert main(["run", str(path), "--out", str(out), "--no-progress"]) == 0

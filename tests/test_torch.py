@@ -12,7 +12,7 @@ from pathlib import Path
 import jax
 import numpy as np
 import pytest
-from helpers import FAST_TIMING, small_calibration
+from helpers import FAST_TIMING, copy_results, run_in_new_folder, small_calibration
 
 torch = pytest.importorskip("torch")
 
@@ -182,11 +182,7 @@ def _mixed_config(out):
 
 @pytest.fixture(scope="module")
 def mixed_run(tmp_path_factory):
-    out = tmp_path_factory.mktemp("mixed")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(runner, "calibrate", small_calibration)
-        records = runner.run_experiment(_mixed_config(out), progress=False)
-    return out, records
+    return run_in_new_folder(tmp_path_factory, "mixed", _mixed_config)
 
 
 def test_mixed_config_records_framework_counts_and_numerics(mixed_run):
@@ -219,9 +215,7 @@ def test_mixed_config_records_framework_counts_and_numerics(mixed_run):
 
 def test_mixed_config_resumes_without_running_again(mixed_run, tmp_path, monkeypatch):
     out, _ = mixed_run
-    copy = tmp_path / "resume"
-    copy.mkdir()
-    (copy / "results.jsonl").write_text((out / "results.jsonl").read_text())
+    copy = copy_results(out, tmp_path / "resume")
     monkeypatch.setattr(runner, "calibrate", small_calibration)
 
     def refuse(*args, **kwargs):

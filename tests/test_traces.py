@@ -4,7 +4,7 @@ import json
 
 import jax.numpy as jnp
 import pytest
-from helpers import FAST_TIMING, small_calibration
+from helpers import FAST_TIMING, run_in_new_folder, small_calibration
 
 from xlafuse.cli import main
 from xlafuse.experiment import runner
@@ -34,10 +34,7 @@ def fast_calibration(monkeypatch):
 
 @pytest.fixture(scope="module")
 def kept(tmp_path_factory):
-    out = tmp_path_factory.mktemp("kept")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(runner, "calibrate", small_calibration)
-        runner.run_experiment(_config(out), progress=False)
+    out, _ = run_in_new_folder(tmp_path_factory, "kept", _config)
     return out, {r.variant: r for r in load_results(out / "results.jsonl")}
 
 

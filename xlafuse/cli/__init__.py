@@ -1,8 +1,9 @@
 """The `xlafuse` command: parse arguments, call one library function per subcommand, print.
 
-Each subcommand lives in its own module with `register(subparsers)`, which adds its parser and
-sets `func(args) -> int`. Errors a user can fix (XlafuseError, ValueError, a missing file) print
-one line on stderr and exit 2; `--debug` shows the traceback instead.
+Each subcommand lives in its own module, whose docstring is the description its `--help` shows:
+its `HELP` line, `add_arguments(parser)` for its options, and `run(args) -> int`. Errors a user
+can fix (XlafuseError, ValueError, a missing file) print one line on stderr and exit 2; `--debug`
+shows the traceback instead.
 
 A command module imports its library code inside the functions that run the command, not at its
 top: `xlafuse --help` builds every parser, and so imports every command module, without JAX
@@ -12,6 +13,7 @@ top: `xlafuse --help` builds every parser, and so imports every command module, 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import os
 import sys
@@ -31,9 +33,15 @@ _COMMANDS = (
     "warmup",
     "coldstart",
     "validate",
+    "tune",
 )
 
 USAGE_ERROR = 2
+
+# Commands that read HLO files run with the cyclic GC paused (`xlafuse.hlo.parse.gc_paused`:
+# parse + analyze of XLA's corpus 1.2x faster, benchmarks/bench_corpus.py); not where they
+# compile a workload instead (`--workload`: JAX makes cycles that the GC should free).
+_READ_HLO = ("inspect", "diff", "explain")
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
@@ -49,7 +57,10 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in (command,) if command in _COMMANDS else _COMMANDS:
-        importlib.import_module(f"xlafuse.cli.{name}_cmd").register(subparsers)
+        module = importlib.import_module(f"xlafuse.cli.{name}_cmd")
+        sub = subparsers.add_parser(name, help=module.HELP, description=module.__doc__)
+        module.add_arguments(sub)
+        sub.set_defaults(func=module.run)
     return parser
 
 
@@ -62,7 +73,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser(command).parse_args(argv)
     args.argv = argv  # kept for a command that must run again in a child (N host devices)
     try:
-        return int(args.func(args) or 0)
+        with _gc_pause(args):
+            return int(args.func(args) or 0)
     except KeyboardInterrupt:
         print("xlafuse: interrupted", file=sys.stderr)
         return 130
@@ -84,6 +96,15 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 1
+
+
+def _gc_pause(args: argparse.Namespace) -> contextlib.AbstractContextManager:
+    """`gc_paused` for a command that reads HLO files (see `_READ_HLO`), else nothing."""
+    if args.command not in _READ_HLO or getattr(args, "workload", None):
+        return contextlib.nullcontext()
+    from xlafuse.hlo.parse import gc_paused  # on use: `xlafuse --help` imports no library code
+
+    return gc_paused()
 
 
 def _one_line(err: BaseException) -> str:

@@ -15,6 +15,11 @@ def at_least_one(option: str, value: int | None) -> None:
         raise XlafuseError(f"{option} must be 1 or more, got {value}")
 
 
+def comma_separated(text: str) -> list[str]:
+    """The names of a NAME,NAME option: `"a, b,,c"` -> ["a", "b", "c"]."""
+    return [n.strip() for n in text.split(",") if n.strip()]
+
+
 def variant_names(given: str | list[str] | None) -> list[str] | None:
     """The variant names of `--variants` (comma-separated text, or the list parsed from it).
 
@@ -27,8 +32,7 @@ def variant_names(given: str | list[str] | None) -> list[str] | None:
     """
     if given is None:
         return None
-    names = given if isinstance(given, list) else [n.strip() for n in given.split(",")]
-    names = [n for n in names if n]
+    names = [n for n in given if n] if isinstance(given, list) else comma_separated(given)
     if not names:
         raise XlafuseError(
             f"--variants {','.join(given) if isinstance(given, list) else given!r} names no "

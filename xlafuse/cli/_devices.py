@@ -8,6 +8,7 @@ import subprocess
 import sys
 from collections.abc import Sequence
 
+from xlafuse.cli._checks import comma_separated
 from xlafuse.errors import XlafuseError
 from xlafuse.models.names import PARALLELISMS, is_entry
 
@@ -110,6 +111,20 @@ def overrides(args) -> dict:
     return parse_overrides(getattr(args, "overrides", None))
 
 
+def workload_options(args) -> dict:
+    """The options `add_workload_arguments` declared, as the library's keyword arguments:
+    workload, size, mode and overrides, and with the mesh devices and parallelism."""
+    options = {
+        "workload": args.workload,
+        "size": args.size,
+        "mode": args.mode,
+        "overrides": overrides(args),
+    }
+    if hasattr(args, "devices"):
+        options.update(devices=args.devices, parallelism=args.parallelism)
+    return options
+
+
 def check_workload(args) -> None:
     """Refuse a bad --workload, --size, --mode, --overrides or --devices before any work.
 
@@ -172,7 +187,7 @@ def _check_devices(devices: int) -> None:
 def parse_overrides(texts: list[str] | None) -> dict:
     """`--overrides a=1,b=2 --overrides c=x` -> {"a": 1, "b": 2, "c": "x"}."""
     out = {}
-    for item in _split(",".join(texts or ())):
+    for item in comma_separated(",".join(texts or ())):
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise XlafuseError(f"override {item!r} is not KEY=VALUE (e.g. ops=8)")
@@ -188,7 +203,3 @@ def _value(text: str):
         except ValueError:
             pass
     return {"true": True, "false": False}.get(text.lower(), text)
-
-
-def _split(text: str) -> list[str]:
-    return [n.strip() for n in text.split(",") if n.strip()]

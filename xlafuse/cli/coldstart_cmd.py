@@ -1,4 +1,5 @@
-"""`xlafuse coldstart --workload NAME`: cold vs warm compile, AOT load, first and steady call."""
+"""Start fresh processes that import, build, compile and call one workload: with an empty and a warm
+compilation cache, and loading a jax.export artifact."""
 
 from __future__ import annotations
 
@@ -9,14 +10,11 @@ from xlafuse.cli._devices import add_workload_arguments, overrides
 from xlafuse.models.names import display_name, workload_label
 from xlafuse.report.format import fit
 
+HELP = "time a workload's cold start in fresh processes"
 
-def register(subparsers) -> None:
-    p = subparsers.add_parser(
-        "coldstart",
-        help="time a workload's cold start in fresh processes",
-        description="Start fresh processes that import, build, compile and call one workload: "
-        "with an empty and a warm compilation cache, and loading a jax.export artifact.",
-    )
+
+def add_arguments(p) -> None:
+    """The options of `xlafuse coldstart`."""
     add_workload_arguments(p, required=True, dtype=True)
     p.add_argument("--variant", default="default", help="a variant name or a+b (default: default)")
     p.add_argument(
@@ -29,7 +27,6 @@ def register(subparsers) -> None:
     p.add_argument("--calls", type=int, default=10, help="steady-state calls (default: 10)")
     p.add_argument("--no-aot", action="store_true", help="skip the jax.export round trip")
     p.add_argument("--json", action="store_true", help="print JSON")
-    p.set_defaults(func=run)
 
 
 def run(args) -> int:

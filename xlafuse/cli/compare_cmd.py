@@ -1,4 +1,5 @@
-"""`xlafuse compare WORKLOAD`: one workload under several variants, one table."""
+"""Compile one workload under several variants, call each once, and tabulate kernels, fusions,
+modeled bytes, compile seconds and whether the outputs agree."""
 
 from __future__ import annotations
 
@@ -10,14 +11,11 @@ from xlafuse.cli._devices import add_workload_arguments, overrides, rerun_if_nee
 from xlafuse.models.names import workload_label
 from xlafuse.report.format import fit
 
+HELP = "one workload under several variants, one table"
 
-def register(subparsers) -> None:
-    p = subparsers.add_parser(
-        "compare",
-        help="one workload under several variants, one table",
-        description="Compile one workload under several variants, call each once, and tabulate "
-        "kernels, fusions, modeled bytes, compile seconds and whether the outputs agree.",
-    )
+
+def add_arguments(p) -> None:
+    """The options of `xlafuse compare`."""
     add_workload_arguments(p, positional=True, mesh=True)
     p.add_argument(
         "--variants",
@@ -25,7 +23,6 @@ def register(subparsers) -> None:
         help="comma-separated variants; the first is the reference (default: default,no-fusion)",
     )
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    p.set_defaults(func=run)
 
 
 def run(args) -> int:

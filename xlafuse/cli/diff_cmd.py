@@ -1,26 +1,27 @@
-"""`xlafuse diff`: what two compilations fused differently (two HLO files, or two variants)."""
+"""Diff two optimized HLO files, or one workload under two variants: every kernel of A and B in
+exactly one group; the groups' byte differences add up to the total."""
 
 from __future__ import annotations
 
 import json
 
 from xlafuse.cli import _progress
-from xlafuse.cli._devices import add_workload_arguments, overrides, rerun_if_needed
+from xlafuse.cli._checks import comma_separated
+from xlafuse.cli._devices import (
+    add_workload_arguments,
+    overrides,
+    rerun_if_needed,
+    workload_options,
+)
 from xlafuse.errors import XlafuseError
 from xlafuse.models.names import workload_label
 from xlafuse.report.format import fit
 
+HELP = "what two compilations fused differently"
 
-def register(subparsers) -> None:
-    """Adds the `diff` parser."""
-    p = subparsers.add_parser(
-        "diff",
-        help="what two compilations fused differently",
-        description=(
-            "Diff two optimized HLO files, or one workload under two variants: every kernel of "
-            "A and B in exactly one group; the groups' byte differences add up to the total."
-        ),
-    )
+
+def add_arguments(p) -> None:
+    """The options of `xlafuse diff`."""
     p.add_argument("a", nargs="?", help="first HLO text file")
     p.add_argument("b", nargs="?", help="second HLO text file")
     p.add_argument(
@@ -39,7 +40,6 @@ def register(subparsers) -> None:
     )
     p.add_argument("--calls", type=int, default=10, help="calls traced per variant (10)")
     p.add_argument("--traces", metavar="DIR", help="keep the traces in DIR/<variant>/")
-    p.set_defaults(func=run)
 
 
 def run(args) -> int:
@@ -51,22 +51,17 @@ def run(args) -> int:
     check_top(args.top)
     if args.workload and (status := rerun_if_needed(args)) is not None:
         return status
-    variants = tuple(v.strip() for v in args.variants.split(",") if v.strip())
+    variants = tuple(comma_separated(args.variants))
     if args.measure:
         return _measured(args, variants)
     with _progress.steps("diff", total=2) as step:
         diff = diff_targets(
             args.a,
             args.b,
-            args.workload,
-            variants,
-            args.size,
-            args.mode,
-            args.reference,
-            args.devices,
-            args.parallelism,
-            overrides(args),
-            step,
+            variants=variants,
+            reference=args.reference,
+            on_step=step,
+            **workload_options(args),
         )
     print(json.dumps(diff.to_dict(), indent=1) if args.json else fit(render_diff(diff, args.top)))
     return 0

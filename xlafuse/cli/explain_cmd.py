@@ -1,26 +1,20 @@
-"""`xlafuse explain`: the kernel boundaries XLA left, why, and the bytes each costs."""
+"""Every producer-consumer edge of the unoptimized program that stayed a kernel boundary: XLA's
+reason (GPU priority-fusion dump), the cost model's estimate, the modeled bytes and the source
+lines. A target is a dump folder (before/after HLO and *.priority_fusion_dump.txt) or --workload."""
 
 from __future__ import annotations
 
 import json
 
 from xlafuse.cli import _progress
-from xlafuse.cli._devices import add_workload_arguments, overrides
+from xlafuse.cli._devices import add_workload_arguments, workload_options
 from xlafuse.report.format import fit
 
+HELP = "why ops were not fused, and the bytes each boundary costs"
 
-def register(subparsers) -> None:
-    """Adds the `explain` parser."""
-    p = subparsers.add_parser(
-        "explain",
-        help="why ops were not fused, and the bytes each boundary costs",
-        description=(
-            "Every producer-consumer edge of the unoptimized program that stayed a kernel "
-            "boundary: XLA's reason (GPU priority-fusion dump), the cost model's estimate, the "
-            "modeled bytes and the source lines. A target is a dump folder (before/after HLO and "
-            "*.priority_fusion_dump.txt) or --workload."
-        ),
-    )
+
+def add_arguments(p) -> None:
+    """The options of `xlafuse explain`."""
     p.add_argument("folder", nargs="?", help="an --xla_dump_to folder with a priority-fusion dump")
     p.add_argument("--module", help="in the folder, the module whose file name contains this")
     add_workload_arguments(p, what="compile this instead: ")
@@ -31,7 +25,6 @@ def register(subparsers) -> None:
     p.add_argument("--kernel", help="show the fusion steps that built this kernel")
     p.add_argument("--top", type=int, default=10, help="boundaries shown (10)")
     p.add_argument("--json", action="store_true", help="print JSON with every boundary")
-    p.set_defaults(func=run)
 
 
 def run(args) -> int:
@@ -50,13 +43,10 @@ def run(args) -> int:
         report = explain_target(
             args.folder,
             args.module,
-            args.workload,
-            args.variant,
-            args.against,
-            args.size,
-            args.mode,
-            step,
-            overrides(args),
+            variant=args.variant,
+            against=args.against,
+            on_step=step,
+            **workload_options(args),
         )
     if args.json:
         out = report.explanation.to_dict()

@@ -1,4 +1,4 @@
-"""`xlafuse inspect`: kernels and fusions of an HLO file, a dump folder, or a compiled workload."""
+"""Inspect optimized HLO: a text file, an --xla_dump_to folder, or a workload."""
 
 from __future__ import annotations
 
@@ -6,19 +6,16 @@ import json
 from pathlib import Path
 
 from xlafuse.cli import _progress
-from xlafuse.cli._devices import add_workload_arguments, overrides, rerun_if_needed
+from xlafuse.cli._devices import add_workload_arguments, rerun_if_needed, workload_options
 from xlafuse.errors import XlafuseError
 from xlafuse.report.format import fit
 from xlafuse.report.inspect_text import SORT_KEYS
 
+HELP = "what XLA fused: kernels, fusions, modeled traffic"
 
-def register(subparsers) -> None:
-    """Adds the `inspect` parser."""
-    p = subparsers.add_parser(
-        "inspect",
-        help="what XLA fused: kernels, fusions, modeled traffic",
-        description="Inspect optimized HLO: a text file, an --xla_dump_to folder, or a workload.",
-    )
+
+def add_arguments(p) -> None:
+    """The options of `xlafuse inspect`."""
     p.add_argument("target", nargs="?", help="HLO text file or --xla_dump_to folder")
     p.add_argument("--module", help="in a dump folder, the module whose file name contains NAME")
     add_workload_arguments(p, mesh=True, what="compile this instead of reading a TARGET: ")
@@ -28,7 +25,6 @@ def register(subparsers) -> None:
     p.add_argument("--json", action="store_true", help="print JSON (docs/inspect-json.md)")
     p.add_argument("--dot", type=Path, metavar="FILE", help="write the kernel graph as DOT")
     p.add_argument("--svg", type=Path, metavar="FILE", help="render the kernel graph to SVG")
-    p.set_defaults(func=run)
 
 
 def run(args) -> int:
@@ -45,16 +41,11 @@ def run(args) -> int:
         return status
     with _progress.steps("inspect", total=1) as step:
         result = inspect_target(
-            path=args.target,
-            module=args.module,
-            workload=args.workload,
-            size=args.size,
-            mode=args.mode,
+            args.target,
+            args.module,
             variant=args.variant,
-            devices=args.devices,
-            parallelism=args.parallelism,
-            overrides=overrides(args),
             on_step=step,
+            **workload_options(args),
         )
     if args.dot or args.svg:
         _write_graph(result, args.dot, args.svg)

@@ -1,21 +1,17 @@
-"""`xlafuse passes`: the HLO passes of the running XLA (fusion-related ones, or all)."""
+"""List HLO pass names the running XLA uses on this backend (names accepted by
+xla_disable_hlo_passes)."""
 
 from __future__ import annotations
 
 import argparse
 
+HELP = "the fusion-related HLO passes of the running XLA"
 
-def register(subparsers) -> None:
-    """Adds the `passes` parser."""
-    p = subparsers.add_parser(
-        "passes",
-        help="the fusion-related HLO passes of the running XLA",
-        description="List HLO pass names the running XLA uses on this backend "
-        "(names accepted by xla_disable_hlo_passes).",
-    )
+
+def add_arguments(p) -> None:
+    """The options of `xlafuse passes`."""
     p.add_argument("--all", action="store_true", help="every pass, not only fusion-related ones")
     p.add_argument("--backend", type=_backend, help="cpu or gpu (default: JAX's default backend)")
-    p.set_defaults(func=run)
 
 
 def run(args) -> int:

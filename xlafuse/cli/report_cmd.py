@@ -1,18 +1,15 @@
-"""`xlafuse report RESULTS.jsonl`: write report.md and its plots for a results file."""
+"""Render a results JSONL (from `xlafuse run`) as markdown tables and plots."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
+HELP = "write report.md and PNG plots from a results file"
 
-def register(subparsers) -> None:
-    """Add the `report` subcommand."""
-    parser = subparsers.add_parser(
-        "report",
-        help="write report.md and PNG plots from a results file",
-        description="Render a results JSONL (from `xlafuse run`) as markdown tables and plots.",
-    )
+
+def add_arguments(parser) -> None:
+    """The options of `xlafuse report`."""
     parser.add_argument("results", help="the results file (results.jsonl) or its folder")
     parser.add_argument("--out", help="output folder (default: the results file's folder)")
     parser.add_argument(
@@ -22,10 +19,9 @@ def register(subparsers) -> None:
         "chain[ops=8]/full/forward@no-fusion, or a cell_id (default: the traced reference cell "
         "with the longest time per call)",
     )
-    parser.set_defaults(func=report)
 
 
-def report(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     """Write the report and print its path; say on stderr which lines were not records."""
     # on use, not at the top: `xlafuse --help` imports no report code (see xlafuse.cli)
     from xlafuse.report.markdown import write_report

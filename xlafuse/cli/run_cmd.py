@@ -1,10 +1,12 @@
-"""`xlafuse run CONFIG`: run an experiment config, resuming, and write its report."""
+"""Run every cell of a TOML experiment config, appending one JSON line per cell; a re-run skips
+cells already done. Exit 0: all cells ok; 1: some cells errored; 2: the config is invalid."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
+from xlafuse.cli._checks import comma_separated
 from xlafuse.cli._devices import add_import_argument
 from xlafuse.errors import XlafuseError
 
@@ -12,31 +14,24 @@ SOME_CELLS_FAILED = 1
 CONFIG_ERROR = 2
 
 
-def register(subparsers) -> None:
-    """Add the `run` subcommand."""
-    parser = subparsers.add_parser(
-        "run",
-        help="run a config's workloads x variants; write report.md",
-        description="Run every cell of a TOML experiment config, appending one JSON line per "
-        "cell; a re-run skips cells already done. Exit 0: all cells ok; 1: some cells "
-        "errored; 2: the config is invalid.",
-    )
+HELP = "run a config's workloads x variants; write report.md"
+
+
+def add_arguments(parser) -> None:
+    """The options of `xlafuse run`."""
     parser.add_argument("config", help="the experiment config (.toml)")
     parser.add_argument("--out", help="results folder (default: the config's experiment.output)")
     parser.add_argument(
         "--only", nargs="+", metavar="WORKLOAD", help="run only these workloads (names or labels)"
     )
     parser.add_argument(
-        "--variants", type=_names, help="comma-separated variants to run (the reference stays)"
+        "--variants",
+        type=comma_separated,
+        help="comma-separated variants to run (the reference stays)",
     )
     parser.add_argument("--fresh", action="store_true", help="move old results aside, start over")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_import_argument(parser)
-    parser.set_defaults(func=run)
-
-
-def _names(text: str) -> list[str]:
-    return [n.strip() for n in text.split(",") if n.strip()]
 
 
 def run(args: argparse.Namespace) -> int:

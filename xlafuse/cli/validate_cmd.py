@@ -1,4 +1,6 @@
-"""`xlafuse validate`: kernels and modeled bytes checked against Nsight Compute, kernel by kernel."""
+"""Run cells under Nsight Compute and judge xlafuse's kernel list and traffic model per kernel.
+Cells come from a CONFIG or from --workload. Exit 0: every cell ok; 1: some cell is off; 2: bad
+arguments, or no ncu or no GPU."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ import shlex
 import sys
 from pathlib import Path
 
+from xlafuse.cli._checks import comma_separated
 from xlafuse.cli._devices import add_workload_arguments, import_user_code, parse_overrides
 from xlafuse.errors import XlafuseError
 from xlafuse.report.format import fit
@@ -14,19 +17,17 @@ from xlafuse.report.format import fit
 SOME_CELLS_OFF = 1
 
 
-def register(subparsers) -> None:
-    """Add the `validate` subcommand."""
-    p = subparsers.add_parser(
-        "validate",
-        help="check kernels and modeled bytes against Nsight Compute (GPU)",
-        description="Run cells under Nsight Compute and judge xlafuse's kernel list and traffic "
-        "model per kernel. Cells come from a CONFIG or from --workload. Exit 0: every cell ok; "
-        "1: some cell is off; 2: bad arguments, or no ncu or no GPU.",
-    )
+HELP = "check kernels and modeled bytes against Nsight Compute (GPU)"
+
+
+def add_arguments(p) -> None:
+    """The options of `xlafuse validate`."""
     p.add_argument("config", nargs="?", help="an experiment config (.toml): its GPU cells")
     p.add_argument("--only", nargs="+", metavar="WORKLOAD", help="with CONFIG: these workloads")
     add_workload_arguments(p, dtype=True, what="one workload instead of a CONFIG: ")
-    p.add_argument("--variants", type=_names, help="comma-separated variants (default: all)")
+    p.add_argument(
+        "--variants", type=comma_separated, help="comma-separated variants (default: all)"
+    )
     p.add_argument("--cache", metavar="DIR", help="compilation cache to warm and keep")
     p.add_argument("--ncu", metavar="PATH", help="the ncu executable (default: ncu on PATH)")
     p.add_argument("--profile-calls", type=int, default=5, help="calls traced for device time")
@@ -39,7 +40,6 @@ def register(subparsers) -> None:
         help="judge the measurements of an earlier run's validation.json again, by this "
         "version's rules (no GPU or ncu needed)",
     )
-    p.set_defaults(func=run)
 
 
 def run(args) -> int:
@@ -154,7 +154,3 @@ def _check_inputs(args) -> None:
     variant_names(args.variants)
     if args.out:
         writable_folder(args.out, "output folder")
-
-
-def _names(text: str) -> list[str]:
-    return [n.strip() for n in text.split(",") if n.strip()]

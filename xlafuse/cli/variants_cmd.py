@@ -1,4 +1,4 @@
-"""`xlafuse variants`: the fusion variant presets and their XLA options on this backend."""
+"""List the variant presets, their XLA options here, and where they apply."""
 
 from __future__ import annotations
 
@@ -6,16 +6,12 @@ import json
 
 from xlafuse.report.format import fit
 
+HELP = "the fusion variant presets and their XLA options"
 
-def register(subparsers) -> None:
-    """Adds the `variants` parser."""
-    p = subparsers.add_parser(
-        "variants",
-        help="the fusion variant presets and their XLA options",
-        description="List the variant presets, their XLA options here, and where they apply.",
-    )
+
+def add_arguments(p) -> None:
+    """The options of `xlafuse variants`."""
     p.add_argument("--json", action="store_true", help="print JSON")
-    p.set_defaults(func=run)
 
 
 def run(args) -> int:

@@ -1,4 +1,5 @@
-"""`xlafuse warmup CONFIG --cache DIR`: pre-compile a config's cells into a cache folder."""
+"""Compile every cell (workload x variant) of an experiment config into a persistent
+compilation-cache folder, for later processes to load instead of compiling."""
 
 from __future__ import annotations
 
@@ -7,19 +8,15 @@ import json
 from xlafuse.cli import _progress
 from xlafuse.cli._devices import add_import_argument
 
+HELP = "compile a config's cells into a compilation-cache folder"
 
-def register(subparsers) -> None:
-    p = subparsers.add_parser(
-        "warmup",
-        help="compile a config's cells into a compilation-cache folder",
-        description="Compile every cell (workload x variant) of an experiment config into a "
-        "persistent compilation-cache folder, for later processes to load instead of compiling.",
-    )
+
+def add_arguments(p) -> None:
+    """The options of `xlafuse warmup`."""
     p.add_argument("config", help="an experiment config (.toml)")
     p.add_argument("--cache", required=True, metavar="DIR", help="the cache folder to fill")
     p.add_argument("--json", action="store_true", help="print JSON")
     add_import_argument(p)
-    p.set_defaults(func=run)
 
 
 def run(args) -> int:

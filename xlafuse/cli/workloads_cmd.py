@@ -1,4 +1,5 @@
-"""`xlafuse workloads`: the zoo, as the registry declares it: sizes, modes, dtypes, overrides."""
+"""List every registered workload with its sizes, modes and dtypes, and the overrides it accepts
+(--overrides K=V, a config's overrides): name, type and default at each size."""
 
 from __future__ import annotations
 
@@ -6,20 +7,14 @@ import json
 
 from xlafuse.cli._devices import add_import_argument, import_user_code
 
+HELP = "the workloads: their sizes, modes, dtypes and overrides"
 
-def register(subparsers) -> None:
-    """Adds the `workloads` parser."""
-    p = subparsers.add_parser(
-        "workloads",
-        help="the workloads: their sizes, modes, dtypes and overrides",
-        description="List every registered workload with its sizes, modes and dtypes, and the "
-        "overrides it accepts (--overrides K=V, a config's overrides): name, type and default "
-        "at each size.",
-    )
+
+def add_arguments(p) -> None:
+    """The options of `xlafuse workloads`."""
     p.add_argument("names", nargs="*", metavar="NAME", help="only these workloads")
     p.add_argument("--json", action="store_true", help="print JSON")
     add_import_argument(p)
-    p.set_defaults(func=run)
 
 
 def run(args) -> int:

@@ -69,7 +69,7 @@ from xlafuse.compile.variants import BACKENDS, DISABLE_PASSES
 from xlafuse.errors import XlafuseError, did_you_mean
 from xlafuse.measure.timing import TimingSettings
 from xlafuse.models import registry, user
-from xlafuse.models.names import workload_label
+from xlafuse.models.names import cell_fields, workload_label
 from xlafuse.models.sharding import MODEL_PARALLEL_WORKLOADS, PARALLELISMS
 
 _TOP_KEYS = ("imports", "experiment", "workloads", "timing", "measure")
@@ -191,10 +191,7 @@ class WorkloadConfig:
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form (an entry as written: the config's folder is not part of it)."""
         return {
-            "name": self.name,
-            "size": self.size,
-            "mode": self.mode,
-            "dtype": self.dtype,
+            **cell_fields(self),
             "overrides": dict(self.overrides),
             "backends": list(self.backends),
             "devices": self.devices,

@@ -229,28 +229,6 @@ def reference_beside(path: str | Path) -> Path | None:
     return found if found.is_file() else None
 
 
-def diff_workload(
-    workload: str,
-    variants: tuple[str, str],
-    size: str = "tiny",
-    mode: str = "forward",
-    devices: int = 1,
-    parallelism: str = "data",
-    overrides: dict | None = None,
-    on_step: Callable[[str], None] | None = None,
-) -> FusionDiff:
-    """One workload under two variants, both traced to its unoptimized module.
-
-    `on_step`: as for `compile_for_explain`.
-    """
-    hlo = compile_for_explain(
-        workload, variants, size, mode, devices, parallelism, overrides, on_step
-    )
-    texts = (hlo.unoptimized, hlo.optimized[variants[0]], hlo.optimized[variants[1]])
-    ref, a, b = (parse_hlo(t, f"{hlo.label}") for t in texts)
-    return diff_modules(a, b, variants, ref, texts)
-
-
 def missed_fusions(unoptimized_text: str, optimized_text: str, top: int = 5) -> dict:
     """A small JSON-able summary of one compiled cell's largest kernel boundaries.
 
@@ -327,7 +305,7 @@ def diff_targets(
     parallelism: str = "data",
     overrides: dict | None = None,
     on_step: Callable[[str], None] | None = None,
-):
+) -> FusionDiff:
     """Diffs two HLO files, or one workload under two variants (see `xlafuse.hlo.diff`).
 
     Args:
@@ -356,9 +334,13 @@ def diff_targets(
             raise XlafuseError("give two HLO files, or --workload with --variants, not both")
         if not variants or len(variants) != 2:
             raise XlafuseError(f"--variants needs two names like default,no-fusion; got {variants}")
-        return diff_workload(
-            workload, tuple(variants), size, mode, devices, parallelism, overrides, on_step
+        variants = tuple(variants)
+        hlo = compile_for_explain(
+            workload, variants, size, mode, devices, parallelism, overrides, on_step
         )
+        texts = (hlo.unoptimized, hlo.optimized[variants[0]], hlo.optimized[variants[1]])
+        ref, module_a, module_b = (parse_hlo(t, hlo.label) for t in texts)
+        return diff_modules(module_a, module_b, variants, ref, texts)
     _check_files(a, b)
     reference = reference if reference is not None else reference_beside(a)
     ref, module_a, module_b = (load_module(p) if p else None for p in (reference, a, b))

@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from xlafuse.models.common import call_model, linear, normal_inputs
+from xlafuse.models.common import linear, token_recipe
 from xlafuse.models.registry import choose, register
 from xlafuse.models.workload import BuildContext, Recipe
 
@@ -97,13 +97,9 @@ def attention(cfg: Mapping[str, Any], ctx: BuildContext) -> Recipe:
     implementation = check_implementation(cfg["implementation"], ctx, "attention")
     batch, seq_len, heads = cfg["batch"], cfg["seq_len"], cfg["heads"]
     d_model = heads * cfg["head_dim"]
-    return Recipe(
-        make_inputs=normal_inputs((batch, seq_len, d_model), ctx.dtype),
-        apply=call_model,
-        items_per_call=batch * seq_len,
-        items_unit="tokens",
+    return token_recipe(
+        (batch, seq_len, d_model),
+        ctx,
+        lambda rngs: CausalSelfAttention(d_model, heads, implementation, ctx=ctx, rngs=rngs),
         flops=attention_flops(batch, seq_len, d_model),
-        make_model=lambda rngs: CausalSelfAttention(
-            d_model, heads, implementation, ctx=ctx, rngs=rngs
-        ),
     )

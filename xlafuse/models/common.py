@@ -7,7 +7,7 @@ from collections.abc import Callable
 import jax
 from flax import nnx
 
-from xlafuse.models.workload import BuildContext
+from xlafuse.models.workload import BuildContext, Recipe
 
 
 def linear(d_in: int, d_out: int, ctx: BuildContext, rngs: nnx.Rngs) -> nnx.Linear:
@@ -32,3 +32,21 @@ def normal_inputs(shape: tuple[int, ...], dtype) -> Callable[[jax.Array], tuple[
 def call_model(model: nnx.Module, *inputs: jax.Array) -> jax.Array:
     """Applies a module to its inputs (the `apply` of most recipes)."""
     return model(*inputs)
+
+
+def token_recipe(
+    shape: tuple[int, int, int],
+    ctx: BuildContext,
+    make_model: Callable[[nnx.Rngs], nnx.Module],
+    flops: int | None = None,
+) -> Recipe:
+    """The Recipe of a module applied to one standard-normal (batch, seq_len, d_model)
+    activation, counting its batch * seq_len tokens."""
+    return Recipe(
+        make_inputs=normal_inputs(shape, ctx.dtype),
+        apply=call_model,
+        items_per_call=shape[0] * shape[1],
+        items_unit="tokens",
+        flops=flops,
+        make_model=make_model,
+    )

@@ -13,7 +13,7 @@ from typing import Any
 import jax
 from flax import nnx
 
-from xlafuse.models.common import call_model, layer_norm, linear, normal_inputs
+from xlafuse.models.common import call_model, layer_norm, linear, normal_inputs, token_recipe
 from xlafuse.models.registry import register
 from xlafuse.models.workload import BuildContext, Recipe
 
@@ -77,11 +77,9 @@ def mlp(cfg: Mapping[str, Any], ctx: BuildContext) -> Recipe:
     batch, seq_len, d_model, d_hidden = (
         cfg[k] for k in ("batch", "seq_len", "d_model", "d_hidden")
     )
-    return Recipe(
-        make_inputs=normal_inputs((batch, seq_len, d_model), ctx.dtype),
-        apply=call_model,
-        items_per_call=batch * seq_len,
-        items_unit="tokens",
+    return token_recipe(
+        (batch, seq_len, d_model),
+        ctx,
+        lambda rngs: MlpBlock(d_model, d_hidden, ctx=ctx, rngs=rngs),
         flops=mlp_flops(batch * seq_len, d_model, d_hidden),
-        make_model=lambda rngs: MlpBlock(d_model, d_hidden, ctx=ctx, rngs=rngs),
     )

@@ -13,6 +13,12 @@ from typing import Any
 PARALLELISMS = ("data", "model")  # see xlafuse.models.sharding
 
 
+def cell_fields(cell: Any) -> dict[str, Any]:
+    """The `name`, `size`, `mode` and `dtype` of a Workload or a config's WorkloadConfig: what
+    names a cell, the first keys of both their JSON forms (`to_dict`)."""
+    return {key: getattr(cell, key) for key in ("name", "size", "mode", "dtype")}
+
+
 def is_entry(name: Any) -> bool:
     """Whether a workload name is a program of the user's (`FILE.py:FUNCTION`,
     `MODULE:FUNCTION`; `xlafuse.models.user`): zoo names have no colon."""

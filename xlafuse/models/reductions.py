@@ -13,7 +13,7 @@ from typing import Any
 import jax
 from flax import nnx
 
-from xlafuse.models.common import call_model, normal_inputs
+from xlafuse.models.common import normal_inputs, token_recipe
 from xlafuse.models.registry import register
 from xlafuse.models.workload import BuildContext, Recipe
 
@@ -37,13 +37,7 @@ def _norm_recipe(cfg: Mapping[str, Any], ctx: BuildContext, norm_cls) -> Recipe:
     def make_model(rngs: nnx.Rngs) -> nnx.Module:
         return norm_cls(cfg["d_model"], dtype=ctx.dtype, param_dtype=ctx.param_dtype, rngs=rngs)
 
-    return Recipe(
-        make_inputs=normal_inputs(shape, ctx.dtype),
-        apply=call_model,
-        items_per_call=shape[0] * shape[1],
-        items_unit="tokens",
-        make_model=make_model,
-    )
+    return token_recipe(shape, ctx, make_model)
 
 
 @register("layernorm", sizes=NORM_SIZES)

@@ -20,7 +20,7 @@ from xlafuse.models.attention import (
     check_heads,
     check_implementation,
 )
-from xlafuse.models.common import call_model, layer_norm, normal_inputs
+from xlafuse.models.common import call_model, layer_norm, token_recipe
 from xlafuse.models.mlp import MlpBlock, mlp_flops
 from xlafuse.models.registry import register
 from xlafuse.models.train import cross_entropy
@@ -108,15 +108,11 @@ def transformer_block(cfg: Mapping[str, Any], ctx: BuildContext) -> Recipe:
     implementation = check_implementation(cfg["implementation"], ctx, "transformer_block")
     batch, seq_len, d_model, heads = (cfg[k] for k in ("batch", "seq_len", "d_model", "heads"))
     check_heads(d_model, heads, "transformer_block")
-    return Recipe(
-        make_inputs=normal_inputs((batch, seq_len, d_model), ctx.dtype),
-        apply=call_model,
-        items_per_call=batch * seq_len,
-        items_unit="tokens",
+    return token_recipe(
+        (batch, seq_len, d_model),
+        ctx,
+        lambda rngs: TransformerBlock(d_model, heads, implementation, ctx=ctx, rngs=rngs),
         flops=block_flops(batch, seq_len, d_model),
-        make_model=lambda rngs: TransformerBlock(
-            d_model, heads, implementation, ctx=ctx, rngs=rngs
-        ),
     )
 
 

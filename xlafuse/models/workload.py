@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from xlafuse.models.names import cell_fields
 from xlafuse.models.train import mean_squared_error
 
 
@@ -162,10 +163,7 @@ class Workload:
     def to_dict(self) -> dict[str, Any]:
         """Returns the description the experiment runner records: JSON-able, no arrays."""
         return {
-            "name": self.name,
-            "size": self.size,
-            "mode": self.mode,
-            "dtype": self.dtype,
+            **cell_fields(self),
             "num_params": self.num_params,
             "items_per_call": self.items_per_call,
             "items_unit": self.items_unit,

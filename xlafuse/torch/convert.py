@@ -60,23 +60,22 @@ def to_torch_layout(array: np.ndarray, key: Any = "kernel") -> np.ndarray:
 
     Only kernels (the last path key `key`) change layout; embeddings and vectors do not.
     """
-    if key != "kernel":
-        return array
-    if array.ndim == 2:
-        return array.T
-    if array.ndim == 4:
-        return array.transpose(3, 2, 0, 1)
-    return array
+    return _kernel_layout(array, key, conv_axes=(3, 2, 0, 1))
 
 
 def to_flax_layout(array: np.ndarray, key: Any = "kernel") -> np.ndarray:
     """The inverse of `to_torch_layout`."""
+    return _kernel_layout(array, key, conv_axes=(2, 3, 1, 0))
+
+
+def _kernel_layout(array: np.ndarray, key: Any, conv_axes: tuple[int, ...]) -> np.ndarray:
+    """A kernel transposed (dense) or permuted by `conv_axes` (convolution); else `array`."""
     if key != "kernel":
         return array
     if array.ndim == 2:
         return array.T
     if array.ndim == 4:
-        return array.transpose(2, 3, 1, 0)
+        return array.transpose(conv_axes)
     return array
 
 
