@@ -102,7 +102,7 @@ def tune(
     """
     space = tuple(enumerate_space(knobs, families))
     evaluator = evaluate or Evaluator(target)
-    say(f"tune: {len(space)} candidates, budget {budget_s:g} s")
+    say(f"tune: {len(space)} candidate{'s' if len(space) != 1 else ''}, budget {budget_s:g} s")
     board = _Leaderboard(say)
     result = search_lib.successive_halving(
         space, evaluator, budget_s, on_trial=board.add, keep=getattr(evaluator, "keep", None)
