@@ -293,6 +293,13 @@ def _check_files(a, b) -> None:
             raise XlafuseError(f"no such file or folder: {str(path)!r}; {ACCEPTED}")
 
 
+def _two(variants) -> tuple[str, str]:
+    """Two variant names, or one line saying what was given."""
+    if not variants or len(variants) != 2:
+        raise XlafuseError(f"--variants needs two names like default,no-fusion; got {variants}")
+    return tuple(variants)
+
+
 def diff_targets(
     a: str | Path | None = None,
     b: str | Path | None = None,
@@ -332,15 +339,12 @@ def diff_targets(
     if workload is not None:
         if a is not None or b is not None or reference is not None:
             raise XlafuseError("give two HLO files, or --workload with --variants, not both")
-        if not variants or len(variants) != 2:
-            raise XlafuseError(f"--variants needs two names like default,no-fusion; got {variants}")
-        variants = tuple(variants)
         hlo = compile_for_explain(
-            workload, variants, size, mode, devices, parallelism, overrides, on_step
+            workload, _two(variants), size, mode, devices, parallelism, overrides, on_step
         )
-        texts = (hlo.unoptimized, hlo.optimized[variants[0]], hlo.optimized[variants[1]])
+        texts = (hlo.unoptimized, *(hlo.optimized[v] for v in _two(variants)))
         ref, module_a, module_b = (parse_hlo(t, hlo.label) for t in texts)
-        return diff_modules(module_a, module_b, variants, ref, texts)
+        return diff_modules(module_a, module_b, _two(variants), ref, texts)
     _check_files(a, b)
     reference = reference if reference is not None else reference_beside(a)
     ref, module_a, module_b = (load_module(p) if p else None for p in (reference, a, b))

@@ -113,17 +113,22 @@ def tune(
     best = result.ranked[0] if result.ranked else None
     proof, error = None, ""
     if prove and best is not None and best != space[0]:
-        say(f"rerun: {best.name} against the default, in a fresh process")
-        try:
-            proof = prover(_spec(target, space[0], best))
-        except XlafuseError as err:
-            error = str(err)
+        proof, error = _prove(prover, _spec(target, space[0], best), say)
     found = TuneResult(target, space, result, best, proof, error, getattr(evaluator, "lead", None))
     say(found.conclusion())
     if out is not None:
         write(found, Path(out))
         say(f"wrote {Path(out) / 'tune.jsonl'} and {Path(out) / 'best.toml'}")
     return found
+
+
+def _prove(prover, spec: dict[str, Any], say) -> tuple[Rerun | None, str]:
+    """(the rerun, "") or (None, why it failed)."""
+    say(f"rerun: {spec['winner']['name']} against the default, in a fresh process")
+    try:
+        return prover(spec), ""
+    except XlafuseError as err:
+        return None, str(err)
 
 
 class _Leaderboard:
