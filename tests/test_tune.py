@@ -7,7 +7,7 @@ import tomllib
 import pytest
 
 from xlafuse.cli import main
-from xlafuse.errors import UnknownNameError
+from xlafuse.errors import UnknownNameError, XlafuseError
 from xlafuse.experiment.tune.evaluate import Evaluator, Target
 from xlafuse.experiment.tune.rerun import Rerun, candidate_from
 from xlafuse.experiment.tune.search import OK, Score, successive_halving
@@ -216,3 +216,19 @@ def test_tune_finds_an_unroll_of_the_rollout_and_proves_it_on_a_gpu(tmp_path):
     result = tune(target, {"unroll": (1, 8, 32)}, [], 30, tmp_path, say=lambda line: None)
     assert result.best is not None and dict(result.best.knobs).get("unroll", 1) > 1
     assert result.confirmed and result.proof.verdict == "faster"
+
+
+def test_the_rerun_times_both_programs_in_a_fresh_process():
+    from xlafuse.experiment.tune.rerun import rerun
+
+    target = "examples/cartpole.py:rollout"
+    default, unrolled = Candidate(), Candidate((("unroll", 5),))
+    spec = {"target": target, "overrides": {"envs": 8, "steps": 5},
+            "default": default.to_dict(), "winner": unrolled.to_dict(),
+            "timing": {"warmup": 1, "min_time_s": 0, "min_iters": 3, "max_iters": 30, "repeats": 3}}  # fmt: skip
+    got = rerun(spec, timeout_s=300)
+    assert got.figure == "pipelined"  # on a CPU, as the search ranks
+    assert got.speedup == pytest.approx(got.default_s / got.winner_s)
+    assert got.ci[0] <= got.speedup <= got.ci[1] and min(got.compile_s) > 0
+    with pytest.raises(XlafuseError, match=r"the rerun failed \(exit 1\): .*nosuch"):
+        rerun({**spec, "target": "nosuch"}, timeout_s=300)

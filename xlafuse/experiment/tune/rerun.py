@@ -2,21 +2,21 @@
 process, in paired rounds (`timing.measure_pair`), on the figure the search ranked by.
 
 The search's own timings are short and ran beside every other candidate; a winner is reported
-as faster only if this rerun's verdict is `faster` too. The parent writes a spec (the target,
-both candidates, the imports of the user's code) and runs
-`python -m xlafuse.experiment.tune.rerun SPEC`, which prints one JSON line.
+as faster only if this rerun's verdict is `faster` too. The parent writes the request (the
+target, both candidates, the imports of the user's code) and runs
+`python -m xlafuse.experiment.tune.rerun FOLDER`, which writes its result there
+(`compile/protocol.py`, as every child of xlafuse).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
+from xlafuse.compile.protocol import ChildError, read_request, run_child, write_result
 from xlafuse.errors import XlafuseError
 from xlafuse.experiment.tune.space import Candidate
 
@@ -51,7 +51,8 @@ class Rerun:
 
 
 def rerun(spec: dict[str, Any], timeout_s: float = RERUN_TIMEOUT_S) -> Rerun:
-    """Runs the proof in a fresh process.
+    """Runs the proof in a fresh process (`compile/protocol.py`: request.json in, result.json
+    out).
 
     Args:
       spec: {"target": name, "settings": {...}, "overrides": {...}, "imports": [...],
@@ -61,21 +62,11 @@ def rerun(spec: dict[str, Any], timeout_s: float = RERUN_TIMEOUT_S) -> Rerun:
       XlafuseError: the child failed or timed out (its last line of error).
     """
     with tempfile.TemporaryDirectory(prefix="xlafuse-tune-") as tmp:
-        path = Path(tmp) / "spec.json"
-        path.write_text(json.dumps(spec))
+        command = [sys.executable, "-m", CHILD, tmp]
         try:
-            done = subprocess.run(
-                [sys.executable, "-m", CHILD, str(path)],
-                capture_output=True,
-                text=True,
-                timeout=timeout_s,
-            )
-        except subprocess.TimeoutExpired as err:
-            raise XlafuseError(f"the rerun did not finish within {timeout_s:.0f} s") from err
-    if done.returncode != 0:
-        lines = (done.stderr or done.stdout or "no output").strip().splitlines()
-        raise XlafuseError(f"the rerun failed: {lines[-1] if lines else 'no output'}")
-    got = json.loads(done.stdout.strip().splitlines()[-1])
+            got, _ = run_child(command, Path(tmp), spec, "the rerun", timeout_s=timeout_s)
+        except ChildError as err:
+            raise XlafuseError(str(err)) from err
     return Rerun(**{**got, "ci": tuple(got["ci"]), "compile_s": tuple(got["compile_s"])})
 
 
@@ -84,7 +75,7 @@ def candidate_from(data: dict[str, Any]) -> Candidate:
     return Candidate(tuple(data["knobs"].items()), tuple(data["choices"].items()))
 
 
-def _child(spec_path: str) -> None:
+def _child(folder: str) -> None:
     import jax
 
     from xlafuse.compile.jit import compile_workload
@@ -92,7 +83,7 @@ def _child(spec_path: str) -> None:
     from xlafuse.measure import timing
     from xlafuse.models import user
 
-    spec = json.loads(Path(spec_path).read_text())
+    spec = read_request(folder)
     for path in spec.get("imports", ()):
         user.import_target(path)
     target = Target(spec["target"], spec.get("settings", {}), spec.get("overrides", {}))
@@ -121,7 +112,7 @@ def _child(spec_path: str) -> None:
         getattr(own, figure),
         (default.compile_s, winner.compile_s),
     )
-    print(json.dumps(out.to_dict()))
+    write_result(folder, out.to_dict())
 
 
 if __name__ == "__main__":
