@@ -339,3 +339,22 @@ ENTRY %main (p: f32[8,16], q: f32[128]) -> f32[128] {
     assert (by["up"].status, by["up"].how) == ("outside", "view")  # the round trip is p itself
     assert (by["div"].kernel, by["div"].optimized) == ("loop_fusion", ("multiply.7",))
     assert [by[n].kernel for n in ("t", "add.1")] == ["loop_fusion", "loop_fusion"]
+
+
+def test_the_report_says_what_the_lineage_could_not_follow():
+    from xlafuse.report.kernels import savings_section
+
+    record = {"a": "default", "b": "no-fusion", "groups": 3, "time_a_s": 1e-3, "time_b_s": 2e-3,
+              "unattributed_a_s": 0.0, "unattributed_b_s": 0.0, "top": [], "gains": [],
+              "losses": [], "changed_s": {"faster": 0.0, "slower": 1e-3, "same": 0.0},
+              "changed_groups": {"faster": 0, "slower": 1, "same": 2},
+              "lost_by_opcode": {"a": {"reshape": 3, "divide": 1}, "b": {}},
+              "unlinked_dots": ["A:gemm_fusion_dot.2"]}  # fmt: skip
+    text = "\n".join(savings_section(record))
+    assert (
+        "Instructions of the program not traced to a kernel of default: 4 (3 reshape, 1 divide). "
+        "Dots and convolutions in a group of one side only: 1 (`A:gemm_fusion_dot.2`)."
+    ) in text
+    assert "kernel of no-fusion" not in text
+    older = {k: v for k, v in record.items() if k not in ("lost_by_opcode", "unlinked_dots")}
+    assert "not traced" not in "\n".join(savings_section(older))
