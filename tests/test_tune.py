@@ -232,3 +232,10 @@ def test_the_rerun_times_both_programs_in_a_fresh_process():
     assert got.ci[0] <= got.speedup <= got.ci[1] and min(got.compile_s) > 0
     with pytest.raises(XlafuseError, match=r"the rerun failed \(exit 1\): .*nosuch"):
         rerun({**spec, "target": "nosuch"}, timeout_s=300)
+
+
+def test_a_sharded_target_is_tuned_with_its_host_devices(capfd):
+    # On a CPU, N devices are N host devices: the command runs itself again with them.
+    code = main(["tune", "mlp", "--devices", "2", "--budget-s", "5", "--no-rerun"])
+    out, _ = capfd.readouterr()
+    assert code == 0 and "nothing beats the default program: it ranked first" in out

@@ -39,7 +39,7 @@ def run(args) -> int:
     # on use, not at the top: `xlafuse --help` imports no JAX (see xlafuse.cli)
     import jax
 
-    from xlafuse.cli._devices import check_workload, workload_options
+    from xlafuse.cli._devices import rerun_if_needed, workload_options
     from xlafuse.errors import XlafuseError
     from xlafuse.experiment.tune.evaluate import Target
     from xlafuse.experiment.tune.space import families_for, parse_knob
@@ -48,7 +48,8 @@ def run(args) -> int:
     if not args.budget_s > 0:
         raise XlafuseError(f"--budget-s {args.budget_s:g}: need a number of seconds above 0")
     knobs = dict(parse_knob(k) for k in args.knob)
-    check_workload(args)
+    if (status := rerun_if_needed(args)) is not None:  # N host devices: in a child
+        return status
     options = workload_options(args)
     overrides = options.pop("overrides")
     clash = sorted(set(knobs) & set(overrides))
