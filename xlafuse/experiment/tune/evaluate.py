@@ -67,12 +67,12 @@ class Evaluator:
     def __call__(self, candidate: Candidate, effort: int) -> Score:
         compile_s = None
         if candidate not in self._compiled:
-            try:
+            try:  # refused knobs or options, or a first call that fails (out of memory)
                 work = self.target.build(candidate)
                 compiled = compile_workload(work, candidate.variant())
+                verdict = self._judge(work, compiled)
             except (XlafuseError, ValueError, TypeError, RuntimeError) as err:
                 return Score("rejected", detail=error_line(err))
-            verdict = self._judge(work, compiled)
             if verdict is not None:
                 return verdict
             self._compiled[candidate] = (work, compiled)
