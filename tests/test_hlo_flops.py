@@ -104,17 +104,6 @@ def test_strided_padded_convolution_by_hand(layout):
     assert _kernel_flops(_module(STRIDED_PADDED[layout])) == {"c": 2 * (1 * 4 * 4 * 8) * 9 * 3}
 
 
-def test_convolution_with_a_non_square_window_reads_the_labels():
-    # NCHW 7x7, window 3x2, strides 2x1, padding 1_1 x 0_0: H (7 + 2 - 3) // 2 + 1 = 4,
-    # W (7 - 2) // 1 + 1 = 6; 2 * (2*8*4*6 outputs) * (3*2 taps) * 4 features
-    text = _module("""
-  x = f32[2,4,7,7] parameter(0)
-  w = f32[8,4,3,2] parameter(1)
-  ROOT c = f32[2,8,4,6] convolution(x, w), window={size=3x2 stride=2x1 pad=1_1x0_0},
-      dim_labels=bf01_oi01->bf01""")
-    assert _kernel_flops(text) == {"c": 2 * 384 * 6 * 4} == {"c": 18432}
-
-
 @pytest.mark.parametrize(
     ("entry", "expected"),
     [
@@ -146,23 +135,32 @@ def test_convolution_with_a_non_square_window_reads_the_labels():
       batch_group_count=2""",
             2 * (4 * 3 * 3 * 6) * 9 * 4,
         ),
-    ],
-)
-def test_grouped_convolutions(entry, expected):
-    assert _kernel_flops(_module(entry)) == {"c": expected}
-
-
-def test_lhs_dilated_convolution_leaves_out_the_holes():
-    # The input gradient of STRIDED_PADDED on 8x8 inputs, as XLA writes it: the 4x4 output
-    # gradient dilated by 2 (elements at 0, 2, 4, 6), padded 1 low and 2 high. Along one dim,
-    # output o reads positions o-1, o, o+1: of the 8*3 = 24 pairs, 9 fall on holes (1, 3, 5),
-    # 11 on elements and 4 on padding (-1, 7, 7, 8): 15 counted.
-    text = _module("""
+        # NCHW 7x7, window 3x2, strides 2x1, padding 1_1 x 0_0: H (7 + 2 - 3) // 2 + 1 = 4,
+        # W (7 - 2) // 1 + 1 = 6; 2 * (2*8*4*6 outputs) * (3*2 taps) * 4 features = 18,432
+        (
+            """
+  x = f32[2,4,7,7] parameter(0)
+  w = f32[8,4,3,2] parameter(1)
+  ROOT c = f32[2,8,4,6] convolution(x, w), window={size=3x2 stride=2x1 pad=1_1x0_0},
+      dim_labels=bf01_oi01->bf01""",
+            2 * 384 * 6 * 4,
+        ),
+        # The input gradient of STRIDED_PADDED on 8x8 inputs, as XLA writes it: the 4x4 output
+        # gradient dilated by 2 (elements at 0, 2, 4, 6), padded 1 low and 2 high. Along one
+        # dim, output o reads positions o-1, o, o+1: of the 8*3 = 24 pairs, 9 fall on holes
+        # (1, 3, 5), 11 on elements and 4 on padding (-1, 7, 7, 8): 15 counted.
+        (
+            """
   dy = f32[1,4,4,8] parameter(0)
   w = f32[3,3,8,3] parameter(1)
-  ROOT dx = f32[1,8,8,3] convolution(dy, w), window={size=3x3 pad=1_2x1_2 lhs_dilate=2x2},
-      dim_labels=b01f_01io->b01f""")
-    assert _kernel_flops(text) == {"dx": 2 * 3 * 15 * 15 * 8}
+  ROOT c = f32[1,8,8,3] convolution(dy, w), window={size=3x3 pad=1_2x1_2 lhs_dilate=2x2},
+      dim_labels=b01f_01io->b01f""",
+            2 * 3 * 15 * 15 * 8,
+        ),
+    ],
+)
+def test_convolutions_by_hand(entry, expected):
+    assert _kernel_flops(_module(entry)) == {"c": expected}
 
 
 def test_dilated_pairs_match_counting_one_by_one():
