@@ -558,7 +558,8 @@ class _Matcher:
             if self.opt.source(o) == o:
                 self._copies[self._plain[o]].append(o)
         for round_ in range(_ROUNDS):
-            self._renumber()
+            if round_:  # round 0: numbered just above, nothing identified yet
+                self._renumber()
             new = self._by_structure()
             if round_ == 0:
                 self.names_kept = self._names_kept()
