@@ -24,7 +24,8 @@ What counts (documented here because every number in a report rests on it):
 * FLOPs (see `flops`): counted per kernel from its shapes and attributes (a fusion: over its
   fused computations); `flops` sums the kernels whose count is known, and a kernel that cannot
   be counted (a sort, an unknown custom-call, a shape of unknown size) is counted in
-  `flops_unknown_kernels` instead, never guessed.
+  `flops_unknown_kernels` instead, never guessed. Like the kernels, per program text: FLOPs per
+  call, a loop body's times its trip count, are `flops.module_flops` (`loops.runs_per_call`).
 * A real fusion has >= 2 compute ops, not counting a broadcast of a scalar (it costs nothing in a
   fused loop). So a fusion-wrapper single-op `wrapped_*` fusion, and `relu` = max(x, broadcast(0)),
   are not real fusions; mul+add+max is.
