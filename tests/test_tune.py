@@ -9,8 +9,9 @@ import pytest
 from xlafuse.cli import main
 from xlafuse.errors import UnknownNameError, XlafuseError
 from xlafuse.experiment.tune.evaluate import Evaluator, Target
+from xlafuse.experiment.tune.evidence import Evidence
 from xlafuse.experiment.tune.rerun import Rerun, candidate_from
-from xlafuse.experiment.tune.search import OK, Score, successive_halving
+from xlafuse.experiment.tune.search import OK, Score, grid, successive_halving
 from xlafuse.experiment.tune.space import (
     FAMILIES,
     Candidate,
@@ -18,7 +19,7 @@ from xlafuse.experiment.tune.space import (
     families_for,
     parse_knob,
 )
-from xlafuse.experiment.tune.tuner import best_toml, tune
+from xlafuse.experiment.tune.tuner import GRID_EFFORT, best_toml, tune
 
 
 def run(capsys, *argv):
@@ -104,6 +105,32 @@ def test_the_budget_cuts_a_round_and_ranks_what_it_measured():
     assert result.ranked == ("a", "default", "b") and result.budget_spent
 
 
+def test_the_grid_measures_every_candidate_alike_and_ranks_them():
+    times = {"default": 2.0, "a": 1.0, "b": 3.0, "wrong": 0.5}
+    clock = FakeClock()
+    evaluate, calls = fake_evaluate(times, clock, statuses={"wrong": "numerics"})
+    result = grid(list(times), evaluate, effort=4, clock=clock)
+    assert calls == [(c, 4) for c in times]
+    assert result.ranked == ("a", "default", "b") and not result.budget_spent
+    assert result.seconds == 16.0  # four candidates at effort 4, one second per unit
+
+
+def test_a_grid_tune_says_so_in_its_record(tmp_path):
+    space = enumerate_space({"unroll": (2, 8)}, [])
+    clock = FakeClock()
+    evaluate, calls = fake_evaluate({space[0]: 2.0, space[1]: 1.9, space[2]: 1.0}, clock)
+    lines = []
+    target = Target("examples/cartpole.py:rollout", {}, {"envs": 16})
+    result = tune(target, {"unroll": (2, 8)}, [], 1, tmp_path, False, lines.append, evaluate,
+                  search="grid")  # fmt: skip
+    assert lines[0] == "tune: 3 candidates, the whole grid, no budget"
+    assert {e for _, e in calls} == {GRID_EFFORT} and len(calls) == 3
+    assert result.best.name == "unroll=8"
+    summary = json.loads((tmp_path / "tune.jsonl").read_text().splitlines()[-1])
+    assert (summary["search"], summary["budget_s"]) == ("grid", None)
+    assert summary["search_s"] >= 0  # the real clock's: tune's own, not the fake evaluator's
+
+
 def test_a_candidate_that_changes_the_answer_never_wins():
     times = {"default": 2.0, "wrong": 0.1, "right": 1.5}
     clock = FakeClock()
@@ -152,6 +179,20 @@ def test_a_confirmed_winner_and_its_best_toml(tmp_path):
     programs = [(w["name"], w.get("overrides")) for w in config["workloads"]]
     assert programs == [("default", {"envs": 16}), ("tuned", {"envs": 16, "unroll": 8})]
     assert config["workloads"][0]["entry"].endswith("examples/cartpole.py:rollout")
+
+
+def test_the_evidence_of_a_gpu_rerun_reads_back_and_prints():
+    group = {"kind": "fusion", "kernels_a": ["loop_fusion.3"], "kernels_b": ["loop_fusion.7"],
+             "time_a_s": 40e-6, "time_b_s": 12e-6}  # fmt: skip
+    evidence = Evidence((5.6e-3, 4.0e-3), 1.4, (1.38, 1.42), "faster", (4006.0, 1130.0), (group,))
+    proof = Rerun("latency", 1.41, (1.4, 1.42), "faster", 5.6e-3, 3.97e-3, (1.0, 3.5), evidence)
+    again = Rerun.from_dict(json.loads(json.dumps(proof.to_dict())))
+    assert again == proof
+    assert evidence.lines() == [
+        "  device time 4 vs 5.6 ms: 1.40x [1.38, 1.42] faster",
+        "  kernels per call 1130 vs 4006",
+        "  gain: fusion loop_fusion.7 -28.0 us per call",
+    ]
 
 
 def test_best_toml_puts_options_beside_the_default_and_runs(tmp_path, capsys):
@@ -210,12 +251,14 @@ def test_bad_input_is_one_line_and_exit_2(capsys, argv, error):
 
 @pytest.mark.gpu
 def test_tune_finds_an_unroll_of_the_rollout_and_proves_it_on_a_gpu(tmp_path):
-    # On the H200 the rollout's default (unroll 1) is launch-bound: unrolling the scan was
-    # 1.41x at 1,024 x 500 (issue 29); at 256 x 200 the search has 30 s.
-    target = Target("examples/cartpole.py:rollout", {}, {"envs": 256, "steps": 200})
+    # On the H200 a rollout's default (unroll 1) is launch-bound: unrolling the scan was
+    # 1.41x at 1,024 x 500 (issue 29); tiny cartpole (64 x 32) gets 30 s.
+    target = Target("cartpole", {"size": "tiny"})
     result = tune(target, {"unroll": (1, 8, 32)}, [], 30, tmp_path, say=lambda line: None)
     assert result.best is not None and dict(result.best.knobs).get("unroll", 1) > 1
     assert result.confirmed and result.proof.verdict == "faster"
+    evidence = result.proof.evidence  # where the time went, from traced calls
+    assert evidence.kernels_per_call[1] < evidence.kernels_per_call[0]
 
 
 def test_the_rerun_times_both_programs_in_a_fresh_process():

@@ -29,6 +29,13 @@ def add_arguments(p) -> None:
         "while-loop-unrolling, command-buffers, multi-output-fusion (all on a GPU)",
     )
     p.add_argument("--budget-s", type=float, default=60.0, help="search time in seconds (60)")
+    p.add_argument(
+        "--search",
+        choices=("halving", "grid"),
+        default="halving",
+        help="halving: successive halving within the budget (default); grid: every candidate "
+        "measured alike, no budget (to judge a search against)",
+    )
     p.add_argument("--out", metavar="DIR", help="write tune.jsonl and best.toml here")
     p.add_argument(
         "--no-rerun", action="store_true", help="skip the fresh-process proof of the winner"
@@ -69,5 +76,6 @@ def run(args) -> int:
         args.budget_s,
         out=args.out,
         prove=not args.no_rerun,
+        search=args.search,
     )
     return 0

@@ -23,6 +23,9 @@ from xlafuse.experiment.tune.rerun import Rerun, rerun
 from xlafuse.experiment.tune.space import Candidate, Family, enumerate_space
 from xlafuse.models import user
 
+SEARCHES = ("halving", "grid")
+GRID_EFFORT = 4  # the grid measures each candidate as long as halving's third round does
+
 
 @dataclasses.dataclass(frozen=True)
 class TuneResult:
@@ -37,6 +40,8 @@ class TuneResult:
         is the default program).
       proof_error: why the rerun failed, one line (else "").
       lead: the figure ranked ("latency" or "pipelined").
+      search_kind: "halving" or "grid" (`SEARCHES`).
+      budget_s: the search's budget (None for the grid, which has none).
     """
 
     target: Target
@@ -46,6 +51,8 @@ class TuneResult:
     proof: Rerun | None
     proof_error: str = ""
     lead: str | None = None
+    search_kind: str = "halving"
+    budget_s: float | None = None
 
     @property
     def confirmed(self) -> bool:
@@ -82,6 +89,7 @@ def tune(
     say: Callable[[str], None] = print,
     evaluate: Callable[[Candidate, int], search_lib.Score] | None = None,
     prover: Callable[[dict[str, Any]], Rerun] = rerun,
+    search: str = "halving",
 ) -> TuneResult:
     """Searches the space of `knobs` x `families` for `target` within `budget_s` seconds,
     then proves the fastest candidate against the default program in a fresh process.
@@ -96,17 +104,19 @@ def tune(
       say: where the live leaderboard's lines go.
       evaluate: the measurement (default: an `Evaluator` of `target`; injectable for tests).
       prover: the proof (`rerun.rerun`; injectable for tests).
+      search: "halving" (successive halving within the budget) or "grid" (every candidate at
+        effort `GRID_EFFORT`, no budget: what a search is judged against).
 
     Raises:
       XlafuseError: the default program itself could not be built, compiled or run.
     """
     space = tuple(enumerate_space(knobs, families))
     evaluator = evaluate or Evaluator(target)
-    say(f"tune: {len(space)} candidate{'s' if len(space) != 1 else ''}, budget {budget_s:g} s")
+    plural = "s" if len(space) != 1 else ""
+    how = f"budget {budget_s:g} s" if search == "halving" else "the whole grid, no budget"
+    say(f"tune: {len(space)} candidate{plural}, {how}")
     board = _Leaderboard(say)
-    result = search_lib.successive_halving(
-        space, evaluator, budget_s, on_trial=board.add, keep=getattr(evaluator, "keep", None)
-    )
+    result = _search(search, space, evaluator, budget_s, board)
     first = result.trials[0].score if result.trials else None
     if first is None or not first.ok:
         raise XlafuseError(f"the default program did not run: {first.detail if first else '-'}")
@@ -114,12 +124,24 @@ def tune(
     proof, error = None, ""
     if prove and best is not None and best != space[0]:
         proof, error = _prove(prover, _spec(target, space[0], best), say)
-    found = TuneResult(target, space, result, best, proof, error, getattr(evaluator, "lead", None))
+    lead = getattr(evaluator, "lead", None)
+    budget = budget_s if search == "halving" else None
+    found = TuneResult(target, space, result, best, proof, error, lead, search, budget)
     say(found.conclusion())
+    if proof is not None and proof.evidence is not None:
+        for line in proof.evidence.lines():
+            say(line)
     if out is not None:
         write(found, Path(out))
         say(f"wrote {Path(out) / 'tune.jsonl'} and {Path(out) / 'best.toml'}")
     return found
+
+
+def _search(search: str, space, evaluator, budget_s: float, board) -> search_lib.SearchResult:
+    if search == "grid":
+        return search_lib.grid(space, evaluator, GRID_EFFORT, on_trial=board.add)
+    keep = getattr(evaluator, "keep", None)
+    return search_lib.successive_halving(space, evaluator, budget_s, on_trial=board.add, keep=keep)
 
 
 def _prove(prover, spec: dict[str, Any], say) -> tuple[Rerun | None, str]:
@@ -194,7 +216,10 @@ def write(result: TuneResult, folder: Path) -> None:
         "proof": result.proof.to_dict() if result.proof else None,
         "proof_error": result.proof_error,
         "figure": result.lead,
+        "search": result.search_kind,
+        "budget_s": result.budget_s,
         "budget_spent": result.search.budget_spent,
+        "search_s": result.search.seconds,
         "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
     }
     (folder / "tune.jsonl").write_text("\n".join([*lines, json.dumps(summary)]) + "\n")
