@@ -31,7 +31,7 @@ def run(capsys, *argv):
 def test_the_space_is_every_combination_with_the_default_first():
     families = families_for("gpu", ["gemm-fusion", "command-buffers"])
     space = enumerate_space({"unroll": (1, 8)}, families)
-    assert len(space) == 1 + 2 * 2 * 3  # the default, then knobs x choices
+    assert len(space) == 1 + 2 * 3 * 3  # the default, then knobs x choices
     assert space[0] == Candidate((), (("gemm-fusion", "on"), ("command-buffers", "on")))
     assert space[0].name == "default" and space[0].options() == {}
     names = [c.name for c in space]
@@ -198,8 +198,8 @@ def test_the_evidence_of_a_gpu_rerun_reads_back_and_prints():
 def test_best_toml_puts_options_beside_the_default_and_runs(tmp_path, capsys):
     space = enumerate_space({}, families_for("gpu", ["gemm-fusion"]))
     result = tune(Target("mul_add_relu", {"size": "tiny"}), {}, families_for("gpu", ["gemm-fusion"]),
-                  100, None, False, lambda line: None, fake_evaluate({space[0]: 2.0, space[1]: 1.0},
-                  FakeClock())[0])  # fmt: skip
+                  100, None, False, lambda line: None, fake_evaluate({space[0]: 2.0, space[1]: 1.0,
+                  space[2]: 1.5}, FakeClock())[0])  # fmt: skip
     text = best_toml(result)
     config = tomllib.loads(text)
     assert config["experiment"]["variants"] == [

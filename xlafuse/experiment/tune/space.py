@@ -41,8 +41,11 @@ class Family:
 
 _UNROLL = "xla_gpu_enable_while_loop_unrolling"
 FAMILIES: Mapping[str, Family] = MappingProxyType({f.name: f for f in (
-    Family("gemm-fusion", "matmuls as Triton GEMM fusions (on) or cuBLAS calls (off)",
-           {"on": {}, "off": {"xla_gpu_enable_triton_gemm": False}}),
+    Family("gemm-fusion", "matmuls as Triton GEMM fusions (on) or cuBLAS calls (off, and off "
+           "with cuBLASLt's fused epilogues)",
+           {"on": {}, "off": {"xla_gpu_enable_triton_gemm": False},
+            "off-cublaslt": {"xla_gpu_enable_triton_gemm": False,
+                             "xla_gpu_enable_cublaslt": True}}),
     Family("autotune", "how hard XLA searches GEMM tilings",
            {"default": {}, "exhaustive": {"xla_gpu_exhaustive_tiling_search": True},
             "off": {"xla_gpu_autotune_level": 0}}),

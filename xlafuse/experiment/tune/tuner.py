@@ -24,7 +24,7 @@ from xlafuse.experiment.tune.space import Candidate, Family, enumerate_space
 from xlafuse.models import user
 
 SEARCHES = ("halving", "grid")
-GRID_EFFORT = 4  # the grid measures each candidate as long as halving's third round does
+GRID_EFFORT = 8  # each candidate measured as long as in halving's fourth round (1, 2, 4, 8)
 
 
 @dataclasses.dataclass(frozen=True)
