@@ -282,3 +282,89 @@ def test_a_sharded_target_is_tuned_with_its_host_devices(capfd):
     code = main(["tune", "mlp", "--devices", "2", "--budget-s", "5", "--no-rerun"])
     out, _ = capfd.readouterr()
     assert code == 0 and "nothing beats the default program: it ranked first" in out
+
+
+def test_the_target_s_own_knob_values_are_not_measured_twice():
+    defaults = Target("cartpole", {"size": "small"}).defaults()
+    assert (defaults["unroll"], defaults["envs"]) == (1, 256)
+    space = enumerate_space({"unroll": (1, 2)}, families_for("gpu", ["command-buffers"]), defaults)
+    names = [c.name for c in space]
+    assert "unroll=1" not in names  # the default program again
+    assert names[:3] == [
+        "default",
+        "unroll=1 command-buffers=off",
+        "unroll=1 command-buffers=min-graph-1",
+    ]
+    assert len(space) == 1 + 2 * 3 - 1
+    entry = Target("examples/cartpole.py:rollout", {}, {"envs": 16}).defaults()
+    assert entry == {"envs": 16, "steps": 100, "hidden": 64, "unroll": 1}
+
+
+TABLE = """
+[experiment]
+name = "t"
+output = "OUT"
+
+[tune]
+workload = { name = "cartpole", size = "tiny", overrides = { steps = 8 } }
+knobs = { unroll = [2, 4] }
+space = ["while-loop-double-buffering"]
+budget_s = 2
+rerun = false
+"""
+
+
+def test_a_tune_table_is_read_and_its_gpu_families_left_out_on_a_cpu(tmp_path):
+    from xlafuse.experiment.tune.table import parse_tune_table
+
+    table = parse_tune_table(tomllib.loads(TABLE), "cpu")
+    assert table.target == Target("cartpole", {"size": "tiny", "mode": "forward"}, {"steps": 8})
+    assert (table.knobs, table.budget_s, table.search, table.rerun) == (
+        {"unroll": (2, 4)}, 2.0, "halving", False
+    )  # fmt: skip
+    assert str(table.output) == "OUT"
+    assert table.option_families("cpu") == ([], ["while-loop-double-buffering"])
+    assert [f.name for f in table.option_families("gpu")[0]] == ["while-loop-double-buffering"]
+
+
+def test_a_bad_tune_table_lists_every_problem_where_it_is():
+    from xlafuse.experiment.tune.table import parse_tune_table
+
+    bad = TABLE.replace('size = "tiny"', 'size = "tinny"').replace("budget_s = 2", "budget_s = 0")
+    bad = bad.replace("rerun = false", 'rerun = "no"\nsearch = "grdi"\nknbos = 1')
+    bad = bad.replace('"while-loop-double-buffering"', '"while-loop-double-bufering"')
+    with pytest.raises(XlafuseError) as caught:
+        parse_tune_table(tomllib.loads(bad), "cpu")
+    lines = str(caught.value).splitlines()
+    assert lines[0] == "6 problems in the config:"
+    assert lines[1:] == [
+        "  tune.knbos: unknown key (did you mean 'knobs'?); accepted: workload, knobs, space, "
+        "budget_s, search, rerun",
+        "  tune.workload.size: unknown size 'tinny' for workload 'cartpole' (did you mean "
+        "'tiny'?); accepted: tiny, small, full",
+        "  tune.space: unknown option family 'while-loop-double-bufering' (did you mean "
+        "'while-loop-double-buffering'?); accepted: " + ", ".join(FAMILIES),
+        "  tune.budget_s: need a number of seconds above 0, not 0",
+        "  tune.search: 'grdi' (did you mean 'grid'?); accepted: halving, grid",
+        "  tune.rerun: must be true or false, not 'no'",
+    ]
+
+
+def test_run_and_tune_of_a_tune_config_search_it(tmp_path, capsys):
+    config = tmp_path / "tune.toml"
+    config.write_text(TABLE.replace("OUT", str(tmp_path / "out")))
+    code, out, err = run(capsys, "run", config)
+    assert (code, err) == (0, "")
+    assert out.splitlines()[:2] == [
+        "tune: while-loop-double-buffering: not on this cpu, left out of the space",
+        "tune: 3 candidates, budget 2 s",
+    ]
+    summary = json.loads((tmp_path / "out" / "tune.jsonl").read_text().splitlines()[-1])
+    assert summary["search"] == "halving" and summary["proof"] is None
+    assert tomllib.loads((tmp_path / "out" / "best.toml").read_text())["workloads"]
+    code, _, err = run(capsys, "tune", config, "--budget-s", "5")
+    assert code == 2 and err == (
+        f"xlafuse tune: error: --budget-s: not for a config with a [tune] table ({config}): "
+        "the table decides the target, its knobs, space and budget; --out may replace its "
+        "output\n"
+    )

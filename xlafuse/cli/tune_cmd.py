@@ -43,6 +43,8 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
+    if args.workload.endswith(".toml"):
+        return run_config(args.workload, args.argv, args)
     # on use, not at the top: `xlafuse --help` imports no JAX (see xlafuse.cli)
     import jax
 
@@ -79,3 +81,53 @@ def run(args) -> int:
         search=args.search,
     )
     return 0
+
+
+def run_config(path: str, argv, args=None) -> int:
+    """`xlafuse tune CONFIG.toml` and `xlafuse run CONFIG.toml` of a config with a `[tune]`
+    table (`xlafuse.experiment.tune.table`): the search it describes, into its output folder
+    (`--out` replaces it). Options of the command line that the table also sets are refused."""
+    import jax
+
+    from xlafuse.cli._devices import rerun_with_host_devices
+    from xlafuse.compile.devices import needs_host_devices
+    from xlafuse.errors import XlafuseError
+    from xlafuse.experiment.tune.table import load_tune_table
+    from xlafuse.experiment.tune.tuner import tune
+
+    given = [f"--{k.replace('_', '-')}" for k in _TABLE_OPTIONS if _given(args, k)]
+    if given:
+        raise XlafuseError(
+            f"{', '.join(given)}: not for a config with a [tune] table ({path}): the table "
+            "decides the target, its knobs, space and budget; --out may replace its output"
+        )
+    table = load_tune_table(path, jax.default_backend())
+    devices = table.target.settings.get("devices", 1)
+    if needs_host_devices(devices):
+        return rerun_with_host_devices(argv, devices)
+    backend = jax.default_backend()
+    families, skipped = table.option_families(backend)
+    if skipped:
+        print(f"tune: {', '.join(skipped)}: not on this {backend}, left out of the space")
+    tune(
+        table.target,
+        table.knobs,
+        families,
+        table.budget_s,
+        out=getattr(args, "out", None) or table.output,
+        prove=table.rerun,
+        search=table.search,
+    )
+    return 0
+
+
+# What a [tune] table decides (dest -> its default on the command line).
+_TABLE_OPTIONS = {
+    "knob": [], "space": None, "budget_s": 60.0, "search": "halving", "no_rerun": False,
+    "size": None, "mode": None, "dtype": None, "overrides": None, "devices": 1,
+    "parallelism": "data", "only": None, "variants": None, "fresh": False,
+}  # fmt: skip
+
+
+def _given(args, dest: str) -> bool:
+    return args is not None and getattr(args, dest, _TABLE_OPTIONS[dest]) != _TABLE_OPTIONS[dest]

@@ -110,7 +110,7 @@ def tune(
     Raises:
       XlafuseError: the default program itself could not be built, compiled or run.
     """
-    space = tuple(enumerate_space(knobs, families))
+    space = tuple(enumerate_space(knobs, families, _defaults(target)))
     evaluator = evaluate or Evaluator(target)
     plural = "s" if len(space) != 1 else ""
     how = f"budget {budget_s:g} s" if search == "halving" else "the whole grid, no budget"
@@ -135,6 +135,14 @@ def tune(
         write(found, Path(out))
         say(f"wrote {Path(out) / 'tune.jsonl'} and {Path(out) / 'best.toml'}")
     return found
+
+
+def _defaults(target: Target) -> dict[str, Any] | None:
+    """The target's own knob values, or None where they cannot be read (nothing is left out)."""
+    try:
+        return target.defaults()
+    except (XlafuseError, ValueError, TypeError, KeyError):
+        return None
 
 
 def _search(search: str, space, evaluator, budget_s: float, board) -> search_lib.SearchResult:
