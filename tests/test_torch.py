@@ -24,6 +24,7 @@ from xlafuse.experiment import runner  # noqa: E402
 from xlafuse.experiment.config import load_config, parse_config  # noqa: E402
 from xlafuse.measure import timing as TIMING  # noqa: E402
 from xlafuse.measure.numerics import host_outputs, judge_workload  # noqa: E402
+from xlafuse.measure.reference import Reference  # noqa: E402
 from xlafuse.measure.timing import TimingSettings  # noqa: E402
 from xlafuse.report.torch import frameworks_section  # noqa: E402
 from xlafuse.results.records import CellResult  # noqa: E402
@@ -142,15 +143,11 @@ def test_wrapper_kernel_calls_counts_loops_library_calls_and_fallbacks():
     assert torch_measure.wrapper_kernel_calls([WRAPPER, WRAPPER]) == 6
 
 
-class _NoReference:
-    compiled = outputs = timing = profile = error = None
-
-
 def test_warm_compile_reads_inductor_s_cache():
     workload = models.build("chain", "tiny", "forward", "float32", ops=4)
     request = MeasureRequest(TimingSettings(**FAST_TIMING))
     fields = torch_measure.measure_cell(
-        workload, get_variant("torch-inductor"), request, _NoReference(), cold_start=True
+        workload, get_variant("torch-inductor"), request, Reference(), cold_start=True
     )
     assert fields["cache_hit"] is True
     assert fields["cold_compile_s"] == fields["compile_s"] > 0
@@ -282,9 +279,7 @@ def test_gpu_inductor_fuses_the_chain_into_one_device_kernel():
     request = MeasureRequest(TimingSettings(**FAST_TIMING), profile_calls=5)
     cells = {}
     for name in ("torch-eager", "torch-inductor", "torch-inductor-cudagraphs"):
-        cells[name] = torch_measure.measure_cell(
-            workload, get_variant(name), request, _NoReference()
-        )
+        cells[name] = torch_measure.measure_cell(workload, get_variant(name), request, Reference())
     assert cells["torch-eager"]["device_kernels_per_call"] == 8
     assert cells["torch-inductor"]["device_kernels_per_call"] == 1
     assert cells["torch-inductor"]["kernels_basis"] == torch_measure.KERNELS_PROFILED

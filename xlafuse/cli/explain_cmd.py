@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 from xlafuse.cli import _progress
-from xlafuse.cli._devices import add_workload_arguments, workload_options
+from xlafuse.cli._devices import add_workload_arguments, cell_of
 from xlafuse.report.format import fit
 
 HELP = "why ops were not fused, and the bytes each boundary costs"
@@ -46,7 +46,7 @@ def run(args) -> int:
             variant=args.variant,
             against=args.against,
             on_step=step,
-            **workload_options(args),
+            cell=cell_of(args),
         )
     if args.json:
         out = report.explanation.to_dict()

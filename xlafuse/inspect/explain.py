@@ -13,7 +13,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from xlafuse import models
 from xlafuse.errors import XlafuseError
 from xlafuse.hlo.diff import FusionDiff, diff_modules
 from xlafuse.hlo.dump import read_hlo
@@ -26,7 +25,7 @@ from xlafuse.hlo.priority_dump import (
     read_priority_dump,
 )
 from xlafuse.inspect.targets import ACCEPTED, load_module
-from xlafuse.models.names import workload_label
+from xlafuse.models.names import Cell
 
 DUMP_OPTIONS = {"xla_dump_hlo_pass_re": "priority-fusion"}
 
@@ -72,19 +71,12 @@ class ExplainReport:
 
 
 def compile_for_explain(
-    workload: str,
-    variants: tuple[str, ...],
-    size: str = "tiny",
-    mode: str = "forward",
-    devices: int = 1,
-    parallelism: str = "data",
-    overrides: dict | None = None,
-    on_step: Callable[[str], None] | None = None,
+    cell: Cell, variants: tuple[str, ...], on_step: Callable[[str], None] | None = None
 ) -> CompiledHlo:
-    """Lowers a workload once and compiles it under each variant (dumping on the GPU).
+    """Lowers a cell's workload once and compiles it under each variant (dumping on the GPU).
 
-    With `devices` > 1 the workload is sharded (`xlafuse.models.build`). `on_step` is called
-    with a line ("compiling mlp/tiny/forward @ no-fusion") before each compile.
+    A cell on several devices is sharded (`Cell.build`). `on_step` is called with a line
+    ("compiling mlp/tiny/forward @ no-fusion") before each compile.
 
     Raises:
         UnknownNameError: an unknown workload, size, mode or variant.
@@ -95,28 +87,19 @@ def compile_for_explain(
     from xlafuse.compile.jit import unoptimized_hlo
     from xlafuse.compile.variants import get as get_variant
 
-    work = models.build(
-        workload,
-        size=size,
-        mode=mode,
-        devices=devices,
-        parallelism=parallelism,
-        **(overrides or {}),
-    )
+    work = cell.build()
     backend = jax.default_backend()
     chosen = {v: get_variant(v) for v in variants}  # unknown names fail before any compile
     unoptimized = unoptimized_hlo(work)
     optimized, dumps = {}, {}
     for name, variant in chosen.items():
         if on_step is not None:
-            on_step(
-                f"compiling {workload_label(work.name, work.size, work.mode, overrides)} @ {name}"
-            )
+            on_step(f"compiling {cell.label} @ {name}")
         optimized[name], dump = _compile_with_reasons(work, variant, backend)
         if dump is not None:
             dumps[name] = dump
     return CompiledHlo(
-        f"workload {workload} ({size}, {work.mode})", backend, unoptimized, optimized, dumps
+        f"workload {cell.name} ({cell.size}, {work.mode})", backend, unoptimized, optimized, dumps
     )
 
 
@@ -138,18 +121,16 @@ def _compile_with_reasons(work, variant, backend: str):
 def explain_target(
     folder: str | Path | None = None,
     module: str | None = None,
-    workload: str | None = None,
+    cell: Cell | None = None,
     variant: str = "default",
     against: str | None = "no-fusion",
-    size: str = "tiny",
-    mode: str = "forward",
     on_step: Callable[[str], None] | None = None,
-    overrides: dict | None = None,
 ) -> ExplainReport:
-    """Explains a dump folder's module, or a workload under `variant` (compared with `against`).
+    """Explains a dump folder's module, or a cell's workload under `variant` (compared with
+    `against`).
 
-    `workload` is a zoo name or a program of the user's (`FILE.py:FUNCTION`), built with
-    `overrides`. `on_step`: as for `compile_for_explain`, one line per variant of
+    The cell names a zoo workload or a program of the user's (`FILE.py:FUNCTION`) with its
+    overrides. `on_step`: as for `compile_for_explain`, one line per variant of
     `explained_variants`.
 
     Raises:
@@ -157,12 +138,12 @@ def explain_target(
         FileNotFoundError: a missing folder.
         HloParseError: unreadable HLO.
     """
-    if (folder is None) == (workload is None):
+    if (folder is None) == (cell is None):
         raise XlafuseError("give a dump folder or --workload NAME (exactly one)")
     if folder is not None:
         return _explain_folder(Path(folder), module)
     variants = explained_variants(variant, against)
-    hlo = compile_for_explain(workload, variants, size, mode, overrides=overrides, on_step=on_step)
+    hlo = compile_for_explain(cell, variants, on_step=on_step)
     unopt = parse_hlo(hlo.unoptimized, f"{hlo.label} (unoptimized)")
 
     def explain(v: str) -> Explanation:
@@ -303,31 +284,22 @@ def _two(variants) -> tuple[str, str]:
 def diff_targets(
     a: str | Path | None = None,
     b: str | Path | None = None,
-    workload: str | None = None,
+    cell: Cell | None = None,
     variants: tuple[str, str] | None = None,
-    size: str = "tiny",
-    mode: str = "forward",
     reference: str | Path | None = None,
-    devices: int = 1,
-    parallelism: str = "data",
-    overrides: dict | None = None,
     on_step: Callable[[str], None] | None = None,
 ) -> FusionDiff:
-    """Diffs two HLO files, or one workload under two variants (see `xlafuse.hlo.diff`).
+    """Diffs two HLO files, or one cell's workload under two variants (see `xlafuse.hlo.diff`).
 
     Args:
         a: the first HLO file (with `b`).
         b: the second HLO file.
-        workload: instead of files, a workload to compile under both `variants`.
+        cell: instead of files, the cell (workload, size, mode, overrides, devices) to compile
+            under both `variants`.
         variants: two variant names, e.g. ("default", "no-fusion").
-        size: the workload size.
-        mode: the workload mode.
         reference: with files, the program's unoptimized HLO; by default the dumped
             `*.before_optimizations.txt` beside A, if any, else B is traced to A.
-        devices: with a workload, shard it over this many devices.
-        parallelism: with a workload on devices > 1, "data" or "model".
-        overrides: with a workload, size-table or option overrides (e.g. `{"batch": 8}`).
-        on_step: with a workload, called with a line before each of its two compiles.
+        on_step: with a cell, called with a line before each of its two compiles.
 
     Returns:
         The `xlafuse.hlo.diff.FusionDiff` of A to B.
@@ -336,12 +308,10 @@ def diff_targets(
         XlafuseError: a missing or extra target, a folder, unknown names.
         HloParseError: a file that is not HLO text.
     """
-    if workload is not None:
+    if cell is not None:
         if a is not None or b is not None or reference is not None:
             raise XlafuseError("give two HLO files, or --workload with --variants, not both")
-        hlo = compile_for_explain(
-            workload, _two(variants), size, mode, devices, parallelism, overrides, on_step
-        )
+        hlo = compile_for_explain(cell, _two(variants), on_step)
         texts = (hlo.unoptimized, *(hlo.optimized[v] for v in _two(variants)))
         ref, module_a, module_b = (parse_hlo(t, hlo.label) for t in texts)
         return diff_modules(module_a, module_b, _two(variants), ref, texts)

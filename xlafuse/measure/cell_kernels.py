@@ -29,19 +29,17 @@ from xlafuse.measure.kernels import GPU_BASIS, KernelTimes, find_trace, join_tra
 TRACES_DIR = "traces"
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class Baseline:
     """The reference cell's traced kernels, for the other cells of its workload.
 
     Attributes:
-      times: its KernelTimes (None until this run traced it).
+      times: its KernelTimes.
       hlo_text: its optimized HLO.
-      unoptimized: the workload's unoptimized HLO (lowered once, at the first diff).
     """
 
-    times: KernelTimes | None = None
-    hlo_text: str | None = None
-    unoptimized: str | None = None
+    times: KernelTimes
+    hlo_text: str
 
 
 def trace_folder_name(cell: str) -> str:
@@ -68,49 +66,49 @@ def kernel_fields(
     workload: Any,
     calls: int,
     ceilings_bytes_flops: tuple[float | None, float | None],
-    baseline: Baseline,
+    baseline: Baseline | None,
     labels: tuple[str, str],
-) -> dict[str, Any]:
-    """The record fields of a traced cell (empty when the profiler wrote no trace).
+) -> tuple[dict[str, Any], Baseline | None]:
+    """The record fields of a traced cell (empty when the profiler wrote no trace), and its
+    Baseline (what the other cells' kernel diffs need, when it is the reference's).
 
     Args:
       trace_dir: the cell's trace folder.
       results_dir: the results folder when the trace is kept (`trace_path` is relative to it);
         None when it is not.
       compiled: the cell's CompiledVariant (`report`, `hlo_text`).
-      workload: the Workload (lowered once for the unoptimized HLO of the diff).
+      workload: the Workload (lowered for the unoptimized HLO of the diff, when its compiled
+        program does not keep its lowering).
       calls: calls traced.
       ceilings_bytes_flops: the measured copy (bytes/s) and matmul (FLOP/s) ceilings, used for
         GPU kernels only.
-      baseline: the reference's traced kernels; filled when this cell is the reference.
+      baseline: the reference's traced kernels (None: the reference was not traced in this run,
+        or this cell is the reference).
       labels: (reference variant, this cell's variant).
     """
     path = find_trace(trace_dir)
     if path is None:
-        return {}
+        return {}, None
     fields: dict[str, Any] = {}
     if results_dir is not None:
         fields["trace_path"] = Path(trace_dir).relative_to(results_dir).as_posix()
     basis, events = trace_events(path)
     if not events:
-        return fields
+        return fields, None
     ceilings = ceilings_bytes_flops if basis == GPU_BASIS else (None, None)
     times = join_trace(compiled.report, events, calls, basis, *ceilings)
     fields["kernel_times"] = times.summary()
-    if labels[0] == labels[1]:
-        baseline.times, baseline.hlo_text = times, compiled.hlo_text
-    elif baseline.times is not None:
+    if labels[0] != labels[1] and baseline is not None:
         fields["kernel_diff"] = _diff(baseline, compiled, workload, times, labels)
-    return fields
+    return fields, Baseline(times, compiled.hlo_text)
 
 
 def _diff(baseline: Baseline, compiled, workload, times: KernelTimes, labels) -> dict[str, Any]:
     """The reference vs this cell with measured times; an error here never fails the cell."""
 
     try:
-        if baseline.unoptimized is None:
-            baseline.unoptimized = compiled.unoptimized_hlo() or unoptimized_hlo(workload)
-        texts = (baseline.unoptimized, baseline.hlo_text, compiled.hlo_text)
+        unoptimized = compiled.unoptimized_hlo() or unoptimized_hlo(workload)
+        texts = (unoptimized, baseline.hlo_text, compiled.hlo_text)
         ref, a, b = (
             parse_hlo(t, name) for t, name in zip(texts, ("unoptimized", *labels), strict=True)
         )

@@ -28,7 +28,7 @@ from xlafuse.report.kernels import (
     plot_kernel_roofline,
     traces_section,
 )
-from xlafuse.report.lines import cell_label
+from xlafuse.report.lines import cell_label, record_cell
 from xlafuse.report.plots import (
     KERNELS_PNG,
     ROOFLINE_PNG,
@@ -189,10 +189,10 @@ def _calibration_line(r: CellResult) -> str:
 def _by_workload(records: Sequence[CellResult]) -> dict[str, list[CellResult]]:
     groups: dict[str, list[CellResult]] = {}
     for r in records:
-        extra = ",".join(f"{k}={v}" for k, v in sorted(r.overrides.items()))
-        key = f"{r.workload}{f'[{extra}]' if extra else ''} / {r.size} / {r.mode} / {r.dtype}"
-        if r.devices > 1:
-            key += f" / {r.parallelism}-parallel on {r.devices} devices"
+        cell = record_cell(r)
+        key = f"{cell.head} / {r.size} / {r.mode} / {r.dtype}"
+        if cell.on_devices:
+            key += f" / {cell.on_devices}"
         groups.setdefault(key, []).append(r)
     return groups
 
