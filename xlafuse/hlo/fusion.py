@@ -54,6 +54,7 @@ from xlafuse.hlo.flops import (
 from xlafuse.hlo.ir import Computation, HloModule, Instruction, _balanced
 from xlafuse.hlo.parse import parse_hlo
 from xlafuse.hlo.traffic import FREE_OPCODES, kernel_bytes
+from xlafuse.kinds import FusionKind
 
 _NOT_LAUNCH = FREE_OPCODES | {
     "while", "conditional", "call", "async-start", "after-all", "add-dependency",
@@ -362,7 +363,8 @@ def _fusion_kernel(module: HloModule, comp: Computation, instr: Instruction) -> 
     if flops is None:
         flops = kernel_flops(instr, comp, module)
     return _kernel_info((
-        instr.name, comp.name, instr.opcode, instr.fusion_kind or "kLoop", instr.backend_kind,
+        instr.name, comp.name, instr.opcode, instr.fusion_kind or FusionKind.LOOP,
+        instr.backend_kind,
         opcodes, len(compute), weighty >= 2, bytes_in, bytes_out, op_names, source_lines,
         sized is not None, flops,
     ))  # fmt: skip
