@@ -367,7 +367,7 @@ def _measure(
 
     Steps, each returning its value: compile, first call, numerics against the reference
     (`judge_against`), timing against it (`_time` -> `time_against`), the traced kernels
-    (`_kernel_fields`), then each part made of them (`_parts`)."""
+    (`_kernel_fields`), then the record part of each (`fields_lib`)."""
     resolved = variant.resolve()
     if resolved.framework == Framework.TORCH:  # the workload's PyTorch twin (xlafuse.torch)
         return _measure_twin(run, resolved, workload, reference), Reference()
