@@ -111,21 +111,6 @@ def overrides(args) -> dict:
     return parse_overrides(getattr(args, "overrides", None))
 
 
-def workload_options(args) -> dict:
-    """The options `add_workload_arguments` declared, as keyword arguments: workload, size,
-    mode and overrides, and with the mesh devices and parallelism (`xlafuse tune`'s target;
-    every other command takes the `Cell` of `cell_of`)."""
-    options = {
-        "workload": args.workload,
-        "size": args.size,
-        "mode": args.mode,
-        "overrides": overrides(args),
-    }
-    if hasattr(args, "devices"):
-        options.update(devices=args.devices, parallelism=args.parallelism)
-    return options
-
-
 def cell_of(args) -> Cell | None:
     """The cell the options of `add_workload_arguments` name (None without a workload): the
     workload, size, mode, dtype and overrides, and with the mesh its devices and parallelism."""

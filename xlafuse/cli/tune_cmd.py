@@ -48,7 +48,7 @@ def run(args) -> int:
     # on use, not at the top: `xlafuse --help` imports no JAX (see xlafuse.cli)
     import jax
 
-    from xlafuse.cli._devices import rerun_if_needed, workload_options
+    from xlafuse.cli._devices import cell_of, rerun_if_needed
     from xlafuse.errors import XlafuseError
     from xlafuse.experiment.tune.evaluate import Target
     from xlafuse.experiment.tune.space import families_for, parse_knob
@@ -59,20 +59,18 @@ def run(args) -> int:
     knobs = dict(parse_knob(k) for k in args.knob)
     if (status := rerun_if_needed(args)) is not None:  # N host devices: in a child
         return status
-    options = workload_options(args)
-    overrides = options.pop("overrides")
-    clash = sorted(set(knobs) & set(overrides))
+    cell = cell_of(args)
+    clash = sorted(set(knobs) & set(cell.overrides))
     if clash:
         raise XlafuseError(f"{', '.join(clash)} given both as --knob and --overrides: pick one")
-    name = options.pop("workload")
-    settings = {"size": options["size"], "mode": options["mode"], "dtype": args.dtype}
-    if options["devices"] > 1:
-        settings.update(devices=options["devices"], parallelism=options["parallelism"])
+    settings = {"size": cell.size, "mode": cell.mode, "dtype": cell.dtype}
+    if cell.devices > 1:
+        settings.update(devices=cell.devices, parallelism=cell.parallelism)
     settings = {k: v for k, v in settings.items() if v not in (None, "custom")}
     spaces = None if args.space is None else [s for s in args.space.split(",") if s.strip()]
     families = [] if spaces == ["none"] else families_for(jax.default_backend(), spaces)
     tune(
-        Target(name, settings, overrides),
+        Target(cell.name, settings, dict(cell.overrides)),
         knobs,
         families,
         args.budget_s,

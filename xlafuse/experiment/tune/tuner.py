@@ -117,9 +117,7 @@ def tune(
     say(f"tune: {len(space)} candidate{plural}, {how}")
     board = _Leaderboard(say)
     result = _search(search, space, evaluator, budget_s, board)
-    first = result.trials[0].score if result.trials else None
-    if first is None or not first.ok:
-        raise XlafuseError(f"the default program did not run: {first.detail if first else '-'}")
+    _check_default_ran(result)
     best = result.ranked[0] if result.ranked else None
     proof, error = None, ""
     if prove and best is not None and best != space[0]:
@@ -127,14 +125,25 @@ def tune(
     lead = getattr(evaluator, "lead", None)
     budget = budget_s if search == "halving" else None
     found = TuneResult(target, space, result, best, proof, error, lead, search, budget)
+    _report(found, out, say)
+    return found
+
+
+def _report(found: TuneResult, out: Path | None, say) -> None:
+    """The conclusion, where the time went (on a GPU), and the files written."""
     say(found.conclusion())
-    if proof is not None and proof.evidence is not None:
-        for line in proof.evidence.lines():
+    if found.proof is not None and found.proof.evidence is not None:
+        for line in found.proof.evidence.lines():
             say(line)
     if out is not None:
         write(found, Path(out))
         say(f"wrote {Path(out) / 'tune.jsonl'} and {Path(out) / 'best.toml'}")
-    return found
+
+
+def _check_default_ran(result: search_lib.SearchResult) -> None:
+    first = result.trials[0].score if result.trials else None
+    if first is None or not first.ok:
+        raise XlafuseError(f"the default program did not run: {first.detail if first else '-'}")
 
 
 def _defaults(target: Target) -> dict[str, Any] | None:
