@@ -50,16 +50,8 @@ class Evidence:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Evidence:
-        ci = data.get("device_ci")
-        return cls(
-            tuple(data["device_s"]),
-            data.get("device_speedup"),
-            tuple(ci) if ci else None,
-            data.get("device_verdict"),
-            tuple(data["kernels_per_call"]),
-            tuple(data.get("gains", ())),
-            tuple(data.get("losses", ())),
-        )
+        """From `to_dict()` output (JSON turns tuples into lists)."""
+        return cls(**as_tuples(data))
 
     def lines(self) -> list[str]:
         """What the tune prints about it."""
@@ -75,6 +67,11 @@ class Evidence:
                 delta = (g["time_b_s"] - g["time_a_s"]) * 1e6
                 out.append(f"  {title[:-1]}: {g['kind']} {names} {delta:+.1f} us per call")
         return out
+
+
+def as_tuples(data: dict[str, Any]) -> dict[str, Any]:
+    """A `to_dict()` read back from JSON: its lists as the tuples the fields hold."""
+    return {k: tuple(v) if isinstance(v, list) else v for k, v in data.items()}
 
 
 def gather(programs, same_program: bool) -> Evidence:

@@ -18,7 +18,7 @@ from typing import Any
 
 from xlafuse.compile.protocol import ChildError, read_request, run_child, write_result
 from xlafuse.errors import XlafuseError
-from xlafuse.experiment.tune.evidence import Evidence, gather
+from xlafuse.experiment.tune.evidence import Evidence, as_tuples, gather
 from xlafuse.experiment.tune.space import Candidate
 
 RERUN_TIMEOUT_S = 900
@@ -56,13 +56,9 @@ class Rerun:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Rerun:
         """From `to_dict()` output (JSON turns tuples into lists)."""
-        evidence = data.get("evidence")
-        return cls(
-            **{k: v for k, v in data.items() if k not in ("ci", "compile_s", "evidence")},
-            ci=tuple(data["ci"]),
-            compile_s=tuple(data["compile_s"]),
-            evidence=Evidence.from_dict(evidence) if evidence else None,
-        )
+        fields = as_tuples(data)
+        evidence = fields.get("evidence")
+        return cls(**{**fields, "evidence": Evidence.from_dict(evidence) if evidence else None})
 
 
 def rerun(spec: dict[str, Any], timeout_s: float = RERUN_TIMEOUT_S) -> Rerun:
