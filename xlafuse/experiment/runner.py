@@ -42,6 +42,7 @@ from xlafuse.kinds import Framework, Status
 from xlafuse.measure import cell_kernels, timing
 from xlafuse.measure.calibrate import calibrate
 from xlafuse.measure.numerics import host_outputs
+from xlafuse.measure.predicted import compile_twin
 from xlafuse.measure.profile import DeviceProfile, profile_device_time
 from xlafuse.measure.reference import Reference, compared_apart, judge_against, time_against
 from xlafuse.models.sharding import check_device_count
@@ -490,7 +491,20 @@ def _kernel_fields(run: _Run, compiled, workload, trace_dir, reference, variant:
         ceilings,
         reference.kernels if reference is not None else None,
         (run.config.reference, variant),
+        _twin(run, compiled, workload),
     )
+
+
+def _twin(run: _Run, compiled, workload):
+    """XLA's estimates of a traced GPU cell's program, from a twin compile
+    (`xlafuse.measure.predicted`: the timed compile is left without the option); None on a
+    CPU and for a variant compiled in a child process. A failure is recorded, never fatal."""
+    if run.backend != "gpu" or compiled.compiled is None:
+        return None
+    try:
+        return compile_twin(workload, compiled.variant, compiled.report)
+    except Exception as err:
+        return {"error": error_line(err)}
 
 
 def _identity(run: _Run, w: WorkloadConfig, variant: VariantConfig, workload) -> dict[str, Any]:

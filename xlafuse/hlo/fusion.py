@@ -45,6 +45,7 @@ from typing import Any, NamedTuple
 
 from xlafuse.errors import HloParseError
 from xlafuse.hlo.dump import read_hlo
+from xlafuse.hlo.estimates import has_estimates, predicted
 from xlafuse.hlo.flops import (
     ELEMENTWISE_OPCODES,
     ZERO_FLOP_OPCODES,
@@ -105,6 +106,10 @@ class KernelInfo(NamedTuple):
     source_lines: tuple[str, ...]
     sized: bool = True  # False: a shape has no known size; bytes_in and bytes_out are 0
     flops: int | None = None  # `xlafuse.hlo.flops`; None: an op or shape it cannot count
+    # XLA's own estimate of its time, `xlafuse.hlo.estimates` (compiled with
+    # COST_MODEL_OPTION); None: not compiled so, a library call, or only a sentinel
+    predicted_us: float | None = None
+    predicted_model: str | None = None  # the cost model `predicted_us` is from
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able dict of the fields (tuples become lists)."""
@@ -185,6 +190,8 @@ def _kernels(module: HloModule) -> list[KernelInfo]:
     """Every launch of the executed computations, in program order (see `analyze_module`)."""
     kernels: list[KernelInfo] = []
     instr: Instruction | None = None
+    # XLA's estimates are read only from a text that holds one (most hold none: no look)
+    estimated = has_estimates(module.text) if module.text else True
     try:
         for comp in executed_computations(module):
             for instr in comp.instructions:
@@ -194,7 +201,7 @@ def _kernels(module: HloModule) -> list[KernelInfo]:
                 ):
                     kernels.append(_single_op_kernel(module, comp, instr))
                 elif launch is _FUSION:
-                    kernels.append(_fusion_kernel(module, comp, instr))
+                    kernels.append(_fusion_kernel(module, comp, instr, estimated))
     except RecursionError:
         line = instr.line if instr else None
         raise HloParseError("fusions nested too deeply to walk", line, module.source) from None
@@ -334,10 +341,13 @@ def _single_op_kernel(module: HloModule, comp: Computation, instr: Instruction) 
         instr.custom_call_target if opcode == "custom-call" else None, (opcode,), 1, False,
         bytes_in, bytes_out, (op_name,) if op_name else (),
         (f"{source_file}:{instr.source_line}",) if source_file else (), sized is not None, flops,
+        None, None,
     ))  # fmt: skip
 
 
-def _fusion_kernel(module: HloModule, comp: Computation, instr: Instruction) -> KernelInfo:
+def _fusion_kernel(
+    module: HloModule, comp: Computation, instr: Instruction, estimated: bool
+) -> KernelInfo:
     inner, complete = _fused_instructions(module, instr, (comp.name,))
     if inner:
         compute = [i for i in inner if i.opcode not in FREE_OPCODES]
@@ -362,11 +372,12 @@ def _fusion_kernel(module: HloModule, comp: Computation, instr: Instruction) -> 
     flops = elementwise_flops(compute, opcodes) if inner and complete else None
     if flops is None:
         flops = kernel_flops(instr, comp, module)
+    estimate = predicted(instr.attributes.get("backend_config")) if estimated else None
     return _kernel_info((
         instr.name, comp.name, instr.opcode, instr.fusion_kind or FusionKind.LOOP,
         instr.backend_kind,
         opcodes, len(compute), weighty >= 2, bytes_in, bytes_out, op_names, source_lines,
-        sized is not None, flops,
+        sized is not None, flops, estimate and estimate.exec_time_us, estimate and estimate.model,
     ))  # fmt: skip
 
 

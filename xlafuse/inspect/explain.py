@@ -19,6 +19,7 @@ from xlafuse.hlo.dump import read_hlo
 from xlafuse.hlo.explain import Boundary, Explanation, explain_module, removed_boundaries
 from xlafuse.hlo.parse import parse_hlo
 from xlafuse.hlo.priority_dump import (
+    DUMP_OPTIONS,
     DUMP_SUFFIX,
     PriorityDump,
     find_priority_dump,
@@ -26,8 +27,6 @@ from xlafuse.hlo.priority_dump import (
 )
 from xlafuse.inspect.targets import ACCEPTED, load_module
 from xlafuse.models.names import Cell
-
-DUMP_OPTIONS = {"xla_dump_hlo_pass_re": "priority-fusion"}
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,11 @@ variant other than the reference, `kernel_diff` (the reference vs this variant, 
 kernel group with measured times, `xlafuse.measure.kernel_diff`). The diff is computed here,
 while both programs' HLO and full kernel times are in memory, so the report needs neither the
 HLO nor a recompile: a resumed run whose reference cell was not traced again records no diff.
+
+A GPU cell given its twin (`xlafuse.measure.predicted`: the program compiled again with XLA's
+cost-model stats and priority-fusion dump) also gets `cost_model`: each kernel's predicted time
+against its measured one (`xlafuse.measure.costmodel`) and, against a reference that has a
+dump, XLA's fusion decisions scored by the measured groups (`xlafuse.measure.decisions`).
 """
 
 from __future__ import annotations
@@ -23,8 +28,11 @@ from typing import Any
 from xlafuse.compile.jit import unoptimized_hlo
 from xlafuse.hlo.diff import diff_modules
 from xlafuse.hlo.parse import parse_hlo
-from xlafuse.measure.kernel_diff import kernel_diff_record
+from xlafuse.measure.costmodel import cost_model_record, join_costs
+from xlafuse.measure.decisions import decisions_of_diff
+from xlafuse.measure.kernel_diff import kernel_diff_record, timed_groups
 from xlafuse.measure.kernels import GPU_BASIS, KernelTimes, find_trace, join_trace, trace_events
+from xlafuse.measure.predicted import Twin
 
 TRACES_DIR = "traces"
 
@@ -36,10 +44,12 @@ class Baseline:
     Attributes:
       times: its KernelTimes.
       hlo_text: its optimized HLO.
+      twin: its twin compile with XLA's estimates and dump (GPU cells; else None).
     """
 
     times: KernelTimes
     hlo_text: str
+    twin: Twin | None = None
 
 
 def trace_folder_name(cell: str) -> str:
@@ -68,6 +78,7 @@ def kernel_fields(
     ceilings_bytes_flops: tuple[float | None, float | None],
     baseline: Baseline | None,
     labels: tuple[str, str],
+    twin: Twin | dict[str, str] | None = None,
 ) -> tuple[dict[str, Any], Baseline | None]:
     """The record fields of a traced cell (empty when the profiler wrote no trace), and its
     Baseline (what the other cells' kernel diffs need, when it is the reference's).
@@ -85,6 +96,8 @@ def kernel_fields(
       baseline: the reference's traced kernels (None: the reference was not traced in this run,
         or this cell is the reference).
       labels: (reference variant, this cell's variant).
+      twin: the cell's twin compile (`xlafuse.measure.predicted.compile_twin`), or
+        {"error": line} when it failed (recorded as the cost model's); None: no cost model.
     """
     path = find_trace(trace_dir)
     if path is None:
@@ -98,14 +111,28 @@ def kernel_fields(
     ceilings = ceilings_bytes_flops if basis == GPU_BASIS else (None, None)
     times = join_trace(compiled.report, events, calls, basis, *ceilings)
     fields["kernel_times"] = times.summary()
+    cost = _cost_model(twin, times)
     if labels[0] != labels[1] and baseline is not None:
-        fields["kernel_diff"] = _diff(baseline, compiled, workload, times, labels)
-    return fields, Baseline(times, compiled.hlo_text)
+        fields["kernel_diff"], decisions = _diff(baseline, compiled, workload, times, labels)
+        if decisions is not None:
+            cost = {**(cost or {}), "decisions": decisions}
+    if cost is not None:
+        fields["cost_model"] = cost
+    own = twin if isinstance(twin, Twin) else None
+    return fields, Baseline(times, compiled.hlo_text, own)
 
 
-def _diff(baseline: Baseline, compiled, workload, times: KernelTimes, labels) -> dict[str, Any]:
-    """The reference vs this cell with measured times; an error here never fails the cell."""
+def _cost_model(twin: Twin | dict[str, str] | None, times: KernelTimes) -> dict[str, Any] | None:
+    """Each kernel's prediction against its measured time (None without a twin)."""
+    if not isinstance(twin, Twin):
+        return twin
+    join = join_costs(twin.report.kernel_details, times, twin.runs)
+    return {**cost_model_record(join, times), "same_kernels": twin.same_kernels}
 
+
+def _diff(baseline: Baseline, compiled, workload, times: KernelTimes, labels):
+    """(The reference vs this cell with measured times, the reference's fusion decisions
+    scored by them or None); an error here never fails the cell."""
     try:
         unoptimized = compiled.unoptimized_hlo() or unoptimized_hlo(workload)
         texts = (unoptimized, baseline.hlo_text, compiled.hlo_text)
@@ -113,6 +140,18 @@ def _diff(baseline: Baseline, compiled, workload, times: KernelTimes, labels) ->
             parse_hlo(t, name) for t, name in zip(texts, ("unoptimized", *labels), strict=True)
         )
         diff = diff_modules(a, b, labels, ref, texts)
-        return kernel_diff_record(diff, baseline.times, times)
+        timed = timed_groups(diff, baseline.times, times)
+        record = kernel_diff_record(diff, baseline.times, times, timed=timed)
     except Exception as err:
-        return {"error": f"{type(err).__name__}: {str(err).strip()[:300]}"}
+        return {"error": _error(err)}, None
+    dump = baseline.twin.dump if baseline.twin is not None else None
+    if dump is None:
+        return record, None
+    try:
+        return record, decisions_of_diff(dump, ref, unoptimized, diff, timed)
+    except Exception as err:
+        return record, {"error": _error(err)}
+
+
+def _error(err: BaseException) -> str:
+    return f"{type(err).__name__}: {str(err).strip()[:300]}"

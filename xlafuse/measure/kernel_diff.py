@@ -129,18 +129,29 @@ def _group_samples(kernels: Sequence[str], samples: Mapping[str, Sequence[float]
     return np.sum([samples.get(k, (0.0,) * calls) for k in kernels] or [[0.0] * calls], axis=0)
 
 
-def kernel_diff_record(
-    diff: FusionDiff, times_a: KernelTimes, times_b: KernelTimes, top: int = TOP
-) -> dict[str, Any]:
-    """The compact record of A vs B (`CellResult.trace.kernel_diff`): totals, the top savings,
-    and with per-call times the groups where B gains and loses with their sums (`changes`)."""
-    timed = time_groups(
+def timed_groups(diff: FusionDiff, times_a: KernelTimes, times_b: KernelTimes):
+    """`time_groups` of `diff` with both sides' times and per-call samples."""
+    return time_groups(
         diff,
         times_a.times_by_kernel(),
         times_b.times_by_kernel(),
         times_a.samples_by_kernel(),
         times_b.samples_by_kernel(),
     )
+
+
+def kernel_diff_record(
+    diff: FusionDiff,
+    times_a: KernelTimes,
+    times_b: KernelTimes,
+    top: int = TOP,
+    timed: Sequence[TimedGroup] | None = None,
+) -> dict[str, Any]:
+    """The compact record of A vs B (`CellResult.trace.kernel_diff`): totals, the top savings,
+    and with per-call times the groups where B gains and loses with their sums (`changes`).
+    `timed`: the groups already timed (`timed_groups`), else timed here."""
+    if timed is None:
+        timed = timed_groups(diff, times_a, times_b)
     return {
         "schema": SCHEMA,
         "a": diff.label_a,

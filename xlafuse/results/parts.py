@@ -223,13 +223,16 @@ class DeviceRecord(Part):
 class TraceRecord(Part):
     """A traced cell (`xlafuse.measure.cell_kernels`): its kept trace folder (relative to the
     results folder; None when not kept), every kernel's time joined to its HLO kernel
-    (`KernelTimes.summary()`), and against the reference the kernel groups of `xlafuse diff`
-    with both sides' times, top savings first (`kernel_diff.kernel_diff_record`)."""
+    (`KernelTimes.summary()`), against the reference the kernel groups of `xlafuse diff`
+    with both sides' times, top savings first (`kernel_diff.kernel_diff_record`), and on a GPU
+    XLA's cost model against the measured kernels (`cost_model`: `costmodel.cost_model_record`,
+    with `decisions` against a reference, `decisions.decisions_record`)."""
 
     PREFIX = "trace_"
     path: str | None = None
     kernel_times: Mapping[str, Any] | None = keyed("kernel_times")
     kernel_diff: Mapping[str, Any] | None = keyed("kernel_diff")
+    cost_model: Mapping[str, Any] | None = keyed("cost_model")
 
 
 @dataclasses.dataclass(frozen=True)

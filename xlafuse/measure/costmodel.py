@@ -1,0 +1,256 @@
+"""XLA's cost model scored against the measured kernels, kernel by kernel (issue 28).
+
+Each kernel's prediction is XLA's own estimate of its time (`KernelInfo.predicted_us`, read from
+the optimized HLO of a compile with `xla_gpu_collect_cost_model_stats`; see
+`xlafuse.hlo.estimates`), times the runs of its computation per call (a loop body's kernel runs
+once per iteration; `xlafuse.hlo.loops.runs_per_call`). Its measurement is the traced time per
+call of the same HLO kernel (`KernelTimes`, joined by `xlafuse.measure.kernels.join_trace`),
+all its launches included (a fusion's memset too: the model does not see it, the GPU runs it).
+
+Per kernel: the ratio predicted / measured and the error `100 x (predicted - measured) /
+measured` (%). Over the kernels that have both: the median and 90th percentile of the absolute
+error, Spearman's rank correlation (does the model order the kernels as the GPU does; ties get
+their average rank), the median ratio, and the sums predicted and measured. Coverage says how
+many kernels have both, and for each other kernel why not: a library call (cuBLAS, cuDNN) is no
+fusion and gets no estimate, an op that runs on its own (a copy) neither, a fusion may carry
+none (compiled without the option, or only a model's "cannot estimate" sentinel), a kernel in a
+loop of unknown trip count has no per-call prediction, and a kernel the trace never showed has
+no measurement.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from xlafuse.hlo.fusion import KernelInfo
+from xlafuse.measure.kernels import KernelTimes
+
+SCHEMA = "xlafuse.cost_model/1"
+TOP = 10
+NO_LIBRARY = "library call: XLA's cost model estimates fusions only"
+NO_OP = "runs as its own op, not a fusion: XLA's cost model estimates fusions only"
+NO_ESTIMATE = "fusion without an estimate (compiled without the option, or only a sentinel)"
+NO_RUNS = "in a loop of unknown trip count: no prediction per call"
+NOT_TRACED = "not seen in the trace: no measured time"
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelCost:
+    """One kernel's predicted and measured seconds per call.
+
+    Attributes:
+      name: the HLO kernel.
+      kind: its kind (`kLoop`, `kInput`, `kCustom`, ...).
+      model: the cost model the prediction is from (`xlafuse.hlo.estimates`).
+      predicted_s: XLA's estimate per launch times its runs per call.
+      measured_s: its traced seconds per call.
+      source_lines: where in the Python it comes from.
+    """
+
+    name: str
+    kind: str
+    model: str
+    predicted_s: float
+    measured_s: float
+    source_lines: tuple[str, ...] = ()
+
+    @property
+    def ratio(self) -> float | None:
+        """predicted / measured (None when nothing was measured)."""
+        return self.predicted_s / self.measured_s if self.measured_s else None
+
+    @property
+    def error_pct(self) -> float | None:
+        """100 x (predicted - measured) / measured: negative where XLA expects it faster."""
+        return (
+            100.0 * (self.predicted_s - self.measured_s) / self.measured_s
+            if self.measured_s
+            else None
+        )
+
+    def to_row(self) -> list[Any]:
+        """The compact form a record keeps of every kernel: [name, kind, model, predicted_s,
+        measured_s]."""
+        return [self.name, self.kind, self.model, self.predicted_s, self.measured_s]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form with the ratio and the error."""
+        out = dataclasses.asdict(self)
+        out["source_lines"] = list(self.source_lines)
+        return {**out, "ratio": self.ratio, "error_pct": self.error_pct}
+
+
+@dataclasses.dataclass(frozen=True)
+class CostModelJoin:
+    """The kernels with a prediction and a measurement, and every other kernel with why not.
+
+    Attributes:
+      pairs: the kernels with both, in the traced program's order of time (longest first).
+      uncovered: (kernel, reason) for every other kernel of the program.
+    """
+
+    pairs: tuple[KernelCost, ...]
+    uncovered: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def kernels(self) -> int:
+        """Kernels of the program: paired and not."""
+        return len(self.pairs) + len(self.uncovered)
+
+    def reasons(self) -> dict[str, int]:
+        """Why kernels have no pair: reason -> how many."""
+        counts: dict[str, int] = {}
+        for _, reason in self.uncovered:
+            counts[reason] = counts.get(reason, 0) + 1
+        return counts
+
+
+def join_costs(
+    kernels: Sequence[KernelInfo],
+    times: KernelTimes,
+    runs: Mapping[str, int | None] | None = None,
+) -> CostModelJoin:
+    """Pairs each kernel's prediction with its measured time, by kernel name.
+
+    Args:
+      kernels: the kernels of the program whose HLO carries XLA's estimates
+        (`FusionReport.kernel_details`).
+      times: the traced kernel times of the same program (same kernel names).
+      runs: computation name -> runs per call (`xlafuse.hlo.loops.runs_per_call`); None: each
+        computation runs once (a program without loops).
+    """
+    measured = {k.name: k for k in times.kernels}
+    pairs, uncovered = [], []
+    for kernel in kernels:
+        runs_of = 1 if runs is None else runs.get(kernel.computation, 1)
+        reason = _no_prediction(kernel, runs_of)
+        traced = measured.get(kernel.name)
+        if reason is None and (traced is None or not traced.launches_per_call):
+            reason = NOT_TRACED
+        if reason is not None:
+            uncovered.append((kernel.name, reason))
+            continue
+        predicted_s = kernel.predicted_us * 1e-6 * runs_of
+        pairs.append(
+            KernelCost(kernel.name, str(kernel.kind), kernel.predicted_model or "", predicted_s,
+                       traced.time_s, tuple(traced.source_lines))
+        )  # fmt: skip
+    pairs.sort(key=lambda p: (-p.measured_s, p.name))
+    return CostModelJoin(tuple(pairs), tuple(uncovered))
+
+
+def _no_prediction(kernel: KernelInfo, runs: int | None) -> str | None:
+    """Why a kernel has no prediction per call (None: it has one)."""
+    if kernel.opcode == "custom-call":
+        return f"{NO_LIBRARY} ({kernel.sub_kind})" if kernel.sub_kind else NO_LIBRARY
+    if kernel.opcode not in ("fusion", "fusion-start"):
+        return NO_OP
+    if kernel.predicted_us is None:
+        return NO_ESTIMATE
+    return NO_RUNS if runs is None else None
+
+
+def ranks(values: Sequence[float]) -> np.ndarray:
+    """1-based ranks of `values`, ties given the average of the ranks they span."""
+    data = np.asarray(values, dtype=np.float64)
+    order = np.argsort(data, kind="stable")
+    ordered = data[order]
+    out = np.empty(len(data), dtype=np.float64)
+    start = 0
+    while start < len(data):
+        end = start
+        while end + 1 < len(data) and ordered[end + 1] == ordered[start]:
+            end += 1
+        out[order[start : end + 1]] = (start + end) / 2 + 1
+        start = end + 1
+    return out
+
+
+def spearman(x: Sequence[float], y: Sequence[float]) -> float | None:
+    """Spearman's rank correlation of two equal-length samples (ties averaged): the Pearson
+    correlation of their ranks. None with fewer than two values or a side of one value.
+
+    Raises:
+      ValueError: samples of different lengths.
+    """
+    if len(x) != len(y):
+        raise ValueError(f"spearman needs samples of one length, got {len(x)} and {len(y)}")
+    if len(x) < 2:
+        return None
+    rx, ry = ranks(x) - (len(x) + 1) / 2, ranks(y) - (len(y) + 1) / 2
+    norm = float(np.sqrt((rx * rx).sum() * (ry * ry).sum()))
+    return float((rx * ry).sum() / norm) if norm else None
+
+
+@dataclasses.dataclass(frozen=True)
+class Accuracy:
+    """How close the predictions come, over the kernels that have both.
+
+    Attributes:
+      kernels: kernels paired.
+      median_abs_error_pct: the median of |error| (%).
+      p90_abs_error_pct: its 90th percentile (linear interpolation).
+      spearman: the rank correlation of predicted and measured (None: fewer than 2 kernels,
+        or one side constant).
+      median_ratio: the median of predicted / measured.
+      predicted_s: the predictions summed (seconds per call).
+      measured_s: the measurements summed.
+    """
+
+    kernels: int
+    median_abs_error_pct: float | None
+    p90_abs_error_pct: float | None
+    spearman: float | None
+    median_ratio: float | None
+    predicted_s: float
+    measured_s: float
+
+
+def accuracy(pairs: Sequence[KernelCost]) -> Accuracy:
+    """The summary figures of a set of predicted-measured pairs (kernels measured at 0 s are
+    left out of the errors and ratios, which they would divide by zero)."""
+    timed = [p for p in pairs if p.measured_s > 0]
+    errors = np.abs([p.error_pct for p in timed])
+    ratios = [p.ratio for p in timed]
+    predicted = [p.predicted_s for p in pairs]
+    measured = [p.measured_s for p in pairs]
+    return Accuracy(
+        kernels=len(pairs),
+        median_abs_error_pct=float(np.median(errors)) if timed else None,
+        p90_abs_error_pct=float(np.percentile(errors, 90)) if timed else None,
+        spearman=spearman(predicted, measured),
+        median_ratio=float(np.median(ratios)) if timed else None,
+        predicted_s=float(sum(predicted)),
+        measured_s=float(sum(measured)),
+    )
+
+
+def worst(pairs: Sequence[KernelCost], top: int = TOP) -> list[KernelCost]:
+    """The largest mispredictions: the most seconds per call between predicted and measured."""
+    return sorted(pairs, key=lambda p: (-abs(p.predicted_s - p.measured_s), p.name))[:top]
+
+
+def cost_model_record(join: CostModelJoin, times: KernelTimes, top: int = TOP) -> dict[str, Any]:
+    """The compact record of a cell (`CellResult.trace.cost_model`): coverage, the summary
+    figures, the largest mispredictions and every pair as a row (for plots across cells)."""
+    figures = dataclasses.asdict(accuracy(join.pairs))
+    models: dict[str, int] = {}
+    for p in join.pairs:
+        models[p.model] = models.get(p.model, 0) + 1
+    return {
+        "schema": SCHEMA,
+        "basis": times.basis,
+        "time_s": times.time_s,
+        "kernels": join.kernels,
+        "paired": len(join.pairs),
+        **{k: v for k, v in figures.items() if k != "kernels"},
+        "models": models,
+        "uncovered": join.reasons(),
+        "uncovered_top": [list(u) for u in join.uncovered[:top]],
+        "worst": [p.to_dict() for p in worst(join.pairs, top)],
+        "pairs": [p.to_row() for p in join.pairs],
+    }
