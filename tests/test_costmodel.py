@@ -7,7 +7,9 @@ filled in by `with_estimates` with known values, in the form XLA prints them.
 """
 
 import re
+import shutil
 from pathlib import Path
+from typing import Any, NamedTuple
 
 import numpy as np
 import pytest
@@ -25,7 +27,7 @@ from xlafuse.hlo.explain import ResolvedStep
 from xlafuse.hlo.parse import parse_hlo
 from xlafuse.hlo.priority_dump import FusionStep, read_priority_dump
 from xlafuse.kinds import Verdict
-from xlafuse.measure import costmodel
+from xlafuse.measure import cell_kernels, costmodel
 from xlafuse.measure.costmodel import (
     NO_ESTIMATE,
     NO_LIBRARY,
@@ -44,6 +46,9 @@ from xlafuse.measure.kernel_diff import TimedGroup, timed_groups
 from xlafuse.measure.kernels import GPU_BASIS, KernelTime, KernelTimes
 from xlafuse.measure.predicted import twin_of
 from xlafuse.measure.stats import Difference
+from xlafuse.report.markdown import render_markdown
+from xlafuse.results import parts
+from xlafuse.results.records import CellResult
 
 SAMPLES = Path(__file__).parent / "data" / "h200-jax0.11.2"
 CHAIN = SAMPLES / "why" / "chain_module_1325"
@@ -52,6 +57,8 @@ SENTINEL = (  # a Triton fusion's first entry: the analytical model cannot estim
     '"end_to_end_cycles":1.98e12}'
 )
 EMPTY = '"reification_cost":[]'
+NAME = {"workload": "chain", "size": "tiny", "mode": "forward", "dtype": "float32"}
+NAME = {**NAME, "backend": "gpu", "device_kind": "NVIDIA H200"}
 
 
 def entry(us: float, name: str | None = None) -> str:
@@ -366,3 +373,70 @@ def test_the_chain_dumps_decisions_scored_by_its_measured_groups(chain):
     reverse = record["predicted_loss_measured_gain"]
     assert [(d["producer"], d["consumer"]) for d in reverse] == [("add.2.0", "fusion.5")]
     assert reverse[0]["predicted_gain_s"] == pytest.approx(-0.1965e-6)
+
+
+# --- a traced cell with its twin: the record and the report --------------------------------
+
+CHAIN4 = Path(__file__).parent / "data" / "trace-chain4"
+
+
+class Compiled(NamedTuple):
+    """What `kernel_fields` reads of a compiled cell."""
+
+    report: Any
+    hlo_text: str
+
+    def unoptimized_hlo(self):
+        return self.hlo_text  # the diff traces B to A's own instructions
+
+
+def traced_cell(tmp_path, variant, baseline=None, twin="filled"):
+    text = (CHAIN4 / f"{variant}.hlo.txt").read_text()
+    folder = tmp_path / variant
+    folder.mkdir()
+    shutil.copy(CHAIN4 / f"{variant}.xplane.pb", folder)
+    if twin == "filled":
+        twin = twin_of(with_estimates(text)[0], analyze_hlo(text))
+    compiled = Compiled(analyze_hlo(text), text)
+    labels = ("default", variant)
+    return cell_kernels.kernel_fields(
+        folder, None, compiled, None, 3, (None, None), baseline, labels, twin
+    )
+
+
+def test_a_traced_cell_with_its_twin_records_xlas_cost_model_and_the_report_shows_it(tmp_path):
+    fields, baseline = traced_cell(tmp_path, "default")
+    cost = fields["cost_model"]
+    assert (cost["kernels"], cost["paired"], cost["same_kernels"]) == (1, 1, True)
+    # loop_add_fusion: 1 us predicted, (2431 + 2465 + 2400) / 3 ns measured
+    assert cost["pairs"] == [
+        ["loop_add_fusion", "kLoop", DEFAULT_MODEL, 1e-6, pytest.approx(2432e-9)]
+    ]
+    assert cost["median_abs_error_pct"] == pytest.approx(100 * (2.432 - 1) / 2.432)
+    assert baseline.twin is not None and baseline.twin.dump is None
+    fields, _ = traced_cell(tmp_path, "no-fusion", baseline)
+    cost = fields["cost_model"]
+    assert (cost["kernels"], cost["paired"]) == (8, 8)
+    assert cost["predicted_s"] == pytest.approx(sum(range(1, 9)) * 1e-6)
+    assert "decisions" not in cost  # the reference's twin wrote no priority-fusion dump
+    assert "groups" in fields["kernel_diff"]
+    records = [
+        CellResult(**NAME, variant=v, trace=parts.TraceRecord(cost_model=c))
+        for v, c in (("default", None), ("no-fusion", cost))
+    ]
+    text = render_markdown(records)
+    assert "### XLA's cost model against the measured kernels" in text
+    assert "| no-fusion | 8 of 8 |" in text
+    assert "no-fusion: the 8 largest mispredictions" in text
+
+
+def test_a_failed_twin_is_recorded_as_its_line_and_no_twin_records_nothing(tmp_path):
+    error = {"error": "ValueError: variant 'default': XLA rejected its options: x"}
+    fields, baseline = traced_cell(tmp_path, "default", twin=error)
+    assert fields["cost_model"] == error and baseline.twin is None
+    record = CellResult(**NAME, variant="default", trace=parts.TraceRecord(cost_model=error))
+    assert f"| default | {error['error']} |" in render_markdown([record])
+    fields, _ = traced_cell(tmp_path, "no-fusion", baseline, twin=None)
+    assert "cost_model" not in fields
+    plain = CellResult(**NAME, variant="default")
+    assert "cost model" not in render_markdown([plain])

@@ -20,6 +20,7 @@ from xlafuse.report.coldstart import (
     coldstart_section,
     graphs_section,
 )
+from xlafuse.report.costmodel import cost_model_section
 from xlafuse.report.explain_text import missed_fusions_markdown
 from xlafuse.report.kernels import (
     KERNEL_ROOFLINE_PNG,
@@ -92,7 +93,7 @@ def render_markdown(
     lines += traces_section(records)
     for key, group in _by_workload(records).items():
         lines += [f"## {key}", "", *cell_tables(group), ""]
-        lines += [*kernel_sections(group), *_missed(group)]
+        lines += [*kernel_sections(group), *cost_model_section(group), *_missed(group)]
     lines += _errors(records)
     lines += sharded_section(records)
     lines += _study_sections(records)
