@@ -6,6 +6,7 @@ the recorded H200 samples were compiled without it (`"reification_cost":[]`). He
 filled in by `with_estimates` with known values, in the form XLA prints them.
 """
 
+import json
 import re
 import shutil
 from pathlib import Path
@@ -13,6 +14,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 import pytest
+from helpers import run_cli, usage_error
 
 from xlafuse.hlo import analyze_hlo
 from xlafuse.hlo.diff import diff_modules
@@ -440,3 +442,54 @@ def test_a_failed_twin_is_recorded_as_its_line_and_no_twin_records_nothing(tmp_p
     assert "cost_model" not in fields
     plain = CellResult(**NAME, variant="default")
     assert "cost model" not in render_markdown([plain])
+
+
+# --- xlafuse explain --measure -----------------------------------------------------------
+
+
+def test_explain_measure_without_a_workload_or_with_no_calls_is_one_line(capsys):
+    assert usage_error(capsys, "explain", CHAIN, "--measure") == (
+        "--measure needs --workload NAME (a dump folder holds no program to run)\n"
+    )
+    assert usage_error(capsys, "explain", "--workload", "mlp", "--measure", "--calls", "0") == (
+        "--calls must be 1 or more, got 0\n"
+    )
+
+
+def test_explain_measure_puts_each_boundarys_two_kernels_times_under_it(capsys):
+    """On the CPU: host thunks, and no estimate (XLA:CPU writes none)."""
+    code, out, _ = run_cli(capsys, "explain", "--workload", "mlp", "--measure", "--json")
+    got = json.loads(out)
+    assert code == 0 and got["kernel_times"]["basis"] == "host thunks"
+    assert len(got["boundaries"]) == 5
+    times = {k["name"]: k["time_s"] for k in got["kernel_times"]["top"]}
+    for b in got["boundaries"]:
+        m = b["measured"]
+        assert m["predicted_s"] is None
+        assert m["measured_s"] == pytest.approx(m["producer_kernel_s"] + m["consumer_kernel_s"])
+        for side in ("producer", "consumer"):
+            if b[f"{side}_kernel"] in times:
+                assert m[f"{side}_kernel_s"] == times[b[f"{side}_kernel"]]
+    code, out, _ = run_cli(capsys, "explain", "--workload", "mlp", "--measure", "--top", "2")
+    measured = [line for line in out.splitlines() if "measured: " in line]
+    assert code == 0 and len(measured) == 2
+    assert re.fullmatch(
+        r" +measured: [\d.]+ us \+ [\d.]+ us = [\d.]+ us per call \(host thunks\)", measured[0]
+    )
+
+
+def test_boundary_costs_add_the_two_kernels_and_xlas_estimate_of_both():
+    class B(NamedTuple):
+        producer_kernel: str
+        consumer_kernel: str
+
+    kernels = analyze_hlo(with_estimates((CHAIN4 / "no-fusion.hlo.txt").read_text())[0])
+    times = times_of({"wrapped_add": (3e-6, 1.0), "wrapped_maximum": (2e-6, 1.0)})
+    costs = costmodel.boundary_costs(
+        [B("wrapped_add", "wrapped_maximum"), B("wrapped_add", "gone")],
+        times,
+        kernels.kernel_details,
+    )
+    assert costs[0].measured_s == pytest.approx(5e-6)
+    assert costs[0].predicted_s == pytest.approx((4 + 6) * 1e-6)  # the 4th and 6th fusions
+    assert (costs[1].consumer_kernel_s, costs[1].measured_s, costs[1].predicted_s) == (None,) * 3

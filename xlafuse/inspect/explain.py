@@ -16,6 +16,7 @@ from pathlib import Path
 from xlafuse.errors import XlafuseError
 from xlafuse.hlo.diff import FusionDiff, diff_modules
 from xlafuse.hlo.dump import read_hlo
+from xlafuse.hlo.estimates import COST_MODEL_OPTION
 from xlafuse.hlo.explain import Boundary, Explanation, explain_module, removed_boundaries
 from xlafuse.hlo.parse import parse_hlo
 from xlafuse.hlo.priority_dump import (
@@ -59,6 +60,7 @@ class ExplainReport:
         explanation: its boundaries, reasons and fusion steps.
         against: the variant compared with, if any (e.g. "no-fusion").
         removed: boundaries of `against` that `variant` fused away, largest first.
+        optimized_text: the HLO text explained (a workload's; None for a folder).
     """
 
     target: str
@@ -67,15 +69,22 @@ class ExplainReport:
     explanation: Explanation
     against: str | None = None
     removed: tuple[Boundary, ...] = ()
+    optimized_text: str | None = None
 
 
 def compile_for_explain(
-    cell: Cell, variants: tuple[str, ...], on_step: Callable[[str], None] | None = None
+    cell: Cell,
+    variants: tuple[str, ...],
+    on_step: Callable[[str], None] | None = None,
+    workload=None,
+    estimates: bool = False,
 ) -> CompiledHlo:
     """Lowers a cell's workload once and compiles it under each variant (dumping on the GPU).
 
     A cell on several devices is sharded (`Cell.build`). `on_step` is called with a line
-    ("compiling mlp/tiny/forward @ no-fusion") before each compile.
+    ("compiling mlp/tiny/forward @ no-fusion") before each compile. `workload`: the cell's
+    workload already built (else built here). `estimates`: on the GPU, also XLA's estimate of
+    each fusion (`xlafuse.hlo.estimates`: the option changes no kernel).
 
     Raises:
         UnknownNameError: an unknown workload, size, mode or variant.
@@ -86,7 +95,7 @@ def compile_for_explain(
     from xlafuse.compile.jit import unoptimized_hlo
     from xlafuse.compile.variants import get as get_variant
 
-    work = cell.build()
+    work = workload if workload is not None else cell.build()
     backend = jax.default_backend()
     chosen = {v: get_variant(v) for v in variants}  # unknown names fail before any compile
     unoptimized = unoptimized_hlo(work)
@@ -94,7 +103,7 @@ def compile_for_explain(
     for name, variant in chosen.items():
         if on_step is not None:
             on_step(f"compiling {cell.label} @ {name}")
-        optimized[name], dump = _compile_with_reasons(work, variant, backend)
+        optimized[name], dump = _compile_with_reasons(work, variant, backend, estimates)
         if dump is not None:
             dumps[name] = dump
     return CompiledHlo(
@@ -102,16 +111,19 @@ def compile_for_explain(
     )
 
 
-def _compile_with_reasons(work, variant, backend: str):
+def _compile_with_reasons(work, variant, backend: str, estimates: bool = False):
     """(optimized HLO, XLA's priority-fusion dump or None) of a workload under a variant. On a
     GPU, in process, the same program as `compile_workload` compiles (same jit arguments and
-    options) with XLA's dump switched on: a dump does not change the program."""
+    options) with XLA's dump switched on (and with `estimates`, the cost model's stats):
+    neither changes the program."""
     from xlafuse.compile.jit import compile_lowered, compile_workload, lower_workload  # JAX
 
     if backend != "gpu" or variant.process_flags:
         return compile_workload(work, variant).hlo_text, None
     with tempfile.TemporaryDirectory(prefix="xlafuse-explain-") as folder:
         options = {**variant.compiler_options(backend), **DUMP_OPTIONS, "xla_dump_to": folder}
+        if estimates:
+            options[COST_MODEL_OPTION] = True
         text = compile_lowered(lower_workload(work), variant, options).as_text()
         found = sorted(Path(folder).glob(f"*{DUMP_SUFFIX}"))
         return text, read_priority_dump(found[-1]) if found else None
@@ -124,13 +136,15 @@ def explain_target(
     variant: str = "default",
     against: str | None = "no-fusion",
     on_step: Callable[[str], None] | None = None,
+    workload=None,
+    estimates: bool = False,
 ) -> ExplainReport:
     """Explains a dump folder's module, or a cell's workload under `variant` (compared with
     `against`).
 
     The cell names a zoo workload or a program of the user's (`FILE.py:FUNCTION`) with its
-    overrides. `on_step`: as for `compile_for_explain`, one line per variant of
-    `explained_variants`.
+    overrides. `on_step`, `workload` and `estimates`: as for `compile_for_explain`, whose
+    `on_step` gets one line per variant of `explained_variants`.
 
     Raises:
         XlafuseError: no target or both; a folder without the three files; unknown names.
@@ -142,7 +156,7 @@ def explain_target(
     if folder is not None:
         return _explain_folder(Path(folder), module)
     variants = explained_variants(variant, against)
-    hlo = compile_for_explain(cell, variants, on_step=on_step)
+    hlo = compile_for_explain(cell, variants, on_step, workload, estimates)
     unopt = parse_hlo(hlo.unoptimized, f"{hlo.label} (unoptimized)")
 
     def explain(v: str) -> Explanation:
@@ -154,7 +168,15 @@ def explain_target(
     main = explain(variant)
     other = explain(variants[1]) if len(variants) == 2 else None
     removed = removed_boundaries(main, other) if other else ()
-    return ExplainReport(hlo.label, hlo.backend, variant, main, other and variants[1], removed)
+    return ExplainReport(
+        hlo.label,
+        hlo.backend,
+        variant,
+        main,
+        other and variants[1],
+        removed,
+        hlo.optimized[variant],
+    )
 
 
 def explained_variants(variant: str, against: str | None) -> tuple[str, ...]:

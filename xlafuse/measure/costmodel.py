@@ -254,3 +254,47 @@ def cost_model_record(join: CostModelJoin, times: KernelTimes, top: int = TOP) -
         "worst": [p.to_dict() for p in worst(join.pairs, top)],
         "pairs": [p.to_row() for p in join.pairs],
     }
+
+
+@dataclasses.dataclass(frozen=True)
+class BoundaryCost:
+    """A kernel boundary left (`xlafuse.hlo.explain.Boundary`), measured: its two kernels'
+    traced seconds per call, and XLA's estimate of the same two kernels where it gave one.
+
+    Attributes:
+      producer_kernel_s: the producer kernel's measured seconds per call (None: not traced).
+      consumer_kernel_s: the consumer kernel's.
+      predicted_s: XLA's estimate of the two kernels (`KernelInfo.predicted_us`), summed;
+        None unless both have one.
+    """
+
+    producer_kernel_s: float | None
+    consumer_kernel_s: float | None
+    predicted_s: float | None = None
+
+    @property
+    def measured_s(self) -> float | None:
+        """The two kernels' measured seconds per call (None unless both were traced)."""
+        if self.producer_kernel_s is None or self.consumer_kernel_s is None:
+            return None
+        return self.producer_kernel_s + self.consumer_kernel_s
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form with `measured_s`."""
+        return {**dataclasses.asdict(self), "measured_s": self.measured_s}
+
+
+def boundary_costs(
+    boundaries: Sequence[Any], times: KernelTimes, kernels: Sequence[KernelInfo] = ()
+) -> tuple[BoundaryCost, ...]:
+    """Each boundary's two kernels measured (`times`) and, from `kernels` (the explained
+    program's, compiled with the option), XLA's estimate of them; in the boundaries' order."""
+    measured = {k.name: k.time_s for k in times.kernels if k.launches_per_call}
+    predicted = {k.name: k.predicted_us for k in kernels if k.predicted_us is not None}
+    out = []
+    for b in boundaries:
+        names = (b.producer_kernel, b.consumer_kernel)
+        both = all(n in predicted for n in names)
+        estimate = sum(predicted[n] for n in names) * 1e-6 if both else None
+        out.append(BoundaryCost(measured.get(names[0]), measured.get(names[1]), estimate))
+    return tuple(out)
