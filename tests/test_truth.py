@@ -49,7 +49,9 @@ def _run(tmp_path, workloads, variant_names=("default", "no-fusion")):
     return runner.run_experiment(config, progress=False)
 
 
-@pytest.mark.parametrize("name", [n for n in TRAINABLE if n != "resnet50"])
+# ResNet-50 and cartpole left out for the suite's time (~20 s each on 2 cores): lstm stands for
+# the programs under a scan.
+@pytest.mark.parametrize("name", [n for n in TRAINABLE if n not in ("resnet50", "cartpole")])
 def test_run_compare_and_inspect_count_the_same_kernels(tmp_path, name):
     (record,) = _run(tmp_path, [{"name": name, "mode": "train"}], ("default",))
     workload = models.build(name, "tiny", "train")
