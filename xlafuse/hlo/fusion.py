@@ -26,6 +26,9 @@ What counts (documented here because every number in a report rests on it):
   be counted (a sort, an unknown custom-call, a shape of unknown size) is counted in
   `flops_unknown_kernels` instead, never guessed. Like the kernels, per program text: FLOPs per
   call, a loop body's times its trip count, are `flops.module_flops` (`loops.runs_per_call`).
+* XLA's estimate (`KernelInfo.predicted_us`, `xlafuse.hlo.estimates`): a fusion's own, from its
+  backend_config, when compiled with `xla_gpu_collect_cost_model_stats` (a text without a filled
+  `reification_cost` is not looked into); None for library calls, other ops and sentinels.
 * A real fusion has >= 2 compute ops, not counting a broadcast of a scalar (it costs nothing in a
   fused loop). So a fusion-wrapper single-op `wrapped_*` fusion, and `relu` = max(x, broadcast(0)),
   are not real fusions; mul+add+max is.
