@@ -118,7 +118,7 @@ def test_no_estimate_where_the_list_is_empty_or_absent(config):
 def test_an_estimate_inside_a_quoted_config_reads_the_same():
     config = '"{\\"reification_cost\\":[{\\"exec_time_us\\":3.5}]}"'
     assert predicted(config) == Estimate(DEFAULT_MODEL, 3.5)
-    assert has_estimates(f"x backend_config={config}")
+    assert has_estimates(f'x backend_config={{"reification_cost":[{entry(1.0)}]}}')
 
 
 def test_an_entry_that_is_no_object_is_one_line():

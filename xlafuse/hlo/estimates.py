@@ -26,7 +26,7 @@ COST_MODEL_OPTION = "xla_gpu_collect_cost_model_stats"
 SENTINEL_US = 1e8  # an estimate at or above 100 s is a model's "cannot estimate", not a time
 DEFAULT_MODEL = "gpu-performance-model"  # the unnamed first entry
 _KEY = "reification_cost"
-_FILLED = ('reification_cost":[{', 'reification_cost\\":[{')  # as printed, and inside a string
+_FILLED = 'reification_cost":[{'  # as XLA prints a backend_config (raw JSON) since it has one
 _LIST = re.compile(r'reification_cost\\?"\s*:\s*\[([^\]]*)\]')
 
 
@@ -49,9 +49,9 @@ class Estimate(NamedTuple):
 
 
 def has_estimates(text: str) -> bool:
-    """Whether an HLO text holds any non-empty `reification_cost` (two substring scans: the
-    reader looks no further into a module without one)."""
-    return any(map(text.__contains__, _FILLED))
+    """Whether an HLO text holds any non-empty `reification_cost` (one substring scan, about
+    1 ms for 3 MB: the reader looks no further into a module without one)."""
+    return _FILLED in text
 
 
 def estimates(backend_config: str | None) -> tuple[Estimate, ...]:

@@ -111,23 +111,24 @@ def kernel_fields(
     ceilings = ceilings_bytes_flops if basis == GPU_BASIS else (None, None)
     times = join_trace(compiled.report, events, calls, basis, *ceilings)
     fields["kernel_times"] = times.summary()
-    cost = _cost_model(twin, times)
+    decisions = None
     if labels[0] != labels[1] and baseline is not None:
         fields["kernel_diff"], decisions = _diff(baseline, compiled, workload, times, labels)
-        if decisions is not None:
-            cost = {**(cost or {}), "decisions": decisions}
-    if cost is not None:
-        fields["cost_model"] = cost
+    fields.update(_cost_model(twin, times, decisions))
     own = twin if isinstance(twin, Twin) else None
     return fields, Baseline(times, compiled.hlo_text, own)
 
 
-def _cost_model(twin: Twin | dict[str, str] | None, times: KernelTimes) -> dict[str, Any] | None:
-    """Each kernel's prediction against its measured time (None without a twin)."""
-    if not isinstance(twin, Twin):
-        return twin
-    join = join_costs(twin.report.kernel_details, times, twin.runs)
-    return {**cost_model_record(join, times), "same_kernels": twin.same_kernels}
+def _cost_model(twin, times: KernelTimes, decisions) -> dict[str, Any]:
+    """{"cost_model": each kernel's prediction against its measured time (a failed twin: its
+    error), with the reference's decisions scored}; {} with neither."""
+    cost = twin
+    if isinstance(twin, Twin):
+        join = join_costs(twin.report.kernel_details, times, twin.runs)
+        cost = {**cost_model_record(join, times), "same_kernels": twin.same_kernels}
+    if decisions is not None:
+        cost = {**(cost or {}), "decisions": decisions}
+    return {"cost_model": cost} if cost is not None else {}
 
 
 def _diff(baseline: Baseline, compiled, workload, times: KernelTimes, labels):
