@@ -48,6 +48,7 @@ from xlafuse.measure.kernel_diff import TimedGroup, timed_groups
 from xlafuse.measure.kernels import GPU_BASIS, KernelTime, KernelTimes
 from xlafuse.measure.predicted import twin_of
 from xlafuse.measure.stats import Difference
+from xlafuse.report.costmodel import cost_model_plot, study_section
 from xlafuse.report.markdown import render_markdown
 from xlafuse.results import parts
 from xlafuse.results.records import CellResult
@@ -493,3 +494,36 @@ def test_boundary_costs_add_the_two_kernels_and_xlas_estimate_of_both():
     assert costs[0].measured_s == pytest.approx(5e-6)
     assert costs[0].predicted_s == pytest.approx((4 + 6) * 1e-6)  # the 4th and 6th fusions
     assert (costs[1].consumer_kernel_s, costs[1].measured_s, costs[1].predicted_s) == (None,) * 3
+
+
+# --- every cell pooled: the study's table and plot -----------------------------------------
+
+
+def test_cells_pool_into_one_table_by_kind_and_one_log_log_plot(tmp_path):
+    rows_a = [["f1", "kLoop", DEFAULT_MODEL, 2e-6, 1e-6], ["g1", "kCustom", "m", 3e-6, 3e-6]]
+    rows_b = [
+        ["f2", "kLoop", DEFAULT_MODEL, 1e-6, 1e-6],
+        ["f3", "kLoop", DEFAULT_MODEL, 5e-6, 1e-5],
+    ]
+    by_kind = costmodel.accuracy_by_kind(costmodel.pairs_of_rows(rows_a + rows_b))
+    assert list(by_kind) == ["all", "kLoop", "kCustom"]
+    assert by_kind["kLoop"].kernels == 3
+    assert by_kind["kLoop"].median_abs_error_pct == pytest.approx(50.0)  # 100, 0, 50
+    assert by_kind["kCustom"].median_abs_error_pct == 0.0
+    records = [
+        CellResult(**NAME, variant=v, trace=parts.TraceRecord(cost_model=c))
+        for v, c in (
+            ("default", {"pairs": rows_a, "uncovered": {NO_LIBRARY: 2}}),
+            ("no-fusion", {"pairs": rows_b, "uncovered": {NO_LIBRARY: 1}}),
+        )
+    ]
+    lines = study_section(records)
+    assert lines[2] == (
+        f"4 kernels of 2 cells with a prediction and a measured time (see docs/cost-model.md). "
+        f"Without a pair: 3 {NO_LIBRARY}."
+    )
+    assert "| kLoop | 3 | 50% | 90% | 0.866 | 1 | 0.008 | 0.012 |" in lines
+    assert cost_model_plot(records, tmp_path / "cost_model.png")
+    assert (tmp_path / "cost_model.png").stat().st_size > 0
+    plain = [CellResult(**NAME, variant="default")]
+    assert study_section(plain) == [] and not cost_model_plot(plain, tmp_path / "none.png")

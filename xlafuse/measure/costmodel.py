@@ -298,3 +298,17 @@ def boundary_costs(
         estimate = sum(predicted[n] for n in names) * 1e-6 if both else None
         out.append(BoundaryCost(measured.get(names[0]), measured.get(names[1]), estimate))
     return tuple(out)
+
+
+def pairs_of_rows(rows: Sequence[Sequence[Any]]) -> list[KernelCost]:
+    """KernelCosts from a record's `pairs` rows ([name, kind, model, predicted_s, measured_s])."""
+    return [KernelCost(str(n), str(k), str(m), float(p), float(t)) for n, k, m, p, t in rows]
+
+
+def accuracy_by_kind(pairs: Sequence[KernelCost]) -> dict[str, Accuracy]:
+    """`accuracy` of all the pairs ("all") and of each kernel kind's, the most kernels first."""
+    kinds: dict[str, list[KernelCost]] = {}
+    for p in pairs:
+        kinds.setdefault(p.kind, []).append(p)
+    ordered = sorted(kinds.items(), key=lambda item: (-len(item[1]), item[0]))
+    return {"all": accuracy(pairs), **{kind: accuracy(rows) for kind, rows in ordered}}

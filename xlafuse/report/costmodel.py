@@ -11,9 +11,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from xlafuse.measure.costmodel import accuracy_by_kind, pairs_of_rows
+from xlafuse.report.figure import new_figure, save
 from xlafuse.results.records import CellResult
 
 ROWS = 10
+COST_MODEL_PNG = "cost_model.png"
 INTRO = (
     "XLA's estimate of each kernel (`xla_gpu_collect_cost_model_stats`, from a second compile "
     "of the cell's program; see docs/cost-model.md) beside its traced time per call. Error = "
@@ -143,3 +146,60 @@ def _first(lines: Sequence[str]) -> str:
     if not lines:
         return "-"
     return lines[0] + (f" +{len(lines) - 1}" if len(lines) > 1 else "")
+
+
+def study_section(records: Sequence[CellResult]) -> list[str]:
+    """Every cell's kernels pooled: the error figures over all of them and per kernel kind
+    (empty without cost-model records that hold pairs)."""
+    cells = [r for r in records if (r.trace.cost_model or {}).get("pairs")]
+    if not cells:
+        return []
+    pairs = pairs_of_rows([row for r in cells for row in r.trace.cost_model["pairs"]])
+    uncovered: dict[str, int] = {}
+    for r in cells:
+        for reason, n in r.trace.cost_model.get("uncovered", {}).items():
+            uncovered[reason] = uncovered.get(reason, 0) + n
+    lines = [
+        "## XLA's cost model, every traced cell",
+        "",
+        f"{len(pairs)} kernels of {len(cells)} cells with a prediction and a measured time "
+        "(see docs/cost-model.md). Without a pair: "
+        + ("; ".join(f"{n} {reason}" for reason, n in uncovered.items()) or "none")
+        + ".",
+        "",
+        "| kernels | n | median abs error | p90 abs error | Spearman | median predicted/measured | "
+        "predicted ms | measured ms |",
+        "|" + "---|" * 8,
+    ]
+    for kind, a in accuracy_by_kind(pairs).items():
+        lines.append(
+            f"| {kind} | {a.kernels} | {_pct(a.median_abs_error_pct)} | "
+            f"{_pct(a.p90_abs_error_pct)} | {_num(a.spearman, 1, '.3f')} | "
+            f"{_num(a.median_ratio, 1, '.3g')} | {a.predicted_s * 1e3:.4g} | "
+            f"{a.measured_s * 1e3:.4g} |"
+        )
+    return [*lines, ""]
+
+
+def cost_model_plot(records: Sequence[CellResult], path) -> bool:
+    """Predicted against measured time of every paired kernel, log-log, by kernel kind, with the
+    line predicted = measured; False (nothing written) without pairs."""
+    rows = [row for r in records for row in (r.trace.cost_model or {}).get("pairs", ())]
+    pairs = [p for p in pairs_of_rows(rows) if p.predicted_s > 0 and p.measured_s > 0]
+    if not pairs:
+        return False
+    fig, ax = new_figure((7, 6))
+    for kind in sorted({p.kind for p in pairs}):
+        mine = [p for p in pairs if p.kind == kind]
+        xs, ys = [p.measured_s * 1e6 for p in mine], [p.predicted_s * 1e6 for p in mine]
+        ax.scatter(xs, ys, s=12, alpha=0.6, label=f"{kind} ({len(mine)})")
+    every = [p.measured_s * 1e6 for p in pairs] + [p.predicted_s * 1e6 for p in pairs]
+    low, high = min(every) / 2, max(every) * 2
+    ax.plot([low, high], [low, high], color="black", linestyle="--", linewidth=1)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("measured µs per call (traced)")
+    ax.set_ylabel("XLA's estimate, µs per call")
+    ax.set_title(f"XLA's cost model against {len(pairs)} measured kernels", fontsize=9)
+    ax.legend(fontsize=7, title="kind", title_fontsize=7)
+    return save(fig, path)

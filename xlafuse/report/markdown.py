@@ -20,7 +20,12 @@ from xlafuse.report.coldstart import (
     coldstart_section,
     graphs_section,
 )
-from xlafuse.report.costmodel import cost_model_section
+from xlafuse.report.costmodel import (
+    COST_MODEL_PNG,
+    cost_model_plot,
+    cost_model_section,
+    study_section,
+)
 from xlafuse.report.explain_text import missed_fusions_markdown
 from xlafuse.report.kernels import (
     KERNEL_ROOFLINE_PNG,
@@ -95,6 +100,7 @@ def render_markdown(
         lines += [f"## {key}", "", *cell_tables(group), ""]
         lines += [*kernel_sections(group), *cost_model_section(group), *_missed(group)]
     lines += _errors(records)
+    lines += study_section(records)
     lines += sharded_section(records)
     lines += _study_sections(records)
     if plots:
@@ -270,6 +276,7 @@ def write_plots(records: Sequence[CellResult], out_dir: Path) -> list[str]:
         (ROOFLINE_PNG, plot_roofline),
         (COLD_START_PNG, coldstart_plot),
         (FRAMEWORKS_PNG, frameworks_plot),
+        (COST_MODEL_PNG, cost_model_plot),
     ):
         if plot(ok, out_dir / name):
             written.append(name)
