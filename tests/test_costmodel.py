@@ -6,6 +6,7 @@ the recorded H200 samples were compiled without it (`"reification_cost":[]`). He
 filled in by `with_estimates` with known values, in the form XLA prints them.
 """
 
+import gzip
 import json
 import re
 import shutil
@@ -45,7 +46,7 @@ from xlafuse.measure.costmodel import (
 )
 from xlafuse.measure.decisions import decisions_of_diff, decisions_record, fusion_decisions
 from xlafuse.measure.kernel_diff import TimedGroup, timed_groups
-from xlafuse.measure.kernels import GPU_BASIS, KernelTime, KernelTimes
+from xlafuse.measure.kernels import GPU_BASIS, KernelTime, KernelTimes, join_trace
 from xlafuse.measure.predicted import twin_of
 from xlafuse.measure.stats import Difference
 from xlafuse.report.costmodel import cost_model_plot, study_section
@@ -527,3 +528,32 @@ def test_cells_pool_into_one_table_by_kind_and_one_log_log_plot(tmp_path):
     assert (tmp_path / "cost_model.png").stat().st_size > 0
     plain = [CellResult(**NAME, variant="default")]
     assert study_section(plain) == [] and not cost_model_plot(plain, tmp_path / "none.png")
+
+
+# --- the recorded H200 run of tests/data/record_cost_model.py, once it is committed ----------
+
+RECORDED = Path(__file__).parent / "data" / "costmodel-transformer_block"
+
+
+def recorded(name: str, kind: str) -> Any:
+    text = gzip.decompress((RECORDED / f"{name}.{kind}.gz").read_bytes()).decode()
+    return json.loads(text) if kind.endswith("json") else text
+
+
+@pytest.mark.skipif(not RECORDED.is_dir(), reason="no recording of transformer_block yet")
+def test_recorded_block_every_fusion_has_an_estimate_and_the_join_pairs_them_all():
+    summary = json.loads((RECORDED / "summary.json").read_text())
+    twin = twin_of(recorded("costmodel", "hlo.txt"), analyze_hlo(recorded("default", "hlo.txt")))
+    assert twin.same_kernels
+    fusions = [k for k in twin.report.kernel_details if k.opcode == "fusion"]
+    assert len(fusions) == summary["costmodel"]["fusions"] == summary["default"]["fusions"]
+    assert all(k.predicted_us is not None and k.predicted_us > 0 for k in fusions)
+    payload = recorded("default", "events.json")
+    times = join_trace(
+        analyze_hlo(recorded("default", "hlo.txt")), payload["events"], payload["calls"],
+        payload["basis"],
+    )  # fmt: skip
+    join = join_costs(twin.report.kernel_details, times, twin.runs)
+    assert {p.name for p in join.pairs} == {k.name for k in fusions}
+    assert all(reason.startswith(NO_LIBRARY) for _, reason in join.uncovered)
+    assert all(p.measured_s > 0 and p.predicted_s > 0 for p in join.pairs)
