@@ -22,12 +22,14 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from xlafuse.hlo.fusion import KernelInfo
-from xlafuse.measure.kernels import KernelTimes
+
+if TYPE_CHECKING:  # a type only: the report reads this module without JAX
+    from xlafuse.measure.kernels import KernelTimes
 
 SCHEMA = "xlafuse.cost_model/1"
 TOP = 10

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from xlafuse.hlo.diff import FusionDiff, KernelGroup
 from xlafuse.hlo.explain import Boundary, Explanation, ResolvedStep
 from xlafuse.inspect.explain import ExplainReport
-from xlafuse.measure.costmodel import BoundaryCost
 from xlafuse.report.format import format_bytes
+
+if TYPE_CHECKING:  # a type only: reading a dump folder imports no JAX (docs/architecture.md)
+    from xlafuse.measure.costmodel import BoundaryCost
 
 NO_REASONS = (
     "XLA wrote no reasons for this compile (the CPU writes no priority-fusion dump; on the GPU "
