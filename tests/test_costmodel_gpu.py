@@ -2,7 +2,8 @@
 
 The option `xla_gpu_collect_cost_model_stats` must change no kernel and no device time (the
 run's twin compile relies on it: `xlafuse.measure.predicted`), and on transformer_block's full
-forward every fusion must get a prediction and a measured time.
+forward every fusion must get a prediction and a measured time (the recording of the same,
+`tests/data/costmodel-transformer_block`, is read on the CPU by `tests/test_costmodel.py`).
 """
 
 import pytest
@@ -62,8 +63,11 @@ def test_every_fusion_of_the_block_gets_a_prediction_and_a_measured_time(block, 
     ]
     times = trace_kernel_times(plain, work, 10, tmp_path)
     join = join_costs(twin.report.kernel_details, times, twin.runs)
-    assert {p.name for p in join.pairs} == {k.name for k in fusions}
+    paired = {p.name for p in join.pairs}
+    assert paired >= {k.name for k in fusions}
+    # a library call is paired where a model (XLA's speed-of-light one) estimated it
     assert all(reason.startswith(NO_LIBRARY) for _, reason in join.uncovered), join.uncovered
+    assert len(paired) + len(join.uncovered) == twin.report.kernels
     assert all(p.predicted_s > 0 and p.measured_s > 0 for p in join.pairs)
 
 
@@ -87,7 +91,7 @@ def test_a_profiled_gpu_run_records_the_cost_model_and_the_decisions(tmp_path_fa
     by_variant = {r.variant: r for r in records}
     for record in by_variant.values():
         cost = record.trace.cost_model
-        assert cost["same_kernels"] and cost["paired"] == record.fusion.fusions, cost
+        assert cost["same_kernels"] and cost["paired"] >= record.fusion.fusions, cost
         assert cost["spearman"] is not None and cost["median_abs_error_pct"] is not None
     decisions = by_variant["no-fusion"].trace.cost_model["decisions"]
     assert decisions["decisions"] > 0 and decisions["measured"] > 0, decisions

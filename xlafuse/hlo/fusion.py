@@ -26,9 +26,10 @@ What counts (documented here because every number in a report rests on it):
   be counted (a sort, an unknown custom-call, a shape of unknown size) is counted in
   `flops_unknown_kernels` instead, never guessed. Like the kernels, per program text: FLOPs per
   call, a loop body's times its trip count, are `flops.module_flops` (`loops.runs_per_call`).
-* XLA's estimate (`KernelInfo.predicted_us`, `xlafuse.hlo.estimates`): a fusion's own, from its
-  backend_config, when compiled with `xla_gpu_collect_cost_model_stats` (a text without a filled
-  `reification_cost` is not looked into); None for library calls, other ops and sentinels.
+* XLA's estimate (`KernelInfo.predicted_us`, `xlafuse.hlo.estimates`): a fusion's or library
+  call's own, from its backend_config, when compiled with `xla_gpu_collect_cost_model_stats` (a
+  text without a filled `reification_cost` is not looked into); None for other ops, for a kernel
+  without one, and where every entry is a sentinel.
 * A real fusion has >= 2 compute ops, not counting a broadcast of a scalar (it costs nothing in a
   fused loop). So a fusion-wrapper single-op `wrapped_*` fusion, and `relu` = max(x, broadcast(0)),
   are not real fusions; mul+add+max is.
@@ -202,7 +203,7 @@ def _kernels(module: HloModule) -> list[KernelInfo]:
                 if launch is _OP or (
                     launch is _CUSTOM_CALL and instr.custom_call_target not in _NOT_LAUNCH_TARGETS
                 ):
-                    kernels.append(_single_op_kernel(module, comp, instr))
+                    kernels.append(_single_op_kernel(module, comp, instr, estimated))
                 elif launch is _FUSION:
                     kernels.append(_fusion_kernel(module, comp, instr, estimated))
     except RecursionError:
@@ -326,8 +327,11 @@ def _launch_of(opcode: str) -> str:
 _LAUNCHES = _Launches()
 
 
-def _single_op_kernel(module: HloModule, comp: Computation, instr: Instruction) -> KernelInfo:
-    """A launch that is one instruction (most kernels): built without a list of its ops."""
+def _single_op_kernel(
+    module: HloModule, comp: Computation, instr: Instruction, estimated: bool
+) -> KernelInfo:
+    """A launch that is one instruction (most kernels): built without a list of its ops; a
+    library call's estimate read only from a module that holds estimates."""
     opcode = instr.opcode
     sized = kernel_bytes(instr, comp)
     bytes_in, bytes_out = sized or (0, 0)
@@ -339,12 +343,15 @@ def _single_op_kernel(module: HloModule, comp: Computation, instr: Instruction) 
     else:
         flops = kernel_flops(instr, comp, module)
     op_name, source_file = instr.op_name, instr.source_file
+    estimate = None
+    if estimated and opcode == "custom-call":
+        estimate = predicted(instr.attributes.get("backend_config"))
     return _kernel_info((
         instr.name, comp.name, opcode, opcode,
         instr.custom_call_target if opcode == "custom-call" else None, (opcode,), 1, False,
         bytes_in, bytes_out, (op_name,) if op_name else (),
         (f"{source_file}:{instr.source_line}",) if source_file else (), sized is not None, flops,
-        None, None,
+        estimate and estimate.exec_time_us, estimate and estimate.model,
     ))  # fmt: skip
 
 

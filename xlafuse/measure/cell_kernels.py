@@ -125,7 +125,8 @@ def _cost_model(twin, times: KernelTimes, decisions) -> dict[str, Any]:
     cost = twin
     if isinstance(twin, Twin):
         join = join_costs(twin.report.kernel_details, times, twin.runs)
-        cost = {**cost_model_record(join, times), "same_kernels": twin.same_kernels}
+        record = cost_model_record(join, times, estimates=twin.estimates)
+        cost = {**record, "same_kernels": twin.same_kernels}
     if decisions is not None:
         cost = {**(cost or {}), "decisions": decisions}
     return {"cost_model": cost} if cost is not None else {}

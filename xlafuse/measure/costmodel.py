@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from xlafuse.hlo.estimates import Estimate
 from xlafuse.hlo.fusion import KernelInfo
 
 if TYPE_CHECKING:  # a type only: the report reads this module without JAX
@@ -33,8 +34,8 @@ if TYPE_CHECKING:  # a type only: the report reads this module without JAX
 
 SCHEMA = "xlafuse.cost_model/1"
 TOP = 10
-NO_LIBRARY = "library call: XLA's cost model estimates fusions only"
-NO_OP = "runs as its own op, not a fusion: XLA's cost model estimates fusions only"
+NO_LIBRARY = "library call without an estimate"
+NO_OP = "runs as its own op (not a fusion or a library call): XLA estimates none"
 NO_ESTIMATE = "fusion without an estimate (compiled without the option, or only a sentinel)"
 NO_RUNS = "in a loop of unknown trip count: no prediction per call"
 NOT_TRACED = "not seen in the trace: no measured time"
@@ -51,6 +52,7 @@ class KernelCost:
       predicted_s: XLA's estimate per launch times its runs per call.
       measured_s: its traced seconds per call.
       source_lines: where in the Python it comes from.
+      runs: how many times it runs per call (its computation's runs).
     """
 
     name: str
@@ -59,6 +61,7 @@ class KernelCost:
     predicted_s: float
     measured_s: float
     source_lines: tuple[str, ...] = ()
+    runs: int = 1
 
     @property
     def ratio(self) -> float | None:
@@ -139,7 +142,7 @@ def join_costs(
         predicted_s = kernel.predicted_us * 1e-6 * runs_of
         pairs.append(
             KernelCost(kernel.name, str(kernel.kind), kernel.predicted_model or "", predicted_s,
-                       traced.time_s, tuple(traced.source_lines))
+                       traced.time_s, tuple(traced.source_lines), runs_of)
         )  # fmt: skip
     pairs.sort(key=lambda p: (-p.measured_s, p.name))
     return CostModelJoin(tuple(pairs), tuple(uncovered))
@@ -147,10 +150,10 @@ def join_costs(
 
 def _no_prediction(kernel: KernelInfo, runs: int | None) -> str | None:
     """Why a kernel has no prediction per call (None: it has one)."""
-    if kernel.opcode == "custom-call":
-        return f"{NO_LIBRARY} ({kernel.sub_kind})" if kernel.sub_kind else NO_LIBRARY
-    if kernel.opcode not in ("fusion", "fusion-start"):
+    if kernel.opcode not in ("fusion", "fusion-start", "custom-call"):
         return NO_OP
+    if kernel.predicted_us is None and kernel.opcode == "custom-call":
+        return f"{NO_LIBRARY} ({kernel.sub_kind})" if kernel.sub_kind else NO_LIBRARY
     if kernel.predicted_us is None:
         return NO_ESTIMATE
     return NO_RUNS if runs is None else None
@@ -236,9 +239,32 @@ def worst(pairs: Sequence[KernelCost], top: int = TOP) -> list[KernelCost]:
     return sorted(pairs, key=lambda p: (-abs(p.predicted_s - p.measured_s), p.name))[:top]
 
 
-def cost_model_record(join: CostModelJoin, times: KernelTimes, top: int = TOP) -> dict[str, Any]:
+def by_model(
+    pairs: Sequence[KernelCost], estimates: Mapping[str, Sequence[Estimate]]
+) -> dict[str, list[KernelCost]]:
+    """Every cost model's estimate of the paired kernels, each against the same measurement:
+    model -> its pairs (a kernel counted under each model that estimated it; sentinels left
+    out), the most kernels first."""
+    models: dict[str, list[KernelCost]] = {}
+    for p in pairs:
+        for e in estimates.get(p.name, ()):
+            if not e.is_sentinel:
+                cost = dataclasses.replace(
+                    p, model=e.model, predicted_s=e.exec_time_us * 1e-6 * p.runs
+                )
+                models.setdefault(e.model, []).append(cost)
+    return dict(sorted(models.items(), key=lambda item: (-len(item[1]), item[0])))
+
+
+def cost_model_record(
+    join: CostModelJoin,
+    times: KernelTimes,
+    top: int = TOP,
+    estimates: Mapping[str, Sequence[Estimate]] | None = None,
+) -> dict[str, Any]:
     """The compact record of a cell (`CellResult.trace.cost_model`): coverage, the summary
-    figures, the largest mispredictions and every pair as a row (for plots across cells)."""
+    figures, the largest mispredictions and every pair as a row (for plots across cells);
+    with every kernel's `estimates`, the figures of each cost model (`by_model`)."""
     figures = dataclasses.asdict(accuracy(join.pairs))
     models: dict[str, int] = {}
     for p in join.pairs:
@@ -255,6 +281,10 @@ def cost_model_record(join: CostModelJoin, times: KernelTimes, top: int = TOP) -
         "uncovered_top": [list(u) for u in join.uncovered[:top]],
         "worst": [p.to_dict() for p in worst(join.pairs, top)],
         "pairs": [p.to_row() for p in join.pairs],
+        "by_model": {
+            model: dataclasses.asdict(accuracy(rows))
+            for model, rows in by_model(join.pairs, estimates or {}).items()
+        },
     }
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from xlafuse.compile.jit import compile_lowered, lower_workload
-from xlafuse.hlo.estimates import COST_MODEL_OPTION
+from xlafuse.hlo.estimates import COST_MODEL_OPTION, Estimate, estimates
 from xlafuse.hlo.fusion import FusionReport, analyze_module
 from xlafuse.hlo.loops import runs_per_call
 from xlafuse.hlo.parse import parse_hlo
@@ -40,6 +40,7 @@ class Twin:
       runs: computation -> runs per call (`xlafuse.hlo.loops.runs_per_call`).
       dump: XLA's priority-fusion dump of the compile (None if it wrote none).
       same_kernels: whether its kernel names are those of the traced program.
+      estimates: kernel -> every cost model's estimate of it, in XLA's order.
     """
 
     hlo_text: str
@@ -47,6 +48,7 @@ class Twin:
     runs: dict[str, int | None]
     dump: PriorityDump | None = None
     same_kernels: bool = True
+    estimates: dict[str, tuple[Estimate, ...]] = dataclasses.field(default_factory=dict)
 
 
 def compile_twin(workload: Any, variant: Any, traced_report: FusionReport) -> Twin:
@@ -81,4 +83,11 @@ def twin_of(
     report = analyze_module(module)
     names = [k.name for k in report.kernel_details]
     same = traced_report is None or names == [k.name for k in traced_report.kernel_details]
-    return Twin(text, report, runs_per_call(module), dump, same)
+    estimated = {k.name for k in report.kernel_details if k.predicted_us is not None}
+    every = {
+        i.name: estimates(i.attributes.get("backend_config"))
+        for c in module.computations
+        for i in c.instructions
+        if i.name in estimated
+    }
+    return Twin(text, report, runs_per_call(module), dump, same, every)
