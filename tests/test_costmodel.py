@@ -433,6 +433,10 @@ def test_a_traced_cell_with_its_twin_records_xlas_cost_model_and_the_report_show
     assert "### XLA's cost model against the measured kernels" in text
     assert "| no-fusion | 8 of 8 |" in text
     assert "no-fusion: the 8 largest mispredictions" in text
+    assert (
+        f"no-fusion, each cost model on the kernels it estimated: `{DEFAULT_MODEL}` 8 kernels"
+        in text
+    )
 
 
 def test_a_failed_twin_is_recorded_as_its_line_and_no_twin_records_nothing(tmp_path):

@@ -36,6 +36,7 @@ def cost_model_section(group: Sequence[CellResult]) -> list[str]:
     for r in scored:
         cost = r.trace.cost_model
         lines += _coverage_note(r.variant, cost)
+        lines += _models_note(r.variant, cost.get("by_model") or {})
         if cost.get("worst"):
             lines += ["", f"{r.variant}: the {len(cost['worst'])} largest mispredictions", ""]
             lines += worst_table(cost["worst"])
@@ -73,6 +74,21 @@ def _coverage_note(variant: str, cost: Mapping[str, Any]) -> list[str]:
     if not notes:
         return []
     return ["", f"{variant}, without a pair: " + "; ".join(notes) + "."]
+
+
+def _models_note(variant: str, models: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """Each cost model's figures over the kernels it estimated (records since `by_model`)."""
+    if not models:
+        return []
+    shown = [
+        f"`{model}` {m['kernels']} kernels, median abs error {_pct(m['median_abs_error_pct'])}, "
+        f"Spearman {_num(m['spearman'], 1, '.3f')}"
+        for model, m in models.items()
+    ]
+    return [
+        "",
+        f"{variant}, each cost model on the kernels it estimated: " + "; ".join(shown) + ".",
+    ]
 
 
 def worst_table(rows: Sequence[Mapping[str, Any]]) -> list[str]:
