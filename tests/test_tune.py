@@ -369,3 +369,15 @@ def test_run_and_tune_of_a_tune_config_search_it(tmp_path, capsys):
         "the table decides the target, its knobs, space and budget; --out may replace its "
         "output\n"
     )
+
+
+def test_halving_measures_the_default_first_then_a_fixed_sample_of_the_space():
+    from xlafuse.experiment.tune.tuner import halving_order
+
+    space = tuple(enumerate_space({"unroll": (2, 4, 8, 16)}, families_for("gpu", ["autotune"])))
+    order = halving_order(space)
+    assert order[0] == space[0] and sorted(order, key=space.index) == list(space)
+    assert order == halving_order(space)  # the same every time
+    # a budget of four trials measures across the knob's values, not the first one's corner
+    assert order[1:4] != list(space[1:4])
+    assert len({dict(c.knobs)["unroll"] for c in order[1:5]}) > 1

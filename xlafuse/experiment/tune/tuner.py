@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import random
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -24,6 +25,7 @@ from xlafuse.experiment.tune.space import Candidate, Family, enumerate_space
 from xlafuse.models import user
 
 SEARCHES = ("halving", "grid")
+ORDER_SEED = 0  # the first round's order (`halving_order`): fixed, so a rerun measures alike
 GRID_EFFORT = 8  # each candidate measured as long as in halving's fourth round (1, 2, 4, 8)
 
 
@@ -158,7 +160,18 @@ def _search(search: str, space, evaluator, budget_s: float, board) -> search_lib
     if search == "grid":
         return search_lib.grid(space, evaluator, GRID_EFFORT, on_trial=board.add)
     keep = getattr(evaluator, "keep", None)
-    return search_lib.successive_halving(space, evaluator, budget_s, on_trial=board.add, keep=keep)
+    order = halving_order(space)
+    return search_lib.successive_halving(order, evaluator, budget_s, on_trial=board.add, keep=keep)
+
+
+def halving_order(space: tuple[Candidate, ...], seed: int = ORDER_SEED) -> list[Candidate]:
+    """The order successive halving's first round measures the space in: the default program
+    first (every other is judged against it), the rest shuffled with a fixed seed, so that a
+    budget that ends the first round early has measured a sample of the whole space, not the
+    corner its enumeration starts in. The same space always gets the same order."""
+    rest = list(space[1:])
+    random.Random(seed).shuffle(rest)
+    return [space[0], *rest]
 
 
 def _prove(prover, spec: dict[str, Any], say) -> tuple[Rerun | None, str]:
