@@ -39,3 +39,14 @@ def variant_names(given: str | list[str] | None) -> list[str] | None:
             "variant; give comma-separated names, e.g. --variants default,no-fusion"
         )
     return names
+
+
+def add_measure_arguments(parser, measures: str, calls: str) -> None:
+    """--measure (with --workload: trace the program and time what the command shows) and
+    --calls; `measures` and `calls` finish their help texts."""
+    parser.add_argument(
+        "--measure",
+        action="store_true",
+        help=f"with --workload: {measures} (GPU: device kernels; CPU: host thunks)",
+    )
+    parser.add_argument("--calls", type=int, default=10, help=f"calls traced {calls} (10)")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from xlafuse.cli import _progress
-from xlafuse.cli._checks import comma_separated
+from xlafuse.cli._checks import add_measure_arguments, comma_separated
 from xlafuse.cli._devices import add_workload_arguments, cell_of, rerun_if_needed
 from xlafuse.errors import XlafuseError
 from xlafuse.report.format import fit
@@ -26,13 +26,7 @@ def add_arguments(p) -> None:
     p.add_argument("--variants", default="default,no-fusion", help="V1,V2 (default,no-fusion)")
     p.add_argument("--top", type=int, default=10, help="groups shown (10)")
     p.add_argument("--json", action="store_true", help="print JSON")
-    p.add_argument(
-        "--measure",
-        action="store_true",
-        help="with --workload: trace both variants and time every kernel group (GPU: device "
-        "kernels; CPU: host thunks)",
-    )
-    p.add_argument("--calls", type=int, default=10, help="calls traced per variant (10)")
+    add_measure_arguments(p, "trace both variants and time every kernel group", "per variant")
     p.add_argument("--traces", metavar="DIR", help="keep the traces in DIR/<variant>/")
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 
 from xlafuse.cli import _progress
+from xlafuse.cli._checks import add_measure_arguments
 from xlafuse.cli._devices import add_workload_arguments, cell_of
 from xlafuse.report.format import fit
 
@@ -27,13 +28,11 @@ def add_arguments(p) -> None:
     p.add_argument("--kernel", help="show the fusion steps that built this kernel")
     p.add_argument("--top", type=int, default=10, help="boundaries shown (10)")
     p.add_argument("--json", action="store_true", help="print JSON with every boundary")
-    p.add_argument(
-        "--measure",
-        action="store_true",
-        help="with --workload: trace the variant and show each boundary's kernels' measured "
-        "time beside XLA's estimate (GPU: device kernels; CPU: host thunks)",
+    add_measure_arguments(
+        p,
+        "trace the variant and show each boundary's kernels' measured time beside XLA's estimate",
+        "with --measure",
     )
-    p.add_argument("--calls", type=int, default=10, help="calls traced with --measure (10)")
 
 
 def run(args) -> int:

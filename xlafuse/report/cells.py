@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from xlafuse.report.format import markdown_table
 from xlafuse.report.lines import lead, lead_time, reference_time, speedup_text
 from xlafuse.results.records import CellResult
 
@@ -39,7 +40,7 @@ def cell_tables(group: Sequence[CellResult]) -> list[str]:
     reference = next((r for r in group if r.ok and r.variant == r.reference), None)
     rows = [_time_row(r, figures, reference) for r in group]
     work = [_work_row(r) for r in group]
-    return [*_table(time_columns, rows), "", *_table(_WORK_COLUMNS, work)]
+    return [*markdown_table(time_columns, rows), "", *markdown_table(_WORK_COLUMNS, work)]
 
 
 def _figure_order(group: Sequence[CellResult]) -> tuple[str, str]:
@@ -47,11 +48,6 @@ def _figure_order(group: Sequence[CellResult]) -> tuple[str, str]:
     leads = [lead(r) for r in group if r.ok]
     first = "pipelined" if leads and leads.count("pipelined") * 2 >= len(leads) else "latency"
     return (first, "pipelined" if first == "latency" else "latency")
-
-
-def _table(columns: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
-    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    return lines + ["| " + " | ".join(row) + " |" for row in rows]
 
 
 def _time_row(r: CellResult, figures: Sequence[str], reference: CellResult | None) -> list[str]:

@@ -13,6 +13,7 @@ from typing import Any
 
 from xlafuse.measure.costmodel import accuracy_by_kind, pairs_of_rows
 from xlafuse.report.figure import new_figure, save
+from xlafuse.report.format import markdown_table
 from xlafuse.results.records import CellResult
 
 ROWS = 10
@@ -135,17 +136,17 @@ def decisions_lines(d: Mapping[str, Any]) -> list[str]:
 
 
 def _decisions_table(rows: Sequence[Mapping[str, Any]]) -> list[str]:
-    lines = [
-        "| step | producer -> consumer | kernel | predicted gain µs | measured gain µs | source |",
-        "|" + "---|" * 6,
-    ]
-    for r in rows[:ROWS]:
-        lines.append(
-            f"| {r['step']} | `{r['producer']}` -> `{r['consumer']}` | `{r['kernel']}` | "
-            f"{r['predicted_gain_s'] * 1e6:.4g} | {r['measured_gain_s'] * 1e6:.4g} | "
-            f"{', '.join(r['sources']) or '-'} |"
-        )
-    return lines
+    columns = ("step", "producer -> consumer", "kernel", "predicted gain µs", "measured gain µs",
+               "source")  # fmt: skip
+    return markdown_table(
+        columns,
+        [
+            (str(r["step"]), f"`{r['producer']}` -> `{r['consumer']}`", f"`{r['kernel']}`",
+             f"{r['predicted_gain_s'] * 1e6:.4g}", f"{r['measured_gain_s'] * 1e6:.4g}",
+             ", ".join(r["sources"]) or "-")
+            for r in rows[:ROWS]
+        ],
+    )  # fmt: skip
 
 
 def _pct(value: float | None, signed: bool = False) -> str:

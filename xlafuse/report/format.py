@@ -13,6 +13,12 @@ from collections.abc import Collection, Sequence
 LINE_WIDTH = 100  # what a command prints stays within this many columns
 
 
+def markdown_table(columns: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    """The lines of a Markdown table: the header, its rule, one line per row."""
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    return lines + ["| " + " | ".join(row) + " |" for row in rows]
+
+
 def format_bytes(n: int) -> str:
     """Decimal units, three significant figures: 512 B, 4.19 MB, 21.0 MB, 1.07 GB."""
     for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
