@@ -28,16 +28,17 @@ TOP = (
 # The table of docs/architecture.md, bottom up: each layer and the layers it may import (its own
 # modules always). A module is of the layer its first name under the package names.
 _BELOW_EXPERIMENT = (
-    "errors", "folders", "models", "hlo", "compile", "measure", "torch", "inspect", "results",
-    "report",
+    "errors", "folders", "distributed", "models", "hlo", "compile", "measure", "torch",
+    "inspect", "results", "report",
 )  # fmt: skip
 LAYERS: dict[str, tuple[str, ...]] = {
     "errors": (),
     "folders": ("errors",),
+    "distributed": ("errors",),
     "models": ("errors",),
     "hlo": ("errors",),
     "compile": ("errors", "hlo"),
-    "measure": ("errors", "folders", "models", "hlo", "compile"),
+    "measure": ("errors", "folders", "distributed", "models", "hlo", "compile"),
     "torch": ("errors", "models", "compile", "measure"),
     "inspect": ("errors", "models", "hlo", "compile"),
     "results": ("errors", "folders"),

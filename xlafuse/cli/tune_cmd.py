@@ -45,6 +45,14 @@ def run(args) -> int:
     from xlafuse.experiment.tune.space import families_for, parse_knob
     from xlafuse.experiment.tune.tuner import tune
 
+    if args.distributed:
+        # Its search stops on each process's own clock (the budget) and its proof runs in a
+        # fresh process, which cannot join the run: neither is in step across processes yet.
+        raise XlafuseError(
+            "tune --distributed is not supported: the search's budget is read from each "
+            "process's clock and its proof runs in a fresh process that cannot join "
+            "jax.distributed; tune on one process, then `xlafuse run --distributed` its best.toml"
+        )
     if not args.budget_s > 0:
         raise XlafuseError(f"--budget-s {args.budget_s:g}: need a number of seconds above 0")
     knobs = dict(parse_knob(k) for k in args.knob)

@@ -45,7 +45,9 @@ class CellResult:
 
     The cell's name (the record's own fields): workload, size, mode, dtype (resolved;
     `dtype_requested` is the config's value or None), overrides, devices and parallelism (a
-    sharded cell: devices > 1, "data" or "model"), variant (and its config form,
+    sharded cell: devices > 1, "data" or "model"), processes and process_devices (a cell of
+    several `jax.distributed` processes: how many, and the devices of each; 1 and None on
+    one process), variant (and its config form,
     variant_options), framework ("jax", or "torch" for a PyTorch twin, `xlafuse.torch`) and
     framework_version, reference (the variant speedups compare with), backend, device_kind;
     `cell_id` joins them (the resume key); experiment names the run. A program of the user's
@@ -55,7 +57,8 @@ class CellResult:
 
     Its parts (`xlafuse.results.parts`, each a frozen record of one source): model, compile,
     fusion, timing, speedup, device, trace, rates, ceilings, numerics, cold_start,
-    collectives, comm. A part that was not measured holds its defaults (None, or an empty
+    collectives, comm, per_process (each process's own figures; its timing is then the slowest
+    process's in each round). A part that was not measured holds its defaults (None, or an empty
     mapping), e.g. `device` without a GPU profile, `cold_start` without `measure.cold_start`.
     Scaling against one device is derived from two records (`xlafuse.results.scaling`): this
     one and the cell with devices = 1 of the same workload, global batch and variant.
@@ -92,6 +95,8 @@ class CellResult:
     source_sha256: str | None = None
     devices: int = 1
     parallelism: str | None = None
+    processes: int = 1
+    process_devices: int | None = None
     reference: str = "default"
     variant_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     framework: str = "jax"
@@ -111,6 +116,7 @@ class CellResult:
         default_factory=parts.CollectivesRecord
     )
     comm: parts.CommRecord = dataclasses.field(default_factory=parts.CommRecord)
+    per_process: parts.ProcessesRecord = dataclasses.field(default_factory=parts.ProcessesRecord)
     wall_s: float | None = None
     settings: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     env: Mapping[str, Any] = dataclasses.field(default_factory=dict)
@@ -224,14 +230,18 @@ def cell_id(
     variant: str,
     backend: str,
     mesh: str | None = None,
+    processes: str | None = None,
 ) -> str:
     """The resume key of a cell, e.g. `chain/tiny/forward/auto/{"ops":16}/no-fusion/cpu`.
 
     A sharded cell ends with its layout (`.../gpu/data2`); one-device cells keep the old key.
+    A cell of several processes (`jax.distributed`) ends with them, processes x devices per
+    process (`.../cpu/data4/processes2x2`); one process keeps the old key.
     """
     extra = json.dumps(dict(overrides), sort_keys=True, separators=(",", ":"), default=str)
     parts = [workload, size, mode, dtype or "auto", extra, variant, backend]
-    return "/".join(parts + ([mesh] if mesh else []))
+    tail = ([mesh] if mesh else []) + ([f"processes{processes}"] if processes else [])
+    return "/".join(parts + tail)
 
 
 def latest_per_cell(records: Iterable[CellResult]) -> list[CellResult]:
