@@ -52,7 +52,8 @@ def start(args) -> bool:
     ]
     if not getattr(args, "distributed", False):
         if given:
-            raise XlafuseError(f"{', '.join(given)} go with --distributed")
+            verb = "goes" if len(given) == 1 else "go"
+            raise XlafuseError(f"{', '.join(given)} {verb} with --distributed")
         return False
     if getattr(args, "layout", None) is not None:
         return True  # already joined (a command that checks its workload twice)

@@ -22,8 +22,9 @@ from pathlib import Path
 
 from xlafuse.distributed import watch
 
-GRACE_S = 5.0  # how long the others may take to end on their own once one has failed
+GRACE_S = 2.0  # how long the others may take to end on their own once one has failed
 _POLL_S = 0.1
+ABORT_WAIT_S = 0.5  # JAX aborts the survivors of a lost coordinator within this
 
 
 def free_port(host: str = "localhost") -> int:
@@ -96,19 +97,36 @@ def _supervise(children: list[subprocess.Popen], status: Path) -> Outcome:
         codes = [child.poll() for child in children]
         if all(code == 0 for code in codes):
             return Outcome(0)
-        failed = next((i for i, code in enumerate(codes) if code not in (None, 0)), None)
-        if failed is None:
+        if all(code in (None, 0) for code in codes):
             time.sleep(_POLL_S)
             continue
-        code = codes[failed]
+        failed, code = _first_failure(children)
         if code < 0:
             return Outcome(watch.EXIT_PEER_LOST, _killed_line(failed, -code, status))
         _wait(children, GRACE_S)
         return Outcome(code)
 
 
+def _first_failure(children: list[subprocess.Popen]) -> tuple[int, int]:
+    """(index, status) of the process that failed first, after a moment for the others to be
+    seen: a kill by a signal before JAX's own abort of the survivors (SIGABRT, when process 0,
+    its coordinator, is gone), before an exit status of its own."""
+    time.sleep(ABORT_WAIT_S)
+    codes = [(i, child.poll()) for i, child in enumerate(children)]
+    failed = [(i, code) for i, code in codes if code not in (None, 0)]
+
+    def rank(item: tuple[int, int]) -> tuple[int, int]:
+        code = item[1]
+        return (0 if code < 0 and code != -signal.SIGABRT else 1 if code < 0 else 2, item[0])
+
+    return min(failed, key=rank)
+
+
 def _killed_line(index: int, signum: int, status: Path) -> str:
-    name = signal.Signals(signum).name if signum in signal.Signals else str(signum)
+    try:
+        name = signal.Signals(signum).name
+    except ValueError:
+        name = "unknown"
     doing = watch.read_status(status, index)
     where = f" while {doing}" if doing else ""
     return f"process {index} was killed by signal {signum} ({name}){where}; stopped the others"

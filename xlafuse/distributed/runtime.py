@@ -14,6 +14,7 @@ port is free, the others wait for it to answer, and either failure is one line.
 from __future__ import annotations
 
 import dataclasses
+import os
 import socket
 import time
 from typing import Any
@@ -129,8 +130,9 @@ def check_coordinator(address: str, process_id: int, timeout_s: float) -> None:
             with socket.create_server(("", port)):
                 return
         except OSError as err:
+            reason = os.strerror(err.errno) if err.errno else str(err)
             raise CoordinatorError(
-                f"coordinator port {port} is in use ({err.strerror or err}): pick another "
+                f"coordinator port {port} is in use ({reason}): pick another "
                 "--coordinator port, or let `xlafuse launch` pick a free one"
             ) from None
     deadline = time.monotonic() + timeout_s
