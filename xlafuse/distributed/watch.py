@@ -21,6 +21,7 @@ key-value store); everything else here is public.
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import os
 import sys
@@ -44,6 +45,7 @@ class _State:
     timeout_s: float | None = None
     client: object = None
     beats: int = 0
+    finished: bool = False
 
 
 _STATE = _State()
@@ -94,6 +96,15 @@ def start(index: int, processes: int, timeout_s: float, client: object) -> None:
     doing(_STATE.doing)
     threading.Thread(target=_beat, name="xlafuse-beat", daemon=True).start()
     threading.Thread(target=_watch, name="xlafuse-watch", daemon=True).start()
+    # Registered after `jax.distributed.initialize`'s shutdown, so it runs before it: the
+    # store goes away then, and this process's end is not another's silence.
+    atexit.register(finish)
+
+
+def finish() -> None:
+    """Stop watching (the command ended); the heartbeat goes on until the process ends, so
+    that the others, still finishing their own work, do not take this one for lost."""
+    _STATE.finished = True
 
 
 def _beat() -> None:
@@ -109,6 +120,8 @@ def _watch() -> None:
     while True:
         time.sleep(BEAT_S)
         beats = _read_with_timeout("beat", _STATE.timeout_s)
+        if _STATE.finished:
+            return
         if beats is None:
             stop(_line(0, "stopped answering (it holds the coordination service)", None))
         now = time.monotonic()
@@ -168,6 +181,8 @@ def stop(line: str) -> None:
     """Print one line on stderr and end this process at once (`os._exit`: JAX's shutdown
     would wait for the lost process, then end this one with a fatal log)."""
     with _LOCK:
+        if _STATE.finished:
+            return
         sys.stdout.flush()
         print(f"xlafuse: {line}", file=sys.stderr, flush=True)
         os._exit(EXIT_PEER_LOST)

@@ -706,4 +706,5 @@ def _selected_records(
 def _write_report(results_path: Path, out_dir: Path, say) -> None:
     if not results_path.exists():
         return
+    watch.doing(f"writing the report into {out_dir}")
     say(f"report: {write_report(results_path, out_dir)}")
