@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import sys
 
+from xlafuse.cli import _progress
 from xlafuse.errors import XlafuseError
 
 DISTRIBUTED_HELP = (
@@ -71,6 +72,7 @@ def start(args) -> bool:
         client = jax._src.distributed.global_state.client  # its key-value store (watch's doc)
         watch.start(layout.index, layout.processes, timeout_s, client)
     if not layout.writer:
+        _progress.silence()
         sys.stdout.flush()
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, 1)
