@@ -145,7 +145,9 @@ def test_one_results_file_each_cell_written_once_by_process_0(launched):
     }
     # One process speaks: each cell's line once on stdout, the report written.
     assert done.stdout.count("transformer_block/tiny/forward @model4  no-fusion") == 1
-    assert (out / "report.md").is_file()
+    report = (out / "report.md").read_text()
+    assert "| transformer_block/tiny/forward | model x4 on " in report
+    assert report.count(f" | {processes} x {devices} | pipelined | ") == 4
 
 
 def test_each_process_sends_its_figures_and_the_cell_takes_the_slowest(launched):

@@ -237,3 +237,16 @@ def test_the_shipped_config_is_valid_on_a_cpu():
         ("mlp", 4, "data"),
         ("transformer_block", 4, "model"),
     ]
+
+
+def test_each_process_keeps_its_trace_in_its_own_folder(tmp_path):
+    from xlafuse.measure.cell_kernels import new_trace_dir
+
+    cell = "mlp/tiny/train/auto/{}/default/cpu/data4/processes2x2"
+    folders = [new_trace_dir(tmp_path, cell, True, i) for i in (0, 1)]
+    name = "mlp_tiny_train_auto_default_cpu_data4_processes2x2"
+    assert folders == [tmp_path / "traces" / name / f"process-{i}" for i in (0, 1)]
+    assert all(f.is_dir() for f in folders)
+    assert new_trace_dir(tmp_path, "chain/tiny/forward", True) == tmp_path / "traces" / (
+        "chain_tiny_forward"
+    )
