@@ -5,8 +5,10 @@ plain child processes, and the command line's one-line errors."""
 
 from __future__ import annotations
 
+import re
 import socket
 import sys
+import time
 
 import jax.numpy as jnp
 import numpy as np
@@ -250,3 +252,45 @@ def test_each_process_keeps_its_trace_in_its_own_folder(tmp_path):
     assert new_trace_dir(tmp_path, "chain/tiny/forward", True) == tmp_path / "traces" / (
         "chain_tiny_forward"
     )
+
+
+class FakeStore:
+    """The key-value store of `jax.distributed`'s client, in a dict; process 1 never beats."""
+
+    def __init__(self):
+        self.values = {"xlafuse/doing/1": "timing mlp round 3", "xlafuse/beat/1": "7"}
+
+    def key_value_set(self, key, value, allow_overwrite=False):
+        self.values[key] = value
+
+    def key_value_dir_get(self, prefix):
+        return [(k, v) for k, v in self.values.items() if k.startswith(prefix)]
+
+
+def test_the_watchdog_names_a_silent_process_and_what_it_was_doing(monkeypatch):
+    state = watch._State()
+    monkeypatch.setattr(watch, "_STATE", state)
+    lines: list[str] = []
+
+    def stop(line):
+        lines.append(line)
+        state.finished = True  # the real one ends the process
+
+    monkeypatch.setattr(watch, "stop", stop)
+    monkeypatch.setattr(watch, "BEAT_S", 0.05)
+    watch.doing("measuring mlp under no-fusion")
+    store = FakeStore()
+    watch.start(0, 2, 0.3, store)
+    for _ in range(100):
+        if lines:
+            break
+        time.sleep(0.05)
+    assert len(lines) == 1
+    assert re.match(
+        r"process 1 stopped answering 0\.\d+ s ago while timing mlp round 3; ", lines[0]
+    )
+    assert lines[0].endswith(
+        "process 0 stops (it was measuring mlp under no-fusion, timeout 0.3 s)"
+    )
+    assert store.values["xlafuse/doing/0"] == "measuring mlp under no-fusion"
+    assert int(store.values["xlafuse/beat/0"]) >= 2  # this process beats all the while

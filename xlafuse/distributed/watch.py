@@ -89,13 +89,19 @@ def start(index: int, processes: int, timeout_s: float, client: object) -> None:
     Args:
       index: this process's index. processes: how many there are.
       timeout_s: how long a process may stay silent before this one stops.
-      client: `jax.distributed`'s client (its key-value store).
+      client: `jax.distributed`'s client (its key-value store), or any object with its
+        `key_value_set` and `key_value_dir_get`.
     """
-    _STATE.index, _STATE.processes, _STATE.timeout_s = index, processes, timeout_s
-    _STATE.client = client
-    doing(_STATE.doing)
-    threading.Thread(target=_beat, name="xlafuse-beat", daemon=True).start()
-    threading.Thread(target=_watch, name="xlafuse-watch", daemon=True).start()
+    state = _STATE
+    state.index, state.processes, state.timeout_s, state.client = (
+        index,
+        processes,
+        timeout_s,
+        client,
+    )
+    doing(state.doing)
+    threading.Thread(target=_beat, args=(state,), name="xlafuse-beat", daemon=True).start()
+    threading.Thread(target=_watch, args=(state,), name="xlafuse-watch", daemon=True).start()
     # Registered after `jax.distributed.initialize`'s shutdown, so it runs before it: the
     # store goes away then, and this process's end is not another's silence.
     atexit.register(finish)
@@ -107,39 +113,43 @@ def finish() -> None:
     _STATE.finished = True
 
 
-def _beat() -> None:
+def _beat(state: _State) -> None:
     while True:
-        _STATE.beats += 1
-        _try(_STATE.client.key_value_set, _key("beat", _STATE.index), str(_STATE.beats), True)
+        state.beats += 1
+        _try(state.client.key_value_set, _key("beat", state.index), str(state.beats), True)
         time.sleep(BEAT_S)
 
 
-def _watch() -> None:
+def _watch(state: _State) -> None:
     """Stop this process when another's counter stalls or the store stops answering."""
     seen: dict[int, tuple[str, float]] = {}
-    while True:
+    answered = time.monotonic()
+    while not state.finished:
         time.sleep(BEAT_S)
-        beats = _read_with_timeout("beat", _STATE.timeout_s)
-        if _STATE.finished:
-            return
-        if beats is None:
-            stop(_line(0, "stopped answering (it holds the coordination service)", None))
+        beats = _read(state, "beat", state.timeout_s)
         now = time.monotonic()
-        for index in range(_STATE.processes):
+        if state.finished:
+            return
+        if beats is None:  # a failed read: the store may be gone, or this read unlucky
+            if now - answered > state.timeout_s:
+                stop(_line(state, 0, "stopped answering (it holds the coordination service)"))
+            continue
+        answered = now
+        for index in range(state.processes):
             value = beats.get(index, "")
             if index not in seen or seen[index][0] != value:
                 seen[index] = (value, now)
-            elif index != _STATE.index and now - seen[index][1] > _STATE.timeout_s:
-                silent = now - seen[index][1]
-                stop(_line(index, f"stopped answering {silent:.0f} s ago", _their_doing(index)))
+            elif index != state.index and now - seen[index][1] > state.timeout_s:
+                silent = f"stopped answering {now - seen[index][1]:.3g} s ago"
+                stop(_line(state, index, silent, (_read(state, "doing", 5.0) or {}).get(index)))
 
 
-def _read_with_timeout(kind: str, timeout_s: float) -> dict[int, str] | None:
+def _read(state: _State, kind: str, timeout_s: float) -> dict[int, str] | None:
     """Every process's `kind` key, by index; None when the store did not answer in time."""
     box: list = []
 
     def read() -> None:
-        box.append(_try(_STATE.client.key_value_dir_get, _PREFIX + kind + "/"))
+        box.append(_try(state.client.key_value_dir_get, _PREFIX + kind + "/"))
 
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
@@ -149,16 +159,11 @@ def _read_with_timeout(kind: str, timeout_s: float) -> dict[int, str] | None:
     return {int(key.rsplit("/", 1)[1]): value for key, value in box[0]}
 
 
-def _their_doing(index: int) -> str | None:
-    found = _read_with_timeout("doing", 5.0) or {}
-    return found.get(index)
-
-
-def _line(index: int, what: str, their_doing: str | None) -> str:
+def _line(state: _State, index: int, what: str, their_doing: str | None = None) -> str:
     while_doing = f" while {their_doing}" if their_doing else ""
     return (
-        f"process {index} {what}{while_doing}; process {_STATE.index} stops "
-        f"(it was {_STATE.doing}, timeout {_STATE.timeout_s:g} s)"
+        f"process {index} {what}{while_doing}; process {state.index} stops "
+        f"(it was {state.doing}, timeout {state.timeout_s:g} s)"
     )
 
 
