@@ -222,7 +222,8 @@ def test_the_launcher_names_a_killed_process_and_stops_the_others():
         (["run", "c.toml", "--coordinator", "localhost:1"], "--coordinator goes with --distributed"),
         (["compare", "mlp", "--process-id", "1", "--num-processes", "2"],
          "--num-processes, --process-id go with --distributed"),
-        (["tune", "mlp", "--distributed"], "tune --distributed is not supported"),
+        (["launch", "--processes", "2", "--timeout", "0", "--", "run", "c.toml"],
+         "--timeout 0: need a number of seconds above 0"),
     ],
 )  # fmt: skip
 def test_bad_distributed_options_are_one_line_and_exit_2(capsys, argv, message):
@@ -294,3 +295,10 @@ def test_the_watchdog_names_a_silent_process_and_what_it_was_doing(monkeypatch):
     )
     assert store.values["xlafuse/doing/0"] == "measuring mlp under no-fusion"
     assert int(store.values["xlafuse/beat/0"]) >= 2  # this process beats all the while
+
+
+def test_tune_reads_its_budget_from_process_0s_clock(peer, monkeypatch):
+    from xlafuse.experiment.tune import tuner
+
+    monkeypatch.setattr(tuner.time, "monotonic", lambda: 42.0)
+    assert tuner._shared_clock() == 42.0 and peer.asked == [42.0]

@@ -12,7 +12,7 @@ import sys
 from xlafuse.errors import XlafuseError
 
 HELP = "run a command as N local processes of one jax.distributed run"
-COMMANDS = ("run", "compare", "inspect", "diff")
+COMMANDS = ("run", "compare", "inspect", "diff", "tune")
 
 
 def add_arguments(parser) -> None:

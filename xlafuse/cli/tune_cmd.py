@@ -8,6 +8,8 @@ from __future__ import annotations
 from xlafuse.cli._devices import add_workload_arguments
 
 HELP = "search knobs and XLA options for a faster program, and prove it"
+# The proof is a fresh process, which cannot join a jax.distributed run.
+UNPROVED_DISTRIBUTED = "not rerun (--distributed: a fresh process cannot join the run)"
 
 
 def add_arguments(p) -> None:
@@ -45,14 +47,6 @@ def run(args) -> int:
     from xlafuse.experiment.tune.space import families_for, parse_knob
     from xlafuse.experiment.tune.tuner import tune
 
-    if args.distributed:
-        # Its search stops on each process's own clock (the budget) and its proof runs in a
-        # fresh process, which cannot join the run: neither is in step across processes yet.
-        raise XlafuseError(
-            "tune --distributed is not supported: the search's budget is read from each "
-            "process's clock and its proof runs in a fresh process that cannot join "
-            "jax.distributed; tune on one process, then `xlafuse run --distributed` its best.toml"
-        )
     if not args.budget_s > 0:
         raise XlafuseError(f"--budget-s {args.budget_s:g}: need a number of seconds above 0")
     knobs = dict(parse_knob(k) for k in args.knob)
@@ -70,12 +64,15 @@ def run(args) -> int:
     settings = {k: v for k, v in settings.items() if v not in (None, "custom")}
     spaces = None if args.space is None else [s for s in args.space.split(",") if s.strip()]
     families = [] if spaces == ["none"] else families_for(jax.default_backend(), spaces)
+    layout = getattr(args, "layout", None)  # --distributed: process 0 writes, none proves
+    several = layout is not None and layout.distributed
     tune(
         Target(name, settings, overrides),
         knobs,
         families,
         args.budget_s,
-        out=args.out,
-        prove=not args.no_rerun,
+        out=args.out if layout is None or layout.writer else None,
+        prove=not args.no_rerun and not several,
+        unproved=UNPROVED_DISTRIBUTED if several else "",
     )
     return 0

@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from xlafuse.distributed import lockstep
 from xlafuse.errors import XlafuseError
 from xlafuse.experiment.tune import search as search_lib
 from xlafuse.experiment.tune.evaluate import Evaluator, Target
@@ -82,6 +83,7 @@ def tune(
     say: Callable[[str], None] = print,
     evaluate: Callable[[Candidate, int], search_lib.Score] | None = None,
     prover: Callable[[dict[str, Any]], Rerun] = rerun,
+    unproved: str = "",
 ) -> TuneResult:
     """Searches the space of `knobs` x `families` for `target` within `budget_s` seconds,
     then proves the fastest candidate against the default program in a fresh process.
@@ -93,9 +95,9 @@ def tune(
       budget_s: seconds the search may take (the proof comes on top).
       out: a folder for `tune.jsonl` and `best.toml` (None: nothing written).
       prove: run the fresh-process rerun.
-      say: where the live leaderboard's lines go.
-      evaluate: the measurement (default: an `Evaluator` of `target`; injectable for tests).
+      say: where the live leaderboard's lines go. evaluate: the measurement (default: an `Evaluator` of `target`; injectable for tests).
       prover: the proof (`rerun.rerun`; injectable for tests).
+      unproved: why the proof is not run, when `prove` is False ("" for --no-rerun).
 
     Raises:
       XlafuseError: the default program itself could not be built, compiled or run.
@@ -104,14 +106,15 @@ def tune(
     evaluator = evaluate or Evaluator(target)
     say(f"tune: {len(space)} candidate{'s' if len(space) != 1 else ''}, budget {budget_s:g} s")
     board = _Leaderboard(say)
+    keep = getattr(evaluator, "keep", None)
     result = search_lib.successive_halving(
-        space, evaluator, budget_s, on_trial=board.add, keep=getattr(evaluator, "keep", None)
+        space, evaluator, budget_s, on_trial=board.add, keep=keep, clock=_shared_clock
     )
     first = result.trials[0].score if result.trials else None
     if first is None or not first.ok:
         raise XlafuseError(f"the default program did not run: {first.detail if first else '-'}")
     best = result.ranked[0] if result.ranked else None
-    proof, error = None, ""
+    proof, error = None, unproved
     if prove and best is not None and best != space[0]:
         proof, error = _prove(prover, _spec(target, space[0], best), say)
     found = TuneResult(target, space, result, best, proof, error, getattr(evaluator, "lead", None))
@@ -120,6 +123,13 @@ def tune(
         write(found, Path(out))
         say(f"wrote {Path(out) / 'tune.jsonl'} and {Path(out) / 'best.toml'}")
     return found
+
+
+def _shared_clock() -> float:
+    """This process's monotonic clock; process 0's under `jax.distributed`, where every process
+    runs the same search: the budget read from one clock, each score over the slowest
+    process's rounds (`xlafuse.measure.timing`), so all rank and keep the same candidates."""
+    return lockstep.current().first(time.monotonic())
 
 
 def _prove(prover, spec: dict[str, Any], say) -> tuple[Rerun | None, str]:
