@@ -265,3 +265,15 @@ def test_a_killed_worker_ends_the_run_with_one_line_and_no_torn_record(layout, t
     records = _records(out)  # every line a whole record: nothing half-written
     assert [r["variant"] for r in records] == ["default"]
     assert not list(out.glob("*.torn-*"))
+
+
+def test_a_mesh_that_leaves_out_a_process_is_one_line_from_process_0():
+    done = _xlafuse(
+        "launch", "--processes", 2, "--timeout", TIMEOUT_S, "--",
+        "compare", "mlp", "--devices", 1, "--variants", "default",
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        "xlafuse compare: error: --devices 1 asks for 1 device, but the 2 processes have 2 "
+        "together: under --distributed a mesh spans every process's devices; ask for 2"
+    ]

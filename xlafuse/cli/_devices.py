@@ -162,7 +162,11 @@ def rerun_if_needed(args) -> int | None:
       XlafuseError, ValueError: as for `check_workload` and `_distributed.start`.
     """
     if _distributed.start(args):
+        from xlafuse.distributed.runtime import check_spans_processes  # JAX, as below
+
         check_workload(args)
+        devices = getattr(args, "devices", 1)
+        check_spans_processes(devices, f"--devices {devices}")
         return None
     # JAX, imported here: a command that reads HLO or results never calls this (it starts faster)
     from xlafuse.compile.devices import needs_host_devices

@@ -78,6 +78,28 @@ def layout() -> Layout:
     return Layout(jax.process_count(), jax.local_device_count(), jax.process_index())
 
 
+def check_spans_processes(devices: int, what: str) -> None:
+    """Refuse a mesh that leaves out some process's devices, under several processes.
+
+    Every process makes every call of a program whose devices span processes; a mesh of the
+    first N devices would leave the others' processes with no part in it.
+
+    Args:
+      devices: the mesh size asked for. what: who asks (for the message).
+
+    Raises:
+      XlafuseError: several processes, and `devices` is not all of their devices.
+    """
+    running = layout()
+    total = running.processes * running.process_devices
+    if running.distributed and devices != total:
+        raise XlafuseError(
+            f"{what} asks for {devices} device{'s' if devices != 1 else ''}, but the "
+            f"{running.processes} processes have {total} together: under --distributed a "
+            f"mesh spans every process's devices; ask for {total}"
+        )
+
+
 def parse_address(address: str) -> tuple[str, int]:
     """`HOST:PORT` -> (host, port).
 

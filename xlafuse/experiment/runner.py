@@ -143,6 +143,8 @@ def run_experiment(
     """
     config, backend = _for_this_run(config, only, variants)
     layout = runtime.layout()
+    for w in config.workloads:
+        runtime.check_spans_processes(w.devices, f"workload {w.label!r}")
     settings = _settings(config, backend, layout)
     given = _Given(dict(built or {}), ceilings, report, layout)
     folder = out if out is not None else config.output
