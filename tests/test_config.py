@@ -146,7 +146,7 @@ def test_invalid_toml_is_one_error(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "name", ["quickstart", "pointwise", "transformer", "resnet50", "attention", "all"]
+    "name", ["quickstart", "pointwise", "transformer", "resnet50", "attention", "all", "costmodel"]
 )
 def test_shipped_configs_are_valid_on_gpu(name):
     path = Path(__file__).parent.parent / "configs" / f"{name}.toml"

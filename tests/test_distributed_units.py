@@ -19,7 +19,8 @@ from xlafuse.distributed import arrays, launch, lockstep, messages, runtime, wat
 from xlafuse.errors import XlafuseError
 from xlafuse.experiment import fields
 from xlafuse.measure import timing
-from xlafuse.results.records import CellResult, append_result, cell_id
+from xlafuse.models.names import Cell
+from xlafuse.results.records import CellResult, append_result
 from xlafuse.results.settings import check_resumable
 
 
@@ -75,10 +76,11 @@ def test_layout_of_one_process_adds_nothing_to_settings_or_ids():
     two = runtime.Layout(2, 2, 1)
     assert (two.label, two.writer, two.distributed) == ("2x2", False, True)
     assert two.settings() == {"processes": 2, "process_devices": 2}
-    old = cell_id("mlp", "tiny", "train", None, {"batch": 4}, "default", "cpu", "data4")
+    cell = Cell("mlp", "tiny", "train", None, {"batch": 4}, devices=4)
+    old = cell.cell_id("default", "cpu")
     assert old == 'mlp/tiny/train/auto/{"batch":4}/default/cpu/data4'
-    new = cell_id("mlp", "tiny", "train", None, {"batch": 4}, "default", "cpu", "data4", "2x2")
-    assert new == old + "/processes2x2"
+    assert cell.cell_id("default", "cpu", None) == old
+    assert cell.cell_id("default", "cpu", "2x2") == old + "/processes2x2"
 
 
 def test_resume_refuses_a_file_of_another_layout(tmp_path):
@@ -302,3 +304,33 @@ def test_tune_reads_its_budget_from_process_0s_clock(peer, monkeypatch):
 
     monkeypatch.setattr(tuner.time, "monotonic", lambda: 42.0)
     assert tuner._shared_clock() == 42.0 and peer.asked == [42.0]
+
+
+def test_tune_under_distributed_writes_from_process_0_and_proves_nowhere():
+    import argparse
+
+    from xlafuse.cli import tune_cmd
+
+    def options(layout, out="out", prove=True):
+        return tune_cmd._writes_and_proof(argparse.Namespace(layout=layout), out, prove)
+
+    assert options(None) == {"out": "out", "prove": True, "unproved": ""}
+    assert options(runtime.SINGLE, prove=False)["prove"] is False
+    first, other = runtime.Layout(2, 2, 0), runtime.Layout(2, 2, 1)
+    assert options(first) == {
+        "out": "out",
+        "prove": False,
+        "unproved": tune_cmd.UNPROVED_DISTRIBUTED,
+    }
+    assert options(other)["out"] is None and not options(other)["prove"]
+
+
+def test_tune_search_of_either_kind_reads_the_shared_clock(peer, monkeypatch):
+    from xlafuse.experiment.tune import search, tuner
+
+    seen = []
+    monkeypatch.setattr(search, "grid", lambda *a, clock, **k: seen.append(clock))
+    monkeypatch.setattr(search, "successive_halving", lambda *a, clock, **k: seen.append(clock))
+    tuner._search("grid", (), None, 1.0, tuner._Leaderboard(print))
+    tuner._search("halving", (), None, 1.0, tuner._Leaderboard(print))
+    assert seen == [tuner._shared_clock, tuner._shared_clock]

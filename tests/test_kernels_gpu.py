@@ -7,6 +7,7 @@ from xlafuse.compile.jit import compile_workload
 from xlafuse.measure.kernel_diff import measure_workload_diff, trace_kernel_times
 from xlafuse.measure.kernels import GPU_BASIS, find_trace
 from xlafuse.measure.profile import read_trace
+from xlafuse.models.names import Cell
 
 pytestmark = pytest.mark.gpu
 CALLS = 5
@@ -30,7 +31,7 @@ def test_1gib_chain_is_fully_attributed_and_sums_to_the_device_time(tmp_path, va
 
 
 def test_measured_diff_of_the_1gib_chain_saves_time_in_its_one_fusion():
-    measured = measure_workload_diff("chain", ("default", "no-fusion"), "full", calls=CALLS)
+    measured = measure_workload_diff(Cell("chain", "full"), ("default", "no-fusion"), calls=CALLS)
     assert len(measured.timed) == 1
     group = measured.timed[0]
     assert len(group.group.kernels_a) == 1

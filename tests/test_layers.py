@@ -28,21 +28,22 @@ TOP = (
 # The table of docs/architecture.md, bottom up: each layer and the layers it may import (its own
 # modules always). A module is of the layer its first name under the package names.
 _BELOW_EXPERIMENT = (
-    "errors", "folders", "distributed", "models", "hlo", "compile", "measure", "torch",
+    "errors", "kinds", "folders", "distributed", "models", "hlo", "compile", "measure", "torch",
     "inspect", "results", "report",
 )  # fmt: skip
 LAYERS: dict[str, tuple[str, ...]] = {
     "errors": (),
-    "folders": ("errors",),
+    "kinds": (),
+    "folders": ("errors", "kinds"),
     "distributed": ("errors",),
-    "models": ("errors",),
-    "hlo": ("errors",),
-    "compile": ("errors", "hlo"),
-    "measure": ("errors", "folders", "distributed", "models", "hlo", "compile"),
-    "torch": ("errors", "models", "compile", "measure"),
-    "inspect": ("errors", "models", "hlo", "compile"),
-    "results": ("errors", "folders"),
-    "report": ("errors", "folders", "models", "hlo", "measure", "inspect", "results"),
+    "models": ("errors", "kinds"),
+    "hlo": ("errors", "kinds"),
+    "compile": ("errors", "kinds", "hlo"),
+    "measure": ("errors", "kinds", "folders", "distributed", "models", "hlo", "compile"),
+    "torch": ("errors", "kinds", "models", "compile", "measure"),
+    "inspect": ("errors", "kinds", "models", "hlo", "compile"),
+    "results": ("errors", "kinds", "folders"),
+    "report": ("errors", "kinds", "folders", "models", "hlo", "measure", "inspect", "results"),
     "experiment": _BELOW_EXPERIMENT,
     "cli": (*_BELOW_EXPERIMENT, "experiment"),
     TOP: (*_BELOW_EXPERIMENT, "experiment", "cli"),
@@ -366,13 +367,13 @@ def test_the_check_sees_function_level_relative_and_by_name_imports(tmp_path):
     problems = layer_problems(read_edges(root, {}), root)
     assert problems == [
         "pkg/hlo/b.py:4: pkg.hlo.b imports pkg.measure.timing: layer 'measure' is not one that "
-        "'hlo' may import (errors)",
+        "'hlo' may import (errors, kinds)",
         "pkg/results/settings.py:5: pkg.results.settings imports pkg.measure.timing: layer "
-        "'measure' is not one that 'results' may import (errors, folders)",
+        "'measure' is not one that 'results' may import (errors, kinds, folders)",
         "pkg/results/settings.py:7: pkg.results.settings starts or names pkg.measure.child: "
-        "layer 'measure' is not one that 'results' may import (errors, folders)",
+        "layer 'measure' is not one that 'results' may import (errors, kinds, folders)",
         "pkg/results/settings.py:9: pkg.results.settings starts or names pkg.cli: layer 'cli' "
-        "is not one that 'results' may import (errors, folders)",
+        "is not one that 'results' may import (errors, kinds, folders)",
     ]
 
 

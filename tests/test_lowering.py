@@ -8,6 +8,8 @@ sharded tests do: this process's CPU backend started with one.
 from __future__ import annotations
 
 import json
+import tomllib
+from pathlib import Path
 
 import jax
 import pytest
@@ -48,7 +50,7 @@ def test_a_sharded_cell_keeps_its_devices_in_the_cold_start_spec(monkeypatch):
     from xlafuse.measure import coldstart
 
     cell = WorkloadConfig(name="mlp", mode="train", devices=2, parallelism="model")
-    spec = coldstart.workload_spec(cell)
+    spec = coldstart.workload_spec(cell.cell)
     assert (spec["devices"], spec["parallelism"]) == (2, "model")
     assert coldstart.workload_spec("mlp")["devices"] == 1
     started = []
@@ -73,3 +75,43 @@ def test_warmup_of_a_sharded_config_compiles_the_sharded_program(tmp_path, capfd
     summary = json.loads(capfd.readouterr().out)  # printed by the child with 2 host devices
     assert summary["compiled"] == ["mlp/tiny/train @data2 @ default"]
     assert summary["entries_written"] >= 1
+
+
+@CPU_ONLY
+def test_cold_start_of_a_sharded_cell_runs_the_sharded_program():
+    from xlafuse.measure import coldstart
+    from xlafuse.models.names import Cell
+
+    cell = Cell("mlp", mode="train", devices=2, parallelism="model")
+    run = coldstart.run_start(cell, "default", steady_calls=1)
+    # The child (2 host devices) rebuilt the cell sharded: its first call's outputs span both.
+    assert run.devices == 2
+    assert coldstart.run_start(Cell("mlp", mode="train"), "default", steady_calls=1).devices == 1
+
+
+SHARDED = Path(__file__).resolve().parents[1] / "configs" / "sharded.toml"
+
+
+def _on_a_cpu(config: dict) -> str:
+    """configs/sharded.toml's workloads at size tiny on the CPU, under its reference only."""
+    lines = ['[experiment]\nname = "sharded-cpu"\nvariants = ["default"]\n']
+    for w in config["workloads"]:
+        lines.append("[[workloads]]")
+        lines += [f"{k} = {json.dumps(v)}" for k, v in w.items() if k not in ("size", "backends")]
+    return "\n".join(lines) + "\n"
+
+
+@CPU_ONLY
+def test_warmup_of_the_sharded_config_compiles_each_cell_on_its_mesh(tmp_path, capfd):
+    from xlafuse.cli import main
+
+    config = tmp_path / "sharded.toml"
+    config.write_text(_on_a_cpu(tomllib.loads(SHARDED.read_text())))
+    assert main(["warmup", str(config), "--cache", str(tmp_path / "cache"), "--json"]) == 0
+    summary = json.loads(capfd.readouterr().out)  # printed by the child with 2 host devices
+    assert summary["compiled"] == [
+        "gpt2/tiny/train @ default",
+        "gpt2/tiny/train @data2 @ default",
+        "transformer_block/tiny/forward @ default",
+        "transformer_block/tiny/forward @model2 @ default",
+    ]

@@ -20,11 +20,13 @@ NO_FUSION = variants.get("no-fusion").compiler_options(jax.default_backend())
 # Output of the forward pass of every tiny workload.
 TINY_OUTPUT_SHAPES = {
     "attention": (2, 16, 64),
+    "cartpole": (64, 2),
     "chain": (64, 128),
     "cos_relu": (64, 128),
     "gelu": (64, 128),
     "gpt2": (2, 32, 256),
     "layernorm": (2, 16, 64),
+    "lstm": (2, 16, 32),
     "matmul_bias_act": (32, 128),
     "mlp": (2, 16, 64),
     "mul_add_relu": (64, 128),
@@ -36,8 +38,10 @@ TINY_OUTPUT_SHAPES = {
 
 TINY_PARAMS = {
     "attention": 16_640,
+    "cartpole": 386,
     "gpt2": 120_576,
     "layernorm": 128,
+    "lstm": 26_912,
     "matmul_bias_act": 8_320,
     "mlp": 33_216,
     "resnet50": 130_962,
@@ -48,11 +52,14 @@ TINY_PARAMS = {
 TRAINABLE = sorted(TINY_PARAMS)
 PARAMETER_FREE = sorted(set(TINY_OUTPUT_SHAPES) - set(TINY_PARAMS))
 POINTWISE = ["chain", "cos_relu", "gelu", "mul_add_relu"]
+ALWAYS_FLOAT32 = [*POINTWISE, "cartpole"]  # cart-pole physics in bfloat16 would be another game
 
 
 def _default_dtype(name: str) -> str:
-    """bfloat16 on GPU, float32 elsewhere; pointwise workloads are always float32."""
-    return "bfloat16" if jax.default_backend() == "gpu" and name not in POINTWISE else "float32"
+    """bfloat16 on GPU, float32 elsewhere; pointwise workloads and cartpole are always float32."""
+    return (
+        "bfloat16" if jax.default_backend() == "gpu" and name not in ALWAYS_FLOAT32 else "float32"
+    )
 
 
 def _tolerance(dtype: str) -> dict[str, float]:

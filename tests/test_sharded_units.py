@@ -13,10 +13,11 @@ from xlafuse.experiment.config import parse_config
 from xlafuse.measure.collectives import comm_profile, is_comm_kernel
 from xlafuse.measure.profile import summarize_device
 from xlafuse.models import build
+from xlafuse.models.names import Cell
 from xlafuse.models.sharding import DeviceCountError, check_device_count, leaf_spec
 from xlafuse.report.sharded import sharded_section
 from xlafuse.results.parts import CollectivesRecord, CommRecord, DeviceRecord, TimingRecord
-from xlafuse.results.records import CellResult, cell_id
+from xlafuse.results.records import CellResult
 from xlafuse.results.scaling import scaling
 
 
@@ -99,12 +100,14 @@ def test_config_devices_and_parallelism():
         backend="cpu",
     )
     (w,) = config.workloads
-    assert (w.devices, w.parallelism, w.mesh, w.label) == (
+    assert (w.devices, w.parallelism, w.cell.mesh, w.label) == (
         2,
         "model",
         "model2",
         "mlp/tiny/forward @model2",
     )
+    assert w.cell.on_devices == "model-parallel on 2 devices"
+    assert w.cell.cell_id("default", "cpu") == "mlp/tiny/forward/auto/{}/default/cpu/model2"
     with pytest.raises(XlafuseError) as info:
         parse_config(
             {**base, "workloads": [{"name": "chain", "devices": 0, "parallelism": "model"}]},
@@ -116,9 +119,14 @@ def test_config_devices_and_parallelism():
 
 
 def test_cell_id_keeps_one_device_keys_and_marks_the_mesh():
-    one = cell_id("mlp", "tiny", "train", None, {}, "default", "gpu")
+    one = Cell("mlp", "tiny", "train").cell_id("default", "gpu")
     assert one == "mlp/tiny/train/auto/{}/default/gpu"
-    assert cell_id("mlp", "tiny", "train", None, {}, "default", "gpu", "data2") == one + "/data2"
+    sharded = Cell("mlp", "tiny", "train", devices=2, parallelism="data")
+    assert sharded.cell_id("default", "gpu") == one + "/data2"
+    # One device has no layout: the parallelism asked for is not part of the name.
+    assert Cell("mlp", "tiny", "train", devices=1, parallelism="model") == Cell(
+        "mlp", "tiny", "train"
+    )
 
 
 def test_comm_profile_time_and_overlap_by_hand():

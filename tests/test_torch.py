@@ -24,6 +24,7 @@ from xlafuse.experiment import runner  # noqa: E402
 from xlafuse.experiment.config import load_config, parse_config  # noqa: E402
 from xlafuse.measure import timing as TIMING  # noqa: E402
 from xlafuse.measure.numerics import host_outputs, judge_workload  # noqa: E402
+from xlafuse.measure.reference import Reference  # noqa: E402
 from xlafuse.measure.timing import TimingSettings  # noqa: E402
 from xlafuse.report.torch import frameworks_section  # noqa: E402
 from xlafuse.results.records import CellResult  # noqa: E402
@@ -33,7 +34,7 @@ from xlafuse.torch.program import build_program  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
-WITH_PARAMS = models.available("train")
+WITH_PARAMS = [n for n in models.available("train") if twins.has_twin(n)]
 
 
 def _xla_outputs(workload):
@@ -46,7 +47,7 @@ def _twin_outputs(workload, variant="torch-eager"):
         return torch_measure.run_twin(workload, get_variant(variant))
 
 
-@pytest.mark.parametrize("name", models.available())
+@pytest.mark.parametrize("name", twins.twin_names())
 def test_twin_forward_agrees_with_flax(name):
     workload = models.build(name, "tiny", "forward", "float32")
     twin = _twin_outputs(workload)
@@ -67,8 +68,10 @@ def test_twin_train_step_agrees_with_flax(name):
     assert loss == pytest.approx(float(reference["loss"]), rel=1e-5)
 
 
-def test_every_workload_has_a_twin():
-    assert sorted(twins.twin_names()) == models.available()
+def test_every_workload_has_a_twin_or_says_why_not():
+    assert sorted([*twins.twin_names(), *twins.NO_TWIN]) == models.available()
+    with pytest.raises(ValueError, match=r"'cartpole' has no torch twin \(its actions are sampled"):
+        build_program(models.build("cartpole", "tiny"), get_variant("torch-eager"))
 
 
 @pytest.mark.parametrize(
@@ -142,15 +145,11 @@ def test_wrapper_kernel_calls_counts_loops_library_calls_and_fallbacks():
     assert torch_measure.wrapper_kernel_calls([WRAPPER, WRAPPER]) == 6
 
 
-class _NoReference:
-    compiled = outputs = timing = profile = error = None
-
-
 def test_warm_compile_reads_inductor_s_cache():
     workload = models.build("chain", "tiny", "forward", "float32", ops=4)
     request = MeasureRequest(TimingSettings(**FAST_TIMING))
     fields = torch_measure.measure_cell(
-        workload, get_variant("torch-inductor"), request, _NoReference(), cold_start=True
+        workload, get_variant("torch-inductor"), request, Reference(), cold_start=True
     )
     assert fields["cache_hit"] is True
     assert fields["cold_compile_s"] == fields["compile_s"] > 0
@@ -282,9 +281,7 @@ def test_gpu_inductor_fuses_the_chain_into_one_device_kernel():
     request = MeasureRequest(TimingSettings(**FAST_TIMING), profile_calls=5)
     cells = {}
     for name in ("torch-eager", "torch-inductor", "torch-inductor-cudagraphs"):
-        cells[name] = torch_measure.measure_cell(
-            workload, get_variant(name), request, _NoReference()
-        )
+        cells[name] = torch_measure.measure_cell(workload, get_variant(name), request, Reference())
     assert cells["torch-eager"]["device_kernels_per_call"] == 8
     assert cells["torch-inductor"]["device_kernels_per_call"] == 1
     assert cells["torch-inductor"]["kernels_basis"] == torch_measure.KERNELS_PROFILED

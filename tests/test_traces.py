@@ -168,3 +168,9 @@ def test_cpu_profile_without_a_folder_traces_nothing():
     from xlafuse.measure.profile import profile_device_time
 
     assert profile_device_time(lambda x: x + 1, (jnp.ones(4),), 2) is None
+
+
+def test_a_cpu_cell_records_no_cost_model(kept):
+    # XLA:CPU writes no estimate and runs no priority fusion: no twin compile, no cost_model
+    _, records = kept
+    assert [r.trace.cost_model for r in records.values()] == [None, None]

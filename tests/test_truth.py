@@ -20,6 +20,7 @@ from xlafuse.experiment.config import parse_config
 from xlafuse.inspect.targets import inspect_target
 from xlafuse.measure import stats, timing
 from xlafuse.measure.numerics import compare_train_steps, host_outputs, judge_workload
+from xlafuse.models.names import Cell
 
 TRAINABLE = models.available("train")
 EVERY_CELL = [(name, "forward") for name in models.available()] + [
@@ -48,12 +49,14 @@ def _run(tmp_path, workloads, variant_names=("default", "no-fusion")):
     return runner.run_experiment(config, progress=False)
 
 
-@pytest.mark.parametrize("name", [n for n in TRAINABLE if n != "resnet50"])
+# ResNet-50 and cartpole left out for the suite's time (~20 s each on 2 cores): lstm stands for
+# the programs under a scan.
+@pytest.mark.parametrize("name", [n for n in TRAINABLE if n not in ("resnet50", "cartpole")])
 def test_run_compare_and_inspect_count_the_same_kernels(tmp_path, name):
     (record,) = _run(tmp_path, [{"name": name, "mode": "train"}], ("default",))
     workload = models.build(name, "tiny", "train")
     row = compare_workload(workload, ["default"]).rows[0]
-    inspected = inspect_target(workload=name, mode="train").report
+    inspected = inspect_target(cell=Cell(name, mode="train")).report
     assert record.fusion.kernels == row.kernels == inspected.kernels
     assert record.fusion.modeled_bytes == row.modeled_bytes == inspected.modeled_bytes
 

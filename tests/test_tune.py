@@ -9,8 +9,9 @@ import pytest
 from xlafuse.cli import main
 from xlafuse.errors import UnknownNameError, XlafuseError
 from xlafuse.experiment.tune.evaluate import Evaluator, Target
+from xlafuse.experiment.tune.evidence import Evidence
 from xlafuse.experiment.tune.rerun import Rerun, candidate_from
-from xlafuse.experiment.tune.search import OK, Score, successive_halving
+from xlafuse.experiment.tune.search import OK, Score, grid, successive_halving
 from xlafuse.experiment.tune.space import (
     FAMILIES,
     Candidate,
@@ -18,7 +19,7 @@ from xlafuse.experiment.tune.space import (
     families_for,
     parse_knob,
 )
-from xlafuse.experiment.tune.tuner import best_toml, tune
+from xlafuse.experiment.tune.tuner import GRID_EFFORT, best_toml, tune
 
 
 def run(capsys, *argv):
@@ -30,7 +31,7 @@ def run(capsys, *argv):
 def test_the_space_is_every_combination_with_the_default_first():
     families = families_for("gpu", ["gemm-fusion", "command-buffers"])
     space = enumerate_space({"unroll": (1, 8)}, families)
-    assert len(space) == 1 + 2 * 2 * 3  # the default, then knobs x choices
+    assert len(space) == 1 + 2 * 3 * 3  # the default, then knobs x choices
     assert space[0] == Candidate((), (("gemm-fusion", "on"), ("command-buffers", "on")))
     assert space[0].name == "default" and space[0].options() == {}
     names = [c.name for c in space]
@@ -104,6 +105,32 @@ def test_the_budget_cuts_a_round_and_ranks_what_it_measured():
     assert result.ranked == ("a", "default", "b") and result.budget_spent
 
 
+def test_the_grid_measures_every_candidate_alike_and_ranks_them():
+    times = {"default": 2.0, "a": 1.0, "b": 3.0, "wrong": 0.5}
+    clock = FakeClock()
+    evaluate, calls = fake_evaluate(times, clock, statuses={"wrong": "numerics"})
+    result = grid(list(times), evaluate, effort=4, clock=clock)
+    assert calls == [(c, 4) for c in times]
+    assert result.ranked == ("a", "default", "b") and not result.budget_spent
+    assert result.seconds == 16.0  # four candidates at effort 4, one second per unit
+
+
+def test_a_grid_tune_says_so_in_its_record(tmp_path):
+    space = enumerate_space({"unroll": (2, 8)}, [])
+    clock = FakeClock()
+    evaluate, calls = fake_evaluate({space[0]: 2.0, space[1]: 1.9, space[2]: 1.0}, clock)
+    lines = []
+    target = Target("examples/cartpole.py:rollout", {}, {"envs": 16})
+    result = tune(target, {"unroll": (2, 8)}, [], 1, tmp_path, False, lines.append, evaluate,
+                  search="grid")  # fmt: skip
+    assert lines[0] == "tune: 3 candidates, the whole grid, no budget"
+    assert {e for _, e in calls} == {GRID_EFFORT} and len(calls) == 3
+    assert result.best.name == "unroll=8"
+    summary = json.loads((tmp_path / "tune.jsonl").read_text().splitlines()[-1])
+    assert (summary["search"], summary["budget_s"]) == ("grid", None)
+    assert summary["search_s"] >= 0  # the real clock's: tune's own, not the fake evaluator's
+
+
 def test_a_candidate_that_changes_the_answer_never_wins():
     times = {"default": 2.0, "wrong": 0.1, "right": 1.5}
     clock = FakeClock()
@@ -154,11 +181,25 @@ def test_a_confirmed_winner_and_its_best_toml(tmp_path):
     assert config["workloads"][0]["entry"].endswith("examples/cartpole.py:rollout")
 
 
+def test_the_evidence_of_a_gpu_rerun_reads_back_and_prints():
+    group = {"kind": "fusion", "kernels_a": ["loop_fusion.3"], "kernels_b": ["loop_fusion.7"],
+             "time_a_s": 40e-6, "time_b_s": 12e-6}  # fmt: skip
+    evidence = Evidence((5.6e-3, 4.0e-3), 1.4, (1.38, 1.42), "faster", (4006.0, 1130.0), (group,))
+    proof = Rerun("latency", 1.41, (1.4, 1.42), "faster", 5.6e-3, 3.97e-3, (1.0, 3.5), evidence)
+    again = Rerun.from_dict(json.loads(json.dumps(proof.to_dict())))
+    assert again == proof
+    assert evidence.lines() == [
+        "  device time 4 vs 5.6 ms: 1.40x [1.38, 1.42] faster",
+        "  kernels per call 1130 vs 4006",
+        "  gain: fusion loop_fusion.7 -28.0 us per call",
+    ]
+
+
 def test_best_toml_puts_options_beside_the_default_and_runs(tmp_path, capsys):
     space = enumerate_space({}, families_for("gpu", ["gemm-fusion"]))
     result = tune(Target("mul_add_relu", {"size": "tiny"}), {}, families_for("gpu", ["gemm-fusion"]),
-                  100, None, False, lambda line: None, fake_evaluate({space[0]: 2.0, space[1]: 1.0},
-                  FakeClock())[0])  # fmt: skip
+                  100, None, False, lambda line: None, fake_evaluate({space[0]: 2.0, space[1]: 1.0,
+                  space[2]: 1.5}, FakeClock())[0])  # fmt: skip
     text = best_toml(result)
     config = tomllib.loads(text)
     assert config["experiment"]["variants"] == [
@@ -210,12 +251,15 @@ def test_bad_input_is_one_line_and_exit_2(capsys, argv, error):
 
 @pytest.mark.gpu
 def test_tune_finds_an_unroll_of_the_rollout_and_proves_it_on_a_gpu(tmp_path):
-    # On the H200 the rollout's default (unroll 1) is launch-bound: unrolling the scan was
-    # 1.41x at 1,024 x 500 (issue 29); at 256 x 200 the search has 30 s.
-    target = Target("examples/cartpole.py:rollout", {}, {"envs": 256, "steps": 200})
-    result = tune(target, {"unroll": (1, 8, 32)}, [], 30, tmp_path, say=lambda line: None)
+    # On the H200 full cartpole (1,024 x 500) is launch-bound: unroll 4 was 1.27x [1.26, 1.28]
+    # on latency and 1.18x on device time (experiments/h200/tune); tiny cartpole (64 x 32) is
+    # not (its default won there).
+    target = Target("cartpole", {"size": "full"})
+    result = tune(target, {"unroll": (1, 4)}, [], 60, tmp_path, say=lambda line: None)
     assert result.best is not None and dict(result.best.knobs).get("unroll", 1) > 1
     assert result.confirmed and result.proof.verdict == "faster"
+    evidence = result.proof.evidence  # where the time went, from traced calls
+    assert evidence.kernels_per_call[1] < evidence.kernels_per_call[0]
 
 
 def test_the_rerun_times_both_programs_in_a_fresh_process():
@@ -239,3 +283,89 @@ def test_a_sharded_target_is_tuned_with_its_host_devices(capfd):
     code = main(["tune", "mlp", "--devices", "2", "--budget-s", "5", "--no-rerun"])
     out, _ = capfd.readouterr()
     assert code == 0 and "nothing beats the default program: it ranked first" in out
+
+
+def test_the_target_s_own_knob_values_are_not_measured_twice():
+    defaults = Target("cartpole", {"size": "small"}).defaults()
+    assert (defaults["unroll"], defaults["envs"]) == (1, 256)
+    space = enumerate_space({"unroll": (1, 2)}, families_for("gpu", ["command-buffers"]), defaults)
+    names = [c.name for c in space]
+    assert "unroll=1" not in names  # the default program again
+    assert names[:3] == [
+        "default",
+        "unroll=1 command-buffers=off",
+        "unroll=1 command-buffers=min-graph-1",
+    ]
+    assert len(space) == 1 + 2 * 3 - 1
+    entry = Target("examples/cartpole.py:rollout", {}, {"envs": 16}).defaults()
+    assert entry == {"envs": 16, "steps": 100, "hidden": 64, "unroll": 1}
+
+
+TABLE = """
+[experiment]
+name = "t"
+output = "OUT"
+
+[tune]
+workload = { name = "cartpole", size = "tiny", overrides = { steps = 8 } }
+knobs = { unroll = [2, 4] }
+space = ["while-loop-double-buffering"]
+budget_s = 2
+rerun = false
+"""
+
+
+def test_a_tune_table_is_read_and_its_gpu_families_left_out_on_a_cpu(tmp_path):
+    from xlafuse.experiment.tune.table import parse_tune_table
+
+    table = parse_tune_table(tomllib.loads(TABLE), "cpu")
+    assert table.target == Target("cartpole", {"size": "tiny", "mode": "forward"}, {"steps": 8})
+    assert (table.knobs, table.budget_s, table.search, table.rerun) == (
+        {"unroll": (2, 4)}, 2.0, "halving", False
+    )  # fmt: skip
+    assert str(table.output) == "OUT"
+    assert table.option_families("cpu") == ([], ["while-loop-double-buffering"])
+    assert [f.name for f in table.option_families("gpu")[0]] == ["while-loop-double-buffering"]
+
+
+def test_a_bad_tune_table_lists_every_problem_where_it_is():
+    from xlafuse.experiment.tune.table import parse_tune_table
+
+    bad = TABLE.replace('size = "tiny"', 'size = "tinny"').replace("budget_s = 2", "budget_s = 0")
+    bad = bad.replace("rerun = false", 'rerun = "no"\nsearch = "grdi"\nknbos = 1')
+    bad = bad.replace('"while-loop-double-buffering"', '"while-loop-double-bufering"')
+    with pytest.raises(XlafuseError) as caught:
+        parse_tune_table(tomllib.loads(bad), "cpu")
+    lines = str(caught.value).splitlines()
+    assert lines[0] == "6 problems in the config:"
+    assert lines[1:] == [
+        "  tune.knbos: unknown key (did you mean 'knobs'?); accepted: workload, knobs, space, "
+        "budget_s, search, rerun",
+        "  tune.workload.size: unknown size 'tinny' for workload 'cartpole' (did you mean "
+        "'tiny'?); accepted: tiny, small, full",
+        "  tune.space: unknown option family 'while-loop-double-bufering' (did you mean "
+        "'while-loop-double-buffering'?); accepted: " + ", ".join(FAMILIES),
+        "  tune.budget_s: need a number of seconds above 0, not 0",
+        "  tune.search: 'grdi' (did you mean 'grid'?); accepted: halving, grid",
+        "  tune.rerun: must be true or false, not 'no'",
+    ]
+
+
+def test_run_and_tune_of_a_tune_config_search_it(tmp_path, capsys):
+    config = tmp_path / "tune.toml"
+    config.write_text(TABLE.replace("OUT", str(tmp_path / "out")))
+    code, out, err = run(capsys, "run", config)
+    assert (code, err) == (0, "")
+    assert out.splitlines()[:2] == [
+        "tune: while-loop-double-buffering: not on this cpu, left out of the space",
+        "tune: 3 candidates, budget 2 s",
+    ]
+    summary = json.loads((tmp_path / "out" / "tune.jsonl").read_text().splitlines()[-1])
+    assert summary["search"] == "halving" and summary["proof"] is None
+    assert tomllib.loads((tmp_path / "out" / "best.toml").read_text())["workloads"]
+    code, _, err = run(capsys, "tune", config, "--budget-s", "5")
+    assert code == 2 and err == (
+        f"xlafuse tune: error: --budget-s: not for a config with a [tune] table ({config}): "
+        "the table decides the target, its knobs, space and budget; --out may replace its "
+        "output\n"
+    )

@@ -125,8 +125,8 @@ def test_the_example_config_runs_resumes_and_refuses_a_changed_model(tmp_path, c
     assert main(["run", str(config), "--out", str(out), "--no-progress"]) == 0
     records = read_results(out / "results.jsonl").records
     assert [(r.workload, r.size, r.mode, r.variant) for r in records] == [
-        ("cartpole", "custom", "forward", "default"),
-        ("cartpole", "custom", "forward", "no-fusion"),
+        ("my_cartpole", "custom", "forward", "default"),
+        ("my_cartpole", "custom", "forward", "no-fusion"),
         ("gated_mlp", "tiny", "forward", "default"),
         ("gated_mlp", "tiny", "forward", "no-fusion"),
         ("gated_mlp", "tiny", "train", "default"),
@@ -150,7 +150,7 @@ def test_the_example_config_runs_resumes_and_refuses_a_changed_model(tmp_path, c
     changed = user.file_sha256(folder / "cartpole.py")
     assert capsys.readouterr().err == (
         f"xlafuse run: error: {out / 'results.jsonl'} holds results measured under other "
-        f"settings (workload 'cartpole': its source file changed (sha256 {cartpole_sha[:12]} "
+        f"settings (workload 'my_cartpole': its source file changed (sha256 {cartpole_sha[:12]} "
         f"in the file, {changed[:12]} now)): resuming would mix them; pass --fresh to move "
         "that file aside and start over, or write to another --out\n"
     )

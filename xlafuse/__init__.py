@@ -9,7 +9,8 @@ Public surface:
   variants                       the presets, `variants.get`, `variants.compose`, `Variant`
   models                         the Flax workloads (`models.build`, `models.available`)
   run_experiment(config)         run a TOML experiment config; `write_report(results.jsonl)`
-  warmup(...), measure_cold_start(workload)   persistent cache and cold-start figures
+  warmup(...), measure_cold_start(cell)   persistent cache and cold-start figures
+  Cell(name, size, mode, ...)    a workload cell's one name: `.label`, `.cell_id()`, `.build()`
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import TYPE_CHECKING
 # name -> the module that defines it. Imported on first use (PEP 562): `import xlafuse` and the
 # command line start without JAX, which reading HLO (`xlafuse inspect DUMP`) does not need.
 _EXPORTS = {
+    "Cell": "xlafuse.models.names",
     "CellResult": "xlafuse.results.records",
     "ColdStartResult": "xlafuse.measure.coldstart",
     "CollectiveReport": "xlafuse.hlo.collectives",
@@ -67,6 +69,7 @@ if TYPE_CHECKING:  # what the names are, for type checkers and editors
     from xlafuse.hlo.collectives import CollectiveReport, collectives_of_text
     from xlafuse.measure.coldstart import ColdStartResult, measure_cold_start
     from xlafuse.measure.numerics import NumericDiff, compare_outputs
+    from xlafuse.models.names import Cell
     from xlafuse.report.markdown import write_report
     from xlafuse.results.records import CellResult
 
@@ -109,6 +112,7 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "Cell",
     "CellResult",
     "ColdStartResult",
     "CollectiveReport",

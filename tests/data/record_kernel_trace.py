@@ -46,12 +46,17 @@ def main() -> None:
     for name in args.variants:
         compiled = compile_workload(work, get_variant(name))
         write(args.out / f"{name}.hlo.txt.gz", compiled.hlo_text)
-        with tempfile.TemporaryDirectory() as tmp:
-            trace_calls(compiled, work.fresh_args(), args.calls, advance, Path(tmp))
-            basis, events = trace_events(find_trace(tmp))
-        payload = {"calls": args.calls, "basis": basis, "events": [list(e) for e in events]}
-        write(args.out / f"{name}.events.json.gz", json.dumps(payload))
-        print(name, basis, len(events), "events")
+        record_events(compiled, work, args.calls, advance, args.out / f"{name}.events.json.gz")
+
+
+def record_events(compiled, work, calls: int, advance, path: Path) -> None:
+    """Traces `calls` calls and writes their kernel events (the module docstring's form)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        trace_calls(compiled, work.fresh_args(), calls, advance, Path(tmp))
+        basis, events = trace_events(find_trace(tmp))
+    payload = {"calls": calls, "basis": basis, "events": [list(e) for e in events]}
+    write(path, json.dumps(payload))
+    print(path.name, basis, len(events), "events")
 
 
 if __name__ == "__main__":

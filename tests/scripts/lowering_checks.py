@@ -31,6 +31,7 @@ from xlafuse.hlo import analyze_module
 from xlafuse.hlo.parse import parse_hlo
 from xlafuse.inspect.explain import compile_for_explain
 from xlafuse.inspect.targets import inspect_target
+from xlafuse.models.names import Cell
 
 # The text of a lowering names the Python frames it was traced under, callers included: two
 # entry points that call the same lowering from different places differ there and only there.
@@ -54,8 +55,8 @@ def texts(mode: str, devices: int, parallelism: str) -> tuple[dict, dict, bool]:
     build = {"mode": mode, "devices": devices, "parallelism": parallelism}
     work = models.build("mlp", **build)
     compiled = compile_workload(work, "default")
-    explain = compile_for_explain("mlp", ("default",), **build)
-    inspected = inspect_target(workload="mlp", variant="default", **build)
+    explain = compile_for_explain(Cell("mlp", **build), ("default",))
+    inspected = inspect_target(cell=Cell("mlp", **build), variant="default")
     [(_, lower)] = list(_targets(work, (), {}))
     warm = lower()
     options = get_variant("default").compiler_options(jax.default_backend())

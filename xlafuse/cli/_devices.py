@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from xlafuse.cli import _distributed
 from xlafuse.cli._checks import comma_separated
 from xlafuse.errors import XlafuseError
-from xlafuse.models.names import PARALLELISMS, is_entry
+from xlafuse.models.names import PARALLELISMS, Cell, is_entry
 
 WORKLOAD_HELP = (
     "a zoo workload (`xlafuse workloads`) or a program of yours, FILE.py:FUNCTION or "
@@ -114,18 +114,20 @@ def overrides(args) -> dict:
     return parse_overrides(getattr(args, "overrides", None))
 
 
-def workload_options(args) -> dict:
-    """The options `add_workload_arguments` declared, as the library's keyword arguments:
-    workload, size, mode and overrides, and with the mesh devices and parallelism."""
-    options = {
-        "workload": args.workload,
-        "size": args.size,
-        "mode": args.mode,
-        "overrides": overrides(args),
-    }
-    if hasattr(args, "devices"):
-        options.update(devices=args.devices, parallelism=args.parallelism)
-    return options
+def cell_of(args) -> Cell | None:
+    """The cell the options of `add_workload_arguments` name (None without a workload): the
+    workload, size, mode, dtype and overrides, and with the mesh its devices and parallelism."""
+    if not getattr(args, "workload", None):
+        return None
+    return Cell(
+        args.workload,
+        args.size,
+        args.mode,
+        getattr(args, "dtype", None),
+        overrides(args),
+        getattr(args, "devices", 1),
+        getattr(args, "parallelism", "data"),
+    )
 
 
 def check_workload(args) -> None:

@@ -6,8 +6,7 @@ from __future__ import annotations
 import json
 
 from xlafuse.cli import _progress
-from xlafuse.cli._devices import add_workload_arguments, overrides
-from xlafuse.models.names import display_name, workload_label
+from xlafuse.cli._devices import add_workload_arguments, cell_of
 from xlafuse.report.format import fit
 
 HELP = "time a workload's cold start in fresh processes"
@@ -35,19 +34,12 @@ def run(args) -> int:
     from xlafuse.report.coldstart import coldstart_text
 
     _check(args)
-    spec = {
-        "name": args.workload,
-        "size": args.size,
-        "mode": args.mode,
-        "dtype": args.dtype,
-        "overrides": overrides(args),
-    }
-    shown = workload_label(display_name(args.workload), args.size, args.mode, spec["overrides"])
-    label = f"{shown} @ {args.variant}"
+    cell = cell_of(args)
+    label = f"{cell.label} @ {args.variant}"
     warm = args.cache is not None and coldstart.cache_entry_count(args.cache) > 0
     with _progress.steps("coldstart", total=(1 if warm else 2) if args.no_aot else 3) as step:
         result = coldstart.measure_cold_start(
-            spec,
+            cell,
             args.variant,
             cache_dir=args.cache,
             steady_calls=args.calls,

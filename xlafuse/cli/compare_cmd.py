@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import json
 
-from xlafuse import models
 from xlafuse.cli import _progress
-from xlafuse.cli._devices import add_workload_arguments, overrides, rerun_if_needed
-from xlafuse.models.names import workload_label
+from xlafuse.cli._devices import add_workload_arguments, cell_of, rerun_if_needed
 from xlafuse.report.format import fit
 
 HELP = "one workload under several variants, one table"
@@ -36,19 +34,10 @@ def run(args) -> int:
         get_variant(name)
     if (status := rerun_if_needed(args)) is not None:
         return status
-    label = workload_label(args.workload, args.size, args.mode, overrides(args))
-    if args.devices > 1:
-        label += f" ({args.parallelism}-parallel on {args.devices} devices)"
+    cell = cell_of(args)
     with _progress.steps("compare", total=1 + len(names)) as step:
-        step(f"building {label}")
-        workload = models.build(
-            args.workload,
-            size=args.size,
-            mode=args.mode,
-            devices=args.devices,
-            parallelism=args.parallelism,
-            **overrides(args),
-        )
+        step(f"building {cell.label}")
+        workload = cell.build()
         table = compare_workload(workload, variants=names, on_step=step)
     print(json.dumps(table.to_dict(), indent=1) if args.json else fit(str(table)))
     return 0

@@ -7,14 +7,8 @@ import json
 
 from xlafuse.cli import _progress
 from xlafuse.cli._checks import comma_separated
-from xlafuse.cli._devices import (
-    add_workload_arguments,
-    overrides,
-    rerun_if_needed,
-    workload_options,
-)
+from xlafuse.cli._devices import add_workload_arguments, cell_of, rerun_if_needed
 from xlafuse.errors import XlafuseError
-from xlafuse.models.names import workload_label
 from xlafuse.report.format import fit
 
 HELP = "what two compilations fused differently"
@@ -61,7 +55,7 @@ def run(args) -> int:
             variants=variants,
             reference=args.reference,
             on_step=step,
-            **workload_options(args),
+            cell=cell_of(args),
         )
     print(json.dumps(diff.to_dict(), indent=1) if args.json else fit(render_diff(diff, args.top)))
     return 0
@@ -82,19 +76,10 @@ def _measured(args, variants: tuple[str, ...]) -> int:
     at_least_one("--calls", args.calls)
     if args.traces is not None:
         writable_folder(args.traces, "--traces folder")
+    cell = cell_of(args)
     with _progress.steps("diff", total=1) as step:
-        step(
-            f"compiling and tracing {workload_label(args.workload, args.size, args.mode)} @ {' and @ '.join(variants)}"
-        )
-        measured = measure_workload_diff(
-            args.workload,
-            variants,
-            args.size,
-            args.mode,
-            args.calls,
-            args.traces,
-            overrides(args),
-        )
+        step(f"compiling and tracing {cell.label} @ {' and @ '.join(variants)}")
+        measured = measure_workload_diff(cell, variants, args.calls, args.traces)
     if args.json:
         print(json.dumps(measured.to_dict(), indent=1))
     else:

@@ -1,13 +1,15 @@
 """Every producer-consumer edge of the unoptimized program that stayed a kernel boundary: XLA's
 reason (GPU priority-fusion dump), the cost model's estimate, the modeled bytes and the source
-lines. A target is a dump folder (before/after HLO and *.priority_fusion_dump.txt) or --workload."""
+lines. A target is a dump folder (before/after HLO and *.priority_fusion_dump.txt) or --workload;
+with --measure, the workload is traced and each boundary's two kernels get their measured time
+beside XLA's estimate of them."""
 
 from __future__ import annotations
 
 import json
 
 from xlafuse.cli import _progress
-from xlafuse.cli._devices import add_workload_arguments, workload_options
+from xlafuse.cli._devices import add_workload_arguments, cell_of
 from xlafuse.report.format import fit
 
 HELP = "why ops were not fused, and the bytes each boundary costs"
@@ -25,6 +27,13 @@ def add_arguments(p) -> None:
     p.add_argument("--kernel", help="show the fusion steps that built this kernel")
     p.add_argument("--top", type=int, default=10, help="boundaries shown (10)")
     p.add_argument("--json", action="store_true", help="print JSON with every boundary")
+    p.add_argument(
+        "--measure",
+        action="store_true",
+        help="with --workload: trace the variant and show each boundary's kernels' measured "
+        "time beside XLA's estimate (GPU: device kernels; CPU: host thunks)",
+    )
+    p.add_argument("--calls", type=int, default=10, help="calls traced with --measure (10)")
 
 
 def run(args) -> int:
@@ -38,6 +47,8 @@ def run(args) -> int:
         from xlafuse.cli._devices import check_workload  # on use: it imports JAX
 
         check_workload(args)
+    if args.measure:
+        return _measured(args)
     total = len(explained_variants(args.variant, args.against))
     with _progress.steps("explain", total=total) as step:
         report = explain_target(
@@ -46,7 +57,7 @@ def run(args) -> int:
             variant=args.variant,
             against=args.against,
             on_step=step,
-            **workload_options(args),
+            cell=cell_of(args),
         )
     if args.json:
         out = report.explanation.to_dict()
@@ -56,4 +67,30 @@ def run(args) -> int:
         print(json.dumps(out, indent=1))
     else:
         print(fit(render_explain(report, args.top, args.kernel)))
+    return 0
+
+
+def _measured(args) -> int:
+    """`--measure`: the workload explained, traced, each boundary with its kernels' times."""
+    from xlafuse.cli._checks import at_least_one
+    from xlafuse.errors import XlafuseError
+    from xlafuse.experiment.explain_measure import explain_measured  # JAX: only --measure
+    from xlafuse.inspect.explain import explained_variants
+    from xlafuse.report.explain_text import render_explain
+
+    if not args.workload or args.folder:
+        raise XlafuseError(
+            "--measure needs --workload NAME (a dump folder holds no program to run)"
+        )
+    at_least_one("--calls", args.calls)
+    total = len(explained_variants(args.variant, args.against)) + 1
+    with _progress.steps("explain", total=total) as step:
+        measured = explain_measured(
+            cell_of(args), args.variant, args.against, args.calls, on_step=step
+        )
+    if args.json:
+        print(json.dumps(measured.to_dict(), indent=1))
+        return 0
+    report, basis = measured.report, measured.times.basis
+    print(fit(render_explain(report, args.top, args.kernel, measured.costs, basis)))
     return 0

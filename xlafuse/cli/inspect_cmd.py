@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from xlafuse.cli import _progress
-from xlafuse.cli._devices import add_workload_arguments, rerun_if_needed, workload_options
+from xlafuse.cli._devices import add_workload_arguments, cell_of, rerun_if_needed
 from xlafuse.errors import XlafuseError
 from xlafuse.report.format import fit
 from xlafuse.report.inspect_text import SORT_KEYS
@@ -45,7 +45,7 @@ def run(args) -> int:
             args.module,
             variant=args.variant,
             on_step=step,
-            **workload_options(args),
+            cell=cell_of(args),
         )
     if args.dot or args.svg:
         _write_graph(result, args.dot, args.svg)

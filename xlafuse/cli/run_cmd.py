@@ -44,10 +44,15 @@ def run(args: argparse.Namespace) -> int:
     from xlafuse.compile.devices import needs_host_devices
     from xlafuse.experiment.config import check_config_file, load_config
     from xlafuse.experiment.runner import run_experiment
+    from xlafuse.experiment.tune.table import has_tune_table
 
     distributed = _distributed.start(args)  # first: before JAX starts its backend
     variant_names(args.variants)
     check_config_file(args.config)
+    if has_tune_table(args.config):  # a tuning written down: `xlafuse tune CONFIG` runs it
+        from xlafuse.cli.tune_cmd import run_config
+
+        return run_config(args.config, args.argv, args)
     import_user_code(args)
     try:
         config = load_config(args.config)

@@ -5,6 +5,7 @@ Writes tune.jsonl (every trial) and best.toml (`xlafuse run best.toml` reruns th
 
 from __future__ import annotations
 
+from xlafuse.cli import _distributed
 from xlafuse.cli._devices import add_workload_arguments
 
 HELP = "search knobs and XLA options for a faster program, and prove it"
@@ -31,6 +32,13 @@ def add_arguments(p) -> None:
         "while-loop-unrolling, command-buffers, multi-output-fusion (all on a GPU)",
     )
     p.add_argument("--budget-s", type=float, default=60.0, help="search time in seconds (60)")
+    p.add_argument(
+        "--search",
+        choices=("halving", "grid"),
+        default="halving",
+        help="halving: successive halving within the budget (default); grid: every candidate "
+        "measured alike, no budget (to judge a search against)",
+    )
     p.add_argument("--out", metavar="DIR", help="write tune.jsonl and best.toml here")
     p.add_argument(
         "--no-rerun", action="store_true", help="skip the fresh-process proof of the winner"
@@ -38,10 +46,12 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
+    if args.workload.endswith(".toml"):
+        return run_config(args.workload, args.argv, args)
     # on use, not at the top: `xlafuse --help` imports no JAX (see xlafuse.cli)
     import jax
 
-    from xlafuse.cli._devices import rerun_if_needed, workload_options
+    from xlafuse.cli._devices import cell_of, rerun_if_needed
     from xlafuse.errors import XlafuseError
     from xlafuse.experiment.tune.evaluate import Target
     from xlafuse.experiment.tune.space import families_for, parse_knob
@@ -52,27 +62,88 @@ def run(args) -> int:
     knobs = dict(parse_knob(k) for k in args.knob)
     if (status := rerun_if_needed(args)) is not None:  # N host devices: in a child
         return status
-    options = workload_options(args)
-    overrides = options.pop("overrides")
-    clash = sorted(set(knobs) & set(overrides))
+    cell = cell_of(args)
+    clash = sorted(set(knobs) & set(cell.overrides))
     if clash:
         raise XlafuseError(f"{', '.join(clash)} given both as --knob and --overrides: pick one")
-    name = options.pop("workload")
-    settings = {"size": options["size"], "mode": options["mode"], "dtype": args.dtype}
-    if options["devices"] > 1:
-        settings.update(devices=options["devices"], parallelism=options["parallelism"])
+    settings = {"size": cell.size, "mode": cell.mode, "dtype": cell.dtype}
+    if cell.devices > 1:
+        settings.update(devices=cell.devices, parallelism=cell.parallelism)
     settings = {k: v for k, v in settings.items() if v not in (None, "custom")}
     spaces = None if args.space is None else [s for s in args.space.split(",") if s.strip()]
     families = [] if spaces == ["none"] else families_for(jax.default_backend(), spaces)
-    layout = getattr(args, "layout", None)  # --distributed: process 0 writes, none proves
-    several = layout is not None and layout.distributed
     tune(
-        Target(name, settings, overrides),
+        Target(cell.name, settings, dict(cell.overrides)),
         knobs,
         families,
         args.budget_s,
-        out=args.out if layout is None or layout.writer else None,
-        prove=not args.no_rerun and not several,
-        unproved=UNPROVED_DISTRIBUTED if several else "",
+        search=args.search,
+        **_writes_and_proof(args, args.out, not args.no_rerun),
     )
     return 0
+
+
+def run_config(path: str, argv, args=None) -> int:
+    """`xlafuse tune CONFIG.toml` and `xlafuse run CONFIG.toml` of a config with a `[tune]`
+    table (`xlafuse.experiment.tune.table`): the search it describes, into its output folder
+    (`--out` replaces it). Options of the command line that the table also sets are refused."""
+    import jax
+
+    from xlafuse.cli._devices import rerun_with_host_devices
+    from xlafuse.compile.devices import needs_host_devices
+    from xlafuse.errors import XlafuseError
+    from xlafuse.experiment.tune.table import load_tune_table
+    from xlafuse.experiment.tune.tuner import tune
+
+    given = [f"--{k.replace('_', '-')}" for k in _TABLE_OPTIONS if _given(args, k)]
+    if given:
+        raise XlafuseError(
+            f"{', '.join(given)}: not for a config with a [tune] table ({path}): the table "
+            "decides the target, its knobs, space and budget; --out may replace its output"
+        )
+    distributed = args is not None and _distributed.start(args)  # before JAX's backend
+    table = load_tune_table(path, jax.default_backend())
+    devices = table.target.settings.get("devices", 1)
+    if distributed:
+        from xlafuse.distributed.runtime import check_spans_processes
+
+        check_spans_processes(devices, f"the [tune] table's devices = {devices}")
+    elif needs_host_devices(devices):
+        return rerun_with_host_devices(argv, devices)
+    backend = jax.default_backend()
+    families, skipped = table.option_families(backend)
+    if skipped:
+        print(f"tune: {', '.join(skipped)}: not on this {backend}, left out of the space")
+    tune(
+        table.target,
+        table.knobs,
+        families,
+        table.budget_s,
+        search=table.search,
+        **_writes_and_proof(args, getattr(args, "out", None) or table.output, table.rerun),
+    )
+    return 0
+
+
+def _writes_and_proof(args, out, prove: bool) -> dict:
+    """`tune`'s out, prove and unproved: under --distributed process 0 alone writes, and no
+    process proves (the proof is a fresh process, which cannot join the run)."""
+    layout = getattr(args, "layout", None)
+    several = layout is not None and layout.distributed
+    return {
+        "out": out if layout is None or layout.writer else None,
+        "prove": prove and not several,
+        "unproved": UNPROVED_DISTRIBUTED if several else "",
+    }
+
+
+# What a [tune] table decides (dest -> its default on the command line).
+_TABLE_OPTIONS = {
+    "knob": [], "space": None, "budget_s": 60.0, "search": "halving", "no_rerun": False,
+    "size": None, "mode": None, "dtype": None, "overrides": None, "devices": 1,
+    "parallelism": "data", "only": None, "variants": None, "fresh": False,
+}  # fmt: skip
+
+
+def _given(args, dest: str) -> bool:
+    return args is not None and getattr(args, dest, _TABLE_OPTIONS[dest]) != _TABLE_OPTIONS[dest]

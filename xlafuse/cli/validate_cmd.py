@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from xlafuse.cli._checks import comma_separated
-from xlafuse.cli._devices import add_workload_arguments, import_user_code, parse_overrides
+from xlafuse.cli._devices import add_workload_arguments, cell_of, import_user_code
 from xlafuse.errors import XlafuseError
 from xlafuse.report.format import fit
 
@@ -66,14 +66,8 @@ def run(args) -> int:
         config = load_config(args.config, backend="gpu")
         results = validate_config(config, args.only, args.variants, say=say, **kwargs)
     else:
-        spec = {
-            "name": args.workload,
-            "size": args.size,
-            "mode": args.mode,
-            "dtype": args.dtype,
-            "overrides": parse_overrides(args.overrides),
-        }
-        cells = [(spec, v) for v in args.variants or ["default"]]
+        cell = cell_of(args)
+        cells = [(cell, v) for v in args.variants or ["default"]]
         results = validate_cells(cells, say=say, **kwargs)
     if args.out:
         write_validation(results, args.out, _command())

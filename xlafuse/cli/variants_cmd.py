@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from xlafuse.kinds import Framework
 from xlafuse.report.format import fit
 
 HELP = "the fusion variant presets and their XLA options"
@@ -30,7 +31,7 @@ def run(args) -> int:
     for row in rows:
         here = "applies here" if row["applies"] else f"{'/'.join(row['backends'])} only"
         print(fit(f"\n{row['name']}  ({here})\n  {row['description']}"))
-        if row["framework"] == "torch":
+        if row["framework"] == Framework.TORCH:
             print(fit(f"  {_torch_line(row)}"))
             continue
         for key, value in row["options"].items():

@@ -21,6 +21,7 @@ from xlafuse.compile.variants import Variant
 from xlafuse.compile.variants import get as get_variant
 from xlafuse.hlo import analyze_hlo
 from xlafuse.hlo.collectives import collectives_of_text
+from xlafuse.kinds import Framework
 
 
 class CompiledVariant:
@@ -207,7 +208,7 @@ def compile_variant(
         runs PyTorch (`xlafuse.torch`), which has no XLA program.
     """
     variant = get_variant(variant)
-    if variant.framework != "jax":
+    if variant.framework != Framework.JAX:
         raise ValueError(
             f"variant {variant.name!r} runs the workload's PyTorch twin, not an XLA program: "
             "use it in `xlafuse run` and `xlafuse compare`"

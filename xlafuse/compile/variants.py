@@ -30,10 +30,10 @@ import jaxlib
 
 from xlafuse.compile.passes import fusion_passes, known_passes
 from xlafuse.errors import UnknownNameError, UnknownPassError, did_you_mean
+from xlafuse.kinds import Framework
 
 DISABLE_PASSES = "xla_disable_hlo_passes"
 BACKENDS = ("cpu", "gpu")
-FRAMEWORKS = ("jax", "torch")
 TORCH_INSTALL = 'pip install -e ".[torch]" (docs/torch.md: the CPU-only wheel)'
 
 
@@ -51,7 +51,7 @@ class Variant:
       backend_passes: more passes to switch off on one backend only (backend -> names).
       backend_options: more options for one backend only (backend -> key -> value).
       remains: what this variant cannot switch off, and why (for `xlafuse variants`, reports).
-      framework: "jax" (XLA, the options above) or "torch" (the workload's PyTorch twin,
+      framework: `Framework.JAX` (XLA, the options above) or `TORCH` (the workload's PyTorch twin,
         `xlafuse.torch`; no XLA options).
       torch_compile: for a torch variant, the keyword arguments of `torch.compile` (`{}`: the
         default Inductor), or None to run eagerly.
@@ -66,15 +66,16 @@ class Variant:
     backend_passes: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
     backend_options: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
     remains: str = ""
-    framework: str = "jax"
+    framework: Framework = Framework.JAX
     torch_compile: Mapping[str, Any] | None = None
 
     def __post_init__(self):
-        if self.framework not in FRAMEWORKS:
+        if self.framework not in list(Framework):
             raise ValueError(
                 f"variant {self.name!r}: unknown framework {self.framework!r}; accepted: "
-                f"{', '.join(FRAMEWORKS)}"
+                f"{', '.join(Framework)}"
             )
+        object.__setattr__(self, "framework", Framework(self.framework))
         if self.torch_compile is not None:
             object.__setattr__(self, "torch_compile", MappingProxyType(dict(self.torch_compile)))
         object.__setattr__(self, "options", MappingProxyType(dict(self.options)))
@@ -97,14 +98,14 @@ class Variant:
 
     def check_framework(self) -> None:
         """Raise ValueError, in one line saying how to install it, when the framework is missing."""
-        if self.framework == "torch" and importlib.util.find_spec("torch") is None:
+        if self.framework == Framework.TORCH and importlib.util.find_spec("torch") is None:
             raise ValueError(
                 f"variant {self.name!r} runs PyTorch, which is not installed: {TORCH_INSTALL}"
             )
 
     def framework_version(self) -> str | None:
         """The installed version of the variant's framework (None when it is not installed)."""
-        if self.framework == "jax":
+        if self.framework == Framework.JAX:
             return jax.__version__
         try:
             return importlib.metadata.version(self.framework)
@@ -127,7 +128,7 @@ class Variant:
                 f"variant {self.name!r} applies to {', '.join(self.backends)} only, "
                 f"not to the {backend!r} backend"
             )
-        if self.framework != "jax":
+        if self.framework != Framework.JAX:
             return {}
         validate_passes(self.passes_for(backend), backend)
         options = self.options_for(backend)
@@ -247,7 +248,7 @@ def compose(*parts: str | Variant, name: str | None = None) -> Variant:
     Example: `compose("no-fusion", "no-cuda-graphs")`.
     """
     variants = [get(p) for p in parts]
-    torch_parts = [v.name for v in variants if v.framework != "jax"]
+    torch_parts = [v.name for v in variants if v.framework != Framework.JAX]
     if torch_parts:
         raise ValueError(
             f"variants {', '.join(torch_parts)} run PyTorch and cannot be composed with others; "
@@ -388,14 +389,14 @@ register(
     Variant(
         "torch-eager",
         "the PyTorch twin, eager (one kernel or library call per aten op)",
-        framework="torch",
+        framework=Framework.TORCH,
     )
 )
 register(
     Variant(
         "torch-inductor",
         "the PyTorch twin under torch.compile (Inductor, default mode)",
-        framework="torch",
+        framework=Framework.TORCH,
         torch_compile={},
     )
 )
@@ -403,7 +404,7 @@ register(
     Variant(
         "torch-inductor-max-autotune",
         'the PyTorch twin under torch.compile(mode="max-autotune") (GEMM and kernel autotuning)',
-        framework="torch",
+        framework=Framework.TORCH,
         torch_compile={"mode": "max-autotune"},
     )
 )
@@ -411,7 +412,7 @@ register(
     Variant(
         "torch-inductor-cudagraphs",
         'the PyTorch twin under torch.compile(mode="reduce-overhead") (CUDA graphs)',
-        framework="torch",
+        framework=Framework.TORCH,
         torch_compile={"mode": "reduce-overhead"},
         backends=("gpu",),
     )

@@ -10,8 +10,8 @@ import jax
 
 from xlafuse.compile.jit import compile_variant, compile_workload
 from xlafuse.compile.variants import get as get_variant
+from xlafuse.kinds import Framework
 from xlafuse.measure.numerics import compare_outputs, host_outputs, judge_workload
-from xlafuse.models.names import workload_label
 from xlafuse.report.format import text_table
 
 
@@ -173,17 +173,17 @@ def compare_workload(
     if not variants:
         raise ValueError("compare needs at least one variant")
     resolved = [get_variant(spec) for spec in variants]  # every name checked before any compile
-    if resolved[0].framework == "torch":
+    if resolved[0].framework == Framework.TORCH:
         raise ValueError(
             f"the first variant is the reference and must be an XLA one, not "
             f"{resolved[0].name!r} (e.g. default,{resolved[0].name})"
         )
-    name = workload_label(workload.name, workload.size, workload.mode)
+    name = workload.cell.label
     rows, reference = [], None
     for spec, variant in zip(variants, resolved, strict=True):
         if on_step is not None:
             on_step(f"compiling {name} under {spec}")
-        if variant.framework == "torch":
+        if variant.framework == Framework.TORCH:
             rows.append(_torch_row(workload, variant, reference))
             continue
         compiled = compile_workload(workload, variant)
@@ -194,9 +194,8 @@ def compare_workload(
         reference = outputs if reference is None else reference
         diff = judge_workload(workload, reference, outputs)
         rows.append(_row(compiled, diff))
-    label = workload_label(workload.name, workload.size, workload.mode)
-    if workload.devices > 1:
-        label += f" ({workload.parallelism}-parallel on {workload.devices} devices)"
+    cell = workload.cell
+    label = f"{cell.short_label} ({cell.on_devices})" if cell.on_devices else cell.short_label
     return Comparison(label, jax.default_backend(), tuple(rows))
 
 

@@ -24,7 +24,7 @@ A config names the workloads, the fusion variants and how to measure them::
 
     [[workloads]]
     entry = "my_models.py:rollout"          # a program of the user's (xlafuse.models.user):
-    name = "cartpole"                       # its label (default: the function's name)
+    name = "my_cartpole"                     # its label (default: the function's name)
     overrides = { steps = 50 }              # FUNCTION's keyword arguments
 
     [timing]
@@ -62,14 +62,14 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from xlafuse import models
 from xlafuse.compile import variants
 from xlafuse.compile.devices import device_count_problem
 from xlafuse.compile.variants import BACKENDS, DISABLE_PASSES
 from xlafuse.errors import XlafuseError, did_you_mean
+from xlafuse.kinds import Framework
 from xlafuse.measure.timing import TimingSettings
 from xlafuse.models import registry, user
-from xlafuse.models.names import cell_fields, workload_label
+from xlafuse.models.names import Cell, cell_fields
 from xlafuse.models.sharding import MODEL_PARALLEL_WORKLOADS, PARALLELISMS
 
 _TOP_KEYS = ("imports", "experiment", "workloads", "timing", "measure")
@@ -140,42 +140,21 @@ class WorkloadConfig:
     def __post_init__(self):
         object.__setattr__(self, "overrides", MappingProxyType(dict(self.overrides)))
 
-    @property
-    def build_name(self) -> str:
-        """What `xlafuse.models.build` takes: the zoo name, or the entry resolved."""
-        if self.entry is None:
-            return self.name
-        return user.parse_entry(self.entry, self.base).resolved
-
-    def build(self):
-        """The `xlafuse.models.Workload` of this cell (`xlafuse.models.build`).
-
-        Raises:
-          XlafuseError, ValueError: as `build`; for an entry, also a mode that is not what
-            FUNCTION returned.
-        """
-        workload = models.build(
-            self.build_name,
+    @functools.cached_property
+    def cell(self) -> Cell:
+        """The cell this table names (`xlafuse.models.names.Cell`): what the run builds, labels
+        and keys its records by."""
+        return Cell(
+            self.name,
             self.size,
             self.mode,
             self.dtype,
-            devices=self.devices,
-            parallelism=self.parallelism,
-            **self.overrides,
+            self.overrides,
+            self.devices,
+            self.parallelism,
+            self.entry,
+            self.base,
         )
-        if self.entry is not None and workload.mode != self.mode:
-            step = workload.mode == "train"
-            returned = "a step (fn, args, donate_argnums)" if step else "a forward program"
-            raise user.EntryError(
-                f"entry {self.entry!r} returned {returned}, and the config says mode = "
-                f"{self.mode!r}: set mode = {workload.mode!r}"
-            )
-        return workload
-
-    @property
-    def mesh(self) -> str | None:
-        """`data2`, `model4`: the layout on several devices; None on one."""
-        return f"{self.parallelism}{self.devices}" if self.devices > 1 else None
 
     def applies_to(self, backend: str) -> bool:
         """Whether the config runs this workload on `backend` (its `backends` key)."""
@@ -184,9 +163,7 @@ class WorkloadConfig:
     @property
     def label(self) -> str:
         """Short human name, e.g. `chain/tiny/forward` or `chain[ops=16]/tiny/forward`."""
-        return workload_label(
-            self.name, self.size, self.mode, self.overrides, self.dtype, self.mesh
-        )
+        return self.cell.label
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form (an entry as written: the config's folder is not part of it)."""
@@ -671,7 +648,7 @@ def _parse_reference(problems, value, variants, listed) -> str:
             f"(variants: {', '.join(names)})",
         )
     chosen = [v for v in variants if v.name == reference]
-    if chosen and _framework(chosen[0]) != "jax":
+    if chosen and _framework(chosen[0]) != Framework.JAX:
         problems.add(
             "experiment.reference",
             f"{reference!r} runs PyTorch; the reference must be an XLA variant (e.g. 'default'): "
@@ -687,11 +664,11 @@ def _listed_names(listed: Any) -> list[str]:
     return [name for name in named if isinstance(name, str)]
 
 
-def _framework(config: VariantConfig) -> str:
+def _framework(config: VariantConfig) -> Framework:
     try:
         return config.resolve().framework
     except ValueError:
-        return "jax"
+        return Framework.JAX
 
 
 def _check_variant_applies(problems, where, config: VariantConfig, backend) -> bool:
@@ -715,7 +692,9 @@ def variant_problem(config: VariantConfig, backend: str) -> str | None:
             f"variant {config.name!r} applies to {', '.join(variant.backends)} only; "
             f"the backend is {backend!r}"
         )
-    if variant.framework != "jax":  # a PyTorch twin: no XLA options, but torch must be there
+    if (
+        variant.framework != Framework.JAX
+    ):  # a PyTorch twin: no XLA options, but torch must be there
         try:
             variant.check_framework()
         except ValueError as err:

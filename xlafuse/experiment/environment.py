@@ -24,6 +24,7 @@ import jaxlib
 
 from xlafuse import __version__ as XLAFUSE_VERSION
 from xlafuse.experiment.config import ExperimentConfig, VariantConfig
+from xlafuse.kinds import Framework
 from xlafuse.results.parts import plain
 
 
@@ -63,7 +64,7 @@ def variant_settings(variant: VariantConfig) -> dict[str, Any]:
         resolved = variant.resolve()
     except ValueError:
         return {"unresolved": plain(variant.to_dict())}
-    if resolved.framework != "jax":
+    if resolved.framework != Framework.JAX:
         compile_kwargs = resolved.torch_compile
         return {
             "framework": resolved.framework,

@@ -35,13 +35,13 @@ from xlafuse.experiment.config import (
 )
 from xlafuse.experiment.fields import ceilings_part
 from xlafuse.experiment.runner import run_experiment
+from xlafuse.kinds import Framework
 from xlafuse.measure.calibrate import calibrate as calibrate_ceilings
 from xlafuse.measure.timing import TimingSettings
 from xlafuse.models import user
-from xlafuse.models.names import workload_label
 from xlafuse.models.workload import Workload
 from xlafuse.report.cells import cell_tables
-from xlafuse.report.lines import cell_line
+from xlafuse.report.lines import cell_label, cell_line
 from xlafuse.results import records as records_lib
 from xlafuse.results.parts import CeilingsRecord
 from xlafuse.results.records import CellResult
@@ -100,7 +100,7 @@ class Measurement:
         if not self.records:
             return "nothing measured"
         first = self.records[0]
-        label = workload_label(first.workload, first.size, first.mode, first.overrides)
+        label = cell_label(first)
         reference = first if first.ok else None
         lines = [f"{label} on {first.backend} ({first.device_kind})"]
         lines += [cell_line(r, None if r is first else reference) for r in self.records]
@@ -208,7 +208,7 @@ def _variants(given: Sequence[Any], backend: str) -> list[VariantConfig]:
     for config in chosen:
         if names.count(config.name) > 1:
             raise XlafuseError(f"variant {config.name!r} is given twice (names: {names})")
-        if config.resolve().framework != "jax":
+        if config.resolve().framework != Framework.JAX:
             raise XlafuseError(
                 f"variant {config.name!r} runs a zoo workload's PyTorch twin; a function has "
                 "none (use xlafuse run or compare on a zoo workload)"

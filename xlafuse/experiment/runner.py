@@ -1,17 +1,22 @@
 """Run an experiment config cell by cell (workload x variant) and append a record per cell.
 
-Per workload: build it once, then for each variant, the reference first (so speedups and numeric
-differences have something to compare with): compile under the variant, read the fusion report and
-XLA's cost and memory analyses, run once for the outputs, compare them with the reference's,
-time the calls, trace them if asked (the trace kept in `traces/<cell>/`, every kernel's time
-joined to its HLO kernel, and each other variant's kernel groups timed against the reference's:
+Per workload: build its cell once (`Cell.build`), then its reference (`_reference`: the frozen
+`xlafuse.measure.reference.Reference` that every other cell of the workload is judged and
+timed against, made from the reference cell measured now or compiled again on resume), then
+each other variant against it. A cell is measured in named steps that return values
+(`_measure`): compile under the variant, read the fusion report and XLA's cost and memory
+analyses, run once for the outputs, judge them against the reference's (`judge_against`), time
+the calls against the reference (`_time` -> `time_against`, the rule the torch twins use too),
+trace them if asked (the trace kept in `traces/<cell>/`, every kernel's time joined to its HLO
+kernel, and each other variant's kernel groups timed against the reference's:
 `_kernel_fields`), derive rates, and append the record at once. Each source becomes one part of
 the record (`xlafuse.experiment.fields`); a torch cell's flat keys are unflattened into the same
 parts (`xlafuse.results.records.unflatten`).
 
 A cell that raises (an out-of-memory, a compile error, XLA rejecting an option) becomes a record
-with status "error" and the sweep goes on. Re-running a config skips the cells already recorded
-as "ok" (`fresh=True` moves the old results aside); a Ctrl-C keeps every finished cell.
+with status `Status.ERROR` and the sweep goes on. Re-running a config skips the cells already
+recorded as `Status.OK` (`fresh=True` moves the old results aside); a Ctrl-C keeps every
+finished cell.
 
 Under `jax.distributed` (several processes, one SPMD program) every process measures every
 cell, in step, and process 0 alone writes: it takes the folder, plans the cells still to do
@@ -42,15 +47,18 @@ from xlafuse.experiment import fields as fields_lib
 from xlafuse.experiment.config import ExperimentConfig, VariantConfig, WorkloadConfig, load_config
 from xlafuse.experiment.progress import Reporter
 from xlafuse.inspect.explain import missed_fusions
+from xlafuse.kinds import Framework, Status
 from xlafuse.measure import cell_kernels, timing
 from xlafuse.measure.calibrate import calibrate
-from xlafuse.measure.numerics import host_outputs, judge_workload
+from xlafuse.measure.numerics import host_outputs
+from xlafuse.measure.predicted import compile_twin
 from xlafuse.measure.profile import DeviceProfile, profile_device_time
+from xlafuse.measure.reference import Reference, compared_apart, judge_against, time_against
 from xlafuse.models.sharding import check_device_count
 from xlafuse.report.lines import cell_line
 from xlafuse.report.markdown import write_report
 from xlafuse.results import parts, records
-from xlafuse.results.records import CellResult, append_result, cell_id
+from xlafuse.results.records import CellResult, append_result
 from xlafuse.results.settings import check_resumable
 
 PROFILE_CALLS = 10
@@ -82,29 +90,6 @@ class _Run:
     @property
     def writer(self) -> bool:
         return self.layout.writer
-
-
-@dataclasses.dataclass
-class _Reference:
-    """What the other cells of a workload need from its reference variant.
-
-    Attributes:
-      compiled: its compiled program (timed in alternation with each other variant).
-      outputs: its outputs on the host (`numerics.host_outputs`), for the numerics check.
-      timing: its own Timing (for unpaired speedups).
-      profile: its DeviceProfile (for device-time speedups).
-      record: its record (this run's or an earlier run's).
-      error: why it could not be compiled again on resume (None when it could).
-      kernels: its traced kernel times and HLO (for the other cells' kernel_diff).
-    """
-
-    compiled: Any = None
-    outputs: Any = None
-    timing: timing.Timing | None = None
-    profile: DeviceProfile | None = None
-    record: CellResult | None = None
-    error: str | None = None
-    kernels: cell_kernels.Baseline = dataclasses.field(default_factory=cell_kernels.Baseline)
 
 
 def run_experiment(
@@ -322,20 +307,17 @@ def _phases(plan: list[tuple[WorkloadConfig, list[VariantConfig]]]) -> list[list
 
 
 def _is_torch(variant: VariantConfig) -> bool:
-    return _framework(variant)["framework"] == "torch"
+    return _framework(variant)["framework"] == Framework.TORCH
 
 
-def _cell_id(w: WorkloadConfig, variant: str, backend: str, layout=runtime.SINGLE) -> str:
-    processes = layout.label if layout.distributed else None
-    return cell_id(
-        w.name, w.size, w.mode, w.dtype, w.overrides, variant, backend, w.mesh, processes
-    )
+def _processes(layout: runtime.Layout) -> str | None:
+    """What a cell id ends with under `jax.distributed` (`Cell.cell_id`); None on one process."""
+    return layout.label if layout.distributed else None
 
 
 def _todo(config, w: WorkloadConfig, backend: str, done, layout) -> list[VariantConfig]:
-    return [
-        v for v in _ordered_variants(config) if _cell_id(w, v.name, backend, layout) not in done
-    ]
+    ids = {v.name: w.cell.cell_id(v.name, backend, _processes(layout)) for v in config.variants}
+    return [v for v in _ordered_variants(config) if ids[v.name] not in done]
 
 
 def _move_aside(path: Path) -> None:
@@ -385,72 +367,85 @@ def _ceilings(results_path: Path, backend: str, say, given=None) -> parts.Ceilin
 
 
 def _run_workload(run: _Run, w: WorkloadConfig, cells, done, advance) -> None:
-    """Every pending variant of one workload, the reference first."""
+    """Every pending variant of one workload: the reference first (`_reference`), then each
+    other variant against it."""
     if not cells:
         return
     watch.doing(f"building {w.label}")
     try:
-        workload = run.built[w.name] if w.name in run.built else w.build()
+        workload = run.built[w.name] if w.name in run.built else w.cell.build()
     except Exception as err:
         watch.on_failure(err)
         for variant in cells:
             _finish(run, _error_record(run, w, variant, None, err), None, advance)
         return
-    reference = _reference(run, w, workload, cells, done, advance)
+    reference, reference_record = _reference(run, w, workload, cells, done, advance)
     for variant in cells:
         if variant.name == run.config.reference:
             continue
-        record = _cell(run, w, variant, workload, reference)
-        _finish(run, record, reference.record, advance)
+        record, _ = _cell(run, w, variant, workload, reference)
+        _finish(run, record, reference_record, advance)
     del workload, reference
     gc.collect()
 
 
-def _reference(run: _Run, w, workload, cells, done, advance) -> _Reference:
-    """Run the reference cell or, when it is already recorded, compile it again.
+def _reference(run: _Run, w, workload, cells, done, advance) -> tuple[Reference, CellResult | None]:
+    """The workload's Reference and its reference cell's record.
 
-    Either way the other cells get its compiled program (they are timed in alternation with
-    it) and its outputs (their numerics are judged against them). When compiling it again
-    fails, the error is kept and written into every other cell's record.
+    The reference cell is measured now when it is pending (its record is appended at once);
+    when it is recorded already, its program is compiled again (`_recompiled_reference`). Either
+    way the other cells get its compiled program (they are timed in alternation with it) and
+    its outputs (their numerics are judged against them).
     """
-    name = run.config.reference
-    variant = run.config.variant(name)
-    cell = _cell_id(w, name, run.backend, run.layout)
-    if any(v.name == name for v in cells):
-        reference = _Reference()
-        record = _cell(run, w, variant, workload, reference)
-        _finish(run, record, None, advance)
-        if reference.profile is not None:
-            run.reference_profiles[cell] = reference.profile
-        return dataclasses.replace(reference, record=record)
-    reference = _Reference(record=done.get(cell), profile=run.reference_profiles.get(cell))
-    watch.doing(f"compiling the reference of {w.label} again ({name})")
+    variant = run.config.variant(run.config.reference)
+    cell = w.cell.cell_id(variant.name, run.backend, _processes(run.layout))
+    profile = run.reference_profiles.get(cell)
+    if not any(v.name == variant.name for v in cells):
+        watch.doing(f"compiling the reference of {w.label} again ({variant.name})")
+        return _recompiled_reference(run, workload, variant, profile), done.get(cell)
+    record, reference = _cell(run, w, variant, workload, None)
+    _finish(run, record, None, advance)
+    if reference.profile is not None:
+        run.reference_profiles[cell] = reference.profile
+    return reference, record
+
+
+def _recompiled_reference(run: _Run, workload, variant, profile) -> Reference:
+    """The Reference of a reference cell recorded earlier: its program compiled again and
+    called once (its timing is the record's, not this process's); when that fails, the error,
+    which every other cell's record then carries."""
     try:
         compiled = compile_workload(workload, variant.resolve(), _measure_request(run, workload))
         outputs = _first_outputs(compiled, workload)
     except Exception as err:
         watch.on_failure(err)
         message = f"recompiling the reference failed: {error_line(err)}"
-        return dataclasses.replace(reference, error=message)
-    return dataclasses.replace(reference, compiled=compiled, outputs=outputs)
+        return Reference(profile=profile, error=message)
+    return Reference(compiled, workload.fresh_args, outputs, profile=profile)
 
 
-def _cell(run: _Run, w, variant: VariantConfig, workload, reference: _Reference) -> CellResult:
-    """Measure one cell; fills `reference` when this cell is the reference."""
+def _cell(
+    run: _Run, w, variant: VariantConfig, workload, reference: Reference | None
+) -> tuple[CellResult, Reference]:
+    """Measure one cell against `reference` (None: it is the reference cell); its record, and
+    what it gives the workload's other cells as their Reference."""
     start = time.perf_counter()
-    trace_dir = _new_trace_dir(run, _cell_id(w, variant.name, run.backend, run.layout))
+    trace_dir = _new_trace_dir(
+        run, w.cell.cell_id(variant.name, run.backend, _processes(run.layout))
+    )
     watch.doing(f"measuring {w.label} under {variant.name}")
     try:
-        fields = _measure(run, variant, workload, reference, trace_dir)
+        measured, mine = _measure(run, variant, workload, reference, trace_dir)
     except Exception as err:  # one cell's failure must not end the sweep
         watch.on_failure(err)  # ...but a lost process ends the run (its line names it)
         gc.collect()
-        return _error_record(run, w, variant, workload, err)
+        return _error_record(run, w, variant, workload, err), Reference()
     finally:
         if trace_dir is not None and not run.config.measure.keep_traces:
             shutil.rmtree(trace_dir, ignore_errors=True)
-    fields["wall_s"] = time.perf_counter() - start
-    return fields_lib.with_rates(_record(run, w, variant, workload, "ok", fields), run.backend)
+    measured["wall_s"] = time.perf_counter() - start
+    record = _record(run, w, variant, workload, Status.OK, measured)
+    return fields_lib.with_rates(record, run.backend), mine
 
 
 def _measure_request(run: _Run, workload, trace_dir: Path | None = None) -> MeasureRequest:
@@ -468,61 +463,67 @@ def _first_outputs(compiled, workload):
 
 
 def _measure(
-    run: _Run, variant: VariantConfig, workload, reference: _Reference, trace_dir=None
-) -> dict[str, Any]:
-    """The cell's measured parts, by CellResult field name (`fields_lib` makes each)."""
+    run: _Run, variant: VariantConfig, workload, reference: Reference | None, trace_dir=None
+) -> tuple[dict[str, Any], Reference]:
+    """The cell's measured parts, by CellResult field name (`fields_lib` makes each), and the
+    Reference its program would be to the workload's other cells.
+
+    Steps, each returning its value: compile, first call, numerics against the reference
+    (`judge_against`), timing against it (`_time` -> `time_against`), the traced kernels
+    (`_kernel_fields`), then the record part of each (`fields_lib`)."""
     resolved = variant.resolve()
-    if resolved.framework == "torch":  # the workload's PyTorch twin (xlafuse.torch)
-        return _measure_torch(run, workload, resolved, reference)
-    is_reference = variant.name == run.config.reference
+    if resolved.framework == Framework.TORCH:  # the workload's PyTorch twin (xlafuse.torch)
+        return _measure_twin(run, resolved, workload, reference), Reference()
     _check_in_process(run, variant.name, resolved)
     request = _measure_request(run, workload, trace_dir)
     compiled = compile_workload(workload, resolved, request)
-    measured: dict[str, Any] = {"compile": fields_lib.compile_part(compiled)}
+    outputs = _first_outputs(compiled, workload)
+    diff = judge_against(reference, workload, outputs)
+    timed, comparison, profile = _time(run, compiled, workload, reference, request)
+    kernels, baseline = _kernel_fields(run, compiled, workload, trace_dir, reference, variant.name)
+    mine = Reference(compiled, workload.fresh_args, outputs, timed, profile, None, baseline)
+    measured = {
+        "compile": fields_lib.compile_part(compiled),
+        "numerics": fields_lib.numerics_part(diff, reference.error if reference else None),
+        "timing": fields_lib.timing_part(timed),
+        "per_process": _per_process(run, timed, comparison, request, profile),
+        "speedup": _speedup_part(run, request, comparison, reference),
+        "trace": parts.TraceRecord.from_flat(kernels),
+        "fusion": fields_lib.fusion_part(compiled.report, _missed(variant, workload, compiled)),
+    }
     if workload.devices > 1:
         measured["collectives"] = fields_lib.collectives_part(compiled.collectives)
-    outputs = _first_outputs(compiled, workload)
-    diff = None
-    if is_reference:
-        reference.compiled, reference.outputs = compiled, outputs
-    elif reference.outputs is not None:
-        diff = judge_workload(workload, reference.outputs, outputs)
-    measured["numerics"] = fields_lib.numerics_part(diff, reference.error)
-    timed, comparison, profile = _time(run, compiled, workload, reference, is_reference, request)
-    measured["timing"] = fields_lib.timing_part(timed)
-    lead = timing.leading_figure(request.train, run.backend)
-    measured["per_process"] = _per_process(run, timed, comparison, lead, profile)
-    if is_reference:
-        reference.timing, reference.profile = timed, profile
-        measured["speedup"] = fields_lib.reference_speedup_part(lead)
-    else:
-        measured["speedup"] = fields_lib.speedup_part(comparison, lead)
     if profile is not None:
-        own_reference = None if is_reference else reference.profile
+        own_reference = reference.profile if reference is not None else None
         measured["device"] = fields_lib.device_part(profile, own_reference)
         measured["comm"] = fields_lib.comm_part(profile.comm)
-    kernels = _kernel_fields(run, compiled, workload, trace_dir, reference, variant.name)
-    measured["trace"] = parts.TraceRecord.from_flat(kernels)
     if run.config.measure.cold_start:
         measured["cold_start"] = fields_lib.cold_start_part(workload, variant)
-    missed = _missed_fusions(workload, compiled) if variant.name == MISSED_FUSIONS_VARIANT else None
-    measured["fusion"] = fields_lib.fusion_part(compiled.report, missed)
-    return measured
+    return measured, mine
 
 
-def _measure_torch(run: _Run, workload, resolved, reference: _Reference) -> dict[str, Any]:
-    """A PyTorch twin's cell (`xlafuse.torch.measure`), its flat keys as record parts."""
+def _speedup_part(run: _Run, request, comparison, reference: Reference | None):
+    """The reference cell's 1.0 on the figure it leads with, or this cell's `comparison`."""
+    lead = timing.leading_figure(request.train, run.backend)
+    if reference is None:
+        return fields_lib.reference_speedup_part(lead)
+    return fields_lib.speedup_part(comparison, lead)
+
+
+def _measure_twin(run: _Run, resolved, workload, reference: Reference | None) -> dict[str, Any]:
+    """A torch variant's parts: its PyTorch twin measured by the XLA cells' rules."""
     # deferred: torch is an optional extra
     from xlafuse.torch.measure import COMPARISON, measure_cell
 
+    reference = reference or Reference()
     request = _measure_request(run, workload)
-    flat = measure_cell(workload, resolved, request, reference, run.config.measure.cold_start)
+    cold_start = run.config.measure.cold_start
+    flat = measure_cell(workload, resolved, request, reference, cold_start)
     comparison = flat.pop(COMPARISON, None)
     measured, unknown = records.unflatten(flat)
     if unknown:
         raise ValueError(f"torch cell fields that no record part holds: {sorted(unknown)}")
-    lead = timing.leading_figure(request.train, run.backend)
-    measured["speedup"] = fields_lib.speedup_part(comparison, lead)
+    measured["speedup"] = _speedup_part(run, request, comparison, reference)
     return measured
 
 
@@ -536,46 +537,34 @@ def _check_in_process(run: _Run, name: str, resolved) -> None:
         )
 
 
-def _time(run: _Run, compiled, workload, reference: _Reference, is_reference: bool, request):
-    """(Timing, Comparison or None, DeviceProfile or None) of a cell.
-
-    In-process variants are timed in alternation with the reference's program (`measure_pair`):
-    paired speedups. A variant measured in its child process, or a cell whose reference could
-    not be compiled, is timed alone; its speedups then compare with the reference cell's own
-    samples (`compare_apart`).
-    """
-    advance = timing.thread_state if request.train else timing.same_args
-    lead = timing.leading_figure(request.train, run.backend)
+def _time(run: _Run, compiled, workload, reference: Reference | None, request):
+    """(Timing, Comparison or None, DeviceProfile or None) of a cell, timed against its
+    reference (`time_against`). A variant measured in its child process brings its own Timing
+    and profile; its speedups compare with the reference cell's samples (`compared_apart`)."""
     if compiled.measured is not None:
-        measured = timing.Timing(**compiled.measured.timing)
+        timed = timing.Timing(**compiled.measured.timing)
         profile = compiled.measured.profile
         profile = DeviceProfile.from_dict(profile) if profile else None
-    else:
-        pair = not is_reference and reference.compiled is not None
-        if pair and reference.compiled.measured is None:
-            measured, comparison = timing.measure_pair(
-                reference.compiled,
-                workload.fresh_args(),
-                compiled,
-                workload.fresh_args(),
-                request.settings,
-                advance,
-                lead=lead,
-            )
-            return measured, comparison, _profile(compiled, workload, request, advance)
-        measured = timing.measure(compiled, workload.fresh_args(), request.settings, advance)
-        profile = _profile(compiled, workload, request, advance)
-    ref_timing = reference.timing
-    comparison = None
-    if not is_reference and ref_timing is not None and ref_timing.samples_s:
-        comparison = timing.compare_apart(ref_timing, measured)
-    return measured, comparison, profile
+        return timed, compared_apart(reference, timed), profile
+    advance = timing.thread_state if request.train else timing.same_args
+    lead = timing.leading_figure(request.train, run.backend)
+    args = workload.fresh_args()
+    timed, comparison = time_against(reference, compiled, args, request.settings, advance, lead)
+    return timed, comparison, _profile(compiled, workload, request, advance)
 
 
-def _per_process(run: _Run, timed, comparison, lead: str, profile) -> parts.ProcessesRecord:
+def _missed(variant: VariantConfig, workload, compiled) -> dict[str, Any] | None:
+    """The missed fusions of MISSED_FUSIONS_VARIANT's program; None for the other variants."""
+    if variant.name != MISSED_FUSIONS_VARIANT:
+        return None
+    return _missed_fusions(workload, compiled)
+
+
+def _per_process(run: _Run, timed, comparison, request, profile) -> parts.ProcessesRecord:
     """Each process's own figures (`fields_lib.processes_part`); empty on one process."""
     if not run.layout.distributed:
         return parts.ProcessesRecord()
+    lead = timing.leading_figure(request.train, run.backend)
     lead = comparison.lead(lead) if comparison is not None else lead
     device_times = None
     if run.config.measure.profile:  # every process profiled: gather each one's device time
@@ -612,10 +601,11 @@ def _new_trace_dir(run: _Run, cell: str) -> Path | None:
     return cell_kernels.new_trace_dir(run.results_path.parent, cell, measure.keep_traces, process)
 
 
-def _kernel_fields(run: _Run, compiled, workload, trace_dir, reference, variant: str) -> dict:
-    """trace_path, kernel_times and (a non-reference cell) kernel_diff: `cell_kernels`."""
+def _kernel_fields(run: _Run, compiled, workload, trace_dir, reference, variant: str):
+    """(trace_path, kernel_times and, for a cell other than the reference, kernel_diff; the
+    cell's traced kernels as a Baseline): `cell_kernels.kernel_fields`."""
     if trace_dir is None:
-        return {}
+        return {}, None
     ceilings = (
         (run.ceilings.copy_bytes_per_s, run.ceilings.matmul_flops_per_s)
         if run.ceilings
@@ -628,23 +618,37 @@ def _kernel_fields(run: _Run, compiled, workload, trace_dir, reference, variant:
         workload,
         PROFILE_CALLS,
         ceilings,
-        reference.kernels,
+        reference.kernels if reference is not None else None,
         (run.config.reference, variant),
+        _twin(run, compiled, workload),
     )
 
 
+def _twin(run: _Run, compiled, workload):
+    """XLA's estimates of a traced GPU cell's program, from a twin compile
+    (`xlafuse.measure.predicted`: the timed compile is left without the option); None on a
+    CPU and for a variant compiled in a child process. A failure is recorded, never fatal."""
+    if run.backend != "gpu" or compiled.compiled is None:
+        return None
+    try:
+        return compile_twin(workload, compiled.variant, compiled.report)
+    except Exception as err:
+        return {"error": error_line(err)}
+
+
 def _identity(run: _Run, w: WorkloadConfig, variant: VariantConfig, workload) -> dict[str, Any]:
+    cell = w.cell
     return {
-        "workload": w.name,
-        "size": w.size,
-        "mode": w.mode,
-        "dtype": workload.dtype if workload is not None else w.dtype,
-        "dtype_requested": w.dtype,
-        "overrides": dict(w.overrides),
-        "entry": w.entry,
+        "workload": cell.name,
+        "size": cell.size,
+        "mode": cell.mode,
+        "dtype": workload.dtype if workload is not None else cell.dtype,
+        "dtype_requested": cell.dtype,
+        "overrides": dict(cell.overrides),
+        "entry": cell.entry,
         "source_sha256": w.source_sha256,
-        "devices": w.devices,
-        "parallelism": w.parallelism if w.devices > 1 else None,
+        "devices": cell.devices,
+        "parallelism": cell.parallelism if cell.mesh else None,
         "processes": run.layout.processes,
         "process_devices": run.layout.process_devices if run.layout.distributed else None,
         "variant": variant.name,
@@ -653,7 +657,7 @@ def _identity(run: _Run, w: WorkloadConfig, variant: VariantConfig, workload) ->
         "reference": run.config.reference,
         "backend": run.backend,
         "device_kind": run.device_kind,
-        "cell_id": _cell_id(w, variant.name, run.backend, run.layout),
+        "cell_id": cell.cell_id(variant.name, run.backend, _processes(run.layout)),
         "experiment": run.config.name,
         "model": fields_lib.model_part(workload),
         "ceilings": run.ceilings or parts.CeilingsRecord(),
@@ -663,11 +667,12 @@ def _identity(run: _Run, w: WorkloadConfig, variant: VariantConfig, workload) ->
 
 
 def _framework(variant: VariantConfig) -> dict[str, Any]:
-    """The framework a cell runs on and its version ("jax" for a variant that no longer resolves)."""
+    """The framework a cell runs on and its version (XLA's for a variant that no longer
+    resolves)."""
     try:
         resolved = variant.resolve()
     except ValueError:
-        return {"framework": "jax", "framework_version": jax.__version__}
+        return {"framework": Framework.JAX, "framework_version": jax.__version__}
     return {"framework": resolved.framework, "framework_version": resolved.framework_version()}
 
 
@@ -678,7 +683,7 @@ def _record(run, w, variant, workload, status, fields) -> CellResult:
 def _error_record(run, w, variant, workload, err: BaseException) -> CellResult:
     message = (str(err).strip() or type(err).__name__).splitlines()[0][:2000]
     fields = {"error": message, "error_type": type(err).__name__}
-    return _record(run, w, variant, workload, "error", fields)
+    return _record(run, w, variant, workload, Status.ERROR, fields)
 
 
 def _finish(run: _Run, record: CellResult, reference: CellResult | None, advance) -> None:
@@ -697,11 +702,9 @@ def _selected_records(
     if not results_path.exists():
         return []
     latest = {r.cell_id: r for r in records.latest_per_cell(records.load_results(results_path))}
-    keys = [
-        _cell_id(w, v.name, backend, layout)
-        for w in config.workloads
-        for v in _ordered_variants(config)
-    ]
+    variants = _ordered_variants(config)
+    processes = _processes(layout)
+    keys = [w.cell.cell_id(v.name, backend, processes) for w in config.workloads for v in variants]
     return [latest[k] for k in keys if k in latest]
 
 

@@ -23,6 +23,7 @@ import jax
 
 from xlafuse.compile.jit import compile_lowered, lower_workload
 from xlafuse.compile.variants import get
+from xlafuse.kinds import Framework
 from xlafuse.measure.coldstart import (
     CACHE_HITS,
     build_workload,
@@ -32,7 +33,8 @@ from xlafuse.measure.coldstart import (
     persistent_cache,
     workload_spec,
 )
-from xlafuse.models.names import workload_label
+from xlafuse.models.names import Cell
+from xlafuse.models.workload import Workload
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,7 +85,7 @@ def warmup(
 
     Args:
       fn_or_workloads: a jit-able function (then `*args` are its example arguments), a built
-        `Workload`, a workload spec (name, dict or WorkloadConfig), or a list of Workloads/specs.
+        `Workload`, a cell (a `Cell`, a name or its dict), or a list of Workloads/cells.
       *args: example arguments when a function is given.
       cache_dir: the cache folder (created if missing).
       variants: preset names, "a+b", Variants or dicts of XLA options.
@@ -132,7 +134,8 @@ def warmup_config(
       on_step: as for `warmup`.
     """
     variants = _config_variants(config)
-    return warmup(list(config.workloads), cache_dir=cache_dir, variants=variants, on_step=on_step)
+    cells = [w.cell for w in config.workloads]
+    return warmup(cells, cache_dir=cache_dir, variants=variants, on_step=on_step)
 
 
 def warmup_cells(config: Any) -> int:
@@ -147,7 +150,7 @@ def _config_variants(config: Any) -> list:
     return [
         v
         for v in variants
-        if v.applies_to(backend) and not v.process_flags and v.framework == "jax"
+        if v.applies_to(backend) and not v.process_flags and v.framework == Framework.JAX
     ]
 
 
@@ -165,34 +168,25 @@ def _in_process_variants(variants: Sequence[Any]) -> list:
 
 def _targets(fn_or_workloads, args, jit_kwargs):
     """Yield (label, lower) for each function to compile: `lower()` gives a fresh Lowered."""
-    if callable(fn_or_workloads) and not _is_workload(fn_or_workloads):
+    if callable(fn_or_workloads) and not isinstance(fn_or_workloads, Workload):
         name = getattr(fn_or_workloads, "__name__", "function")
         yield name, lambda: jax.jit(fn_or_workloads, **jit_kwargs).lower(*args)
         return
     if args:
         raise TypeError("example arguments are only accepted with a function, not with workloads")
     items = fn_or_workloads
-    if _is_workload(items) or isinstance(items, str | dict) or hasattr(items, "to_dict"):
+    if isinstance(items, Workload | Cell | str | dict):
         items = [items]
     for item in items:
-        if _is_workload(item):  # built: which of its configuration were overrides is not known
-            workload, label = item, workload_label(item.name, item.size, item.mode)
+        if isinstance(
+            item, Workload
+        ):  # built: which of its configuration were overrides is not known
+            workload, label = item, item.cell.label
         else:
             spec = workload_spec(item)
             workload = build_workload(spec)
-            label = _label(spec)
+            label = dataclasses.replace(Cell.from_dict(spec), name=spec["label"]).label
         yield label, lambda workload=workload: lower_workload(workload)
-
-
-def _label(spec: dict[str, Any]) -> str:
-    """`chain[ops=2]/tiny/forward`, with ` @data2` for a cell sharded over 2 devices."""
-    mesh = f"{spec['parallelism']}{spec['devices']}" if spec["devices"] > 1 else None
-    overrides, dtype = spec["overrides"], spec["dtype"]
-    return workload_label(spec["label"], spec["size"], spec["mode"], overrides, dtype, mesh=mesh)
-
-
-def _is_workload(obj: Any) -> bool:
-    return hasattr(obj, "fn") and hasattr(obj, "args") and hasattr(obj, "donate_argnums")
 
 
 def _compile(lower: Callable[[], Any], variant) -> float:

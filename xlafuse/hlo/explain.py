@@ -181,7 +181,7 @@ def explain_module(
         The Explanation.
     """
     lineage = trace_module(unoptimized, optimized, unoptimized_text, optimized_text)
-    steps = _resolve_steps(unoptimized, unoptimized_text, dump) if dump else ()
+    steps = resolve_steps(unoptimized, unoptimized_text, dump) if dump else ()
     boundaries, unjudged = _boundaries(unoptimized, lineage)
     if steps:
         boundaries = [_with_reasons(b, steps) for b in boundaries]
@@ -291,9 +291,10 @@ def _source(instr) -> str | None:
     return f"{Path(instr.source_file).name}:{instr.source_line}"
 
 
-def _resolve_steps(
+def resolve_steps(
     unoptimized: HloModule, unoptimized_text: str | None, dump: PriorityDump
 ) -> tuple[ResolvedStep, ...]:
+    """The dump's steps, each name resolved to the unoptimized instructions it held then."""
     holds: dict[str, frozenset[str]] = {}
     known: set[str] = set()
     if dump.hlo_before_fusion:

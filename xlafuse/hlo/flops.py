@@ -71,6 +71,7 @@ from functools import lru_cache
 from typing import NamedTuple
 
 from xlafuse.hlo.ir import Computation, HloModule, Instruction, Shape
+from xlafuse.hlo.loops import runs_per_call
 
 ELEMENTWISE_OPCODES = frozenset(
     {
@@ -135,11 +136,13 @@ class FlopCount(NamedTuple):
 
 
 class ModuleFlops(NamedTuple):
-    """FLOPs summed over kernels whose count is known, and how many kernels are unknown."""
+    """FLOPs of one call summed over kernels whose count is known, how many kernels are
+    unknown, and how many were counted once because their loop's trip count is unknown."""
 
     flops: int
     matmul_flops: int
     unknown_kernels: int
+    unknown_runs: int = 0
 
 
 _NOTHING = FlopCount(0, 0)
@@ -202,7 +205,9 @@ def elementwise_flops(instructions: Sequence[Instruction], opcodes: Sequence[str
 
 
 def module_flops(module: HloModule, kernels: Iterable) -> ModuleFlops:
-    """FLOPs of a module's kernels, summed.
+    """FLOPs of one call of a module: each kernel's count times the runs of its computation
+    (`loops.runs_per_call`: a loop body's trip count; unknown: once, counted in
+    `unknown_runs`).
 
     Args:
         module: the parsed module.
@@ -212,16 +217,21 @@ def module_flops(module: HloModule, kernels: Iterable) -> ModuleFlops:
     Returns:
         The sums over the kernels whose count is known, and how many kernels are unknown.
     """
-    flops = matmul = unknown = 0
+    runs = runs_per_call(module)
+    flops = matmul = unknown = unknown_runs = 0
     for kernel in kernels:
         comp = module.computation(kernel.computation)
         count = instruction_flops(comp.by_name[kernel.name], comp, module)
+        times = runs.get(comp.name)
+        if times is None:
+            unknown_runs += 1
+            times = 1
         if count is None:
             unknown += 1
         else:
-            flops += count.flops
-            matmul += count.matmul_flops
-    return ModuleFlops(flops, matmul, unknown)
+            flops += count.flops * times
+            matmul += count.matmul_flops * times
+    return ModuleFlops(flops, matmul, unknown, unknown_runs)
 
 
 def _flops(

@@ -24,7 +24,12 @@ What counts (documented here because every number in a report rests on it):
 * FLOPs (see `flops`): counted per kernel from its shapes and attributes (a fusion: over its
   fused computations); `flops` sums the kernels whose count is known, and a kernel that cannot
   be counted (a sort, an unknown custom-call, a shape of unknown size) is counted in
-  `flops_unknown_kernels` instead, never guessed.
+  `flops_unknown_kernels` instead, never guessed. Like the kernels, per program text: FLOPs per
+  call, a loop body's times its trip count, are `flops.module_flops` (`loops.runs_per_call`).
+* XLA's estimate (`KernelInfo.predicted_us`, `xlafuse.hlo.estimates`): a fusion's or library
+  call's own, from its backend_config, when compiled with `xla_gpu_collect_cost_model_stats` (a
+  text without a filled `reification_cost` is not looked into); None for other ops, for a kernel
+  without one, and where every entry is a sentinel.
 * A real fusion has >= 2 compute ops, not counting a broadcast of a scalar (it costs nothing in a
   fused loop). So a fusion-wrapper single-op `wrapped_*` fusion, and `relu` = max(x, broadcast(0)),
   are not real fusions; mul+add+max is.
@@ -44,6 +49,7 @@ from typing import Any, NamedTuple
 
 from xlafuse.errors import HloParseError
 from xlafuse.hlo.dump import read_hlo
+from xlafuse.hlo.estimates import has_estimates, predicted
 from xlafuse.hlo.flops import (
     ELEMENTWISE_OPCODES,
     ZERO_FLOP_OPCODES,
@@ -53,6 +59,7 @@ from xlafuse.hlo.flops import (
 from xlafuse.hlo.ir import Computation, HloModule, Instruction, _balanced
 from xlafuse.hlo.parse import parse_hlo
 from xlafuse.hlo.traffic import FREE_OPCODES, kernel_bytes
+from xlafuse.kinds import FusionKind
 
 _NOT_LAUNCH = FREE_OPCODES | {
     "while", "conditional", "call", "async-start", "after-all", "add-dependency",
@@ -103,6 +110,10 @@ class KernelInfo(NamedTuple):
     source_lines: tuple[str, ...]
     sized: bool = True  # False: a shape has no known size; bytes_in and bytes_out are 0
     flops: int | None = None  # `xlafuse.hlo.flops`; None: an op or shape it cannot count
+    # XLA's own estimate of its time, `xlafuse.hlo.estimates` (compiled with
+    # COST_MODEL_OPTION); None: not compiled so, a library call, or only a sentinel
+    predicted_us: float | None = None
+    predicted_model: str | None = None  # the cost model `predicted_us` is from
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able dict of the fields (tuples become lists)."""
@@ -183,6 +194,8 @@ def _kernels(module: HloModule) -> list[KernelInfo]:
     """Every launch of the executed computations, in program order (see `analyze_module`)."""
     kernels: list[KernelInfo] = []
     instr: Instruction | None = None
+    # XLA's estimates are read only from a text that holds one (most hold none: no look)
+    estimated = has_estimates(module.text) if module.text else True
     try:
         for comp in executed_computations(module):
             for instr in comp.instructions:
@@ -190,9 +203,9 @@ def _kernels(module: HloModule) -> list[KernelInfo]:
                 if launch is _OP or (
                     launch is _CUSTOM_CALL and instr.custom_call_target not in _NOT_LAUNCH_TARGETS
                 ):
-                    kernels.append(_single_op_kernel(module, comp, instr))
+                    kernels.append(_single_op_kernel(module, comp, instr, estimated))
                 elif launch is _FUSION:
-                    kernels.append(_fusion_kernel(module, comp, instr))
+                    kernels.append(_fusion_kernel(module, comp, instr, estimated))
     except RecursionError:
         line = instr.line if instr else None
         raise HloParseError("fusions nested too deeply to walk", line, module.source) from None
@@ -314,8 +327,11 @@ def _launch_of(opcode: str) -> str:
 _LAUNCHES = _Launches()
 
 
-def _single_op_kernel(module: HloModule, comp: Computation, instr: Instruction) -> KernelInfo:
-    """A launch that is one instruction (most kernels): built without a list of its ops."""
+def _single_op_kernel(
+    module: HloModule, comp: Computation, instr: Instruction, estimated: bool
+) -> KernelInfo:
+    """A launch that is one instruction (most kernels): built without a list of its ops; a
+    library call's estimate read only from a module that holds estimates."""
     opcode = instr.opcode
     sized = kernel_bytes(instr, comp)
     bytes_in, bytes_out = sized or (0, 0)
@@ -327,15 +343,21 @@ def _single_op_kernel(module: HloModule, comp: Computation, instr: Instruction) 
     else:
         flops = kernel_flops(instr, comp, module)
     op_name, source_file = instr.op_name, instr.source_file
+    estimate = None
+    if estimated and opcode == "custom-call":
+        estimate = predicted(instr.attributes.get("backend_config"))
     return _kernel_info((
         instr.name, comp.name, opcode, opcode,
         instr.custom_call_target if opcode == "custom-call" else None, (opcode,), 1, False,
         bytes_in, bytes_out, (op_name,) if op_name else (),
         (f"{source_file}:{instr.source_line}",) if source_file else (), sized is not None, flops,
+        estimate and estimate.exec_time_us, estimate and estimate.model,
     ))  # fmt: skip
 
 
-def _fusion_kernel(module: HloModule, comp: Computation, instr: Instruction) -> KernelInfo:
+def _fusion_kernel(
+    module: HloModule, comp: Computation, instr: Instruction, estimated: bool
+) -> KernelInfo:
     inner, complete = _fused_instructions(module, instr, (comp.name,))
     if inner:
         compute = [i for i in inner if i.opcode not in FREE_OPCODES]
@@ -360,10 +382,12 @@ def _fusion_kernel(module: HloModule, comp: Computation, instr: Instruction) -> 
     flops = elementwise_flops(compute, opcodes) if inner and complete else None
     if flops is None:
         flops = kernel_flops(instr, comp, module)
+    estimate = predicted(instr.attributes.get("backend_config")) if estimated else None
     return _kernel_info((
-        instr.name, comp.name, instr.opcode, instr.fusion_kind or "kLoop", instr.backend_kind,
+        instr.name, comp.name, instr.opcode, instr.fusion_kind or FusionKind.LOOP,
+        instr.backend_kind,
         opcodes, len(compute), weighty >= 2, bytes_in, bytes_out, op_names, source_lines,
-        sized is not None, flops,
+        sized is not None, flops, estimate and estimate.exec_time_us, estimate and estimate.model,
     ))  # fmt: skip
 
 

@@ -33,6 +33,10 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import NamedTuple
 
+from xlafuse.kinds import FusionKind
+
+_FUSION_KINDS = {kind.value: kind for kind in FusionKind}  # a fusion's kind=, read once
+
 _CHECKOUT = Path(__file__).resolve().parents[2]  # the folder that holds the xlafuse package
 _INSTALLED = re.compile(r"^.*/(?:site|dist)-packages/")
 
@@ -298,9 +302,11 @@ class Instruction(NamedTuple):
         return tuple(names)
 
     @property
-    def fusion_kind(self) -> str | None:
-        """ "kLoop", "kInput", "kOutput" or "kCustom" for a fusion, else None."""
-        return self.attributes.get("kind")
+    def fusion_kind(self) -> FusionKind | str | None:
+        """A fusion's `kind=` as a `FusionKind` (kLoop, kInput, kOutput, kCustom; a kind XLA
+        adds later stays its string), else None."""
+        kind = self.attributes.get("kind")
+        return _FUSION_KINDS.get(kind, kind)
 
     @property
     def custom_call_target(self) -> str | None:

@@ -26,6 +26,8 @@ _TOKEN = re.compile(
     r'\s*(?:(#[^\n]*)|([A-Za-z_]\w*)\s*:?|(\{)|(\})|("(?:[^"\\]++|\\.)*+")|([-+.\w]+))\s*'
 )
 DUMP_SUFFIX = ".priority_fusion_dump.txt"
+# The per-compile options that write the dump (with `xla_dump_to`, the folder)
+DUMP_OPTIONS = {"xla_dump_hlo_pass_re": "priority-fusion"}
 
 
 @dataclass(frozen=True)

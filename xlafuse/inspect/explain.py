@@ -13,22 +13,21 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from xlafuse import models
 from xlafuse.errors import XlafuseError
 from xlafuse.hlo.diff import FusionDiff, diff_modules
 from xlafuse.hlo.dump import read_hlo
+from xlafuse.hlo.estimates import COST_MODEL_OPTION
 from xlafuse.hlo.explain import Boundary, Explanation, explain_module, removed_boundaries
 from xlafuse.hlo.parse import parse_hlo
 from xlafuse.hlo.priority_dump import (
+    DUMP_OPTIONS,
     DUMP_SUFFIX,
     PriorityDump,
     find_priority_dump,
     read_priority_dump,
 )
 from xlafuse.inspect.targets import ACCEPTED, load_module
-from xlafuse.models.names import workload_label
-
-DUMP_OPTIONS = {"xla_dump_hlo_pass_re": "priority-fusion"}
+from xlafuse.models.names import Cell
 
 
 @dataclass(frozen=True)
@@ -61,6 +60,7 @@ class ExplainReport:
         explanation: its boundaries, reasons and fusion steps.
         against: the variant compared with, if any (e.g. "no-fusion").
         removed: boundaries of `against` that `variant` fused away, largest first.
+        optimized_text: the HLO text explained (a workload's; None for a folder).
     """
 
     target: str
@@ -69,22 +69,22 @@ class ExplainReport:
     explanation: Explanation
     against: str | None = None
     removed: tuple[Boundary, ...] = ()
+    optimized_text: str | None = None
 
 
 def compile_for_explain(
-    workload: str,
+    cell: Cell,
     variants: tuple[str, ...],
-    size: str = "tiny",
-    mode: str = "forward",
-    devices: int = 1,
-    parallelism: str = "data",
-    overrides: dict | None = None,
     on_step: Callable[[str], None] | None = None,
+    workload=None,
+    estimates: bool = False,
 ) -> CompiledHlo:
-    """Lowers a workload once and compiles it under each variant (dumping on the GPU).
+    """Lowers a cell's workload once and compiles it under each variant (dumping on the GPU).
 
-    With `devices` > 1 the workload is sharded (`xlafuse.models.build`). `on_step` is called
-    with a line ("compiling mlp/tiny/forward @ no-fusion") before each compile.
+    A cell on several devices is sharded (`Cell.build`). `on_step` is called with a line
+    ("compiling mlp/tiny/forward @ no-fusion") before each compile. `workload`: the cell's
+    workload already built (else built here). `estimates`: on the GPU, also XLA's estimate of
+    each fusion (`xlafuse.hlo.estimates`: the option changes no kernel).
 
     Raises:
         UnknownNameError: an unknown workload, size, mode or variant.
@@ -95,41 +95,35 @@ def compile_for_explain(
     from xlafuse.compile.jit import unoptimized_hlo
     from xlafuse.compile.variants import get as get_variant
 
-    work = models.build(
-        workload,
-        size=size,
-        mode=mode,
-        devices=devices,
-        parallelism=parallelism,
-        **(overrides or {}),
-    )
+    work = workload if workload is not None else cell.build()
     backend = jax.default_backend()
     chosen = {v: get_variant(v) for v in variants}  # unknown names fail before any compile
     unoptimized = unoptimized_hlo(work)
     optimized, dumps = {}, {}
     for name, variant in chosen.items():
         if on_step is not None:
-            on_step(
-                f"compiling {workload_label(work.name, work.size, work.mode, overrides)} @ {name}"
-            )
-        optimized[name], dump = _compile_with_reasons(work, variant, backend)
+            on_step(f"compiling {cell.label} @ {name}")
+        optimized[name], dump = _compile_with_reasons(work, variant, backend, estimates)
         if dump is not None:
             dumps[name] = dump
     return CompiledHlo(
-        f"workload {workload} ({size}, {work.mode})", backend, unoptimized, optimized, dumps
+        f"workload {cell.name} ({cell.size}, {work.mode})", backend, unoptimized, optimized, dumps
     )
 
 
-def _compile_with_reasons(work, variant, backend: str):
+def _compile_with_reasons(work, variant, backend: str, estimates: bool = False):
     """(optimized HLO, XLA's priority-fusion dump or None) of a workload under a variant. On a
     GPU, in process, the same program as `compile_workload` compiles (same jit arguments and
-    options) with XLA's dump switched on: a dump does not change the program."""
+    options) with XLA's dump switched on (and with `estimates`, the cost model's stats):
+    neither changes the program."""
     from xlafuse.compile.jit import compile_lowered, compile_workload, lower_workload  # JAX
 
     if backend != "gpu" or variant.process_flags:
         return compile_workload(work, variant).hlo_text, None
     with tempfile.TemporaryDirectory(prefix="xlafuse-explain-") as folder:
         options = {**variant.compiler_options(backend), **DUMP_OPTIONS, "xla_dump_to": folder}
+        if estimates:
+            options[COST_MODEL_OPTION] = True
         text = compile_lowered(lower_workload(work), variant, options).as_text()
         found = sorted(Path(folder).glob(f"*{DUMP_SUFFIX}"))
         return text, read_priority_dump(found[-1]) if found else None
@@ -138,31 +132,31 @@ def _compile_with_reasons(work, variant, backend: str):
 def explain_target(
     folder: str | Path | None = None,
     module: str | None = None,
-    workload: str | None = None,
+    cell: Cell | None = None,
     variant: str = "default",
     against: str | None = "no-fusion",
-    size: str = "tiny",
-    mode: str = "forward",
     on_step: Callable[[str], None] | None = None,
-    overrides: dict | None = None,
+    workload=None,
+    estimates: bool = False,
 ) -> ExplainReport:
-    """Explains a dump folder's module, or a workload under `variant` (compared with `against`).
+    """Explains a dump folder's module, or a cell's workload under `variant` (compared with
+    `against`).
 
-    `workload` is a zoo name or a program of the user's (`FILE.py:FUNCTION`), built with
-    `overrides`. `on_step`: as for `compile_for_explain`, one line per variant of
-    `explained_variants`.
+    The cell names a zoo workload or a program of the user's (`FILE.py:FUNCTION`) with its
+    overrides. `on_step`, `workload` and `estimates`: as for `compile_for_explain`, whose
+    `on_step` gets one line per variant of `explained_variants`.
 
     Raises:
         XlafuseError: no target or both; a folder without the three files; unknown names.
         FileNotFoundError: a missing folder.
         HloParseError: unreadable HLO.
     """
-    if (folder is None) == (workload is None):
+    if (folder is None) == (cell is None):
         raise XlafuseError("give a dump folder or --workload NAME (exactly one)")
     if folder is not None:
         return _explain_folder(Path(folder), module)
     variants = explained_variants(variant, against)
-    hlo = compile_for_explain(workload, variants, size, mode, overrides=overrides, on_step=on_step)
+    hlo = compile_for_explain(cell, variants, on_step, workload, estimates)
     unopt = parse_hlo(hlo.unoptimized, f"{hlo.label} (unoptimized)")
 
     def explain(v: str) -> Explanation:
@@ -174,7 +168,15 @@ def explain_target(
     main = explain(variant)
     other = explain(variants[1]) if len(variants) == 2 else None
     removed = removed_boundaries(main, other) if other else ()
-    return ExplainReport(hlo.label, hlo.backend, variant, main, other and variants[1], removed)
+    return ExplainReport(
+        hlo.label,
+        hlo.backend,
+        variant,
+        main,
+        other and variants[1],
+        removed,
+        hlo.optimized[variant],
+    )
 
 
 def explained_variants(variant: str, against: str | None) -> tuple[str, ...]:
@@ -303,31 +305,22 @@ def _two(variants) -> tuple[str, str]:
 def diff_targets(
     a: str | Path | None = None,
     b: str | Path | None = None,
-    workload: str | None = None,
+    cell: Cell | None = None,
     variants: tuple[str, str] | None = None,
-    size: str = "tiny",
-    mode: str = "forward",
     reference: str | Path | None = None,
-    devices: int = 1,
-    parallelism: str = "data",
-    overrides: dict | None = None,
     on_step: Callable[[str], None] | None = None,
 ) -> FusionDiff:
-    """Diffs two HLO files, or one workload under two variants (see `xlafuse.hlo.diff`).
+    """Diffs two HLO files, or one cell's workload under two variants (see `xlafuse.hlo.diff`).
 
     Args:
         a: the first HLO file (with `b`).
         b: the second HLO file.
-        workload: instead of files, a workload to compile under both `variants`.
+        cell: instead of files, the cell (workload, size, mode, overrides, devices) to compile
+            under both `variants`.
         variants: two variant names, e.g. ("default", "no-fusion").
-        size: the workload size.
-        mode: the workload mode.
         reference: with files, the program's unoptimized HLO; by default the dumped
             `*.before_optimizations.txt` beside A, if any, else B is traced to A.
-        devices: with a workload, shard it over this many devices.
-        parallelism: with a workload on devices > 1, "data" or "model".
-        overrides: with a workload, size-table or option overrides (e.g. `{"batch": 8}`).
-        on_step: with a workload, called with a line before each of its two compiles.
+        on_step: with a cell, called with a line before each of its two compiles.
 
     Returns:
         The `xlafuse.hlo.diff.FusionDiff` of A to B.
@@ -336,12 +329,10 @@ def diff_targets(
         XlafuseError: a missing or extra target, a folder, unknown names.
         HloParseError: a file that is not HLO text.
     """
-    if workload is not None:
+    if cell is not None:
         if a is not None or b is not None or reference is not None:
             raise XlafuseError("give two HLO files, or --workload with --variants, not both")
-        hlo = compile_for_explain(
-            workload, _two(variants), size, mode, devices, parallelism, overrides, on_step
-        )
+        hlo = compile_for_explain(cell, _two(variants), on_step)
         texts = (hlo.unoptimized, *(hlo.optimized[v] for v in _two(variants)))
         ref, module_a, module_b = (parse_hlo(t, hlo.label) for t in texts)
         return diff_modules(module_a, module_b, _two(variants), ref, texts)

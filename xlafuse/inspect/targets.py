@@ -19,12 +19,10 @@ Bytes are modeled HBM bytes (see `xlafuse.hlo.traffic`), not measurements.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
-from xlafuse import models
 from xlafuse.errors import HloParseError, XlafuseError
 from xlafuse.hlo import (
     FusionReport,
@@ -37,7 +35,7 @@ from xlafuse.hlo import (
 from xlafuse.hlo.collectives import analyze_collectives
 from xlafuse.hlo.dump import module_label, read_hlo
 from xlafuse.inspect.schema import InspectResult, ModuleSummary
-from xlafuse.models.names import workload_label
+from xlafuse.models.names import Cell
 
 HLO_TEXT = "expected optimized HLO text (Compiled.as_text() or a dumped *after_optimizations.txt)"
 ACCEPTED = (
@@ -49,26 +47,18 @@ ACCEPTED = (
 def inspect_target(
     path: str | Path | None = None,
     module: str | None = None,
-    workload: str | None = None,
-    size: str = "tiny",
-    mode: str = "forward",
+    cell: Cell | None = None,
     variant: str = "default",
-    overrides: Mapping[str, Any] | None = None,
-    devices: int = 1,
-    parallelism: str = "data",
     on_step: Callable[[str], None] | None = None,
 ) -> InspectResult:
-    """Inspects an HLO file, a dump folder (or one module of it), or a compiled workload.
+    """Inspects an HLO file, a dump folder (or one module of it), or a compiled cell.
 
     Args:
         path: an optimized HLO text file or an `--xla_dump_to` folder.
         module: in a folder, the module whose file name contains this text.
-        workload: instead of `path`, a workload name from `xlafuse.models`.
-        size, mode: the workload's size ("tiny", "small", "full") and mode ("forward", "train").
-        variant: the fusion variant to compile the workload under.
-        overrides: workload overrides (e.g. `{"batch": 4}`).
-        devices: shard the workload over this many devices (`xlafuse.models.build`).
-        parallelism: "data" or "model", with devices > 1.
+        cell: instead of `path`, a workload cell (`xlafuse.models.names.Cell`: its workload,
+            size, mode, overrides, and the devices it is sharded over).
+        variant: the fusion variant to compile the cell under.
         on_step: called with a line ("compiling mlp/tiny/forward @ default") before a compile.
 
     Returns:
@@ -79,15 +69,12 @@ def inspect_target(
             a module name matching no file or several, an unknown workload or variant.
         HloParseError: the file is binary, truncated or not HLO.
     """
-    if (path is None) == (workload is None):
+    if (path is None) == (cell is None):
         raise XlafuseError(f"give exactly one target: {ACCEPTED}")
-    if workload is not None:
+    if cell is not None:
         if module is not None:
             raise XlafuseError("--module picks a module of a dump folder, not of a workload")
-        mesh = (devices, parallelism)
-        return _inspect_workload(
-            workload, size, mode, variant, dict(overrides or {}), mesh, on_step
-        )
+        return _inspect_workload(cell, variant, on_step)
     target = Path(path)
     if target.is_dir():
         return _inspect_folder(target, module)
@@ -202,27 +189,22 @@ def _summarize(path: Path) -> ModuleSummary:
     )
 
 
-def _inspect_workload(
-    name, size, mode, variant, overrides, mesh=(1, "data"), on_step=None
-) -> InspectResult:
+def _inspect_workload(cell: Cell, variant, on_step=None) -> InspectResult:
     from xlafuse.compile.jit import compile_workload  # JAX: only a workload needs it
     from xlafuse.compile.variants import get as get_variant
 
-    devices, parallelism = mesh
-    work = models.build(
-        name, size=size, mode=mode, devices=devices, parallelism=parallelism, **overrides
-    )
+    work = cell.build()
     chosen = get_variant(variant)  # an unknown name fails before the step is shown
     if on_step is not None:
-        on_step(f"compiling {workload_label(name, size, mode, overrides)} @ {chosen.name}")
+        on_step(f"compiling {cell.label} @ {chosen.name}")
     compiled = compile_workload(work, chosen)
-    hlo = parse_hlo(compiled.hlo_text, f"workload {name}")
+    hlo = parse_hlo(compiled.hlo_text, f"workload {cell.name}")
     report = analyze_module(hlo)
     if report.backend is None:
         report = _with_backend(report, compiled.backend)
-    on = f", {parallelism}-parallel on {devices} devices" if devices > 1 else ""
+    on = f", {cell.on_devices}" if cell.on_devices else ""
     return InspectResult(
-        target=f"workload {name} ({work.size}, {work.mode}{on})",
+        target=f"workload {cell.name} ({work.size}, {work.mode}{on})",
         target_kind="workload",
         report=report,
         hlo=hlo,

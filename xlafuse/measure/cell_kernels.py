@@ -9,6 +9,11 @@ variant other than the reference, `kernel_diff` (the reference vs this variant, 
 kernel group with measured times, `xlafuse.measure.kernel_diff`). The diff is computed here,
 while both programs' HLO and full kernel times are in memory, so the report needs neither the
 HLO nor a recompile: a resumed run whose reference cell was not traced again records no diff.
+
+A GPU cell given its twin (`xlafuse.measure.predicted`: the program compiled again with XLA's
+cost-model stats and priority-fusion dump) also gets `cost_model`: each kernel's predicted time
+against its measured one (`xlafuse.measure.costmodel`) and, against a reference that has a
+dump, XLA's fusion decisions scored by the measured groups (`xlafuse.measure.decisions`).
 """
 
 from __future__ import annotations
@@ -23,25 +28,28 @@ from typing import Any
 from xlafuse.compile.jit import unoptimized_hlo
 from xlafuse.hlo.diff import diff_modules
 from xlafuse.hlo.parse import parse_hlo
-from xlafuse.measure.kernel_diff import kernel_diff_record
+from xlafuse.measure.costmodel import cost_model_record, join_costs
+from xlafuse.measure.decisions import decisions_of_diff
+from xlafuse.measure.kernel_diff import kernel_diff_record, timed_groups
 from xlafuse.measure.kernels import GPU_BASIS, KernelTimes, find_trace, join_trace, trace_events
+from xlafuse.measure.predicted import Twin
 
 TRACES_DIR = "traces"
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class Baseline:
     """The reference cell's traced kernels, for the other cells of its workload.
 
     Attributes:
-      times: its KernelTimes (None until this run traced it).
+      times: its KernelTimes.
       hlo_text: its optimized HLO.
-      unoptimized: the workload's unoptimized HLO (lowered once, at the first diff).
+      twin: its twin compile with XLA's estimates and dump (GPU cells; else None).
     """
 
-    times: KernelTimes | None = None
-    hlo_text: str | None = None
-    unoptimized: str | None = None
+    times: KernelTimes
+    hlo_text: str
+    twin: Twin | None = None
 
 
 def trace_folder_name(cell: str) -> str:
@@ -71,53 +79,84 @@ def kernel_fields(
     workload: Any,
     calls: int,
     ceilings_bytes_flops: tuple[float | None, float | None],
-    baseline: Baseline,
+    baseline: Baseline | None,
     labels: tuple[str, str],
-) -> dict[str, Any]:
-    """The record fields of a traced cell (empty when the profiler wrote no trace).
+    twin: Twin | dict[str, str] | None = None,
+) -> tuple[dict[str, Any], Baseline | None]:
+    """The record fields of a traced cell (empty when the profiler wrote no trace), and its
+    Baseline (what the other cells' kernel diffs need, when it is the reference's).
 
     Args:
       trace_dir: the cell's trace folder.
       results_dir: the results folder when the trace is kept (`trace_path` is relative to it);
         None when it is not.
       compiled: the cell's CompiledVariant (`report`, `hlo_text`).
-      workload: the Workload (lowered once for the unoptimized HLO of the diff).
+      workload: the Workload (lowered for the unoptimized HLO of the diff, when its compiled
+        program does not keep its lowering).
       calls: calls traced.
       ceilings_bytes_flops: the measured copy (bytes/s) and matmul (FLOP/s) ceilings, used for
         GPU kernels only.
-      baseline: the reference's traced kernels; filled when this cell is the reference.
+      baseline: the reference's traced kernels (None: the reference was not traced in this run,
+        or this cell is the reference).
       labels: (reference variant, this cell's variant).
+      twin: the cell's twin compile (`xlafuse.measure.predicted.compile_twin`), or
+        {"error": line} when it failed (recorded as the cost model's); None: no cost model.
     """
     path = find_trace(trace_dir)
     if path is None:
-        return {}
+        return {}, None
     fields: dict[str, Any] = {}
     if results_dir is not None:
         fields["trace_path"] = Path(trace_dir).relative_to(results_dir).as_posix()
     basis, events = trace_events(path)
     if not events:
-        return fields
+        return fields, None
     ceilings = ceilings_bytes_flops if basis == GPU_BASIS else (None, None)
     times = join_trace(compiled.report, events, calls, basis, *ceilings)
     fields["kernel_times"] = times.summary()
-    if labels[0] == labels[1]:
-        baseline.times, baseline.hlo_text = times, compiled.hlo_text
-    elif baseline.times is not None:
-        fields["kernel_diff"] = _diff(baseline, compiled, workload, times, labels)
-    return fields
+    decisions = None
+    if labels[0] != labels[1] and baseline is not None:
+        fields["kernel_diff"], decisions = _diff(baseline, compiled, workload, times, labels)
+    fields.update(_cost_model(twin, times, decisions))
+    own = twin if isinstance(twin, Twin) else None
+    return fields, Baseline(times, compiled.hlo_text, own)
 
 
-def _diff(baseline: Baseline, compiled, workload, times: KernelTimes, labels) -> dict[str, Any]:
-    """The reference vs this cell with measured times; an error here never fails the cell."""
+def _cost_model(twin, times: KernelTimes, decisions) -> dict[str, Any]:
+    """{"cost_model": each kernel's prediction against its measured time (a failed twin: its
+    error), with the reference's decisions scored}; {} with neither."""
+    cost = twin
+    if isinstance(twin, Twin):
+        join = join_costs(twin.report.kernel_details, times, twin.runs)
+        record = cost_model_record(join, times, estimates=twin.estimates)
+        cost = {**record, "same_kernels": twin.same_kernels}
+    if decisions is not None:
+        cost = {**(cost or {}), "decisions": decisions}
+    return {"cost_model": cost} if cost is not None else {}
 
+
+def _diff(baseline: Baseline, compiled, workload, times: KernelTimes, labels):
+    """(The reference vs this cell with measured times, the reference's fusion decisions
+    scored by them or None); an error here never fails the cell."""
     try:
-        if baseline.unoptimized is None:
-            baseline.unoptimized = compiled.unoptimized_hlo() or unoptimized_hlo(workload)
-        texts = (baseline.unoptimized, baseline.hlo_text, compiled.hlo_text)
+        unoptimized = compiled.unoptimized_hlo() or unoptimized_hlo(workload)
+        texts = (unoptimized, baseline.hlo_text, compiled.hlo_text)
         ref, a, b = (
             parse_hlo(t, name) for t, name in zip(texts, ("unoptimized", *labels), strict=True)
         )
         diff = diff_modules(a, b, labels, ref, texts)
-        return kernel_diff_record(diff, baseline.times, times)
+        timed = timed_groups(diff, baseline.times, times)
+        record = kernel_diff_record(diff, baseline.times, times, timed=timed)
     except Exception as err:
-        return {"error": f"{type(err).__name__}: {str(err).strip()[:300]}"}
+        return {"error": _error(err)}, None
+    dump = baseline.twin.dump if baseline.twin is not None else None
+    if dump is None:
+        return record, None
+    try:
+        return record, decisions_of_diff(dump, ref, unoptimized, diff, timed)
+    except Exception as err:
+        return record, {"error": _error(err)}
+
+
+def _error(err: BaseException) -> str:
+    return f"{type(err).__name__}: {str(err).strip()[:300]}"

@@ -36,12 +36,13 @@ import jax
 from jax._src import monitoring  # the only place the persistent-cache events are published
 from jax.experimental.compilation_cache import compilation_cache
 
-from xlafuse import models
 from xlafuse.compile.devices import HOST_DEVICES_FLAG
 from xlafuse.compile.protocol import run_child
 from xlafuse.compile.variants import get as get_variant
 from xlafuse.folders import writable_folder
 from xlafuse.models import user
+from xlafuse.models.names import Cell
+from xlafuse.models.workload import Workload
 
 # Run by a bare `python -c` with the request folder as argv[1]; times what a serving process
 # imports before it can compile, then hands over to `main`.
@@ -78,6 +79,8 @@ class StartRun:
       cache_misses: entries written to the cache by the measured compile (0 or 1).
       cache_entries: entries in the cache folder when the child finished (0 without a cache).
       aot_export_s: seconds to export and serialize the function, when asked (else None).
+      devices: the devices the program ran on (its first call's outputs'): a sharded cell's
+        mesh, rebuilt in the child (`workload_spec`).
     """
 
     backend: str
@@ -91,6 +94,7 @@ class StartRun:
     cache_misses: int
     cache_entries: int
     aot_export_s: float | None = None
+    devices: int = 1
 
     @property
     def cache_hit(self) -> bool:
@@ -230,28 +234,19 @@ def build_workload(spec: Mapping[str, Any]):
     user's imports the spec lists are imported first."""
     for target in spec.get("imports", ()):
         user.import_target(target)
-    return models.build(
-        spec["name"],
-        size=spec["size"],
-        mode=spec["mode"],
-        dtype=spec["dtype"],
-        seed=spec["seed"],
-        devices=spec.get("devices", 1),
-        parallelism=spec.get("parallelism") or "data",
-        **spec["overrides"],
-    )
+    return Cell.from_dict(spec).build(seed=spec["seed"])
 
 
 def workload_spec(workload: Any) -> dict[str, Any]:
-    """A JSON-able spec from which a child process rebuilds the same workload.
+    """A JSON-able spec from which a child process rebuilds the same workload: its cell's
+    `to_dict` form, devices and parallelism included, with a seed, a label and the imports.
 
     Args:
-      workload: a workload name, a dict (name, size, mode, dtype, seed, overrides, devices,
-        parallelism), a config's WorkloadConfig (anything with `to_dict()` giving those keys)
-        or a built `Workload` (its resolved configuration becomes the overrides; the seed is
-        taken as 0; a sharded one keeps its devices and parallelism). A program of the user's
-        (`FILE.py:FUNCTION`) is named by its resolved entry, so a child in any folder finds it;
-        `label` keeps the name it is shown by.
+      workload: a `Cell` (a config's: `WorkloadConfig.cell`), a built `Workload` (its resolved
+        configuration becomes the overrides: `Workload.rebuilt_cell`; the seed is taken as 0),
+        a workload name, or a dict of a Cell's keys (and `seed`, `label`). A program of the
+        user's is named by its resolved entry, so a child in any folder finds it; `label`
+        keeps the name it is shown by.
 
     Returns:
       The spec; `imports` lists this process's imports of the user's (`xlafuse.models.user`),
@@ -260,48 +255,36 @@ def workload_spec(workload: Any) -> dict[str, Any]:
     Raises:
       TypeError: none of those.
     """
-    label = None
+    label, seed = None, 0
     if isinstance(workload, str):
-        workload = {"name": workload}
-    elif hasattr(workload, "fn") and hasattr(workload, "config"):
-        label, workload = workload.name, _built_spec(workload)
-    elif hasattr(workload, "to_dict"):
-        label = getattr(workload, "name", None)
-        workload = {**workload.to_dict(), "name": getattr(workload, "build_name", label)}
-    if not isinstance(workload, Mapping) or "name" not in workload:
+        workload = Cell(workload)
+    elif isinstance(workload, Workload):
+        label, workload = workload.name, workload.rebuilt_cell
+    elif isinstance(workload, Mapping) and "name" in workload:
+        label, seed = workload.get("label"), int(workload.get("seed", 0))
+        workload = Cell.from_dict(workload)
+    if not isinstance(workload, Cell):
         raise TypeError(
-            "a workload is a name, a dict with 'name', a WorkloadConfig or a Workload, "
+            "a workload is a Cell, a Workload, a name or a dict with 'name', "
             f"not {type(workload).__name__}"
         )
-    name = workload["name"]
-    if user.is_entry(name):
-        name = user.parse_entry(name).resolved
+    cell = _for_child(workload)
+    shown = workload.name if workload.entry else user.display_name(cell.name)
     return {
-        "name": name,
-        "label": label or workload.get("label") or user.display_name(name),
-        "size": workload.get("size", "tiny"),
-        "mode": workload.get("mode", "forward"),
-        "dtype": workload.get("dtype"),
-        "seed": int(workload.get("seed", 0)),
-        "overrides": dict(workload.get("overrides") or {}),
-        "devices": int(workload.get("devices") or 1),
-        "parallelism": workload.get("parallelism") if workload.get("devices", 1) > 1 else None,
+        **cell.to_dict(),
+        "label": label or shown,
+        "seed": seed,
         "imports": list(user.imported()),
     }
 
 
-def _built_spec(workload: Any) -> dict[str, Any]:
-    """The spec of a built Workload: its resolved configuration as overrides (a program of the
-    user's: its entry, whose dtype is its inputs')."""
-    return {
-        "name": workload.entry or workload.name,
-        "size": workload.size,
-        "mode": workload.mode,
-        "dtype": None if workload.entry else workload.dtype,
-        "overrides": workload.to_dict()["config"],
-        "devices": workload.devices,
-        "parallelism": workload.parallelism,
-    }
+def _for_child(cell: Cell) -> Cell:
+    """The cell as a child process in any folder builds it: a program of the user's by its
+    entry resolved (a config's entry against the config's folder)."""
+    name = cell.build_name
+    if user.is_entry(name):
+        name = user.parse_entry(name).resolved
+    return dataclasses.replace(cell, name=name, entry=None, base=None)
 
 
 def run_start(

@@ -90,11 +90,12 @@ def _phase_jit(request: dict[str, Any], import_s: float) -> dict[str, Any]:
         start = time.perf_counter()
         compiled = lowered.compile(compiler_options=options)
         compile_s = time.perf_counter() - start
+    devices = []
     steady = per_call_seconds(
         compiled,
         args,
         1 + request["steady_calls"],
-        on_first=lambda out: _save_outputs(request["outputs_to"], out),
+        on_first=lambda out: (_save_outputs(request["outputs_to"], out), devices.append(_on(out))),
         train=workload.mode == "train",
     )
     return {
@@ -109,7 +110,13 @@ def _phase_jit(request: dict[str, Any], import_s: float) -> dict[str, Any]:
         "cache_misses": counted[CACHE_MISSES],
         "cache_entries": cache_entry_count(request["cache_dir"]),
         "aot_export_s": aot_export_s,
+        "devices": devices[0],
     }
+
+
+def _on(out) -> int:
+    """The devices a call's outputs are on: more than one for a sharded program."""
+    return max((len(x.sharding.device_set) for x in jax.tree.leaves(out)), default=1)
 
 
 def _export(workload, path: str | None) -> float | None:

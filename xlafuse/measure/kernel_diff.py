@@ -23,16 +23,17 @@ from typing import Any
 
 import numpy as np
 
-from xlafuse import models
 from xlafuse.compile.jit import compile_workload, unoptimized_hlo
 from xlafuse.compile.variants import get as get_variant
 from xlafuse.errors import XlafuseError
 from xlafuse.hlo.diff import FusionDiff, KernelGroup, diff_modules
 from xlafuse.hlo.parse import parse_hlo
+from xlafuse.kinds import Verdict
 from xlafuse.measure import timing
 from xlafuse.measure.kernels import KernelTimes, find_trace, join_trace, trace_events
 from xlafuse.measure.profile import trace_calls
 from xlafuse.measure.stats import VERDICTS, Difference, difference_interval
+from xlafuse.models.names import Cell
 
 SCHEMA = "xlafuse.kernel_diff/1"
 TOP = 10
@@ -128,18 +129,29 @@ def _group_samples(kernels: Sequence[str], samples: Mapping[str, Sequence[float]
     return np.sum([samples.get(k, (0.0,) * calls) for k in kernels] or [[0.0] * calls], axis=0)
 
 
-def kernel_diff_record(
-    diff: FusionDiff, times_a: KernelTimes, times_b: KernelTimes, top: int = TOP
-) -> dict[str, Any]:
-    """The compact record of A vs B (`CellResult.trace.kernel_diff`): totals, the top savings,
-    and with per-call times the groups where B gains and loses with their sums (`changes`)."""
-    timed = time_groups(
+def timed_groups(diff: FusionDiff, times_a: KernelTimes, times_b: KernelTimes):
+    """`time_groups` of `diff` with both sides' times and per-call samples."""
+    return time_groups(
         diff,
         times_a.times_by_kernel(),
         times_b.times_by_kernel(),
         times_a.samples_by_kernel(),
         times_b.samples_by_kernel(),
     )
+
+
+def kernel_diff_record(
+    diff: FusionDiff,
+    times_a: KernelTimes,
+    times_b: KernelTimes,
+    top: int = TOP,
+    timed: Sequence[TimedGroup] | None = None,
+) -> dict[str, Any]:
+    """The compact record of A vs B (`CellResult.trace.kernel_diff`): totals, the top savings,
+    and with per-call times the groups where B gains and loses with their sums (`changes`).
+    `timed`: the groups already timed (`timed_groups`), else timed here."""
+    if timed is None:
+        timed = timed_groups(diff, times_a, times_b)
     return {
         "schema": SCHEMA,
         "a": diff.label_a,
@@ -170,8 +182,8 @@ def changes(timed: Sequence[TimedGroup], top: int = TOP) -> dict[str, Any]:
     if not decided:
         return {}
     by = {v: [t for t in decided if t.change.verdict == v] for v in VERDICTS}
-    gains = sorted(by["faster"], key=lambda t: t.change.delta_s)
-    losses = sorted(by["slower"], key=lambda t: -t.change.delta_s)
+    gains = sorted(by[Verdict.FASTER], key=lambda t: t.change.delta_s)
+    losses = sorted(by[Verdict.SLOWER], key=lambda t: -t.change.delta_s)
     return {
         "gains": [t.to_dict(NAMES_KEPT) for t in gains[:top]],
         "losses": [t.to_dict(NAMES_KEPT) for t in losses[:top]],
@@ -212,34 +224,30 @@ class MeasuredDiff:
 
 
 def measure_workload_diff(
-    workload: str,
+    cell: Cell,
     variants: tuple[str, str],
-    size: str = "tiny",
-    mode: str = "forward",
     calls: int = 10,
     trace_dir: str | Path | None = None,
-    overrides: dict | None = None,
 ) -> MeasuredDiff:
-    """Compile a workload under two variants, trace both, and time every kernel group.
+    """Compile a cell's workload under two variants, trace both, and time every kernel group.
 
     The programs are compiled on the one compile path (`compile_workload`) and traced after a
     warm-up call (`xlafuse.measure.kernels.trace_calls`); both are traced to the workload's
     unoptimized module for the diff.
 
     Args:
-      workload: a zoo workload's name, or a program of the user's (`FILE.py:FUNCTION`).
+      cell: the workload (a zoo workload or a program of the user's), its size, mode,
+        overrides and devices.
       variants: (A, B), e.g. ("default", "no-fusion").
-      size, mode: the workload's size and mode.
       calls: calls traced per variant.
       trace_dir: keep the traces under `trace_dir/<variant>/`; None: temporary, deleted.
-      overrides: the workload's overrides (a program of the user's: its keyword arguments).
 
     Raises:
       UnknownNameError: an unknown workload, size, mode or variant.
       XlafuseError: a trace without events (nothing ran).
     """
 
-    work = models.build(workload, size=size, mode=mode, **(overrides or {}))
+    work = cell.build()
     chosen = [get_variant(v) for v in variants]
     unoptimized = unoptimized_hlo(work)
     texts, times, traces = [unoptimized], [], {}
@@ -250,7 +258,7 @@ def measure_workload_diff(
             times.append(trace_kernel_times(compiled, work, calls, folder))
         texts.append(compiled.hlo_text)
         traces[variant.name] = str(folder) if trace_dir is not None else None
-    label = f"workload {workload} ({work.size}, {work.mode})"
+    label = f"workload {cell.name} ({work.size}, {work.mode})"
     ref, a, b = (parse_hlo(t, label) for t in texts)
     diff = diff_modules(a, b, tuple(variants), ref, tuple(texts))
     timed = time_groups(

@@ -36,10 +36,12 @@ from typing import Any
 
 import numpy as np
 
+from xlafuse.kinds import Verdict
+
 SAME_WITHIN = 0.03
 CONFIDENCE = 0.95
 RESAMPLES = 2000
-VERDICTS = ("faster", "slower", "same")
+VERDICTS = tuple(Verdict)  # faster, slower, same: the order reports list them in
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,7 +58,7 @@ class Speedup:
 
     speedup: float
     ci: tuple[float, float]
-    verdict: str
+    verdict: Verdict
     decided: bool
     samples: tuple[int, int] = (0, 0)
 
@@ -74,12 +76,12 @@ class Speedup:
         return f"{self.speedup:.2f}x ({self.verdict})"
 
 
-def verdict(speedup: float, ci: tuple[float, float]) -> str:
+def verdict(speedup: float, ci: tuple[float, float]) -> Verdict:
     """`same`, `faster` or `slower` for a speedup and its interval (rule in the module doc)."""
     low, high = ci
     if low <= 1.0 <= high or abs(speedup - 1.0) < SAME_WITHIN:
-        return "same"
-    return "faster" if low > 1.0 else "slower"
+        return Verdict.SAME
+    return Verdict.FASTER if low > 1.0 else Verdict.SLOWER
 
 
 def is_decided(ci: tuple[float, float]) -> bool:
@@ -182,7 +184,7 @@ class Difference:
 
     delta_s: float
     ci: tuple[float, float]
-    verdict: str
+    verdict: Verdict
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form."""
@@ -218,5 +220,5 @@ def difference_interval(
     ci = (float(min(low, point)), float(max(high, point)))
     small = abs(point) < SAME_WITHIN * max(float(a.mean()), float(b.mean()))
     if small or ci[0] <= 0.0 <= ci[1]:
-        return Difference(point, ci, "same")
-    return Difference(point, ci, "faster" if point < 0 else "slower")
+        return Difference(point, ci, Verdict.SAME)
+    return Difference(point, ci, Verdict.FASTER if point < 0 else Verdict.SLOWER)

@@ -48,7 +48,7 @@ from typing import Any
 
 from xlafuse.hlo import analyze_hlo
 from xlafuse.measure.ncu import NcuKernel
-from xlafuse.models.names import workload_label
+from xlafuse.models.names import Cell
 
 BYTES_TOLERANCE = 0.10
 TIME_TOLERANCE = 0.05
@@ -264,8 +264,7 @@ class ValidationResult:
         w = self.workload
         if not w:
             return ""
-        size, mode = w.get("size", "tiny"), w.get("mode", "forward")
-        return workload_label(w["name"], size, mode, w.get("overrides"), w.get("dtype"))
+        return Cell.from_dict(w).label
 
     @property
     def kernels_equal(self) -> bool:

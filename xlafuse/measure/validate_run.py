@@ -75,8 +75,8 @@ def validate_cell(
     """Profile one call of a workload under ncu and judge the HLO's kernels against it.
 
     Args:
-      workload: as `xlafuse.measure.coldstart.workload_spec` takes it (a name, a program of
-        the user's, a spec dict, a WorkloadConfig or a Workload).
+      workload: as `xlafuse.measure.coldstart.workload_spec` takes it (a Cell, a Workload, a
+        name or a program of the user's, or a spec dict).
       variant: a preset name, "a+b", a Variant or a dict of XLA options.
       cache_dir: the persistent compilation cache to warm and read; a temporary one when None.
       ncu: the ncu executable; None looks for $XLAFUSE_NCU, then `ncu` on PATH.
@@ -173,9 +173,7 @@ def validate_config(
         )
         chosen = [v for v in chosen if v.name in variants]
     cells = [
-        (w.to_dict(), dataclasses.replace(v.resolve(), name=v.name))
-        for w in workloads
-        for v in chosen
+        (w.cell, dataclasses.replace(v.resolve(), name=v.name)) for w in workloads for v in chosen
     ]
     return validate_cells(cells, say, **kwargs)
 

@@ -1,13 +1,19 @@
 """The names of workload cells and of mesh layouts, without JAX.
 
-The command line, the records and the reports name workloads with these; a command that only
-reads HLO or results (`xlafuse inspect DUMP`, `xlafuse report`) imports them and starts without
-JAX. The sharding itself is `xlafuse.models.sharding`.
+`Cell` is the one name of a workload cell (issue 30): the config, the runner, cold start, warm-up,
+diff, explain, validation and the reports pass it, and ask it for its label, its mesh and its
+resume key. The command line, the records and the reports name workloads with these; a command
+that only reads HLO or results (`xlafuse inspect DUMP`, `xlafuse report`) imports them and starts
+without JAX. The sharding itself is `xlafuse.models.sharding`.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from collections.abc import Mapping
+from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 PARALLELISMS = ("data", "model")  # see xlafuse.models.sharding
@@ -42,7 +48,144 @@ def workload_label(
 
     Overrides stay in the name (they tell two chains apart); dtype and mesh only when given.
     """
-    extra = ",".join(f"{k}={v}" for k, v in sorted((overrides or {}).items()))
-    head = f"{name}[{extra}]" if extra else str(name)
-    label = "/".join(str(p) for p in (head, size, mode, dtype) if p)
+    label = "/".join(str(p) for p in (_head(name, overrides), size, mode, dtype) if p)
     return f"{label} @{mesh}" if mesh else label
+
+
+def _head(name: str, overrides: Mapping[str, Any] | None) -> str:
+    """`chain[ops=16]`: the name with its overrides (they tell two chains apart)."""
+    extra = ",".join(f"{k}={v}" for k, v in sorted((overrides or {}).items()))
+    return f"{name}[{extra}]" if extra else str(name)
+
+
+@dataclasses.dataclass(frozen=True)
+class Cell:
+    """The one name of a workload cell: what is built, at which size, in which mode, on which
+    devices. A variant and a backend make it a measured cell (`cell_id`).
+
+    Attributes:
+      name: a zoo workload's name, a workload registered by the user's imports, or an entry
+        (`FILE.py:FUNCTION`, `MODULE:FUNCTION`); for a config's entry, the label it gives it.
+      size, mode: "tiny", "small", "full" ("custom" for an entry); "forward" or "train".
+      dtype: the dtype asked for; None for the workload's default.
+      overrides: size-table or option overrides (an entry's keyword arguments).
+      devices, parallelism: the mesh; on one device parallelism is "data" whatever was given.
+      entry: a config's entry as written (`name` is then its label); None otherwise.
+      base: the folder an entry's relative FILE is found from (not part of the name).
+    """
+
+    name: str
+    size: str = "tiny"
+    mode: str = "forward"
+    dtype: str | None = None
+    overrides: Mapping[str, Any] = dataclasses.field(default_factory=dict, hash=False)
+    devices: int = 1
+    parallelism: str = "data"
+    entry: str | None = None
+    base: Path | None = dataclasses.field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "overrides", MappingProxyType(dict(self.overrides or {})))
+        if self.devices <= 1:
+            object.__setattr__(self, "parallelism", "data")
+
+    @property
+    def mesh(self) -> str | None:
+        """`data2`, `model4`: the layout on several devices; None on one."""
+        return f"{self.parallelism}{self.devices}" if self.devices > 1 else None
+
+    @property
+    def on_devices(self) -> str | None:
+        """`data-parallel on 2 devices`; None on one device."""
+        return f"{self.parallelism}-parallel on {self.devices} devices" if self.mesh else None
+
+    @property
+    def head(self) -> str:
+        """`chain[ops=16]`: the name (a program of the user's by its FUNCTION) with its
+        overrides."""
+        return _head(display_name(self.name), self.overrides)
+
+    @property
+    def short_label(self) -> str:
+        """`chain[ops=16]/tiny/forward`: what the report's tables group a workload's cells by."""
+        return workload_label(self.head, self.size, self.mode)
+
+    @property
+    def label(self) -> str:
+        """`chain[ops=16]/tiny/forward/bfloat16 @data2`: dtype when asked for, mesh when sharded."""
+        return workload_label(self.head, self.size, self.mode, None, self.dtype, self.mesh)
+
+    def cell_id(self, variant: str, backend: str, processes: str | None = None) -> str:
+        """The resume key of the cell under `variant` on `backend`, e.g.
+        `chain/tiny/forward/auto/{"ops":16}/no-fusion/cpu`; a sharded cell ends with its mesh
+        (`.../gpu/data2`), a one-device cell keeps the key published before meshes. A cell of
+        several `jax.distributed` processes ends with them, `processes` being processes x
+        devices per process (`.../cpu/data4/processes2x2`); one process keeps the old key."""
+        extra = json.dumps(dict(self.overrides), sort_keys=True, separators=(",", ":"), default=str)
+        parts = [self.name, self.size, self.mode, self.dtype or "auto", extra, variant, backend]
+        tail = ([self.mesh] if self.mesh else []) + ([f"processes{processes}"] if processes else [])
+        return "/".join(parts + tail)
+
+    @property
+    def build_name(self) -> str:
+        """What `xlafuse.models.build` takes: the name, or the config's entry resolved."""
+        if self.entry is None:
+            return self.name
+        from xlafuse.models import user  # JAX: only a build needs it
+
+        return user.parse_entry(self.entry, self.base).resolved
+
+    def build(self, seed: int = 0):
+        """The `xlafuse.models.Workload` of this cell (`xlafuse.models.build`), sharded over its
+        devices.
+
+        Raises:
+          XlafuseError, ValueError: as `build`; for a config's entry, also a mode that is not
+            what FUNCTION returned.
+        """
+        from xlafuse import models  # JAX, imported by the one call that builds
+        from xlafuse.models import user
+
+        workload = models.build(
+            self.build_name,
+            self.size,
+            self.mode,
+            self.dtype,
+            seed=seed,
+            devices=self.devices,
+            parallelism=self.parallelism,
+            **self.overrides,
+        )
+        if self.entry is not None and workload.mode != self.mode:
+            step = workload.mode == "train"
+            returned = "a step (fn, args, donate_argnums)" if step else "a forward program"
+            raise user.EntryError(
+                f"entry {self.entry!r} returned {returned}, and the config says mode = "
+                f"{self.mode!r}: set mode = {workload.mode!r}"
+            )
+        return workload
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form (what a child process rebuilds the cell from: `from_dict`); the
+        parallelism is None on one device, an entry's key only for an entry."""
+        return {
+            **cell_fields(self),
+            "overrides": dict(self.overrides),
+            "devices": self.devices,
+            "parallelism": self.parallelism if self.mesh else None,
+            **({"entry": self.entry} if self.entry else {}),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Cell:
+        """The cell of a `to_dict` form (missing keys take their defaults)."""
+        return cls(
+            name=data["name"],
+            size=data.get("size") or "tiny",
+            mode=data.get("mode") or "forward",
+            dtype=data.get("dtype"),
+            overrides=data.get("overrides") or {},
+            devices=int(data.get("devices") or 1),
+            parallelism=data.get("parallelism") or "data",
+            entry=data.get("entry"),
+        )

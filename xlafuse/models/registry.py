@@ -58,7 +58,7 @@ class WorkloadSpec:
 
 _REGISTRY: dict[str, WorkloadSpec] = {}
 # The modules that register the zoo's workloads when imported (`_load_families`).
-_FAMILIES = ("attention", "mlp", "pointwise", "reductions", "resnet", "transformer")
+_FAMILIES = ("attention", "loops", "mlp", "pointwise", "reductions", "resnet", "transformer")
 _FAMILY_MODULES = tuple(f"xlafuse.models.{family}" for family in _FAMILIES)
 
 

@@ -56,7 +56,7 @@ def _table(columns: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
 
 def _time_row(r: CellResult, figures: Sequence[str], reference: CellResult | None) -> list[str]:
     if not r.ok:
-        return [r.variant, "error", *[""] * (len(figures) + 5)]
+        return [r.variant, r.status, *[""] * (len(figures) + 5)]
     is_reference = r.variant == r.reference
     times = [_time(r, figure, None if is_reference else reference) for figure in figures]
     speedup = r.speedup
@@ -92,7 +92,7 @@ def _basis(r: CellResult) -> str:
 
 def _work_row(r: CellResult) -> list[str]:
     if not r.ok:
-        return [r.variant, "error", *[""] * (len(_WORK_COLUMNS) - 2)]
+        return [r.variant, r.status, *[""] * (len(_WORK_COLUMNS) - 2)]
     pct = fmt(r.rates.pct_of_copy_ceiling, 1, ".1f", "%")
     if r.rates.cache_resident:
         pct = "cache-resident"

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from xlafuse.models.names import workload_label
+from xlafuse.models.names import Cell
 from xlafuse.report.figure import new_figure, save
 from xlafuse.report.lines import cell_label
 from xlafuse.results.records import CellResult
@@ -142,8 +142,7 @@ def record_label(record: Mapping[str, Any]) -> str:
     workload = record.get("workload")
     if isinstance(workload, Mapping):
         record = {**record, **workload, "workload": workload.get("name")}
-    size, mode = record.get("size"), record.get("mode")
-    return workload_label(record.get("workload"), size, mode, record.get("overrides"))
+    return Cell.from_dict({**record, "name": record.get("workload")}).short_label
 
 
 def _cold_row(r: CellResult) -> list[str]:

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
 from xlafuse.hlo.diff import FusionDiff, KernelGroup
 from xlafuse.hlo.explain import Boundary, Explanation, ResolvedStep
 from xlafuse.inspect.explain import ExplainReport
 from xlafuse.report.format import format_bytes
+
+if TYPE_CHECKING:  # a type only: reading a dump folder imports no JAX (docs/architecture.md)
+    from xlafuse.measure.costmodel import BoundaryCost
 
 NO_REASONS = (
     "XLA wrote no reasons for this compile (the CPU writes no priority-fusion dump; on the GPU "
@@ -82,8 +88,17 @@ def _names(names: tuple[str, ...], limit: int = 3) -> str:
     return f"{len(names)} [{shown}{more}]" if len(names) > 1 else shown
 
 
-def render_explain(report: ExplainReport, top: int | None = 10, kernel: str | None = None) -> str:
-    """The summary, the boundaries (largest first), what the variant fused, XLA's steps."""
+def render_explain(
+    report: ExplainReport,
+    top: int | None = 10,
+    kernel: str | None = None,
+    costs: Sequence[BoundaryCost] | None = None,
+    basis: str | None = None,
+) -> str:
+    """The summary, the boundaries (largest first), what the variant fused, XLA's steps.
+
+    `costs`: one per boundary (`xlafuse explain --measure`), its kernels' measured time on
+    `basis` ("device kernels" or "host thunks") beside XLA's estimate, under each boundary."""
     check_top(top)
     e = report.explanation
     if kernel is not None:
@@ -99,7 +114,9 @@ def render_explain(report: ExplainReport, top: int | None = 10, kernel: str | No
     if not e.has_dump:
         lines.append(f"reasons: {NO_REASONS}")
     lines.append(f"\nkernel boundaries (missed fusions): {len(e.boundaries)}, largest first")
-    lines.extend(_boundary_rows(e.boundaries[:top] if top else e.boundaries, e.has_dump))
+    shown = e.boundaries[:top] if top else e.boundaries
+    measured = costs[: len(shown)] if costs is not None else None
+    lines.extend(_boundary_rows(shown, e.has_dump, measured, basis))
     _more(lines, len(e.boundaries), top)
     if e.unjudged_edges:
         lines.append(f"not judged: {e.unjudged_edges} reads through an op XLA rewrote")
@@ -129,9 +146,9 @@ def _more(lines: list[str], n: int, top: int | None) -> None:
         lines.append(f"  ... {n - top} more (--top {n} or --json shows all)")
 
 
-def _boundary_rows(boundaries, with_reasons: bool) -> list[str]:
+def _boundary_rows(boundaries, with_reasons: bool, costs=None, basis=None) -> list[str]:
     rows = []
-    for b in boundaries:
+    for i, b in enumerate(boundaries):
         row = (
             f"  {format_bytes(b.boundary_bytes):>9}  {b.producer} ({b.producer_kernel}, "
             f"{b.producer_source or '?'}) -> {', '.join(b.consumers[:3])} ({b.consumer_kernel}, "
@@ -142,7 +159,20 @@ def _boundary_rows(boundaries, with_reasons: bool) -> list[str]:
         rows.append(row)
         if with_reasons:
             rows.append(f"             why: {_why(b)}")
+        if costs is not None:
+            rows.append(f"             measured: {_measured(costs[i], basis)}")
     return rows
+
+
+def _measured(cost: BoundaryCost, basis: str | None) -> str:
+    """The two kernels' traced time per call, and XLA's estimate of the same two kernels."""
+    a, b = cost.producer_kernel_s, cost.consumer_kernel_s
+    if a is None or b is None:
+        return "a kernel of the two was not seen in the trace"
+    text = f"{a * 1e6:.4g} us + {b * 1e6:.4g} us = {(a + b) * 1e6:.4g} us per call ({basis})"
+    if cost.predicted_s is not None:
+        text += f"; XLA's estimate of the two kernels: {cost.predicted_s * 1e6:.4g} us"
+    return text
 
 
 def _why(b: Boundary) -> str:

@@ -22,11 +22,17 @@ from pathlib import Path
 from xlafuse.errors import XlafuseError
 from xlafuse.hlo.fusion import FusionReport, KernelInfo, analyze_module
 from xlafuse.hlo.ir import Computation, HloModule, Instruction
+from xlafuse.kinds import FusionKind
 from xlafuse.report.format import format_bytes
 
 _LAYOUT = re.compile(r"\{[^{}]*\}")
 _LOOK_THROUGH = frozenset({"bitcast", "get-tuple-element", "copy-done"})
-_KIND_COLORS = {"kLoop": "#cfe2f3", "kInput": "#d9ead3", "kOutput": "#fff2cc", "kCustom": "#f4cccc"}
+_KIND_COLORS = {
+    FusionKind.LOOP: "#cfe2f3",
+    FusionKind.INPUT: "#d9ead3",
+    FusionKind.OUTPUT: "#fff2cc",
+    FusionKind.CUSTOM: "#f4cccc",
+}
 _LIBRARY_COLOR = "#ead1dc"
 
 

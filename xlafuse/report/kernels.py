@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from xlafuse.errors import XlafuseError
+from xlafuse.kinds import Verdict
 from xlafuse.measure.stats import SAME_WITHIN
 from xlafuse.report.figure import new_figure, save
 from xlafuse.report.lines import cell_label
@@ -367,10 +368,10 @@ def _text_changes(decided, a: str, b: str, top: int | None) -> list[str]:
     """Where B gains and where it loses (B - A per group, with its interval), the `same` groups
     summed apart."""
     lines = []
-    for verdict, title in (("faster", "gains"), ("slower", "loses")):
+    for verdict, title in ((Verdict.FASTER, "gains"), (Verdict.SLOWER, "loses")):
         rows = sorted(
             (t for t in decided if t.change.verdict == verdict),
-            key=lambda t: t.change.delta_s if verdict == "faster" else -t.change.delta_s,
+            key=lambda t: t.change.delta_s if verdict == Verdict.FASTER else -t.change.delta_s,
         )
         total = sum(t.change.delta_s for t in rows)
         shown = rows[:top] if top is not None else rows
@@ -379,7 +380,7 @@ def _text_changes(decided, a: str, b: str, top: int | None) -> list[str]:
             f"groups, {total * 1e6:.4g} µs in all:"
         )
         lines += _text_groups(shown)
-    same = [t for t in decided if t.change.verdict == "same"]
+    same = [t for t in decided if t.change.verdict == Verdict.SAME]
     lines.append(
         f"same within the noise or under {SAME_WITHIN:.0%}: {len(same)} groups, "
         f"{sum(t.change.delta_s for t in same) * 1e6:.4g} µs in all"

@@ -3,7 +3,7 @@ progress line per cell, a speedup with its verdict."""
 
 from __future__ import annotations
 
-from xlafuse.models.names import workload_label
+from xlafuse.models.names import Cell
 from xlafuse.report.format import LINE_WIDTH
 from xlafuse.results.records import CellResult
 
@@ -17,9 +17,24 @@ def speedup_text(speedup: float | None, verdict: str | None) -> str:
     return f"{speedup:.2f}x" + (f" ({verdict})" if verdict else "")
 
 
+def record_cell(record: CellResult) -> Cell:
+    """The cell a record names (its dtype as the config asked for it, `dtype_requested`)."""
+    return Cell(
+        record.workload,
+        record.size,
+        record.mode,
+        record.dtype_requested,
+        record.overrides,
+        record.devices,
+        record.parallelism or "data",
+        record.entry,
+    )
+
+
 def cell_label(record: CellResult) -> str:
-    """`chain[ops=16]/tiny/forward`: the overrides stay, they tell two chains apart."""
-    return workload_label(record.workload, record.size, record.mode, record.overrides)
+    """`chain[ops=16]/tiny/forward`: what the report's tables group a workload's cells by (the
+    overrides stay, they tell two chains apart; `Cell.short_label`)."""
+    return record_cell(record).short_label
 
 
 def lead(record: CellResult) -> str:
@@ -58,9 +73,7 @@ def cell_line(record: CellResult, reference: CellResult | None = None) -> str:
 
     A variant's time is shown beside the reference's over the same rounds: the speedup is the
     one over the other, whatever the reference's own cell measured earlier."""
-    mesh = f"{record.parallelism}{record.devices}" if record.devices > 1 else None
-    name = workload_label(record.workload, record.size, record.mode, record.overrides, mesh=mesh)
-    head = f"{name}  {record.variant}"
+    head = f"{record_cell(record).label}  {record.variant}"
     if not record.ok:
         return _fit(f"{head}  ERROR {record.error_type}: {record.error}")
     lines = [head]

@@ -20,6 +20,12 @@ from xlafuse.report.coldstart import (
     coldstart_section,
     graphs_section,
 )
+from xlafuse.report.costmodel import (
+    COST_MODEL_PNG,
+    cost_model_plot,
+    cost_model_section,
+    study_section,
+)
 from xlafuse.report.explain_text import missed_fusions_markdown
 from xlafuse.report.kernels import (
     KERNEL_ROOFLINE_PNG,
@@ -28,7 +34,7 @@ from xlafuse.report.kernels import (
     plot_kernel_roofline,
     traces_section,
 )
-from xlafuse.report.lines import cell_label
+from xlafuse.report.lines import cell_label, record_cell
 from xlafuse.report.plots import (
     KERNELS_PNG,
     ROOFLINE_PNG,
@@ -92,8 +98,9 @@ def render_markdown(
     lines += traces_section(records)
     for key, group in _by_workload(records).items():
         lines += [f"## {key}", "", *cell_tables(group), ""]
-        lines += [*kernel_sections(group), *_missed(group)]
+        lines += [*kernel_sections(group), *cost_model_section(group), *_missed(group)]
     lines += _errors(records)
+    lines += study_section(records)
     lines += sharded_section(records)
     lines += processes_section(records)
     lines += _study_sections(records)
@@ -190,10 +197,10 @@ def _calibration_line(r: CellResult) -> str:
 def _by_workload(records: Sequence[CellResult]) -> dict[str, list[CellResult]]:
     groups: dict[str, list[CellResult]] = {}
     for r in records:
-        extra = ",".join(f"{k}={v}" for k, v in sorted(r.overrides.items()))
-        key = f"{r.workload}{f'[{extra}]' if extra else ''} / {r.size} / {r.mode} / {r.dtype}"
-        if r.devices > 1:
-            key += f" / {r.parallelism}-parallel on {r.devices} devices"
+        cell = record_cell(r)
+        key = f"{cell.head} / {r.size} / {r.mode} / {r.dtype}"
+        if cell.on_devices:
+            key += f" / {cell.on_devices}"
         groups.setdefault(key, []).append(r)
     return groups
 
@@ -270,6 +277,7 @@ def write_plots(records: Sequence[CellResult], out_dir: Path) -> list[str]:
         (ROOFLINE_PNG, plot_roofline),
         (COLD_START_PNG, coldstart_plot),
         (FRAMEWORKS_PNG, frameworks_plot),
+        (COST_MODEL_PNG, cost_model_plot),
     ):
         if plot(ok, out_dir / name):
             written.append(name)

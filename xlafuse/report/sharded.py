@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from xlafuse.models.names import workload_label
+from xlafuse.report.lines import cell_label
 from xlafuse.results.records import CellResult
 from xlafuse.results.scaling import Scaling, cell_scaling, step_time
 
@@ -44,7 +44,7 @@ def sharded_section(records: Sequence[CellResult]) -> list[str]:
 
 
 def _row(r: CellResult, result: Scaling | None) -> list[str]:
-    name = workload_label(r.workload, r.size, r.mode, r.overrides)
+    name = cell_label(r)
     own, basis = step_time(r)
     overlap = r.comm.overlap_fraction
     return [
@@ -87,7 +87,7 @@ def processes_section(records: Sequence[CellResult]) -> list[str]:
     for r in several:
         p = r.per_process
         row = [
-            workload_label(r.workload, r.size, r.mode, r.overrides),
+            cell_label(r),
             f"{r.parallelism} x{r.devices}",
             r.variant,
             f"{r.processes} x {r.process_devices}",

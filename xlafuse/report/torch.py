@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from xlafuse.kinds import Framework
 from xlafuse.report.figure import new_figure, save
 from xlafuse.report.lines import lead, lead_time, reference_time
 from xlafuse.results.records import CellResult
@@ -45,7 +46,7 @@ def _groups(records: Sequence[CellResult]) -> dict[str, list[CellResult]]:
 
 
 def _is_torch(r: CellResult) -> bool:
-    return r.framework == "torch"
+    return r.framework == Framework.TORCH
 
 
 def frameworks_section(records: Sequence[CellResult]) -> str:
@@ -76,7 +77,7 @@ def _versions(records: Sequence[CellResult]) -> str:
     seen: dict[str, set[str]] = {}
     for r in records:
         if r.framework_version:
-            seen.setdefault(r.framework or "jax", set()).add(r.framework_version)
+            seen.setdefault(r.framework or Framework.JAX, set()).add(r.framework_version)
     return " beside ".join(f"{f} {', '.join(sorted(v))}" for f, v in sorted(seen.items())) + "."
 
 
@@ -99,7 +100,7 @@ def _row(r: CellResult, reference: CellResult | None) -> list[str]:
     warm = r.cold_start.warm_compile_s
     compile_text = _num(cold, spec=".3g") + (f" / {warm:.3g}" if warm is not None else "")
     return [
-        r.framework or "jax",
+        r.framework or Framework.JAX,
         r.variant,
         _num(_kernels(r), spec=".4g") + _input_copies(r),
         _num(r.fusion.modeled_bytes, 1e-6, ".4g"),

@@ -19,6 +19,8 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any, Self
 
+from xlafuse.kinds import Verdict, member
+
 KEY = "key"  # the field metadata that names a flat key not made of PREFIX + name
 
 
@@ -39,6 +41,12 @@ def plain(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [plain(v) for v in value]
     return value
+
+
+def _verdicts(part: Any, *names: str) -> None:
+    """A part's verdict fields as `Verdict` members (the boundary of a record read)."""
+    for name in names:
+        object.__setattr__(part, name, member(Verdict, getattr(part, name), name))
 
 
 class Part:
@@ -171,17 +179,21 @@ class SpeedupRecord(Part):
     PREFIX = "speedup_"
     vs_reference: float | None = None
     ci: Sequence[float] | None = None
-    verdict: str | None = None
+    verdict: Verdict | None = None
     basis: str | None = None
     lead: str | None = None
     reference_median_s: float | None = keyed("reference_time_median_s")
     reference_pipelined_s: float | None = keyed("reference_pipelined_s_per_call")
     latency: float | None = None
     latency_ci: Sequence[float] | None = None
-    latency_verdict: str | None = None
+    latency_verdict: Verdict | None = None
     pipelined: float | None = None
     pipelined_ci: Sequence[float] | None = None
-    pipelined_verdict: str | None = None
+    pipelined_verdict: Verdict | None = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _verdicts(self, "verdict", "latency_verdict", "pipelined_verdict")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -197,23 +209,30 @@ class DeviceRecord(Part):
     kernels_per_call: float | None = None
     speedup: float | None = None
     speedup_ci: Sequence[float] | None = None
-    speedup_verdict: str | None = None
+    speedup_verdict: Verdict | None = None
     top_kernels: Sequence[Sequence[Any]] | None = keyed("top_kernels")
     input_copy_kernels_per_call: float | None = keyed("input_copy_kernels_per_call")
     input_copy_time_s: float | None = keyed("input_copy_time_s")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _verdicts(self, "speedup_verdict")
 
 
 @dataclasses.dataclass(frozen=True)
 class TraceRecord(Part):
     """A traced cell (`xlafuse.measure.cell_kernels`): its kept trace folder (relative to the
     results folder; None when not kept), every kernel's time joined to its HLO kernel
-    (`KernelTimes.summary()`), and against the reference the kernel groups of `xlafuse diff`
-    with both sides' times, top savings first (`kernel_diff.kernel_diff_record`)."""
+    (`KernelTimes.summary()`), against the reference the kernel groups of `xlafuse diff`
+    with both sides' times, top savings first (`kernel_diff.kernel_diff_record`), and on a GPU
+    XLA's cost model against the measured kernels (`cost_model`: `costmodel.cost_model_record`,
+    with `decisions` against a reference, `decisions.decisions_record`)."""
 
     PREFIX = "trace_"
     path: str | None = None
     kernel_times: Mapping[str, Any] | None = keyed("kernel_times")
     kernel_diff: Mapping[str, Any] | None = keyed("kernel_diff")
+    cost_model: Mapping[str, Any] | None = keyed("cost_model")
 
 
 @dataclasses.dataclass(frozen=True)

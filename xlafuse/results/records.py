@@ -29,6 +29,7 @@ from typing import Any
 
 from xlafuse.errors import XlafuseError
 from xlafuse.folders import writable_folder
+from xlafuse.kinds import Framework, Status, member
 from xlafuse.results import parts
 from xlafuse.results.parts import plain
 
@@ -47,8 +48,8 @@ class CellResult:
     `dtype_requested` is the config's value or None), overrides, devices and parallelism (a
     sharded cell: devices > 1, "data" or "model"), processes and process_devices (a cell of
     several `jax.distributed` processes: how many, and the devices of each; 1 and None on
-    one process), variant (and its config form,
-    variant_options), framework ("jax", or "torch" for a PyTorch twin, `xlafuse.torch`) and
+    one process), variant (and its config form, variant_options), framework (`Framework`:
+    "jax", or "torch" for a PyTorch twin, `xlafuse.torch`) and
     framework_version, reference (the variant speedups compare with), backend, device_kind;
     `cell_id` joins them (the resume key); experiment names the run. A program of the user's
     also has `entry` (its `FILE.py:FUNCTION` as the config wrote it; None for a registered
@@ -63,7 +64,7 @@ class CellResult:
     Scaling against one device is derived from two records (`xlafuse.results.scaling`): this
     one and the cell with devices = 1 of the same workload, global batch and variant.
 
-    status is "ok" or "error" (then `error` holds the message, `error_type` its exception's
+    status is `Status.OK` or `Status.ERROR` (then `error` holds the message, `error_type` its exception's
     name, and most figures are None); wall_s: the cell's own wall time.
     settings: what the measurement depends on besides the cell's name (`cell_settings`); a
     results file holds records of one set of settings only (`check_resumable`). env: the
@@ -84,7 +85,7 @@ class CellResult:
     variant: str
     backend: str
     device_kind: str
-    status: str = "ok"
+    status: Status = Status.OK
     error: str | None = None
     error_type: str | None = None
     cell_id: str = ""
@@ -99,7 +100,7 @@ class CellResult:
     process_devices: int | None = None
     reference: str = "default"
     variant_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-    framework: str = "jax"
+    framework: Framework = Framework.JAX
     framework_version: str | None = None
     model: parts.ModelRecord = dataclasses.field(default_factory=parts.ModelRecord)
     compile: parts.CompileRecord = dataclasses.field(default_factory=parts.CompileRecord)
@@ -126,11 +127,14 @@ class CellResult:
     def __post_init__(self) -> None:
         for name in _OWN_FIELDS:
             object.__setattr__(self, name, plain(getattr(self, name)))
+        # the boundary: a record's status and framework are members from here on
+        object.__setattr__(self, "status", member(Status, self.status, "status"))
+        object.__setattr__(self, "framework", member(Framework, self.framework, "framework"))
 
     @property
     def ok(self) -> bool:
         """True when the cell ran to the end."""
-        return self.status == "ok"
+        return self.status == Status.OK
 
     def to_dict(self) -> dict[str, Any]:
         """The flat JSON form written to disk; `extra` keys are written back as read."""
@@ -219,29 +223,6 @@ def check_schema_version(version: Any) -> None:
             f"written under schema_version {version}, newer than the {SCHEMA_VERSION} this "
             "xlafuse reads: upgrade xlafuse to read it"
         )
-
-
-def cell_id(
-    workload: str,
-    size: str,
-    mode: str,
-    dtype: str | None,
-    overrides: Mapping[str, Any],
-    variant: str,
-    backend: str,
-    mesh: str | None = None,
-    processes: str | None = None,
-) -> str:
-    """The resume key of a cell, e.g. `chain/tiny/forward/auto/{"ops":16}/no-fusion/cpu`.
-
-    A sharded cell ends with its layout (`.../gpu/data2`); one-device cells keep the old key.
-    A cell of several processes (`jax.distributed`) ends with them, processes x devices per
-    process (`.../cpu/data4/processes2x2`); one process keeps the old key.
-    """
-    extra = json.dumps(dict(overrides), sort_keys=True, separators=(",", ":"), default=str)
-    parts = [workload, size, mode, dtype or "auto", extra, variant, backend]
-    tail = ([mesh] if mesh else []) + ([f"processes{processes}"] if processes else [])
-    return "/".join(parts + tail)
 
 
 def latest_per_cell(records: Iterable[CellResult]) -> list[CellResult]:

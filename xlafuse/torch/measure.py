@@ -15,10 +15,10 @@ What each figure means here (recorded with its basis, `kernels_basis` and `model
 - modeled_bytes: for Inductor, its own estimate (`GraphLowering.count_bytes`: the bytes each
   generated kernel reads and writes, summed over the graphs of a call); for eager, the input and
   output tensor bytes of every non-view aten op of one call.
-- timing: `xlafuse.measure.timing`, the XLA cells' functions and settings; paired with the XLA
-  reference (timed in alternation) when it is in this process, as for an XLA variant.
+- timing: `xlafuse.measure.reference.time_against`, the XLA cells' one rule and settings: paired
+  with the XLA reference (timed in alternation) when it is in this process, as an XLA variant is.
 - numerics: the first call (a train step from the Flax workload's initial state) against the
-  XLA reference's outputs, by `xlafuse.measure.numerics.judge_workload`.
+  XLA reference's outputs, by `xlafuse.measure.reference.judge_against` (as an XLA cell).
 """
 
 from __future__ import annotations
@@ -38,8 +38,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from xlafuse.measure import timing
-from xlafuse.measure.numerics import judge_workload
 from xlafuse.measure.profile import DeviceProfile, device_speedup_fields
+from xlafuse.measure.reference import Reference, judge_against, time_against
 from xlafuse.torch.program import TorchProgram, build_program, host_outputs, synchronize
 
 TOP_KERNELS = 5
@@ -127,7 +127,7 @@ def measure_cell(
     workload: Any,
     variant: Any,
     request: Any,
-    reference: Any,
+    reference: Reference,
     cold_start: bool = False,
 ) -> dict[str, Any]:
     """Measure a torch variant's cell; the runner's record fields.
@@ -136,7 +136,8 @@ def measure_cell(
       workload: the `xlafuse.models.Workload`.
       variant: the resolved `xlafuse.compile.variants.Variant` (framework "torch").
       request: the runner's `MeasureRequest` (timing settings, train, profile calls).
-      reference: the runner's reference holder (compiled XLA program, outputs, timing, profile).
+      reference: the workload's XLA Reference (`xlafuse.measure.reference`: its compiled
+        program, outputs, timing, profile), as the XLA cells have it.
       cold_start: also compile again from Inductor's filled cache (warm_compile_s).
 
     Returns:
@@ -145,11 +146,12 @@ def measure_cell(
     with fresh_inductor_cache():
         twin = run_twin(workload, variant)
         program, fields = twin.program, dict(twin.counts)
-        if reference.outputs is not None:
-            fields.update(judge_workload(workload, reference.outputs, twin.outputs).record_fields())
+        diff = judge_against(reference, workload, twin.outputs)
+        if diff is not None:
+            fields.update(diff.record_fields())
         if reference.error:
             fields["reference_error"] = reference.error
-        fields.update(_timed(program, workload, request, reference))
+        fields.update(_timed(program, request, reference))
         if request.profile_calls and program.device.type == "cuda":
             fields.update(_profiled(program, request, reference))
         if cold_start and variant.torch_compile is not None:
@@ -266,32 +268,17 @@ def _advance(program: TorchProgram):
     return timing.thread_state if program.train else timing.same_args
 
 
-def _timed(program: TorchProgram, workload, request, reference) -> dict[str, Any]:
-    """Timing and speedups, by the XLA cells' rules (`xlafuse.experiment.runner._time`).
-
-    With the XLA reference compiled in this process, the twin is timed in alternation with it
-    (`timing.measure_pair`: paired speedups); otherwise alone, against the reference cell's
-    samples (`timing.compare_apart`). The Comparison is returned under COMPARISON: the runner
-    makes it the record's speedup part, as for an XLA cell.
-    """
-    advance = _advance(program)
+def _timed(program: TorchProgram, request, reference: Reference) -> dict[str, Any]:
+    """Timing and speedups, by the XLA cells' one rule (`xlafuse.measure.reference.time_against`):
+    in alternation with the XLA reference when it is compiled in this process (paired
+    speedups), otherwise alone, against the reference cell's samples. The Comparison is
+    returned under COMPARISON: the runner makes it the record's speedup part, as for an XLA
+    cell."""
     lead = timing.leading_figure(program.train, "cpu" if program.device.type == "cpu" else "gpu")
-    ref = reference.compiled
-    comparison = None
-    if ref is not None and ref.measured is None:
-        measured, comparison = timing.measure_pair(
-            ref,
-            workload.fresh_args(),
-            program.call,
-            program.args,
-            request.settings,
-            advance,
-            lead=lead,
-        )
-    else:
-        measured = timing.measure(program.call, program.args, request.settings, advance)
-        if reference.timing is not None and reference.timing.samples_s:
-            comparison = timing.compare_apart(reference.timing, measured)
+    settings, advance = request.settings, _advance(program)
+    measured, comparison = time_against(
+        reference, program.call, program.args, settings, advance, lead
+    )
     return {**measured.to_dict(), COMPARISON: comparison}
 
 
@@ -347,7 +334,7 @@ def input_copy_fields(names_and_seconds: list[tuple[str, float]], calls: int) ->
     }
 
 
-def _profiled(program: TorchProgram, request, reference) -> dict[str, Any]:
+def _profiled(program: TorchProgram, request, reference: Reference) -> dict[str, Any]:
     events = _profiled_events(program, request.profile_calls)
     profile = _device_profile(events, request.profile_calls)
     fields: dict[str, Any] = {

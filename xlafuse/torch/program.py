@@ -119,9 +119,7 @@ def build_program(
         )
     dev = dev or device()
     if not twins.has_twin(workload.name):
-        raise ValueError(
-            f"workload {workload.name!r} has no torch twin; twins: {', '.join(twins.twin_names())}"
-        )
+        raise ValueError(twins.no_twin_message(workload.name))
     if workload.name in twins.POINTWISE:
         return _pointwise(workload, compile_kwargs, dev)
     model = _model(workload, dev)

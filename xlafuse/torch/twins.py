@@ -263,6 +263,33 @@ def _chain(ops: int) -> Callable[[torch.Tensor], torch.Tensor]:
     return apply
 
 
+class Lstm(nn.Module):
+    """`xlafuse.models.loops.Lstm`: the input's share of the gates for every step at once, the
+    recurrent share step by step (a Python loop, which eager runs and Inductor unrolls), the
+    gates i, f, g, o in that order, the cell state in float32."""
+
+    def __init__(self, d_model: int, d_hidden: int, dtype, param_dtype):
+        super().__init__()
+        self.dtype, self.d_hidden = dtype, d_hidden
+        self.inputs = Linear(d_model, 4 * d_hidden, dtype, param_dtype)
+        self.recurrent = nn.Linear(d_hidden, 4 * d_hidden, bias=False, dtype=param_dtype)
+        self.out = Linear(d_hidden, d_model, dtype, param_dtype)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gates_in = self.inputs(x)  # (batch, seq_len, 4 * d_hidden)
+        recurrent = self.recurrent.weight.to(self.dtype)
+        h = torch.zeros(x.shape[0], self.d_hidden, dtype=self.dtype, device=x.device)
+        c = torch.zeros(x.shape[0], self.d_hidden, dtype=torch.float32, device=x.device)
+        hs = []
+        for t in range(x.shape[1]):
+            gates = (gates_in[:, t] + F.linear(h, recurrent)).float()
+            i, f, g, o = gates.chunk(4, dim=-1)
+            c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+            h = (torch.sigmoid(o) * torch.tanh(c)).to(self.dtype)
+            hs.append(h)
+        return self.out(torch.stack(hs, dim=1))
+
+
 def _gelu(x):
     return F.gelu(x, approximate="tanh")
 
@@ -288,6 +315,13 @@ MODELS: dict[str, Callable[[Mapping[str, Any], Any, Any], nn.Module]] = {
     ),
     "gpt2": GPT2,
     "resnet50": ResNet,
+    "lstm": lambda cfg, dt, pdt: Lstm(cfg["d_model"], cfg["d_hidden"], dt, pdt),
+}
+
+# Workloads without a twin, and why (`xlafuse workloads` and the torch variants say so).
+NO_TWIN = {
+    "cartpole": "its actions are sampled inside the scan with JAX's threefry generator, whose "
+    "numbers PyTorch cannot draw: a twin could not be judged against it",
 }
 
 # The loss each train twin minimizes (the Flax recipe's): cross-entropy for the classifiers.
@@ -306,7 +340,7 @@ def make_model(name: str, cfg: Mapping[str, Any], dtype, param_dtype) -> nn.Modu
       ValueError: `name` has no twin, or its config asks for an implementation torch lacks.
     """
     if name not in MODELS:
-        raise ValueError(f"workload {name!r} has no torch twin; twins: {', '.join(twin_names())}")
+        raise ValueError(no_twin_message(name))
     if cfg.get("implementation", "xla") != "xla":
         raise ValueError(
             f"workload {name!r}: the torch twin runs torch's SDPA, not implementation="
@@ -318,6 +352,12 @@ def make_model(name: str, cfg: Mapping[str, Any], dtype, param_dtype) -> nn.Modu
 def pointwise_fn(name: str, cfg: Mapping[str, Any]) -> Callable[..., torch.Tensor]:
     """The twin function of a parameter-free workload."""
     return POINTWISE[name](cfg)
+
+
+def no_twin_message(name: str) -> str:
+    """Why workload `name` has no twin, one line, with the workloads that have one."""
+    why = f" ({NO_TWIN[name]})" if name in NO_TWIN else ""
+    return f"workload {name!r} has no torch twin{why}; twins: {', '.join(twin_names())}"
 
 
 def twin_names() -> list[str]:

@@ -11,6 +11,7 @@ tracing changes a launch-bound program.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from collections.abc import Mapping
 from typing import Any
 
@@ -23,6 +24,7 @@ from xlafuse.experiment.tune.search import OK, Score
 from xlafuse.experiment.tune.space import Candidate
 from xlafuse.measure import timing
 from xlafuse.measure.numerics import host_outputs, judge_workload
+from xlafuse.models import registry, user
 
 BASE_TIMING = timing.TimingSettings(
     warmup=2, min_time_s=0.05, min_iters=3, max_iters=200, repeats=2
@@ -47,6 +49,18 @@ class Target:
         return models.build(
             self.name, **self.settings, **{**self.overrides, **dict(candidate.knobs)}
         )
+
+    def defaults(self) -> dict[str, Any]:
+        """The value of every override the target takes when none is given: a zoo workload's
+        size table and options at its size, a user FUNCTION's keyword defaults; with the
+        target's own overrides on top."""
+        if user.is_entry(self.name):
+            function = user.load_function(user.parse_entry(self.name))
+            parameters = inspect.signature(function).parameters.values()
+            own = {p.name: p.default for p in parameters if p.default is not p.empty}
+        else:
+            own = registry.spec(self.name).config(self.settings.get("size", "tiny"))
+        return {**own, **self.overrides}
 
 
 class Evaluator:

@@ -18,6 +18,7 @@ from typing import Any
 
 from xlafuse.compile.protocol import ChildError, read_request, run_child, write_result
 from xlafuse.errors import XlafuseError
+from xlafuse.experiment.tune.evidence import Evidence, as_tuples, gather
 from xlafuse.experiment.tune.space import Candidate
 
 RERUN_TIMEOUT_S = 900
@@ -36,6 +37,8 @@ class Rerun:
       default_s: the default program's seconds per call over the same rounds.
       winner_s: the winner's.
       compile_s: (default, winner) seconds XLA took to compile each, in that process.
+      evidence: on a GPU, device time, kernels and the groups where the time went
+        (`evidence.gather`); None elsewhere.
     """
 
     figure: str
@@ -45,9 +48,17 @@ class Rerun:
     default_s: float
     winner_s: float
     compile_s: tuple[float, float]
+    evidence: Evidence | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Rerun:
+        """From `to_dict()` output (JSON turns tuples into lists)."""
+        fields = as_tuples(data)
+        evidence = fields.get("evidence")
+        return cls(**{**fields, "evidence": Evidence.from_dict(evidence) if evidence else None})
 
 
 def rerun(spec: dict[str, Any], timeout_s: float = RERUN_TIMEOUT_S) -> Rerun:
@@ -67,7 +78,7 @@ def rerun(spec: dict[str, Any], timeout_s: float = RERUN_TIMEOUT_S) -> Rerun:
             got, _ = run_child(command, Path(tmp), spec, "the rerun", timeout_s=timeout_s)
         except ChildError as err:
             raise XlafuseError(str(err)) from err
-    return Rerun(**{**got, "ci": tuple(got["ci"]), "compile_s": tuple(got["compile_s"])})
+    return Rerun.from_dict(got)
 
 
 def candidate_from(data: dict[str, Any]) -> Candidate:
@@ -103,6 +114,7 @@ def _child(folder: str) -> None:
     lead = comparison.lead(lead)
     speedup = comparison.speedup(lead)
     figure = "pipelined_s_per_call" if lead == timing.PIPELINED else "time_median_s"
+    same_program = spec["default"]["knobs"] == spec["winner"]["knobs"]
     out = Rerun(
         lead,
         speedup.speedup,
@@ -111,6 +123,7 @@ def _child(folder: str) -> None:
         getattr(comparison.reference, figure),
         getattr(own, figure),
         (default.compile_s, winner.compile_s),
+        gather(programs, same_program) if jax.default_backend() == "gpu" else None,
     )
     write_result(folder, out.to_dict())
 

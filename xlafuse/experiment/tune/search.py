@@ -52,12 +52,13 @@ class Trial:
 
 @dataclasses.dataclass(frozen=True)
 class SearchResult:
-    """Every trial, the candidates of the last round ranked (fastest first), and whether the
-    budget ended the search before one candidate was left."""
+    """Every trial, the candidates of the last round ranked (fastest first), whether the
+    budget ended the search before one candidate was left, and the seconds it took."""
 
     trials: tuple[Trial, ...]
     ranked: tuple[Any, ...]
     budget_spent: bool
+    seconds: float = 0.0
 
     def last_score(self, candidate: Any) -> Score | None:
         """The candidate's latest score (its most effortful measurement)."""
@@ -105,14 +106,40 @@ def successive_halving(
             scores[candidate] = score
             if on_trial is not None:
                 on_trial(trial)
-        ranked = sorted((c for c, s in scores.items() if s.ok), key=lambda c: scores[c].time_s)
-        spent = clock() - start >= budget_s
+        ranked = _ranked(scores)
+        elapsed = clock() - start
+        spent = elapsed >= budget_s
         if len(ranked) <= 1 or spent:
-            return SearchResult(tuple(trials), tuple(ranked), spent and len(ranked) > 1)
+            return SearchResult(tuple(trials), tuple(ranked), spent and len(ranked) > 1, elapsed)
         alive = ranked[: max(1, math.ceil(len(ranked) / eta))]
         if len(alive) == 1:
-            return SearchResult(tuple(trials), tuple(ranked), False)
+            return SearchResult(tuple(trials), tuple(ranked), False, elapsed)
         if keep is not None:
             keep(alive)
         effort *= eta
         round_ += 1
+
+
+def grid(
+    candidates: Sequence[Any],
+    evaluate: Callable[[Any, int], Score],
+    effort: int,
+    clock: Callable[[], float] = time.monotonic,
+    on_trial: Callable[[Trial], None] | None = None,
+) -> SearchResult:
+    """Every candidate measured once at `effort`, with no budget: the exhaustive grid that a
+    search's winner and time are judged against."""
+    start = clock()
+    trials, scores = [], {}
+    for candidate in candidates:
+        trial = Trial(candidate, 0, effort, evaluate(candidate, effort))
+        trials.append(trial)
+        scores[candidate] = trial.score
+        if on_trial is not None:
+            on_trial(trial)
+    return SearchResult(tuple(trials), tuple(_ranked(scores)), False, clock() - start)
+
+
+def _ranked(scores: dict[Any, Score]) -> list[Any]:
+    """The candidates measured ok, fastest first."""
+    return sorted((c for c, s in scores.items() if s.ok), key=lambda c: scores[c].time_s)

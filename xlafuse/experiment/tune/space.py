@@ -41,8 +41,11 @@ class Family:
 
 _UNROLL = "xla_gpu_enable_while_loop_unrolling"
 FAMILIES: Mapping[str, Family] = MappingProxyType({f.name: f for f in (
-    Family("gemm-fusion", "matmuls as Triton GEMM fusions (on) or cuBLAS calls (off)",
-           {"on": {}, "off": {"xla_gpu_enable_triton_gemm": False}}),
+    Family("gemm-fusion", "matmuls as Triton GEMM fusions (on) or cuBLAS calls (off, and off "
+           "with cuBLASLt's fused epilogues)",
+           {"on": {}, "off": {"xla_gpu_enable_triton_gemm": False},
+            "off-cublaslt": {"xla_gpu_enable_triton_gemm": False,
+                             "xla_gpu_enable_cublaslt": True}}),
     Family("autotune", "how hard XLA searches GEMM tilings",
            {"default": {}, "exhaustive": {"xla_gpu_exhaustive_tiling_search": True},
             "off": {"xla_gpu_autotune_level": 0}}),
@@ -150,18 +153,30 @@ def _literal(text: str) -> Any:
 
 
 def enumerate_space(
-    knobs: Mapping[str, Sequence[Any]], families: Sequence[Family]
+    knobs: Mapping[str, Sequence[Any]],
+    families: Sequence[Family],
+    defaults: Mapping[str, Any] | None = None,
 ) -> list[Candidate]:
     """Every combination of the knobs' values and the families' choices, the default program
-    first (its knobs unset: the target's own defaults)."""
-    knob_names = list(knobs)
-    knob_values = [[(name, v) for v in knobs[name]] for name in knob_names]
+    first (its knobs unset: the target's own defaults).
+
+    Args:
+      knobs: name -> the values to try.
+      families: the option families.
+      defaults: the target's own value of each knob (`Target.defaults`): the combination of
+        those values and every family's first choice is the default program again, and is left
+        out (measuring it twice would only split the budget).
+    """
+    knob_values = [[(name, v) for v in values] for name, values in knobs.items()]
     choice_values = [[(f.name, label) for label in f.choices] for f in families]
     default = Candidate((), tuple((f.name, next(iter(f.choices))) for f in families))
     out = [default]
     for ks in itertools.product(*knob_values):
+        same_knobs = defaults is not None and all(
+            name in defaults and defaults[name] == value for name, value in ks
+        )
         for cs in itertools.product(*choice_values):
             candidate = Candidate(tuple(ks), tuple(cs))
-            if candidate != default:
+            if candidate != default and not (same_knobs and cs == default.choices):
                 out.append(candidate)
     return out

@@ -24,6 +24,9 @@ from xlafuse.experiment.tune.rerun import Rerun, rerun
 from xlafuse.experiment.tune.space import Candidate, Family, enumerate_space
 from xlafuse.models import user
 
+SEARCHES = ("halving", "grid")
+GRID_EFFORT = 8  # each candidate measured as long as in halving's fourth round (1, 2, 4, 8)
+
 
 @dataclasses.dataclass(frozen=True)
 class TuneResult:
@@ -38,6 +41,8 @@ class TuneResult:
         is the default program).
       proof_error: why the rerun failed, one line (else "").
       lead: the figure ranked ("latency" or "pipelined").
+      search_kind: "halving" or "grid" (`SEARCHES`).
+      budget_s: the search's budget (None for the grid, which has none).
     """
 
     target: Target
@@ -47,6 +52,8 @@ class TuneResult:
     proof: Rerun | None
     proof_error: str = ""
     lead: str | None = None
+    search_kind: str = "halving"
+    budget_s: float | None = None
 
     @property
     def confirmed(self) -> bool:
@@ -84,6 +91,7 @@ def tune(
     evaluate: Callable[[Candidate, int], search_lib.Score] | None = None,
     prover: Callable[[dict[str, Any]], Rerun] = rerun,
     unproved: str = "",
+    search: str = "halving",
 ) -> TuneResult:
     """Searches the space of `knobs` x `families` for `target` within `budget_s` seconds,
     then proves the fastest candidate against the default program in a fresh process.
@@ -95,34 +103,69 @@ def tune(
       budget_s: seconds the search may take (the proof comes on top).
       out: a folder for `tune.jsonl` and `best.toml` (None: nothing written).
       prove: run the fresh-process rerun.
-      say: where the live leaderboard's lines go. evaluate: the measurement (default: an `Evaluator` of `target`; injectable for tests).
+      say: where the live leaderboard's lines go.
+      evaluate: the measurement (default: an `Evaluator` of `target`; injectable for tests).
       prover: the proof (`rerun.rerun`; injectable for tests).
+      search: "halving" (successive halving within the budget) or "grid" (every candidate at
+        effort `GRID_EFFORT`, no budget: what a search is judged against).
       unproved: why the proof is not run, when `prove` is False ("" for --no-rerun).
 
     Raises:
       XlafuseError: the default program itself could not be built, compiled or run.
     """
-    space = tuple(enumerate_space(knobs, families))
+    space = tuple(enumerate_space(knobs, families, _defaults(target)))
     evaluator = evaluate or Evaluator(target)
-    say(f"tune: {len(space)} candidate{'s' if len(space) != 1 else ''}, budget {budget_s:g} s")
+    plural = "s" if len(space) != 1 else ""
+    how = f"budget {budget_s:g} s" if search == "halving" else "the whole grid, no budget"
+    say(f"tune: {len(space)} candidate{plural}, {how}")
     board = _Leaderboard(say)
-    keep = getattr(evaluator, "keep", None)
-    result = search_lib.successive_halving(
-        space, evaluator, budget_s, on_trial=board.add, keep=keep, clock=_shared_clock
-    )
-    first = result.trials[0].score if result.trials else None
-    if first is None or not first.ok:
-        raise XlafuseError(f"the default program did not run: {first.detail if first else '-'}")
+    result = _search(search, space, evaluator, budget_s, board)
+    _check_default_ran(result)
     best = result.ranked[0] if result.ranked else None
     proof, error = None, unproved
     if prove and best is not None and best != space[0]:
         proof, error = _prove(prover, _spec(target, space[0], best), say)
-    found = TuneResult(target, space, result, best, proof, error, getattr(evaluator, "lead", None))
+    lead = getattr(evaluator, "lead", None)
+    budget = budget_s if search == "halving" else None
+    found = TuneResult(target, space, result, best, proof, error, lead, search, budget)
+    _report(found, out, say)
+    return found
+
+
+def _report(found: TuneResult, out: Path | None, say) -> None:
+    """The conclusion, where the time went (on a GPU), and the files written."""
     say(found.conclusion())
+    if found.proof is not None and found.proof.evidence is not None:
+        for line in found.proof.evidence.lines():
+            say(line)
     if out is not None:
         write(found, Path(out))
         say(f"wrote {Path(out) / 'tune.jsonl'} and {Path(out) / 'best.toml'}")
-    return found
+
+
+def _check_default_ran(result: search_lib.SearchResult) -> None:
+    first = result.trials[0].score if result.trials else None
+    if first is None or not first.ok:
+        raise XlafuseError(f"the default program did not run: {first.detail if first else '-'}")
+
+
+def _defaults(target: Target) -> dict[str, Any] | None:
+    """The target's own knob values, or None where they cannot be read (nothing is left out)."""
+    try:
+        return target.defaults()
+    except (XlafuseError, ValueError, TypeError, KeyError):
+        return None
+
+
+def _search(search: str, space, evaluator, budget_s: float, board) -> search_lib.SearchResult:
+    if search == "grid":
+        return search_lib.grid(
+            space, evaluator, GRID_EFFORT, on_trial=board.add, clock=_shared_clock
+        )
+    keep = getattr(evaluator, "keep", None)
+    return search_lib.successive_halving(
+        space, evaluator, budget_s, on_trial=board.add, keep=keep, clock=_shared_clock
+    )
 
 
 def _shared_clock() -> float:
@@ -204,7 +247,10 @@ def write(result: TuneResult, folder: Path) -> None:
         "proof": result.proof.to_dict() if result.proof else None,
         "proof_error": result.proof_error,
         "figure": result.lead,
+        "search": result.search_kind,
+        "budget_s": result.budget_s,
         "budget_spent": result.search.budget_spent,
+        "search_s": result.search.seconds,
         "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
     }
     (folder / "tune.jsonl").write_text("\n".join([*lines, json.dumps(summary)]) + "\n")

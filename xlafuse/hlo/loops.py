@@ -1,0 +1,97 @@
+"""How many times each computation of a module runs in one call: its loops' trip counts.
+
+The kernel counts of a report are per program text (a while body that runs 500 times counts
+once, see `fusion`). Work per call, FLOPs above all, needs the other count: how often each
+computation runs. XLA writes the trip count it proved into the while's `backend_config`
+(`"known_trip_count":{"n":"500"}`; `lax.scan` and `fori_loop` get one). The ENTRY computation
+runs once; a while body runs its loop's trip count times its caller's runs, the condition one
+more; a `call` or `async-start` target as often as its caller. A conditional's branches, and a
+loop whose trip count XLA did not find, have no count (None), nor has what they call.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+from xlafuse.hlo.ir import HloModule, Instruction
+
+_TRIP_COUNT = re.compile(r'"known_trip_count":\{"n":"(\d+)"')
+_NAME = re.compile(r"%?([^\s,{}%]+)")
+
+
+def trip_count(instr: Instruction) -> int | None:
+    """The trip count XLA proved for a `while` (its backend_config), else None."""
+    match = _TRIP_COUNT.search(instr.attributes.get("backend_config") or "")
+    return int(match.group(1)) if match else None
+
+
+def runs_per_call(module: HloModule) -> dict[str, int | None]:
+    """Computation name -> times it runs in one call of the module (None: not known).
+
+    Only computations that run as computations are listed (ENTRY, and what its whiles,
+    conditionals, calls and async-starts run, transitively); fused computations and reducers
+    run as part of their caller's kernel. A computation called from several places runs the
+    sum of their runs.
+    """
+    entry = module.entry.name
+    callers: dict[str, list[tuple[str, int | None]]] = {entry: []}
+    order = [module.entry]
+    for comp in order:  # grows while iterating: a breadth-first walk from ENTRY
+        for instr in comp.instructions:
+            for name, factor in _called(instr):
+                callee = _lookup(module, name)
+                if callee is None:
+                    continue
+                if callee.name not in callers:
+                    callers[callee.name] = []
+                    order.append(callee)
+                callers[callee.name].append((comp.name, factor))
+    runs: dict[str, int | None] = {entry: 1}
+    for comp in order:
+        _runs(comp.name, callers, runs, ())
+    return {comp.name: runs[comp.name] for comp in order}
+
+
+def _runs(name, callers, runs, calling: tuple[str, ...]) -> int | None:
+    """`name`'s runs from its callers' (memoized in `runs`); a cycle (XLA rejects one): None."""
+    if name in runs:
+        return runs[name]
+    if name in calling:
+        return None
+    total: int | None = 0
+    for caller, factor in callers[name]:
+        caller_runs = _runs(caller, callers, runs, (*calling, name))
+        if total is None or caller_runs is None or factor is None:
+            total = None
+        else:
+            total += caller_runs * factor
+    runs[name] = total
+    return total
+
+
+def _lookup(module: HloModule, name: str):
+    try:
+        return module.computation(name)
+    except KeyError:
+        return None
+
+
+def _called(instr: Instruction) -> Iterator[tuple[str, int | None]]:
+    """(computation, runs per run of `instr`'s computation) of what `instr` runs."""
+    opcode, attributes = instr.opcode, instr.attributes
+    if opcode == "while":
+        n = trip_count(instr)
+        yield _name(attributes.get("body")), n
+        yield _name(attributes.get("condition")), None if n is None else n + 1
+    elif opcode == "conditional":
+        for name in instr.called_computations:
+            yield name, None
+    elif opcode in ("call", "async-start"):
+        for name in instr.called_computations:
+            yield name, 1
+
+
+def _name(value: str | None) -> str:
+    match = _NAME.search(value or "")
+    return match.group(1) if match else ""

@@ -1,0 +1,58 @@
+"""The closed sets of values xlafuse branches on, each defined once (issue 30).
+
+A string read at a boundary (a config, a record line, a variant's definition, an HLO attribute)
+becomes one of these members there; the code past it compares members, not spelled strings. Each
+is a `StrEnum`: a member equals its string and is written as it (`json.dumps`, f-strings), so
+records keep the strings published since schema 1.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class Framework(enum.StrEnum):
+    """What compiles and runs a cell: XLA through JAX, or the workload's PyTorch twin."""
+
+    JAX = "jax"
+    TORCH = "torch"
+
+
+class Status(enum.StrEnum):
+    """How a cell ended: measured to the end, or failed (its record holds the error)."""
+
+    OK = "ok"
+    ERROR = "error"
+
+
+class Verdict(enum.StrEnum):
+    """What an interval says of a speedup or a time difference (`xlafuse.measure.stats`)."""
+
+    FASTER = "faster"
+    SLOWER = "slower"
+    SAME = "same"
+
+
+class FusionKind(enum.StrEnum):
+    """The `kind=` of an XLA fusion, the kind of a fused kernel; a kernel that is one
+    instruction has its opcode as its kind (`xlafuse.hlo.fusion.KernelInfo.kind`)."""
+
+    LOOP = "kLoop"
+    INPUT = "kInput"
+    OUTPUT = "kOutput"
+    CUSTOM = "kCustom"
+
+
+def member(kind: type[enum.StrEnum], value: object, what: str):
+    """`value` as a member of `kind` (None stays None).
+
+    Raises:
+      TypeError: a value that is not one of `kind`'s; the message names `what` and lists them.
+    """
+    if value is None or isinstance(value, kind):
+        return value
+    try:
+        return kind(value)
+    except ValueError:
+        accepted = ", ".join(m.value for m in kind)
+        raise TypeError(f"{what} {value!r} is not one of {accepted}") from None

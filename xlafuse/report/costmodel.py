@@ -1,0 +1,221 @@
+"""Report section of XLA's cost model against the measured kernels (issue 28).
+
+Reads the records' `trace.cost_model` (`xlafuse.measure.costmodel.cost_model_record`, with
+`decisions` from `xlafuse.measure.decisions.decisions_record`): per traced GPU cell, how many
+kernels have a prediction and a measurement, the error figures, the largest mispredictions,
+and XLA's fusion decisions scored by the measured kernel groups. Nothing without those records.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from xlafuse.measure.costmodel import accuracy_by_kind, pairs_of_rows
+from xlafuse.report.figure import new_figure, save
+from xlafuse.results.records import CellResult
+
+ROWS = 10
+COST_MODEL_PNG = "cost_model.png"
+INTRO = (
+    "XLA's estimate of each kernel (`xla_gpu_collect_cost_model_stats`, from a second compile "
+    "of the cell's program; see docs/cost-model.md) beside its traced time per call. Error = "
+    "(predicted - measured) / measured; Spearman's rank correlation says whether the model "
+    "orders the kernels as the GPU does."
+)
+
+
+def cost_model_section(group: Sequence[CellResult]) -> list[str]:
+    """One workload's cells with a cost-model record: the summary table, then per cell its
+    largest mispredictions and its scored fusion decisions (empty without such records)."""
+    scored = [r for r in group if r.trace.cost_model]
+    if not scored:
+        return []
+    lines = ["### XLA's cost model against the measured kernels", "", INTRO, ""]
+    lines += summary_table(scored)
+    for r in scored:
+        cost = r.trace.cost_model
+        lines += _coverage_note(r.variant, cost)
+        lines += _models_note(r.variant, cost.get("by_model") or {})
+        if cost.get("worst"):
+            lines += ["", f"{r.variant}: the {len(cost['worst'])} largest mispredictions", ""]
+            lines += worst_table(cost["worst"])
+        if cost.get("decisions"):
+            lines += ["", *decisions_lines(cost["decisions"])]
+    return [*lines, ""]
+
+
+def summary_table(records: Sequence[CellResult]) -> list[str]:
+    """One row per cell: coverage, the error figures, the sums."""
+    lines = [
+        "| variant | kernels with both | median abs error | p90 abs error | Spearman | "
+        "median predicted/measured | predicted µs | measured µs |",
+        "|" + "---|" * 8,
+    ]
+    for r in records:
+        c = r.trace.cost_model
+        if "paired" not in c:  # the twin failed, or only the decisions were scored
+            lines.append(f"| {r.variant} | {c.get('error', 'no estimates')} |" + " |" * 6)
+            continue
+        lines.append(
+            f"| {r.variant} | {c['paired']} of {c['kernels']} | "
+            f"{_pct(c['median_abs_error_pct'])} | {_pct(c['p90_abs_error_pct'])} | "
+            f"{_num(c['spearman'], 1, '.3f')} | {_num(c['median_ratio'], 1, '.3g')} | "
+            f"{c['predicted_s'] * 1e6:.4g} | {c['measured_s'] * 1e6:.4g} |"
+        )
+    return lines
+
+
+def _coverage_note(variant: str, cost: Mapping[str, Any]) -> list[str]:
+    """Which kernels have no pair and why; a twin whose kernels differ from the traced ones."""
+    notes = [f"{n} {reason}" for reason, n in (cost.get("uncovered") or {}).items()]
+    if cost.get("same_kernels") is False:
+        notes.append("the second compile's kernels differ from the traced program's")
+    if not notes:
+        return []
+    return ["", f"{variant}, without a pair: " + "; ".join(notes) + "."]
+
+
+def _models_note(variant: str, models: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """Each cost model's figures over the kernels it estimated (records since `by_model`)."""
+    if not models:
+        return []
+    shown = [
+        f"`{model}` {m['kernels']} kernels, median abs error {_pct(m['median_abs_error_pct'])}, "
+        f"Spearman {_num(m['spearman'], 1, '.3f')}"
+        for model, m in models.items()
+    ]
+    return [
+        "",
+        f"{variant}, each cost model on the kernels it estimated: " + "; ".join(shown) + ".",
+    ]
+
+
+def worst_table(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The largest mispredictions: most µs per call between predicted and measured."""
+    lines = [
+        "| kernel | kind | model | predicted µs | measured µs | error | source |",
+        "|" + "---|" * 7,
+    ]
+    for k in rows[:ROWS]:
+        lines.append(
+            f"| `{k['name']}` | {k['kind']} | {k['model']} | {k['predicted_s'] * 1e6:.4g} | "
+            f"{k['measured_s'] * 1e6:.4g} | {_pct(k['error_pct'], signed=True)} | "
+            f"{_first(k['source_lines'])} |"
+        )
+    return lines
+
+
+def decisions_lines(d: Mapping[str, Any]) -> list[str]:
+    """XLA's fusion decisions against the measured groups: the sign agreement and the
+    decisions where prediction and measurement disagree."""
+    if "error" in d:
+        return [f"Fusion decisions not scored: {d['error']}"]
+    agreement = "-" if d["agreement"] is None else f"{100 * d['agreement']:.0f}%"
+    lines = [
+        f"#### XLA's fusion decisions against the measured groups ({d['a']} vs {d['b']})",
+        "",
+        f"{d['decisions']} fusion steps in XLA's priority-fusion dump, {d['with_estimate']} "
+        f"with a predicted gain, {d['measured']} in a timed group ({d['noise']} within the "
+        f"noise). The sign of the predicted gain agrees with the measured one in "
+        f"{d['agree']} of {d['decided']} decisions judged ({agreement}). Decisions in one "
+        "kernel share its group's measured gain.",
+    ]
+    for title, rows in (
+        (
+            "Predicted a gain, measured a loss (candidates to un-fuse)",
+            d["predicted_gain_measured_loss"],
+        ),
+        ("Predicted a loss, measured a gain", d["predicted_loss_measured_gain"]),
+    ):
+        lines += ["", f"{title}: {len(rows) or 'none'}"]
+        if rows:
+            lines += ["", *_decisions_table(rows)]
+    return lines
+
+
+def _decisions_table(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    lines = [
+        "| step | producer -> consumer | kernel | predicted gain µs | measured gain µs | source |",
+        "|" + "---|" * 6,
+    ]
+    for r in rows[:ROWS]:
+        lines.append(
+            f"| {r['step']} | `{r['producer']}` -> `{r['consumer']}` | `{r['kernel']}` | "
+            f"{r['predicted_gain_s'] * 1e6:.4g} | {r['measured_gain_s'] * 1e6:.4g} | "
+            f"{', '.join(r['sources']) or '-'} |"
+        )
+    return lines
+
+
+def _pct(value: float | None, signed: bool = False) -> str:
+    if value is None:
+        return "-"
+    return f"{value:+.0f}%" if signed else f"{value:.0f}%"
+
+
+def _num(value: float | None, scale: float, spec: str) -> str:
+    return "-" if value is None else format(value * scale, spec)
+
+
+def _first(lines: Sequence[str]) -> str:
+    if not lines:
+        return "-"
+    return lines[0] + (f" +{len(lines) - 1}" if len(lines) > 1 else "")
+
+
+def study_section(records: Sequence[CellResult]) -> list[str]:
+    """Every cell's kernels pooled: the error figures over all of them and per kernel kind
+    (empty without cost-model records that hold pairs)."""
+    cells = [r for r in records if (r.trace.cost_model or {}).get("pairs")]
+    if not cells:
+        return []
+    pairs = pairs_of_rows([row for r in cells for row in r.trace.cost_model["pairs"]])
+    uncovered: dict[str, int] = {}
+    for r in cells:
+        for reason, n in r.trace.cost_model.get("uncovered", {}).items():
+            uncovered[reason] = uncovered.get(reason, 0) + n
+    lines = [
+        "## XLA's cost model, every traced cell",
+        "",
+        f"{len(pairs)} kernels of {len(cells)} cells with a prediction and a measured time "
+        "(see docs/cost-model.md). Without a pair: "
+        + ("; ".join(f"{n} {reason}" for reason, n in uncovered.items()) or "none")
+        + ".",
+        "",
+        "| kernels | n | median abs error | p90 abs error | Spearman | median predicted/measured | "
+        "predicted ms | measured ms |",
+        "|" + "---|" * 8,
+    ]
+    for kind, a in accuracy_by_kind(pairs).items():
+        lines.append(
+            f"| {kind} | {a.kernels} | {_pct(a.median_abs_error_pct)} | "
+            f"{_pct(a.p90_abs_error_pct)} | {_num(a.spearman, 1, '.3f')} | "
+            f"{_num(a.median_ratio, 1, '.3g')} | {a.predicted_s * 1e3:.4g} | "
+            f"{a.measured_s * 1e3:.4g} |"
+        )
+    return [*lines, ""]
+
+
+def cost_model_plot(records: Sequence[CellResult], path) -> bool:
+    """Predicted against measured time of every paired kernel, log-log, by kernel kind, with the
+    line predicted = measured; False (nothing written) without pairs."""
+    rows = [row for r in records for row in (r.trace.cost_model or {}).get("pairs", ())]
+    pairs = [p for p in pairs_of_rows(rows) if p.predicted_s > 0 and p.measured_s > 0]
+    if not pairs:
+        return False
+    fig, ax = new_figure((7, 6))
+    for kind in sorted({p.kind for p in pairs}):
+        mine = [p for p in pairs if p.kind == kind]
+        xs, ys = [p.measured_s * 1e6 for p in mine], [p.predicted_s * 1e6 for p in mine]
+        ax.scatter(xs, ys, s=12, alpha=0.6, label=f"{kind} ({len(mine)})")
+    every = [p.measured_s * 1e6 for p in pairs] + [p.predicted_s * 1e6 for p in pairs]
+    low, high = min(every) / 2, max(every) * 2
+    ax.plot([low, high], [low, high], color="black", linestyle="--", linewidth=1)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("measured µs per call (traced)")
+    ax.set_ylabel("XLA's estimate, µs per call")
+    ax.set_title(f"XLA's cost model against {len(pairs)} measured kernels", fontsize=9)
+    ax.legend(fontsize=7, title="kind", title_fontsize=7)
+    return save(fig, path)
