@@ -28,17 +28,18 @@ TOP = (
 # The table of docs/architecture.md, bottom up: each layer and the layers it may import (its own
 # modules always). A module is of the layer its first name under the package names.
 _BELOW_EXPERIMENT = (
-    "errors", "kinds", "folders", "models", "hlo", "compile", "measure", "torch", "inspect",
-    "results", "report",
+    "errors", "kinds", "folders", "distributed", "models", "hlo", "compile", "measure", "torch",
+    "inspect", "results", "report",
 )  # fmt: skip
 LAYERS: dict[str, tuple[str, ...]] = {
     "errors": (),
     "kinds": (),
     "folders": ("errors", "kinds"),
+    "distributed": ("errors",),
     "models": ("errors", "kinds"),
     "hlo": ("errors", "kinds"),
     "compile": ("errors", "kinds", "hlo"),
-    "measure": ("errors", "kinds", "folders", "models", "hlo", "compile"),
+    "measure": ("errors", "kinds", "folders", "distributed", "models", "hlo", "compile"),
     "torch": ("errors", "kinds", "models", "compile", "measure"),
     "inspect": ("errors", "kinds", "models", "hlo", "compile"),
     "results": ("errors", "kinds", "folders"),

@@ -47,7 +47,7 @@ def _nested(record, key):
 def test_each_part_maps_its_fields_to_the_published_keys():
     assert set(PARTS) == {
         "model", "compile", "fusion", "timing", "speedup", "device", "trace", "rates",
-        "ceilings", "numerics", "cold_start", "collectives", "comm",
+        "ceilings", "numerics", "cold_start", "collectives", "comm", "per_process",
     }  # fmt: skip
     assert parts.TimingRecord.flat_keys()["median_s"] == "time_median_s"
     assert parts.TimingRecord.flat_keys()["iters"] == "iters"
@@ -57,8 +57,15 @@ def test_each_part_maps_its_fields_to_the_published_keys():
     # The published files were written with every key of their day: the disk form only grows.
     # The quickstart has every key but a user program's (issue 25). The H200 files predate the
     # named figures of a speedup (issue 26), the copy ceiling's array, range and cache, and
-    # cache residency. No published file has XLA's cost model against the kernels (issue 28).
-    since_quickstart = {"entry", "source_sha256", "cost_model"}
+    # cache residency. No published file has XLA's cost model against the kernels (issue 28),
+    # nor the process layout of a jax.distributed run, with each process's figures (issue 31).
+    assert parts.ProcessesRecord.flat_keys()["slowest_s"] == "process_slowest_s"
+    since_distributed = {
+        "processes",
+        "process_devices",
+        *parts.ProcessesRecord.flat_keys().values(),
+    }
+    since_quickstart = {"entry", "source_sha256", "cost_model", *since_distributed}
     assert since_quickstart <= set(FLAT_KEYS)
     assert all(set(line) == set(FLAT_KEYS) - since_quickstart for line in _lines(QUICKSTART))
     since_h200 = {

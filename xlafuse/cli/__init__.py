@@ -34,6 +34,7 @@ _COMMANDS = (
     "coldstart",
     "validate",
     "tune",
+    "launch",
 )
 
 USAGE_ERROR = 2
@@ -85,7 +86,8 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, FileNotFoundError, NotADirectoryError, IsADirectoryError) as err:
         if args.debug:
             traceback.print_exc()
-        print(f"xlafuse {args.command}: error: {_one_line(err)}", file=sys.stderr)
+        if not _quiet(args):  # process 0 of a distributed run prints the same line
+            print(f"xlafuse {args.command}: error: {_one_line(err)}", file=sys.stderr)
         return USAGE_ERROR
     except Exception as err:
         if args.debug:
@@ -105,6 +107,11 @@ def _gc_pause(args: argparse.Namespace) -> contextlib.AbstractContextManager:
     from xlafuse.hlo.parse import gc_paused  # on use: `xlafuse --help` imports no library code
 
     return gc_paused()
+
+
+def _quiet(args: argparse.Namespace) -> bool:
+    layout = getattr(args, "layout", None)  # set by --distributed (`cli._distributed.start`)
+    return layout is not None and not layout.writer
 
 
 def _one_line(err: BaseException) -> str:

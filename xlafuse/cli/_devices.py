@@ -8,6 +8,7 @@ import subprocess
 import sys
 from collections.abc import Sequence
 
+from xlafuse.cli import _distributed
 from xlafuse.cli._checks import comma_separated
 from xlafuse.errors import XlafuseError
 from xlafuse.models.names import PARALLELISMS, Cell, is_entry
@@ -45,7 +46,9 @@ def add_workload_arguments(
 
 
 def add_mesh_arguments(parser) -> None:
-    """Adds --devices and --parallelism (a sharded batch must divide evenly)."""
+    """Adds --devices and --parallelism (a sharded batch must divide evenly), and the options
+    of a run of several processes (`xlafuse.cli._distributed`)."""
+    _distributed.add_distributed_arguments(parser)
     parser.add_argument(
         "--devices",
         type=int,
@@ -150,13 +153,23 @@ def rerun_if_needed(args) -> int | None:
     """Checks the workload's arguments (`check_workload`), then runs the command again with N
     host devices when the CPU backend has fewer.
 
+    With --distributed, this process first joins `jax.distributed` and is never run again:
+    its devices are the ones the launcher gave it, and the mesh spans every process's.
+
     Returns:
       The child's exit status, or None when this process has the devices (or is a GPU one:
       building the workload then reports a missing device as a one-line error).
 
     Raises:
-      XlafuseError, ValueError: as for `check_workload`.
+      XlafuseError, ValueError: as for `check_workload` and `_distributed.start`.
     """
+    if _distributed.start(args):
+        from xlafuse.distributed.runtime import check_spans_processes  # JAX, as below
+
+        check_workload(args)
+        devices = getattr(args, "devices", 1)
+        check_spans_processes(devices, f"--devices {devices}")
+        return None
     # JAX, imported here: a command that reads HLO or results never calls this (it starts faster)
     from xlafuse.compile.devices import needs_host_devices
 

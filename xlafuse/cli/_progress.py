@@ -14,6 +14,14 @@ from typing import TextIO
 
 from xlafuse.experiment.progress import is_terminal
 
+# Set on a process other than 0 of a jax.distributed run: process 0 shows the progress.
+_SILENT = [False]
+
+
+def silence() -> None:
+    """Show no progress from this process (`xlafuse.cli._distributed.start`)."""
+    _SILENT[0] = True
+
 
 @contextlib.contextmanager
 def steps(
@@ -30,6 +38,9 @@ def steps(
       stream: where to show; stderr when None.
       force: draw as on a terminal even when the stream is not one (tests).
     """
+    if _SILENT[0]:
+        yield lambda line: None
+        return
     stream = stream if stream is not None else sys.stderr
     count = {"done": 0}
 

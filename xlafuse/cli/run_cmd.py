@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from xlafuse.cli import _distributed
 from xlafuse.cli._checks import comma_separated
 from xlafuse.cli._devices import add_import_argument
 from xlafuse.errors import XlafuseError
@@ -32,6 +33,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--fresh", action="store_true", help="move old results aside, start over")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_import_argument(parser)
+    _distributed.add_distributed_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -44,6 +46,7 @@ def run(args: argparse.Namespace) -> int:
     from xlafuse.experiment.runner import run_experiment
     from xlafuse.experiment.tune.table import has_tune_table
 
+    distributed = _distributed.start(args)  # first: before JAX starts its backend
     variant_names(args.variants)
     check_config_file(args.config)
     if has_tune_table(args.config):  # a tuning written down: `xlafuse tune CONFIG` runs it
@@ -55,13 +58,15 @@ def run(args: argparse.Namespace) -> int:
         config = load_config(args.config)
     except XlafuseError as err:
         # Every problem on its own line (the dispatcher would keep only the first line).
-        print(f"xlafuse run: error: {err}", file=sys.stderr)
+        if not _distributed.quiet(args):
+            print(f"xlafuse run: error: {err}", file=sys.stderr)
         return CONFIG_ERROR
 
     # Sharded cells on a CPU: the whole run goes to a child with enough host devices (XLA
     # reads the count once, at backend start); one-device cells run there on device 0.
+    # Under --distributed the devices are those of every process, as the launcher gave them.
     devices = max((w.devices for w in config.workloads), default=1)
-    if needs_host_devices(devices):
+    if not distributed and needs_host_devices(devices):
         return rerun_with_host_devices(args.argv, devices)
     records = run_experiment(
         config,
@@ -73,6 +78,7 @@ def run(args: argparse.Namespace) -> int:
     )
     failed = [r for r in records if not r.ok]
     if failed:
-        print(f"{len(failed)} of {len(records)} cells errored", file=sys.stderr)
+        if not _distributed.quiet(args):
+            print(f"{len(failed)} of {len(records)} cells errored", file=sys.stderr)
         return SOME_CELLS_FAILED
     return 0

@@ -5,9 +5,12 @@ Writes tune.jsonl (every trial) and best.toml (`xlafuse run best.toml` reruns th
 
 from __future__ import annotations
 
+from xlafuse.cli import _distributed
 from xlafuse.cli._devices import add_workload_arguments
 
 HELP = "search knobs and XLA options for a faster program, and prove it"
+# The proof is a fresh process, which cannot join a jax.distributed run.
+UNPROVED_DISTRIBUTED = "not rerun (--distributed: a fresh process cannot join the run)"
 
 
 def add_arguments(p) -> None:
@@ -74,9 +77,8 @@ def run(args) -> int:
         knobs,
         families,
         args.budget_s,
-        out=args.out,
-        prove=not args.no_rerun,
         search=args.search,
+        **_writes_and_proof(args, args.out, not args.no_rerun),
     )
     return 0
 
@@ -99,9 +101,14 @@ def run_config(path: str, argv, args=None) -> int:
             f"{', '.join(given)}: not for a config with a [tune] table ({path}): the table "
             "decides the target, its knobs, space and budget; --out may replace its output"
         )
+    distributed = args is not None and _distributed.start(args)  # before JAX's backend
     table = load_tune_table(path, jax.default_backend())
     devices = table.target.settings.get("devices", 1)
-    if needs_host_devices(devices):
+    if distributed:
+        from xlafuse.distributed.runtime import check_spans_processes
+
+        check_spans_processes(devices, f"the [tune] table's devices = {devices}")
+    elif needs_host_devices(devices):
         return rerun_with_host_devices(argv, devices)
     backend = jax.default_backend()
     families, skipped = table.option_families(backend)
@@ -112,11 +119,22 @@ def run_config(path: str, argv, args=None) -> int:
         table.knobs,
         families,
         table.budget_s,
-        out=getattr(args, "out", None) or table.output,
-        prove=table.rerun,
         search=table.search,
+        **_writes_and_proof(args, getattr(args, "out", None) or table.output, table.rerun),
     )
     return 0
+
+
+def _writes_and_proof(args, out, prove: bool) -> dict:
+    """`tune`'s out, prove and unproved: under --distributed process 0 alone writes, and no
+    process proves (the proof is a fresh process, which cannot join the run)."""
+    layout = getattr(args, "layout", None)
+    several = layout is not None and layout.distributed
+    return {
+        "out": out if layout is None or layout.writer else None,
+        "prove": prove and not several,
+        "unproved": UNPROVED_DISTRIBUTED if several else "",
+    }
 
 
 # What a [tune] table decides (dest -> its default on the command line).

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from xlafuse.measure import timing as timing_lib
 from xlafuse.measure.calibrate import Ceilings
 from xlafuse.measure.coldstart import measure_cold_start
 from xlafuse.measure.collectives import CommProfile
@@ -87,6 +88,29 @@ def timing_part(measured: Timing) -> parts.TimingRecord:
         pipelined_iters=measured.pipelined_iters,
         warmup_iters=measured.warmup_iters,
         host_s_per_call=measured.host_s_per_call,
+    )
+
+
+def processes_part(
+    measured: Timing, lead: str, device_times: list[float | None] | None = None
+) -> parts.ProcessesRecord:
+    """Each process's own figures (`Timing.per_process`, under `jax.distributed`): the one the
+    cell leads with per process, the slowest and fastest and their spread, host seconds per
+    call, device seconds per call when profiled; an empty part on one process."""
+    rows = measured.per_process
+    if not rows:
+        return parts.ProcessesRecord()
+    column = 1 if lead == timing_lib.PIPELINED else 0
+    times = [row[column] for row in rows]
+    slowest, fastest = max(times), min(times)
+    return parts.ProcessesRecord(
+        figure=lead,
+        times_s=times,
+        slowest_s=slowest,
+        fastest_s=fastest,
+        spread=slowest / fastest - 1.0 if fastest > 0 else None,
+        host_s_per_call=[row[2] for row in rows],
+        device_time_s=device_times,
     )
 
 

@@ -17,10 +17,18 @@ A cell that raises (an out-of-memory, a compile error, XLA rejecting an option) 
 with status `Status.ERROR` and the sweep goes on. Re-running a config skips the cells already
 recorded as `Status.OK` (`fresh=True` moves the old results aside); a Ctrl-C keeps every
 finished cell.
+
+Under `jax.distributed` (several processes, one SPMD program) every process measures every
+cell, in step, and process 0 alone writes: it takes the folder, plans the cells still to do
+and sends the plan to the others (`xlafuse.distributed.messages`), which follow it (`_follow`)
+and keep their records in memory. A record then carries the layout (`processes`,
+`process_devices`, also in its cell id and settings: a folder of another layout is refused)
+and each process's own figures (`per_process`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import gc
 import shutil
@@ -32,7 +40,8 @@ from typing import Any, TextIO
 import jax
 
 from xlafuse.compile.jit import MeasureRequest, compile_workload, unoptimized_hlo
-from xlafuse.errors import check_selected, error_line
+from xlafuse.distributed import lockstep, messages, runtime, watch
+from xlafuse.errors import XlafuseError, check_selected, error_line
 from xlafuse.experiment import environment as run_environment
 from xlafuse.experiment import fields as fields_lib
 from xlafuse.experiment.config import ExperimentConfig, VariantConfig, WorkloadConfig, load_config
@@ -74,6 +83,13 @@ class _Run:
     # The references' DeviceProfiles by cell id, from the XLA phase: the twins' device speedups
     # need them, and jax's profiler cannot trace the reference again once torch's has run.
     reference_profiles: dict[str, Any] = dataclasses.field(default_factory=dict)
+    layout: runtime.Layout = runtime.SINGLE
+    # A process other than 0 (`jax.distributed`) writes nothing: its records stay here.
+    kept: list[CellResult] = dataclasses.field(default_factory=list)
+
+    @property
+    def writer(self) -> bool:
+        return self.layout.writer
 
 
 def run_experiment(
@@ -111,20 +127,84 @@ def run_experiment(
         written under other settings (resuming would mix them).
     """
     config, backend = _for_this_run(config, only, variants)
-    out_dir = records.prepare_output(out if out is not None else config.output)
-    results_path = out_dir / records.RESULTS_FILE
-    settings = run_environment.run_settings(config, backend, jax.devices()[0].device_kind)
-    given = _Given(dict(built or {}), ceilings, report)
-    with records.lock_folder(out_dir):
-        if fresh:
-            _move_aside(results_path)
-        torn = records.repair_tail(results_path)
-        plan, done = _plan(config, results_path, settings, backend)
+    layout = runtime.layout()
+    for w in config.workloads:
+        runtime.check_spans_processes(w.devices, f"workload {w.label!r}")
+    settings = _settings(config, backend, layout)
+    given = _Given(dict(built or {}), ceilings, report, layout)
+    folder = out if out is not None else config.output
+    if not layout.writer:
+        return _follow(config, Path(folder), settings, given)
+    with _folder_and_plan(config, folder, fresh, settings, layout) as taken:
+        results_path, torn, plan, done = taken
         with Reporter(progress, sum(len(cells) for _, cells in plan), stream) as reporter:
             if torn is not None:
                 reporter.say(f"a torn last line of {results_path} was moved aside to {torn}")
             _run_plan(config, plan, results_path, settings, reporter, done, given)
-    return _selected_records(config, results_path, backend)
+    return _selected_records(config, results_path, backend, layout)
+
+
+def _settings(config: ExperimentConfig, backend: str, layout: runtime.Layout) -> dict[str, Any]:
+    """The run's settings (`run_environment.run_settings`) with its process layout."""
+    device_kind = jax.devices()[0].device_kind
+    return {**run_environment.run_settings(config, backend, device_kind), **layout.settings()}
+
+
+@contextlib.contextmanager
+def _folder_and_plan(config, folder, fresh: bool, settings, layout: runtime.Layout):
+    """The output folder taken (its lock held for the `with` block), fresh or repaired, and
+    the plan: yields (results file, its torn tail set aside or None, plan, cells done). The
+    plan, or why there is none, goes to the other processes of a distributed run."""
+    with contextlib.ExitStack() as held:
+        try:
+            out_dir = records.prepare_output(folder)
+            held.enter_context(records.lock_folder(out_dir))
+            results_path = out_dir / records.RESULTS_FILE
+            if fresh:
+                _move_aside(results_path)
+            torn = records.repair_tail(results_path)
+            plan, done = _plan(config, results_path, settings, settings["backend"], layout)
+        except Exception as err:
+            _share_plan(layout, config, None, err)
+            raise
+        _share_plan(layout, config, plan, None)
+        yield results_path, torn, plan, done
+
+
+def _share_plan(layout: runtime.Layout, config, plan, err: BaseException | None) -> None:
+    """Process 0's plan (each workload's index in the config and its variants still to run),
+    or the first line of why it has none, sent to the other processes (`_follow`)."""
+    if not layout.distributed:
+        return
+    if err is not None:
+        message: dict[str, Any] = {"error": (str(err).strip() or type(err).__name__)}
+    else:
+        index = {id(w): i for i, w in enumerate(config.workloads)}
+        message = {"todo": [[index[id(w)], [v.name for v in cells]] for w, cells in plan]}
+    messages.share(message, layout.processes)
+
+
+def _follow(config, out_dir: Path, settings, given) -> list[CellResult]:
+    """A process other than 0: run the cells of process 0's plan, in step with it; write
+    nothing (its traces excepted, in their own folders); return its records."""
+    message = messages.share(None, given.layout.processes)
+    if "error" in message:
+        raise XlafuseError(message["error"].splitlines()[0])
+    plan = [
+        (config.workloads[i], [config.variant(name) for name in names])
+        for i, names in message["todo"]
+    ]
+    results_path = out_dir / records.RESULTS_FILE
+    run = _start(config, results_path, settings, _quiet, 0, 0, None, given.layout)
+    run.built = given.built
+    for phase in _phases(plan):
+        for workload_config, cells in phase:
+            _run_workload(run, workload_config, cells, {}, _quiet)
+    return run.kept
+
+
+def _quiet(*_: Any) -> None:
+    """What a process other than 0 says and shows: nothing (process 0 speaks for the run)."""
 
 
 def _for_this_run(config, only, variants) -> tuple[ExperimentConfig, str]:
@@ -138,13 +218,13 @@ def _for_this_run(config, only, variants) -> tuple[ExperimentConfig, str]:
     return config, backend
 
 
-def _plan(config, results_path: Path, settings, backend: str) -> tuple[list, int]:
+def _plan(config, results_path: Path, settings, backend: str, layout) -> tuple[list, int]:
     """(each workload with its variants still to run, the cells already done), once the
     results file is known to hold cells of these settings only (`check_resumable`)."""
     sources = {w.name: (w.entry, w.source_sha256) for w in config.workloads}
     check_resumable(results_path, settings, run_environment.by_name(config.variants), sources)
     done = records.finished_cells(results_path)
-    return [(w, _todo(config, w, backend, done)) for w in config.workloads], len(done)
+    return [(w, _todo(config, w, backend, done, layout)) for w in config.workloads], len(done)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -154,6 +234,7 @@ class _Given:
     built: Mapping[str, Any]
     ceilings: parts.CeilingsRecord | None
     report: bool
+    layout: runtime.Layout = runtime.SINGLE
 
 
 def _run_plan(config, plan, results_path: Path, settings, reporter, skipped: int, given) -> None:
@@ -167,7 +248,7 @@ def _run_plan(config, plan, results_path: Path, settings, reporter, skipped: int
             _write_report(results_path, results_path.parent, reporter.say)
         return
     run = _start(config, results_path, settings, reporter.say, todo, skipped, given.ceilings)
-    run.built = given.built
+    run.built, run.layout = given.built, given.layout
     try:
         for phase in _phases(plan):
             done = records.finished_cells(results_path)
@@ -229,8 +310,14 @@ def _is_torch(variant: VariantConfig) -> bool:
     return _framework(variant)["framework"] == Framework.TORCH
 
 
-def _todo(config, w: WorkloadConfig, backend: str, done) -> list[VariantConfig]:
-    return [v for v in _ordered_variants(config) if w.cell.cell_id(v.name, backend) not in done]
+def _processes(layout: runtime.Layout) -> str | None:
+    """What a cell id ends with under `jax.distributed` (`Cell.cell_id`); None on one process."""
+    return layout.label if layout.distributed else None
+
+
+def _todo(config, w: WorkloadConfig, backend: str, done, layout) -> list[VariantConfig]:
+    ids = {v.name: w.cell.cell_id(v.name, backend, _processes(layout)) for v in config.variants}
+    return [v for v in _ordered_variants(config) if ids[v.name] not in done]
 
 
 def _move_aside(path: Path) -> None:
@@ -245,8 +332,15 @@ def _move_aside(path: Path) -> None:
             made.rename(path.parent / f"{stem}.{made.name}.old")
 
 
-def _start(config, results_path, settings, say, todo: int, skipped: int, given=None) -> _Run:
+def _start(
+    config, results_path, settings, say, todo: int, skipped: int, given=None, layout=None
+) -> _Run:
     backend, device_kind = settings["backend"], settings["device_kind"]
+    layout = layout or runtime.SINGLE
+    if not layout.writer:  # its records are not written: no ceilings to measure
+        env = run_environment.environment(config.config_hash())
+        run = _Run(config, results_path, backend, device_kind, env, None, say, settings)
+        return dataclasses.replace(run, layout=layout)
     say(
         f"{config.name}: {todo} cells to run on {backend} ({device_kind})"
         + (f", {skipped} already done" if skipped else "")
@@ -277,9 +371,11 @@ def _run_workload(run: _Run, w: WorkloadConfig, cells, done, advance) -> None:
     other variant against it."""
     if not cells:
         return
+    watch.doing(f"building {w.label}")
     try:
         workload = run.built[w.name] if w.name in run.built else w.cell.build()
     except Exception as err:
+        watch.on_failure(err)
         for variant in cells:
             _finish(run, _error_record(run, w, variant, None, err), None, advance)
         return
@@ -302,9 +398,10 @@ def _reference(run: _Run, w, workload, cells, done, advance) -> tuple[Reference,
     its outputs (their numerics are judged against them).
     """
     variant = run.config.variant(run.config.reference)
-    cell = w.cell.cell_id(variant.name, run.backend)
+    cell = w.cell.cell_id(variant.name, run.backend, _processes(run.layout))
     profile = run.reference_profiles.get(cell)
     if not any(v.name == variant.name for v in cells):
+        watch.doing(f"compiling the reference of {w.label} again ({variant.name})")
         return _recompiled_reference(run, workload, variant, profile), done.get(cell)
     record, reference = _cell(run, w, variant, workload, None)
     _finish(run, record, None, advance)
@@ -321,6 +418,7 @@ def _recompiled_reference(run: _Run, workload, variant, profile) -> Reference:
         compiled = compile_workload(workload, variant.resolve(), _measure_request(run, workload))
         outputs = _first_outputs(compiled, workload)
     except Exception as err:
+        watch.on_failure(err)
         message = f"recompiling the reference failed: {error_line(err)}"
         return Reference(profile=profile, error=message)
     return Reference(compiled, workload.fresh_args, outputs, profile=profile)
@@ -332,10 +430,14 @@ def _cell(
     """Measure one cell against `reference` (None: it is the reference cell); its record, and
     what it gives the workload's other cells as their Reference."""
     start = time.perf_counter()
-    trace_dir = _new_trace_dir(run, w.cell.cell_id(variant.name, run.backend))
+    trace_dir = _new_trace_dir(
+        run, w.cell.cell_id(variant.name, run.backend, _processes(run.layout))
+    )
+    watch.doing(f"measuring {w.label} under {variant.name}")
     try:
         measured, mine = _measure(run, variant, workload, reference, trace_dir)
     except Exception as err:  # one cell's failure must not end the sweep
+        watch.on_failure(err)  # ...but a lost process ends the run (its line names it)
         gc.collect()
         return _error_record(run, w, variant, workload, err), Reference()
     finally:
@@ -372,6 +474,7 @@ def _measure(
     resolved = variant.resolve()
     if resolved.framework == Framework.TORCH:  # the workload's PyTorch twin (xlafuse.torch)
         return _measure_twin(run, resolved, workload, reference), Reference()
+    _check_in_process(run, variant.name, resolved)
     request = _measure_request(run, workload, trace_dir)
     compiled = compile_workload(workload, resolved, request)
     outputs = _first_outputs(compiled, workload)
@@ -383,6 +486,7 @@ def _measure(
         "compile": fields_lib.compile_part(compiled),
         "numerics": fields_lib.numerics_part(diff, reference.error if reference else None),
         "timing": fields_lib.timing_part(timed),
+        "per_process": _per_process(run, timed, comparison, request, profile),
         "speedup": _speedup_part(run, request, comparison, reference),
         "trace": parts.TraceRecord.from_flat(kernels),
         "fusion": fields_lib.fusion_part(compiled.report, _missed(variant, workload, compiled)),
@@ -423,6 +527,16 @@ def _measure_twin(run: _Run, resolved, workload, reference: Reference | None) ->
     return measured
 
 
+def _check_in_process(run: _Run, name: str, resolved) -> None:
+    """Refuse a variant measured in a child process (process-wide XLA flags) when this run
+    has several processes: a child cannot join their `jax.distributed` run."""
+    if run.layout.distributed and resolved.process_flags:
+        raise XlafuseError(
+            f"variant {name!r} sets process-wide XLA flags, so a child process measures it, "
+            "and a child cannot join jax.distributed: run it on one process"
+        )
+
+
 def _time(run: _Run, compiled, workload, reference: Reference | None, request):
     """(Timing, Comparison or None, DeviceProfile or None) of a cell, timed against its
     reference (`time_against`). A variant measured in its child process brings its own Timing
@@ -444,6 +558,20 @@ def _missed(variant: VariantConfig, workload, compiled) -> dict[str, Any] | None
     if variant.name != MISSED_FUSIONS_VARIANT:
         return None
     return _missed_fusions(workload, compiled)
+
+
+def _per_process(run: _Run, timed, comparison, request, profile) -> parts.ProcessesRecord:
+    """Each process's own figures (`fields_lib.processes_part`); empty on one process."""
+    if not run.layout.distributed:
+        return parts.ProcessesRecord()
+    lead = timing.leading_figure(request.train, run.backend)
+    lead = comparison.lead(lead) if comparison is not None else lead
+    device_times = None
+    if run.config.measure.profile:  # every process profiled: gather each one's device time
+        own = profile.time_s if profile is not None and profile.time_s else float("nan")
+        gathered = lockstep.current().gather([own])[:, 0]
+        device_times = [None if t != t else float(t) for t in gathered]
+    return fields_lib.processes_part(timed, lead, device_times)
 
 
 def _missed_fusions(workload, compiled) -> dict[str, Any]:
@@ -469,7 +597,8 @@ def _new_trace_dir(run: _Run, cell: str) -> Path | None:
     measure = run.config.measure
     if not measure.profile:
         return None
-    return cell_kernels.new_trace_dir(run.results_path.parent, cell, measure.keep_traces)
+    process = run.layout.index if run.layout.distributed else None
+    return cell_kernels.new_trace_dir(run.results_path.parent, cell, measure.keep_traces, process)
 
 
 def _kernel_fields(run: _Run, compiled, workload, trace_dir, reference, variant: str):
@@ -520,13 +649,15 @@ def _identity(run: _Run, w: WorkloadConfig, variant: VariantConfig, workload) ->
         "source_sha256": w.source_sha256,
         "devices": cell.devices,
         "parallelism": cell.parallelism if cell.mesh else None,
+        "processes": run.layout.processes,
+        "process_devices": run.layout.process_devices if run.layout.distributed else None,
         "variant": variant.name,
         "variant_options": variant.to_dict(),
         **_framework(variant),
         "reference": run.config.reference,
         "backend": run.backend,
         "device_kind": run.device_kind,
-        "cell_id": cell.cell_id(variant.name, run.backend),
+        "cell_id": cell.cell_id(variant.name, run.backend, _processes(run.layout)),
         "experiment": run.config.name,
         "model": fields_lib.model_part(workload),
         "ceilings": run.ceilings or parts.CeilingsRecord(),
@@ -556,23 +687,29 @@ def _error_record(run, w, variant, workload, err: BaseException) -> CellResult:
 
 
 def _finish(run: _Run, record: CellResult, reference: CellResult | None, advance) -> None:
+    if not run.writer:
+        run.kept.append(record)
+        return
+    watch.doing(f"writing the record of {record.cell_id}")
     append_result(run.results_path, record)
     run.say(cell_line(record, reference))
     advance()
 
 
 def _selected_records(
-    config: ExperimentConfig, results_path: Path, backend: str
+    config: ExperimentConfig, results_path: Path, backend: str, layout=runtime.SINGLE
 ) -> list[CellResult]:
     if not results_path.exists():
         return []
     latest = {r.cell_id: r for r in records.latest_per_cell(records.load_results(results_path))}
     variants = _ordered_variants(config)
-    keys = [w.cell.cell_id(v.name, backend) for w in config.workloads for v in variants]
+    processes = _processes(layout)
+    keys = [w.cell.cell_id(v.name, backend, processes) for w in config.workloads for v in variants]
     return [latest[k] for k in keys if k in latest]
 
 
 def _write_report(results_path: Path, out_dir: Path, say) -> None:
     if not results_path.exists():
         return
+    watch.doing(f"writing the report into {out_dir}")
     say(f"report: {write_report(results_path, out_dir)}")

@@ -58,12 +58,15 @@ def trace_folder_name(cell: str) -> str:
     return re.sub(r"[^A-Za-z0-9.=+-]+", "_", cell).strip("_")
 
 
-def new_trace_dir(results_dir: Path, cell: str, keep: bool) -> Path:
+def new_trace_dir(results_dir: Path, cell: str, keep: bool, process: int | None = None) -> Path:
     """An empty folder for a cell's trace: `results_dir/traces/<cell>/` when kept (an earlier
-    trace of the cell is removed), else a temporary folder (the caller removes it)."""
+    trace of the cell is removed), else a temporary folder (the caller removes it). Under
+    `jax.distributed` each process keeps its own: `traces/<cell>/process-<process>/`."""
     if not keep:
         return Path(tempfile.mkdtemp(prefix="xlafuse-trace-"))
     folder = Path(results_dir) / TRACES_DIR / trace_folder_name(cell)
+    if process is not None:
+        folder = folder / f"process-{process}"
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
     return folder

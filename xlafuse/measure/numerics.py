@@ -34,6 +34,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from xlafuse.distributed.arrays import to_host
 from xlafuse.measure.rules import LOW_PRECISION, TOLERANCES
 from xlafuse.models.train import gradient_of_first_step
 
@@ -241,15 +242,16 @@ def host_outputs(workload: Any, outputs: Any) -> Any:
 
     Returns:
       The outputs of a forward call, or of a user's step; for a zoo train step, the dict of
-      `compare_train_steps`.
+      `compare_train_steps`. Arrays that span processes (`jax.distributed`) are gathered
+      first, on every process (`xlafuse.distributed.arrays.to_host`).
     """
     if not _zoo_train_step(workload):
-        return jax.device_get(outputs)
+        return to_host(outputs)
 
     new_leaves, loss = outputs
-    state = workload.structured_state(jax.device_get(new_leaves))
+    state = workload.structured_state(to_host(new_leaves))
     return {
-        "loss": jax.device_get(loss),
+        "loss": to_host(loss),
         "gradient": gradient_of_first_step(state["opt_state"]),
         "batch_stats": state["batch_stats"],
         "params": state["params"],

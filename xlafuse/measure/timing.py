@@ -21,6 +21,12 @@ reference's shown time over the variant's, and its interval resamples whole roun
 latency and the pipelined speedup are computed; the one that leads (`leading_figure`: pipelined
 for a train step and on a CPU, latency for a forward call on a GPU) decides when to stop: rounds go on until its verdict is decided or
 the pair's budget, `PAIR_BUDGET` x `min_time_s`, is spent.
+
+Under `jax.distributed` every call is collective, so every process runs the same rounds
+(`xlafuse.distributed.lockstep`): a barrier before each round, process 0's clock for every
+decision, and a round's time is the slowest process's (its samples, taken per round across
+processes), so the verdict rule is unchanged. Each process's own figures are kept beside them
+(`Timing.per_process`). On one process nothing of this communicates.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from xlafuse.distributed import lockstep as lockstep_lib
 from xlafuse.measure.stats import RESAMPLES, Speedup, paired_speedup, speedup_interval
 
 PAIR_BUDGET = 4  # a pair may take up to this many times min_time_s when its verdict is close
@@ -94,6 +101,9 @@ class Timing:
         is close to `pipelined_s_per_call`, the host, not the device, sets the pace.
       samples_s: the seconds of each synchronized call, round after round (not written).
       pipelined_samples_s: each round's burst seconds per call (not written).
+      per_process: under `jax.distributed`, each process's own (median latency, pipelined
+        seconds per call, host seconds per call), by process index; () on one process. The
+        figures above are then over the slowest process's samples of each round.
     """
 
     time_median_s: float
@@ -107,11 +117,12 @@ class Timing:
     host_s_per_call: float | None = None
     samples_s: tuple[float, ...] = dataclasses.field(default=(), repr=False)
     pipelined_samples_s: tuple[float, ...] = dataclasses.field(default=(), repr=False)
+    per_process: tuple[tuple[float, ...], ...] = dataclasses.field(default=(), repr=False)
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-able form, without the raw samples."""
+        """JSON-able form, without the raw samples and per-process figures."""
         out = dataclasses.asdict(self)
-        del out["samples_s"], out["pipelined_samples_s"]
+        del out["samples_s"], out["pipelined_samples_s"], out["per_process"]
         return out
 
 
@@ -223,12 +234,15 @@ class _Side:
     advance: Advance
     clock: Clock
     calls: int = 0  # synchronized calls per round (and calls per burst)
+    lockstep: lockstep_lib.Lockstep = lockstep_lib.SOLO
     synced: list[float] = dataclasses.field(default_factory=list)
     pipelined: list[float] = dataclasses.field(default_factory=list)
     host: list[float] = dataclasses.field(default_factory=list)
 
     def round(self) -> None:
-        """`calls` synchronized calls, then a pipelined burst of as many (at least BURST_MIN)."""
+        """`calls` synchronized calls, then a pipelined burst of as many (at least BURST_MIN),
+        once every process is ready for them."""
+        self.lockstep.barrier()
         for _ in range(self.calls):
             t = self.clock()
             out = jax.block_until_ready(self.fn(*self.args))
@@ -239,34 +253,49 @@ class _Side:
         self.pipelined.append(seconds)
         self.host.append(issue)
 
+    def own_figures(self) -> tuple[float, float, float]:
+        """This process's (median latency, pipelined s per call, host s per call)."""
+        medians = (self.synced, self.pipelined, self.host)
+        return tuple(float(np.median(v)) for v in medians)  # type: ignore[return-value]
+
     def timing(self, warmup: int) -> Timing:
-        values = np.asarray(self.synced, dtype=np.float64)
+        step = self.lockstep
+        per_process = ()
+        if step.processes > 1:
+            per_process = tuple(tuple(row) for row in step.gather(self.own_figures()).tolist())
+        synced, pipelined, host = (
+            step.slowest(v) for v in (self.synced, self.pipelined, self.host)
+        )
+        values = np.asarray(synced, dtype=np.float64)
         p10, median, p90 = np.percentile(values, [10, 50, 90])
         return Timing(
             time_median_s=float(median),
             time_p10_s=float(p10),
             time_p90_s=float(p90),
             time_min_s=float(values.min()),
-            iters=len(self.synced),
-            pipelined_s_per_call=statistics.median(self.pipelined),
+            iters=len(synced),
+            pipelined_s_per_call=statistics.median(pipelined),
             pipelined_iters=max(self.calls, BURST_MIN),
             warmup_iters=max(1, warmup),
-            host_s_per_call=statistics.median(self.host),
-            samples_s=tuple(self.synced),
-            pipelined_samples_s=tuple(self.pipelined),
+            host_s_per_call=statistics.median(host),
+            samples_s=tuple(synced),
+            pipelined_samples_s=tuple(pipelined),
+            per_process=per_process,
         )
 
 
 def _start(fn, args, settings: TimingSettings, advance, clock) -> _Side:
-    """Warm `fn` up and choose its calls per round from one more (timed) call."""
+    """Warm `fn` up and choose its calls per round from one more (timed) call (process 0's,
+    under `jax.distributed`: every process makes as many)."""
+    step = lockstep_lib.current()
     args = warm_up(fn, tuple(args), settings.warmup, advance)
     t0 = clock()
     out = jax.block_until_ready(fn(*args))
-    estimate = max(clock() - t0, 1e-7)
+    estimate = step.first(max(clock() - t0, 1e-7))
     share = ROUND_SHARE * settings.min_time_s / estimate
     calls = int(min(ROUND_CALLS[1], max(ROUND_CALLS[0], share)))
     calls = max(1, min(calls, settings.max_iters))
-    return _Side(fn, advance(args, out), advance, clock, calls)
+    return _Side(fn, advance(args, out), advance, clock, calls, lockstep=step)
 
 
 def measure(
@@ -297,7 +326,7 @@ def measure(
         side.round()
         rounds += 1
         enough = len(side.synced) >= settings.min_iters and rounds >= settings.repeats
-        if enough and clock() - start >= settings.min_time_s:
+        if side.lockstep.first(enough and clock() - start >= settings.min_time_s):
             break
     return side.timing(settings.warmup)
 
@@ -354,24 +383,29 @@ def _alternate(ref: _Side, own: _Side, settings: TimingSettings, lead: str, cloc
             return
         if rounds < next_check or len(own.synced) < settings.min_iters:
             continue
-        elapsed = clock() - start
+        elapsed = own.lockstep.first(clock() - start)
         if elapsed < settings.min_time_s:
             continue
         if elapsed >= PAIR_BUDGET * settings.min_time_s:
             return
         # The bootstrap costs more as rounds pile up: check a quarter more rounds later each time.
         next_check = rounds + max(1, rounds // 4)
-        if _speedup(ref, own, lead, CHECK_RESAMPLES).decided:
+        if own.lockstep.first(_speedup(ref, own, lead, CHECK_RESAMPLES).decided):
             return
 
 
 def _speedup(ref: _Side, own: _Side, lead: str, resamples: int = RESAMPLES) -> Speedup:
-    """The paired speedup of `own` over `ref` on one figure, resampling whole rounds."""
+    """The paired speedup of `own` over `ref` on one figure, resampling whole rounds (each
+    round's slowest process's samples)."""
+    slowest = own.lockstep.slowest
     if lead == LATENCY:
         shape = (len(own.pipelined), own.calls)
-        rounds = np.reshape(ref.synced, shape), np.reshape(own.synced, shape)
+        rounds = np.reshape(slowest(ref.synced), shape), np.reshape(slowest(own.synced), shape)
     else:
-        rounds = np.reshape(ref.pipelined, (-1, 1)), np.reshape(own.pipelined, (-1, 1))
+        rounds = (
+            np.reshape(slowest(ref.pipelined), (-1, 1)),
+            np.reshape(slowest(own.pipelined), (-1, 1)),
+        )
     return paired_speedup(*rounds, resamples=resamples)
 
 

@@ -115,13 +115,16 @@ class Cell:
         """`chain[ops=16]/tiny/forward/bfloat16 @data2`: dtype when asked for, mesh when sharded."""
         return workload_label(self.head, self.size, self.mode, None, self.dtype, self.mesh)
 
-    def cell_id(self, variant: str, backend: str) -> str:
+    def cell_id(self, variant: str, backend: str, processes: str | None = None) -> str:
         """The resume key of the cell under `variant` on `backend`, e.g.
         `chain/tiny/forward/auto/{"ops":16}/no-fusion/cpu`; a sharded cell ends with its mesh
-        (`.../gpu/data2`), a one-device cell keeps the key published before meshes."""
+        (`.../gpu/data2`), a one-device cell keeps the key published before meshes. A cell of
+        several `jax.distributed` processes ends with them, `processes` being processes x
+        devices per process (`.../cpu/data4/processes2x2`); one process keeps the old key."""
         extra = json.dumps(dict(self.overrides), sort_keys=True, separators=(",", ":"), default=str)
         parts = [self.name, self.size, self.mode, self.dtype or "auto", extra, variant, backend]
-        return "/".join(parts + ([self.mesh] if self.mesh else []))
+        tail = ([self.mesh] if self.mesh else []) + ([f"processes{processes}"] if processes else [])
+        return "/".join(parts + tail)
 
     @property
     def build_name(self) -> str:

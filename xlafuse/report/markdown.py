@@ -45,7 +45,7 @@ from xlafuse.report.plots import (
     plot_speedup,
     roofline_points_above,
 )
-from xlafuse.report.sharded import sharded_section
+from xlafuse.report.sharded import processes_section, sharded_section
 from xlafuse.report.torch import FRAMEWORKS_PNG, frameworks_plot, frameworks_section
 from xlafuse.results.records import CellResult, latest_per_cell, read_results
 
@@ -102,6 +102,7 @@ def render_markdown(
     lines += _errors(records)
     lines += study_section(records)
     lines += sharded_section(records)
+    lines += processes_section(records)
     lines += _study_sections(records)
     if plots:
         lines += ["## Plots", ""] + [f"![{p}]({p})" for p in plots] + [""]

@@ -49,7 +49,8 @@ def _row(r: CellResult, result: Scaling | None) -> list[str]:
     overlap = r.comm.overlap_fraction
     return [
         name,
-        f"{r.parallelism} x{r.devices}",
+        f"{r.parallelism} x{r.devices}"
+        + (f" on {r.processes} processes" if r.processes > 1 else ""),
         r.variant,
         _fmt(r.collectives.count),
         _fmt(r.collectives.logical),
@@ -61,6 +62,42 @@ def _row(r: CellResult, result: Scaling | None) -> list[str]:
         f"{result.speedup:.2f}x" if result else "",
         f"{result.efficiency * 100:.0f}%" if result else "",
     ]
+
+
+PROCESS_COLUMNS = (
+    "workload", "layout", "variant", "processes x devices", "figure", "slowest ms", "fastest ms",
+    "spread",
+)  # fmt: skip
+
+PROCESS_NOTES = (
+    "Cells of several `jax.distributed` processes (docs/distributed.md): every process timed the "
+    "same rounds in lock-step and a cell's time is, round by round, the slowest process's. Here "
+    "each process's own figure (the one the cell leads with): the slowest and fastest process, "
+    "and their spread (slowest / fastest - 1)."
+)
+
+
+def processes_section(records: Sequence[CellResult]) -> list[str]:
+    """Markdown lines of the section on cells of several processes; [] when there is none."""
+    several = [r for r in records if r.ok and r.processes > 1 and r.per_process.times_s]
+    if not several:
+        return []
+    lines = ["## Several processes: each process's time", "", PROCESS_NOTES, ""]
+    lines += ["| " + " | ".join(PROCESS_COLUMNS) + " |", "|" + "---|" * len(PROCESS_COLUMNS)]
+    for r in several:
+        p = r.per_process
+        row = [
+            cell_label(r),
+            f"{r.parallelism} x{r.devices}",
+            r.variant,
+            f"{r.processes} x {r.process_devices}",
+            p.figure or "",
+            _fmt(p.slowest_s, 1e3, ".3g"),
+            _fmt(p.fastest_s, 1e3, ".3g"),
+            f"{p.spread * 100:.1f}%" if p.spread is not None else "",
+        ]
+        lines.append("| " + " | ".join(row) + " |")
+    return [*lines, ""]
 
 
 def _fmt(value, scale: float = 1, spec: str = "") -> str:

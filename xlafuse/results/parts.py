@@ -326,3 +326,21 @@ class CommRecord(Part):
     overlap_s: float | None = None
     overlap_fraction: float | None = None
     kernels_per_call: float | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class ProcessesRecord(Part):
+    """Each process's own figures, under `jax.distributed` (the record's timing is over the
+    slowest process's samples of each round, `xlafuse.measure.timing`): the figure the cell
+    leads with ("pipelined" or "latency"), its value per process (by process index), the
+    slowest and fastest process's and their spread (slowest / fastest - 1); each process's
+    host seconds per call, and device seconds per call where a profile measured them."""
+
+    PREFIX = "process_"
+    figure: str | None = None
+    times_s: Sequence[float] | None = None
+    slowest_s: float | None = None
+    fastest_s: float | None = None
+    spread: float | None = None
+    host_s_per_call: Sequence[float] | None = None
+    device_time_s: Sequence[float | None] | None = None

@@ -46,8 +46,10 @@ class CellResult:
 
     The cell's name (the record's own fields): workload, size, mode, dtype (resolved;
     `dtype_requested` is the config's value or None), overrides, devices and parallelism (a
-    sharded cell: devices > 1, "data" or "model"), variant (and its config form,
-    variant_options), framework (`Framework`: "jax", or "torch" for a PyTorch twin, `xlafuse.torch`) and
+    sharded cell: devices > 1, "data" or "model"), processes and process_devices (a cell of
+    several `jax.distributed` processes: how many, and the devices of each; 1 and None on
+    one process), variant (and its config form, variant_options), framework (`Framework`:
+    "jax", or "torch" for a PyTorch twin, `xlafuse.torch`) and
     framework_version, reference (the variant speedups compare with), backend, device_kind;
     `cell_id` joins them (the resume key); experiment names the run. A program of the user's
     also has `entry` (its `FILE.py:FUNCTION` as the config wrote it; None for a registered
@@ -56,7 +58,8 @@ class CellResult:
 
     Its parts (`xlafuse.results.parts`, each a frozen record of one source): model, compile,
     fusion, timing, speedup, device, trace, rates, ceilings, numerics, cold_start,
-    collectives, comm. A part that was not measured holds its defaults (None, or an empty
+    collectives, comm, per_process (each process's own figures; its timing is then the slowest
+    process's in each round). A part that was not measured holds its defaults (None, or an empty
     mapping), e.g. `device` without a GPU profile, `cold_start` without `measure.cold_start`.
     Scaling against one device is derived from two records (`xlafuse.results.scaling`): this
     one and the cell with devices = 1 of the same workload, global batch and variant.
@@ -93,6 +96,8 @@ class CellResult:
     source_sha256: str | None = None
     devices: int = 1
     parallelism: str | None = None
+    processes: int = 1
+    process_devices: int | None = None
     reference: str = "default"
     variant_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     framework: Framework = Framework.JAX
@@ -112,6 +117,7 @@ class CellResult:
         default_factory=parts.CollectivesRecord
     )
     comm: parts.CommRecord = dataclasses.field(default_factory=parts.CommRecord)
+    per_process: parts.ProcessesRecord = dataclasses.field(default_factory=parts.ProcessesRecord)
     wall_s: float | None = None
     settings: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     env: Mapping[str, Any] = dataclasses.field(default_factory=dict)

@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from xlafuse.distributed import lockstep
 from xlafuse.errors import XlafuseError
 from xlafuse.experiment.tune import search as search_lib
 from xlafuse.experiment.tune.evaluate import Evaluator, Target
@@ -91,6 +92,7 @@ def tune(
     say: Callable[[str], None] = print,
     evaluate: Callable[[Candidate, int], search_lib.Score] | None = None,
     prover: Callable[[dict[str, Any]], Rerun] = rerun,
+    unproved: str = "",
     search: str = "halving",
 ) -> TuneResult:
     """Searches the space of `knobs` x `families` for `target` within `budget_s` seconds,
@@ -108,6 +110,7 @@ def tune(
       prover: the proof (`rerun.rerun`; injectable for tests).
       search: "halving" (successive halving within the budget) or "grid" (every candidate at
         effort `GRID_EFFORT`, no budget: what a search is judged against).
+      unproved: why the proof is not run, when `prove` is False ("" for --no-rerun).
 
     Raises:
       XlafuseError: the default program itself could not be built, compiled or run.
@@ -121,7 +124,7 @@ def tune(
     result = _search(search, space, evaluator, budget_s, board)
     _check_default_ran(result)
     best = result.ranked[0] if result.ranked else None
-    proof, error = None, ""
+    proof, error = None, unproved
     if prove and best is not None and best != space[0]:
         proof, error = _prove(prover, _spec(target, space[0], best), say)
     lead = getattr(evaluator, "lead", None)
@@ -158,20 +161,32 @@ def _defaults(target: Target) -> dict[str, Any] | None:
 
 def _search(search: str, space, evaluator, budget_s: float, board) -> search_lib.SearchResult:
     if search == "grid":
-        return search_lib.grid(space, evaluator, GRID_EFFORT, on_trial=board.add)
+        return search_lib.grid(
+            space, evaluator, GRID_EFFORT, on_trial=board.add, clock=_shared_clock
+        )
     keep = getattr(evaluator, "keep", None)
     order = halving_order(space)
-    return search_lib.successive_halving(order, evaluator, budget_s, on_trial=board.add, keep=keep)
+    return search_lib.successive_halving(
+        order, evaluator, budget_s, on_trial=board.add, keep=keep, clock=_shared_clock
+    )
 
 
 def halving_order(space: tuple[Candidate, ...], seed: int = ORDER_SEED) -> list[Candidate]:
     """The order successive halving's first round measures the space in: the default program
     first (every other is judged against it), the rest shuffled with a fixed seed, so that a
     budget that ends the first round early has measured a sample of the whole space, not the
-    corner its enumeration starts in. The same space always gets the same order."""
+    corner its enumeration starts in. The same space always gets the same order (and every
+    process of a `jax.distributed` run the same one)."""
     rest = list(space[1:])
     random.Random(seed).shuffle(rest)
-    return [space[0], *rest]
+    return [*space[:1], *rest]
+
+
+def _shared_clock() -> float:
+    """This process's monotonic clock; process 0's under `jax.distributed`, where every process
+    runs the same search: the budget read from one clock, each score over the slowest
+    process's rounds (`xlafuse.measure.timing`), so all rank and keep the same candidates."""
+    return lockstep.current().first(time.monotonic())
 
 
 def _prove(prover, spec: dict[str, Any], say) -> tuple[Rerun | None, str]:
