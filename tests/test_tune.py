@@ -381,3 +381,18 @@ def test_halving_measures_the_default_first_then_a_fixed_sample_of_the_space():
     # a budget of four trials measures across the knob's values, not the first one's corner
     assert order[1:4] != list(space[1:4])
     assert len({dict(c.knobs)["unroll"] for c in order[1:5]}) > 1
+
+
+@pytest.mark.parametrize("command", ["tune", "run"])
+def test_a_bad_tune_table_prints_every_problem_and_exits_2(tmp_path, capsys, command):
+    config = tmp_path / "bad.toml"
+    config.write_text('[tune]\nworkload = { name = "cartpol" }\nbudget_s = -1\n')
+    code, out, err = run(capsys, command, config)
+    assert (code, out) == (2, "")
+    assert err.splitlines() == [
+        f"xlafuse {command}: error: {config}: 2 problems in the config:",
+        "  tune.workload.name: unknown workload 'cartpol' (did you mean 'cartpole'?); accepted: "
+        "attention, cartpole, chain, cos_relu, gelu, gpt2, layernorm, lstm, matmul_bias_act, "
+        "mlp, mul_add_relu, resnet50, rmsnorm, softmax, transformer_block",
+        "  tune.budget_s: need a number of seconds above 0, not -1",
+    ]

@@ -5,8 +5,12 @@ Writes tune.jsonl (every trial) and best.toml (`xlafuse run best.toml` reruns th
 
 from __future__ import annotations
 
+import sys
+
 from xlafuse.cli import _distributed
 from xlafuse.cli._devices import add_workload_arguments
+
+USAGE_ERROR = 2
 
 HELP = "search knobs and XLA options for a faster program, and prove it"
 # The proof is a fresh process, which cannot join a jax.distributed run.
@@ -102,7 +106,12 @@ def run_config(path: str, argv, args=None) -> int:
             "decides the target, its knobs, space and budget; --out may replace its output"
         )
     distributed = args is not None and _distributed.start(args)  # before JAX's backend
-    table = load_tune_table(path, jax.default_backend())
+    try:
+        table = load_tune_table(path, jax.default_backend())
+    except XlafuseError as err:  # every problem on its own line (the CLI keeps only the first)
+        command = getattr(args, "command", None) or "tune"
+        print(f"xlafuse {command}: error: {err}", file=sys.stderr)
+        return USAGE_ERROR
     devices = table.target.settings.get("devices", 1)
     if distributed:
         from xlafuse.distributed.runtime import check_spans_processes
