@@ -241,6 +241,11 @@ def test_the_real_evaluator_refuses_a_changed_answer():
         (["--budget-s", "0"], "--budget-s 0: need a number of seconds above 0"),
         (["--space", "gemm-fusion"], "option family 'gemm-fusion' applies on gpu only"),
         (["--knob", "envs=2,4", "--overrides", "envs=8"], "envs given both as --knob and"),
+        (
+            ["--knob", "unrol=1,2"],
+            "knob 'unrol': 'examples/cartpole.py:rollout' takes no "
+            "override of that name (did you mean 'unroll'?); accepted: envs, hidden, steps, unroll",
+        ),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(capsys, argv, error):

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from xlafuse.distributed import lockstep
-from xlafuse.errors import XlafuseError
+from xlafuse.errors import UnknownNameError, XlafuseError, did_you_mean
 from xlafuse.experiment.tune import search as search_lib
 from xlafuse.experiment.tune.evaluate import Evaluator, Target
 from xlafuse.experiment.tune.rerun import Rerun, rerun
@@ -115,7 +115,9 @@ def tune(
     Raises:
       XlafuseError: the default program itself could not be built, compiled or run.
     """
-    space = tuple(enumerate_space(knobs, families, _defaults(target)))
+    defaults = _defaults(target)
+    _check_knob_names(knobs, defaults, target.name)
+    space = tuple(enumerate_space(knobs, families, defaults))
     evaluator = evaluate or Evaluator(target)
     plural = "s" if len(space) != 1 else ""
     how = f"budget {budget_s:g} s" if search == "halving" else "the whole grid, no budget"
@@ -149,6 +151,18 @@ def _check_default_ran(result: search_lib.SearchResult) -> None:
     first = result.trials[0].score if result.trials else None
     if first is None or not first.ok:
         raise XlafuseError(f"the default program did not run: {first.detail if first else '-'}")
+
+
+def _check_knob_names(knobs, defaults: Mapping[str, Any] | None, name: str) -> None:
+    """A knob the target does not take is a usage error, found before any compile (unless
+    the target's own values could not be read: its candidates are then refused one by one)."""
+    unknown = [k for k in knobs if defaults is not None and k not in defaults]
+    if unknown:
+        accepted = ", ".join(sorted(defaults))
+        raise UnknownNameError(
+            f"knob {unknown[0]!r}: {name!r} takes no override of that name"
+            f"{did_you_mean(unknown[0], defaults)}; accepted: {accepted}"
+        )
 
 
 def _defaults(target: Target) -> dict[str, Any] | None:
