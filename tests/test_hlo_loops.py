@@ -17,10 +17,10 @@ inner_body {
 }
 
 inner_cond {
+  n = s32[] constant(3)
   p = (s32[], f32[8,8]) parameter(0)
   i = s32[] get-tuple-element(p), index=0
-  n = s32[] constant(3)
-  ROOT lt = pred[] compare(i, n), direction=LT
+  ROOT gt = pred[] compare(n, i), direction=GT
 }
 
 outer_body {

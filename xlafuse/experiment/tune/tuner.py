@@ -115,9 +115,7 @@ def tune(
     Raises:
       XlafuseError: the default program itself could not be built, compiled or run.
     """
-    defaults = _defaults(target)
-    _check_knob_names(knobs, defaults, target.name)
-    space = tuple(enumerate_space(knobs, families, defaults))
+    space = _space(target, knobs, families)
     evaluator = evaluate or Evaluator(target)
     plural = "s" if len(space) != 1 else ""
     how = f"budget {budget_s:g} s" if search == "halving" else "the whole grid, no budget"
@@ -151,6 +149,13 @@ def _check_default_ran(result: search_lib.SearchResult) -> None:
     first = result.trials[0].score if result.trials else None
     if first is None or not first.ok:
         raise XlafuseError(f"the default program did not run: {first.detail if first else '-'}")
+
+
+def _space(target: Target, knobs, families) -> tuple[Candidate, ...]:
+    """The candidates, the default program first; a knob the target does not take refused."""
+    defaults = _defaults(target)
+    _check_knob_names(knobs, defaults, target.name)
+    return tuple(enumerate_space(knobs, families, defaults))
 
 
 def _check_knob_names(knobs, defaults: Mapping[str, Any] | None, name: str) -> None:
