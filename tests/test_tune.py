@@ -184,7 +184,10 @@ def test_a_confirmed_winner_and_its_best_toml(tmp_path):
 def test_the_evidence_of_a_gpu_rerun_reads_back_and_prints():
     group = {"kind": "fusion", "kernels_a": ["loop_fusion.3"], "kernels_b": ["loop_fusion.7"],
              "time_a_s": 40e-6, "time_b_s": 12e-6}  # fmt: skip
-    evidence = Evidence((5.6e-3, 4.0e-3), 1.4, (1.38, 1.42), "faster", (4006.0, 1130.0), (group,))
+    loss = {**group, "kind": "only B", "kernels_a": [], "kernels_b": ["copy.2"], "time_a_s": 0.0}
+    evidence = Evidence(
+        (5.6e-3, 4.0e-3), 1.4, (1.38, 1.42), "faster", (4006.0, 1130.0), (group,), (loss,)
+    )
     proof = Rerun("latency", 1.41, (1.4, 1.42), "faster", 5.6e-3, 3.97e-3, (1.0, 3.5), evidence)
     again = Rerun.from_dict(json.loads(json.dumps(proof.to_dict())))
     assert again == proof
@@ -192,6 +195,7 @@ def test_the_evidence_of_a_gpu_rerun_reads_back_and_prints():
         "  device time 4 vs 5.6 ms: 1.40x [1.38, 1.42] faster",
         "  kernels per call 1130 vs 4006",
         "  gain: fusion loop_fusion.7 -28.0 us per call",
+        "  loss: only B copy.2 +12.0 us per call",
     ]
 
 

@@ -61,11 +61,11 @@ class Evidence:
             lo, hi = self.device_ci
             line += f": {self.device_speedup:.2f}x [{lo:.2f}, {hi:.2f}] {self.device_verdict}"
         out = [line, f"  kernels per call {k_own:.0f} vs {k_ref:.0f}"]
-        for title, groups in (("gains", self.gains), ("losses", self.losses)):
+        for title, groups in (("gain", self.gains), ("loss", self.losses)):
             for g in groups:
                 names = ", ".join(g["kernels_b"][:2] or g["kernels_a"][:2])
                 delta = (g["time_b_s"] - g["time_a_s"]) * 1e6
-                out.append(f"  {title[:-1]}: {g['kind']} {names} {delta:+.1f} us per call")
+                out.append(f"  {title}: {g['kind']} {names} {delta:+.1f} us per call")
         return out
 
 
