@@ -405,3 +405,19 @@ def test_a_bad_tune_table_prints_every_problem_and_exits_2(tmp_path, capsys, com
         "mlp, mul_add_relu, resnet50, rmsnorm, softmax, transformer_block",
         "  tune.budget_s: need a number of seconds above 0, not -1",
     ]
+
+
+@pytest.mark.parametrize(
+    ("head", "problem"),
+    [
+        ("[experiment]\noutput = 5\n", "experiment.output: must be a string, not 5"),
+        ("experiment = 3\n", "experiment: must be a table ([experiment])"),
+    ],
+)
+def test_a_tune_config_s_experiment_table_is_checked_too(head, problem):
+    from xlafuse.experiment.tune.table import parse_tune_table
+
+    data = tomllib.loads(head + '[tune]\nworkload = { name = "cartpole" }\n')
+    with pytest.raises(XlafuseError) as caught:
+        parse_tune_table(data, "cpu")
+    assert str(caught.value).splitlines() == ["1 problem in the config:", f"  {problem}"]

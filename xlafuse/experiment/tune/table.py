@@ -108,7 +108,13 @@ def parse_tune_table(
     problems: list[str] = []
     _unknown_keys(problems, "", data, TOP_KEYS)
     experiment = data.get("experiment", {})
+    if not isinstance(experiment, Mapping):
+        problems.append("experiment: must be a table ([experiment])")
+        experiment = {}
     _unknown_keys(problems, "experiment.", experiment, EXPERIMENT_KEYS)
+    for key in EXPERIMENT_KEYS:
+        if not isinstance(experiment.get(key, ""), str):
+            problems.append(f"experiment.{key}: must be a string, not {experiment[key]!r}")
     table = data.get("tune")
     if not isinstance(table, Mapping):
         problems.append("tune: missing or not a table: add a [tune] table")
