@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 import random
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -287,10 +288,10 @@ def write(result: TuneResult, folder: Path) -> None:
         "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
     }
     (folder / "tune.jsonl").write_text("\n".join([*lines, json.dumps(summary)]) + "\n")
-    (folder / "best.toml").write_text(best_toml(result))
+    (folder / "best.toml").write_text(best_toml(result, folder))
 
 
-def best_toml(result: TuneResult) -> str:
+def best_toml(result: TuneResult, folder: Path | None = None) -> str:
     """A config that runs the default program and the best candidate with `xlafuse run`: one
     workload with both as variants when only XLA options differ, else the target twice (as
     `default` and `tuned`, its knobs as overrides) under both variants."""
@@ -309,13 +310,17 @@ def best_toml(result: TuneResult) -> str:
     ]
     programs = [("default", {})] + ([("tuned", dict(best.knobs))] if best.knobs else [])
     for label, knobs in programs:
-        lines += ["", "[[workloads]]", *_workload_lines(target, label, knobs)]
+        lines += ["", "[[workloads]]", *_workload_lines(target, label, knobs, folder)]
     return "\n".join(lines) + "\n"
 
 
-def _workload_lines(target: Target, label: str, knobs: Mapping[str, Any]) -> list[str]:
+def _workload_lines(
+    target: Target, label: str, knobs: Mapping[str, Any], folder: Path | None
+) -> list[str]:
     is_entry = ":" in target.name
-    lines = [f'entry = "{_portable_name(target.name)}"' if is_entry else f'name = "{target.name}"']
+    lines = [
+        f'entry = "{_entry_from(target.name, folder)}"' if is_entry else f'name = "{target.name}"'
+    ]
     if is_entry:
         lines.append(f'name = "{label}"')
     for key in ("size", "mode", "dtype"):
@@ -325,6 +330,16 @@ def _workload_lines(target: Target, label: str, knobs: Mapping[str, Any]) -> lis
     if overrides:
         lines.append(f"overrides = {_inline(overrides)}")
     return lines
+
+
+def _entry_from(name: str, folder: Path | None) -> str:
+    """An entry as a config in `folder` names it: a file relative to that folder (a config's
+    relative FILE is found from its own folder), so best.toml holds no path of this machine."""
+    entry = _portable_name(name)
+    file, sep, function = entry.rpartition(":")
+    if folder is None or not sep or not Path(file).is_absolute():
+        return entry
+    return f"{os.path.relpath(file, Path(folder).resolve())}:{function}"
 
 
 def _inline(table: Mapping[str, Any]) -> str:
