@@ -111,6 +111,19 @@ def test_a_sentinel_is_skipped_for_the_next_models_estimate_and_never_averaged()
     assert predicted(f'{{"reification_cost":[{SENTINEL}]}}') is None
 
 
+def test_a_triton_block_fusion_takes_the_indexing_models_estimate_and_a_gemm_fusion_not():
+    # GPT-2 full forward on the H200: the GPU performance model printed 9.7e7 us (below the
+    # sentinel bound) for a softmax fusion measured at 305 us
+    costs = f"[{entry(97139003.6)},{entry(310.5, 'indexing-cost-model')},{entry(0.01, 'sol')}]"
+    triton = f'{{"fusion_backend_config":{{"kind":"__triton"}},"reification_cost":{costs}}}'
+    assert predicted(triton) == estimates(triton)[1]
+    assert predicted(json.dumps(triton)).exec_time_us == 310.5  # as a quoted config
+    gemm = triton.replace('"__triton"', '"__triton_nested_gemm_fusion"')
+    assert predicted(gemm).exec_time_us == 97139003.6
+    alone = f'{{"fusion_backend_config":{{"kind":"__triton"}},"reification_cost":[{entry(2.0)}]}}'
+    assert predicted(alone).model == DEFAULT_MODEL  # no indexing estimate: the first one
+
+
 @pytest.mark.parametrize(
     "config", [None, "", '{"operation_queue_id":"0"}', '{"reification_cost":[]}']
 )

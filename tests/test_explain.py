@@ -80,6 +80,18 @@ def test_priority_dump_errors(text, message):
         parse_priority_dump(text, "x.txt")
 
 
+def test_priority_dump_errors_name_their_line_deep_into_a_long_dump():
+    # the line is counted on as the scan goes (it was counted from the start for every token:
+    # quadratic, minutes for a GPT-2 train step's dump)
+    step = 'fusion_steps {\n  fusion {\n    producer_name: "a"\n  }\n}\n'
+    long = step * 5000
+    assert len(parse_priority_dump(long, "x.txt").steps) == 5000
+    with pytest.raises(ValueError, match=r"x.txt:25002: unexpected text '@@'"):
+        parse_priority_dump(long + "\n@@", "x.txt")
+    with pytest.raises(ValueError, match=r"'fusion_steps' opened at line 25002"):
+        parse_priority_dump(long + "\nfusion_steps {\n", "x.txt")
+
+
 def test_gelu_lineage_is_exact(samples):
     before, after, _ = files(samples, GELU)
     lineage = trace_module(parse_hlo(before), parse_hlo(after), before, after)

@@ -13,7 +13,10 @@ where they apply, named ones ("indexing-cost-model" for Triton fusions,
 and for library calls). A model that cannot estimate a kernel may still write an entry: Triton
 fusions (the softmax rewriter's, attention's) carry a first entry near 2e9 us, and a GEMM model
 may print "Infinity". Such a value is a sentinel, not a time: `predicted` skips it, and nothing
-here averages entries. Seen on the H200 (jax 0.11.2, transformer_block full forward): every one
+here averages entries. The GPU performance model's figure for a Triton block-level fusion (the
+softmax rewriter's, fusion kind "__triton") is such a non-time even below the sentinel bound (9.7e7 us
+on GPT-2 full forward, a kernel measured at 305 us); XLA's priority fusion weighs those fusions with
+the indexing cost model instead, so their prediction is that model's (`TRITON_MODEL`). Seen on the H200 (jax 0.11.2, transformer_block full forward): every one
 of 16 fusions and every one of 4 cuBLAS calls (the latter "sol" only) carried an estimate.
 """
 
@@ -27,6 +30,8 @@ from typing import NamedTuple
 COST_MODEL_OPTION = "xla_gpu_collect_cost_model_stats"
 SENTINEL_US = 1e8  # an estimate at or above 100 s is a model's "cannot estimate", not a time
 DEFAULT_MODEL = "gpu-performance-model"  # the unnamed first entry
+TRITON_MODEL = "indexing-cost-model"  # the model priority fusion weighs Triton fusions with
+_TRITON_FUSION = re.compile(r'\\?"kind\\?"\s*:\s*\\?"__triton\\?"')  # block-level, not a GEMM
 _KEY = "reification_cost"
 _FILLED = 'reification_cost":[{'  # as XLA prints a backend_config (raw JSON) since it has one
 _LIST = re.compile(r'reification_cost\\?"\s*:\s*\[([^\]]*)\]')
@@ -98,8 +103,9 @@ def _estimate(entry: dict, index: int) -> Estimate:
 
 def predicted(backend_config: str | None) -> Estimate | None:
     """The estimate a kernel's prediction is: the first entry that is not a sentinel (the GPU
-    performance model's where it answered, else the next model's); None without one."""
-    for estimate in estimates(backend_config):
-        if not estimate.is_sentinel:
-            return estimate
-    return None
+    performance model's where it answered, else the next model's); for a Triton block-level
+    fusion the indexing cost model's where it answered. None without one."""
+    answered = [e for e in estimates(backend_config) if not e.is_sentinel]
+    if answered and _TRITON_FUSION.search(backend_config or ""):
+        return next((e for e in answered if e.model == TRITON_MODEL), answered[0])
+    return answered[0] if answered else None

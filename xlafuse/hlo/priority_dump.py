@@ -182,11 +182,13 @@ def _fields(text: str, source: str):
     stack: list[dict] = [{}]
     top: list[tuple[str, Any, int]] = []
     pending: str | None = None
-    pos = 0
-    opened: list[tuple[str, int]] = []
+    pos = counted = 0
+    line = 1  # of `pos`, counted on as the scan goes (a count from the start each time is
+    opened: list[tuple[str, int]] = []  # quadratic: a GPT-2 train step's dump took minutes)
     while pos < len(text):
         m = _TOKEN.match(text, pos)
-        line = text.count("\n", 0, pos) + 1
+        line += text.count("\n", counted, pos)
+        counted = pos
         if not m or m.end() == pos:
             if text[pos:].strip():
                 raise ValueError(f"{source}:{line}: unexpected text {text[pos : pos + 30]!r}")
