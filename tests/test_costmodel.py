@@ -536,12 +536,27 @@ def test_cells_pool_into_one_table_by_kind_and_one_log_log_plot(tmp_path):
             ("no-fusion", {"pairs": rows_b, "uncovered": {NO_LIBRARY: 1}}),
         )
     ]
+    worst = {"name": "f3", "kind": "kLoop", "model": DEFAULT_MODEL, "predicted_s": 5e-6,
+             "measured_s": 1e-5, "error_pct": -50.0, "source_lines": ["m.py:3", "m.py:4"]}  # fmt: skip
+    records[1].trace.cost_model["worst"] = [worst]
+    decided = {"decisions": 5, "decided": 4, "agree": 3, "noise": 1}
+    records[1].trace.cost_model["decisions"] = decided
     lines = study_section(records)
     assert lines[2] == (
         f"4 kernels of 2 cells with a prediction and a measured time (see docs/cost-model.md). "
         f"Without a pair: 3 {NO_LIBRARY}."
     )
     assert "| kLoop | 3 | 50% | 90% | 0.866 | 1 | 0.008 | 0.012 |" in lines
+    assert "| m | 1 | 0% | 0% | - | 1 | 0.003 | 0.003 |" in lines  # the table by model
+    assert (
+        "| chain/forward no-fusion | `f3` | kLoop | gpu-performance-model | 5 | 10 | -50% | m.py:3 +1 |"
+        in lines
+    )
+    assert lines[-2] == (
+        "XLA's fusion decisions, 1 cells scored: 5 fusion steps; of the 4 whose measured gain is "
+        "outside the noise, the sign of XLA's predicted gain agrees in 3 (75%); 1 within the "
+        "noise. Each cell's section lists its decisions where prediction and measurement disagree."
+    )
     assert cost_model_plot(records, tmp_path / "cost_model.png")
     assert (tmp_path / "cost_model.png").stat().st_size > 0
     plain = [CellResult(**NAME, variant="default")]

@@ -337,10 +337,11 @@ def pairs_of_rows(rows: Sequence[Sequence[Any]]) -> list[KernelCost]:
     return [KernelCost(str(n), str(k), str(m), float(p), float(t)) for n, k, m, p, t in rows]
 
 
-def accuracy_by_kind(pairs: Sequence[KernelCost]) -> dict[str, Accuracy]:
-    """`accuracy` of all the pairs ("all") and of each kernel kind's, the most kernels first."""
+def accuracy_by_kind(pairs: Sequence[KernelCost], field: str = "kind") -> dict[str, Accuracy]:
+    """`accuracy` of all the pairs ("all") and of each kernel kind's (or of each value of
+    another KernelCost `field`, e.g. "model"), the most kernels first."""
     kinds: dict[str, list[KernelCost]] = {}
     for p in pairs:
-        kinds.setdefault(p.kind, []).append(p)
+        kinds.setdefault(getattr(p, field), []).append(p)
     ordered = sorted(kinds.items(), key=lambda item: (-len(item[1]), item[0]))
     return {"all": accuracy(pairs), **{kind: accuracy(rows) for kind, rows in ordered}}

@@ -166,8 +166,9 @@ def _first(lines: Sequence[str]) -> str:
 
 
 def study_section(records: Sequence[CellResult]) -> list[str]:
-    """Every cell's kernels pooled: the error figures over all of them and per kernel kind
-    (empty without cost-model records that hold pairs)."""
+    """Every cell's kernels pooled: the error figures over all of them, per kernel kind and per
+    cost model that gave the prediction, the largest mispredictions of all cells, and XLA's
+    fusion decisions scored over all cells (empty without cost-model records that hold pairs)."""
     cells = [r for r in records if (r.trace.cost_model or {}).get("pairs")]
     if not cells:
         return []
@@ -183,19 +184,65 @@ def study_section(records: Sequence[CellResult]) -> list[str]:
         "(see docs/cost-model.md). Without a pair: "
         + ("; ".join(f"{n} {reason}" for reason, n in uncovered.items()) or "none")
         + ".",
-        "",
-        "| kernels | n | median abs error | p90 abs error | Spearman | median predicted/measured | "
-        "predicted ms | measured ms |",
+    ]
+    for field in ("kind", "model"):
+        lines += ["", *_pooled_table(field, accuracy_by_kind(pairs, field))]
+    lines += _pooled_worst(cells)
+    lines += _pooled_decisions([(r.trace.cost_model or {}).get("decisions") for r in records])
+    return [*lines, ""]
+
+
+def _pooled_table(field: str, by: Mapping[str, Any]) -> list[str]:
+    head = "kernels" if field == "kind" else "prediction from"
+    lines = [
+        f"| {head} | n | median abs error | p90 abs error | Spearman | "
+        "median predicted/measured | predicted ms | measured ms |",
         "|" + "---|" * 8,
     ]
-    for kind, a in accuracy_by_kind(pairs).items():
+    for key, a in by.items():
         lines.append(
-            f"| {kind} | {a.kernels} | {_pct(a.median_abs_error_pct)} | "
+            f"| {key} | {a.kernels} | {_pct(a.median_abs_error_pct)} | "
             f"{_pct(a.p90_abs_error_pct)} | {_num(a.spearman, 1, '.3f')} | "
             f"{_num(a.median_ratio, 1, '.3g')} | {a.predicted_s * 1e3:.4g} | "
             f"{a.measured_s * 1e3:.4g} |"
         )
-    return [*lines, ""]
+    return lines
+
+
+def _pooled_worst(cells: Sequence[CellResult]) -> list[str]:
+    """The largest mispredictions of all cells (each cell keeps its own largest)."""
+    rows = [(r, k) for r in cells for k in r.trace.cost_model.get("worst") or ()]
+    rows.sort(key=lambda rk: -abs(rk[1]["predicted_s"] - rk[1]["measured_s"]))
+    if not rows:
+        return []
+    table = markdown_table(
+        ("cell", "kernel", "kind", "model", "predicted µs", "measured µs", "error", "source"),
+        [
+            (f"{r.workload}/{r.mode} {r.variant}", f"`{k['name']}`", k["kind"], k["model"],
+             f"{k['predicted_s'] * 1e6:.4g}", f"{k['measured_s'] * 1e6:.4g}",
+             _pct(k["error_pct"], signed=True), _first(k["source_lines"]))
+            for r, k in rows[:ROWS]
+        ],
+    )  # fmt: skip
+    title = f"The {min(ROWS, len(rows))} largest mispredictions of all cells (µs per call apart)"
+    return ["", title, "", *table]
+
+
+def _pooled_decisions(decisions: Sequence[Mapping[str, Any]]) -> list[str]:
+    """XLA's fusion decisions of every scored cell, summed: the sign agreement over all."""
+    scored = [d for d in decisions if d and "error" not in d]
+    if not scored:
+        return []
+    total = {k: sum(d[k] for d in scored) for k in ("decisions", "decided", "agree", "noise")}
+    agreement = f"{100 * total['agree'] / total['decided']:.0f}%" if total["decided"] else "-"
+    return [
+        "",
+        f"XLA's fusion decisions, {len(scored)} cells scored: {total['decisions']} fusion steps; "
+        f"of the {total['decided']} whose measured gain is outside the noise, the sign of XLA's "
+        f"predicted gain agrees in {total['agree']} ({agreement}); {total['noise']} within the "
+        "noise. Each cell's section lists its decisions where prediction and measurement "
+        "disagree.",
+    ]
 
 
 def cost_model_plot(records: Sequence[CellResult], path) -> bool:
