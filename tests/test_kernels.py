@@ -401,3 +401,22 @@ def test_the_kernel_roofline_plots_intensity_against_flops_under_both_ceilings(t
     old = CellResult(**cell, backend="gpu", device_kind="NVIDIA H200",
                      trace=TraceRecord(kernel_times=without))  # fmt: skip
     assert plot_kernel_roofline(old, tmp_path / "memory.png")
+
+
+def test_a_library_call_that_launches_two_kernels_is_bounded_by_its_work_once():
+    # cuBLAS's split-K GEMM: the main kernel and its reduction, two launches for one HLO op
+    # (the H200's mlp full forward: `cublas-lt-matmul.1` read 203% of its bound when the bound
+    # was counted per launch)
+    report = analyze_hlo(SAMPLES / "block_fwd.default.hlo.txt")
+    call = next(k for k in report.kernel_details if k.opcode == "custom-call")
+    assert report.runs[call.computation] == 1
+    events = [
+        Event(name, j * 10**5, 40_000, "", call.name)
+        for j, name in enumerate(("nvjet_sm90_tst_splitK", "splitKreduce_kernel"))
+    ]
+    row = next(k for k in join_trace(report, events, 1, GPU_BASIS, 4.0e12, 1.0e12).kernels
+               if k.name == call.name)  # fmt: skip
+    assert row.launches_per_call == 2
+    work_s = max(call.flops / 1.0e12, (call.bytes_in + call.bytes_out) / 4.0e12)
+    assert row.bound_s == pytest.approx(work_s)
+    assert row.pct_of_bound == pytest.approx(100 * work_s / 80e-6)

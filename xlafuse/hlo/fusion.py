@@ -57,6 +57,7 @@ from xlafuse.hlo.flops import (
     kernel_flops,
 )
 from xlafuse.hlo.ir import Computation, HloModule, Instruction, _balanced
+from xlafuse.hlo.loops import runs_per_call
 from xlafuse.hlo.parse import parse_hlo
 from xlafuse.hlo.traffic import FREE_OPCODES, kernel_bytes
 from xlafuse.kinds import FusionKind
@@ -142,10 +143,13 @@ class FusionReport:
     unsized_kernels: int = 0  # kernels left out of modeled_bytes: a shape of unknown size
     flops: int = 0  # summed over the kernels whose FLOPs are known (`xlafuse.hlo.flops`)
     flops_unknown_kernels: int = 0  # kernels left out of flops: KernelInfo.flops is None
+    # computation -> times it runs per call (`loops.runs_per_call`; None: trip count unknown)
+    runs: Mapping[str, int | None] = field(default_factory=dict, hash=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-able dict: mappings become dicts, kernel_details a list of dicts."""
-        out = {k: v for k, v in self.__dict__.items() if k != "kernel_details"}
+        """JSON-able dict: mappings become dicts, kernel_details a list of dicts (`runs` left
+        out: the inspect JSON's schema)."""
+        out = {k: v for k, v in self.__dict__.items() if k not in ("kernel_details", "runs")}
         out["custom_call_targets"] = dict(self.custom_call_targets)
         out["kinds"] = dict(self.kinds)
         out["kernel_details"] = [k.to_dict() for k in self.kernel_details]
@@ -187,6 +191,7 @@ def analyze_module(module: HloModule) -> FusionReport:
         unsized_kernels=len(kernels) - sum(map(_sized, kernels)),
         flops=sum(filter(None, flops)),  # None and 0 left out alike, in C
         flops_unknown_kernels=flops.count(None),
+        runs=MappingProxyType(runs_per_call(module)),
     )
 
 

@@ -259,7 +259,8 @@ def join_trace(
     ceilings = (copy_ceiling_bytes_per_s, matmul_ceiling_flops_per_s)
     rows = [
         _kernel_time(info, ns[i] * 1e-9 / calls, launches[i] / calls, how.get(i, "-"),
-                     ceilings, tuple(t * 1e-9 for t in per_call[i]) if per_call else ())
+                     ceilings, tuple(t * 1e-9 for t in per_call[i]) if per_call else (),
+                     report.runs.get(info.computation))
         for i, info in enumerate(details)
     ]  # fmt: skip
     rows.sort(key=lambda r: (-r.time_s, -r.launches_per_call))
@@ -287,7 +288,11 @@ def _sum_events(events: Sequence[Event], owner: Mapping[int, int], calls: int):
     return ns, launches, per_call if size else {}, lost
 
 
-def _kernel_time(info, time_s, launches, match, ceilings, per_call_s) -> KernelTime:
+def _kernel_time(info, time_s, launches, match, ceilings, per_call_s, runs) -> KernelTime:
+    """One kernel's row. Its bound is its work per call at the ceilings: the HLO's work times
+    the runs of its computation per call (`runs`: a loop body's trip count), or, where that is
+    unknown, times its launches (one library call may launch several kernels, e.g. cuBLAS's
+    split-K GEMM and its reduction: their launches are not repeated work)."""
     copy, matmul = ceilings
     modeled = info.bytes_in + info.bytes_out
     achieved = modeled / time_s if time_s and modeled else None
@@ -297,7 +302,7 @@ def _kernel_time(info, time_s, launches, match, ceilings, per_call_s) -> KernelT
     if copy and matmul and flops is not None and launches:
         memory_s, compute_s = modeled / copy, flops / matmul
         bound = "compute" if compute_s > memory_s else "memory"
-        bound_s = max(memory_s, compute_s) * launches
+        bound_s = max(memory_s, compute_s) * (launches if runs is None else runs)
         pct_of_bound = 100.0 * bound_s / time_s if time_s else None
     return KernelTime(
         info.name, info.kind, time_s, launches, modeled, achieved, pct,
