@@ -609,3 +609,23 @@ def test_recorded_block_every_kernel_has_an_estimate_and_the_join_pairs_them_all
     assert (worst["name"], round(worst["predicted_s"] * 1e6), round(worst["measured_s"] * 1e6)) == (
         "fusion.21", 1005, 1883,
     )  # fmt: skip
+
+
+def test_inspect_json_carries_each_kernels_estimate_and_its_model(capsys, tmp_path):
+    hlo = tmp_path / "block.hlo.txt"
+    hlo.write_text(recorded("costmodel", "hlo.txt"))
+    code, out, _ = run_cli(capsys, "inspect", hlo, "--json")
+    assert code == 0
+    detail = json.loads(out)["kernels_detail"]
+    expected = {k.name: (k.predicted_us, k.predicted_model)
+                for k in analyze_hlo(hlo.read_text()).kernel_details}  # fmt: skip
+    assert len(detail) == 20 and all(k["predicted_us"] is not None for k in detail)
+    assert {k["name"]: (k["predicted_us"], k["predicted_model"]) for k in detail} == expected
+    models = Counter(k["predicted_model"] for k in detail)
+    assert models == {DEFAULT_MODEL: 15, "sol": 4, "indexing-cost-model": 1}
+    plain = tmp_path / "plain.hlo.txt"
+    plain.write_text(recorded("default", "hlo.txt"))
+    code, out, _ = run_cli(capsys, "inspect", plain, "--json")
+    assert {
+        (k["predicted_us"], k["predicted_model"]) for k in json.loads(out)["kernels_detail"]
+    } == {(None, None)}

@@ -31,6 +31,7 @@ JSON_KEYS = {
 KERNEL_KEYS = {
     "name", "computation", "opcode", "kind", "sub_kind", "num_ops", "ops", "is_real_fusion",
     "bytes_in", "bytes_out", "traffic_share", "flops", "op_names", "source_lines",
+    "predicted_us", "predicted_model",
 }  # fmt: skip
 
 

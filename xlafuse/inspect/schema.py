@@ -21,7 +21,9 @@ Every key is always present; values are null where they do not apply::
     kernels_detail  [ {name, computation, opcode, kind, sub_kind, num_ops, ops: [opcode],
                        is_real_fusion, bytes_in, bytes_out, traffic_share (0..1 of
                        modeled_bytes), flops (int | null: null where it cannot be counted),
-                       op_names: [str], source_lines: ["file:line"]} ]
+                       op_names: [str], source_lines: ["file:line"], predicted_us,
+                       predicted_model (XLA's own estimate and the model that gave it, from
+                       a compile with xla_gpu_collect_cost_model_stats; null without one)} ]
                     in the module's execution order ([] for a folder listing)
     modules         [ {file, module, kernels, fusions, real_fusions, modeled_bytes,
                        thunk_launches} ] largest first ([] unless the target is a folder)
@@ -155,6 +157,8 @@ def _kernel_json(kernel: KernelInfo, report: FusionReport) -> dict[str, Any]:
         "flops",
         "op_names",
         "source_lines",
+        "predicted_us",
+        "predicted_model",
     ]
     return {k: out[k] for k in keys}
 
