@@ -24,6 +24,7 @@ the fusions that earlier steps made.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -184,7 +185,8 @@ def explain_module(
     steps = resolve_steps(unoptimized, unoptimized_text, dump) if dump else ()
     boundaries, unjudged = _boundaries(unoptimized, lineage)
     if steps:
-        boundaries = [_with_reasons(b, steps) for b in boundaries]
+        by_producer = _steps_by_producer(steps)
+        boundaries = [_with_reasons(b, by_producer.get(b.producer, ())) for b in boundaries]
     boundaries.sort(key=lambda b: (-b.boundary_bytes, b.producer, b.consumer_kernel))
     return Explanation(
         optimized.name, lineage, tuple(boundaries), steps, dump is not None, unjudged
@@ -320,12 +322,22 @@ def resolve_steps(
     return tuple(out)
 
 
-def _with_reasons(boundary: Boundary, steps: tuple[ResolvedStep, ...]) -> Boundary:
+def _steps_by_producer(steps: tuple[ResolvedStep, ...]) -> dict[str, list[ResolvedStep]]:
+    """Unoptimized instruction -> the steps whose producer held it, in the dump's order (one
+    pass over the steps; each boundary then reads only its own, not every step)."""
+    out: dict[str, list[ResolvedStep]] = defaultdict(list)
+    for s in steps:
+        for name in s.producer_holds:
+            out[name].append(s)
+    return out
+
+
+def _with_reasons(boundary: Boundary, steps: Sequence[ResolvedStep]) -> Boundary:
+    """The boundary with the last reason and estimate XLA gave for its producer (`steps`: those
+    whose producer held it, in order)."""
     reason = us_fused = us_unfused = None
     consumers = set(boundary.consumers)
     for s in steps:
-        if boundary.producer not in s.producer_holds:
-            continue
         if s.step.kind == "producer_ineligible":
             reason = s.step.reason
         elif s.step.kind == "update_priority" and any(consumers & c for c in s.consumer_holds):
