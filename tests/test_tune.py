@@ -1,5 +1,6 @@
-"""`xlafuse tune`: the space, successive halving on a fake clock, the numerics and rerun rules,
-best.toml, and the command on bad input. Never a wall-clock time asserted."""
+"""`xlafuse tune`: the space, the searches (coordinate descent, successive halving, the grid) on
+a fake clock, the numerics and rerun rules, best.toml, and the command on bad input. Never a
+wall-clock time asserted."""
 
 import json
 import tomllib
@@ -12,13 +13,20 @@ from xlafuse.errors import UnknownNameError, XlafuseError
 from xlafuse.experiment.tune.evaluate import Evaluator, Target
 from xlafuse.experiment.tune.evidence import Evidence
 from xlafuse.experiment.tune.rerun import Rerun, candidate_from
-from xlafuse.experiment.tune.search import OK, Score, grid, successive_halving
+from xlafuse.experiment.tune.search import (
+    OK,
+    Score,
+    coordinate_descent,
+    grid,
+    successive_halving,
+)
 from xlafuse.experiment.tune.space import (
     FAMILIES,
     Candidate,
     enumerate_space,
     families_for,
     parse_knob,
+    space_grid,
 )
 from xlafuse.experiment.tune.tuner import GRID_EFFORT, best_toml, tune
 
@@ -249,6 +257,10 @@ def test_the_real_evaluator_refuses_a_changed_answer():
         (["--space", "gemm-fusion"], "option family 'gemm-fusion' applies on gpu only"),
         (["--knob", "envs=2,4", "--overrides", "envs=8"], "envs given both as --knob and"),
         (
+            ["--search", "halvng"],
+            "--search 'halvng' (did you mean 'halving'?); accepted: descent, halving, grid",
+        ),
+        (
             ["--knob", "unrol=1,2"],
             "knob 'unrol': 'examples/cartpole.py:rollout' takes no "
             "override of that name (did you mean 'unroll'?); accepted: envs, hidden, steps, unroll",
@@ -333,7 +345,7 @@ def test_a_tune_table_is_read_and_its_gpu_families_left_out_on_a_cpu(tmp_path):
     table = parse_tune_table(tomllib.loads(TABLE), "cpu")
     assert table.target == Target("cartpole", {"size": "tiny", "mode": "forward"}, {"steps": 8})
     assert (table.knobs, table.budget_s, table.search, table.rerun) == (
-        {"unroll": (2, 4)}, 2.0, "halving", False
+        {"unroll": (2, 4)}, 2.0, "descent", False
     )  # fmt: skip
     assert str(table.output) == "OUT"
     assert table.option_families("cpu") == ([], ["while-loop-double-buffering"])
@@ -358,7 +370,7 @@ def test_a_bad_tune_table_lists_every_problem_where_it_is():
         "  tune.space: unknown option family 'while-loop-double-bufering' (did you mean "
         "'while-loop-double-buffering'?); accepted: " + ", ".join(FAMILIES),
         "  tune.budget_s: need a number of seconds above 0, not 0",
-        "  tune.search: 'grdi' (did you mean 'grid'?); accepted: halving, grid",
+        "  tune.search: 'grdi' (did you mean 'grid'?); accepted: descent, halving, grid",
         "  tune.rerun: must be true or false, not 'no'",
     ]
 
@@ -373,7 +385,7 @@ def test_run_and_tune_of_a_tune_config_search_it(tmp_path, capsys):
         "tune: 3 candidates, budget 2 s",
     ]
     summary = json.loads((tmp_path / "out" / "tune.jsonl").read_text().splitlines()[-1])
-    assert summary["search"] == "halving" and summary["proof"] is None
+    assert summary["search"] == "descent" and summary["proof"] is None
     assert tomllib.loads((tmp_path / "out" / "best.toml").read_text())["workloads"]
     code, _, err = run(capsys, "tune", config, "--budget-s", "5")
     assert code == 2 and err == (
@@ -424,3 +436,201 @@ def test_a_tune_config_s_experiment_table_is_checked_too(head, problem):
     with pytest.raises(XlafuseError) as caught:
         parse_tune_table(data, "cpu")
     assert str(caught.value).splitlines() == ["1 problem in the config:", f"  {problem}"]
+
+
+# Coordinate descent, on a fake clock that charges a compile per new candidate.
+
+SYNTHETIC_KNOBS = {"unroll": (1, 2, 4, 8, 16, 32)}
+SYNTHETIC_FAMILIES = ("while-loop-double-buffering", "multi-output-fusion", "command-buffers")
+UNROLL_MS = {1: 6.0, 2: 5.2, 4: 4.6, 8: 4.9, 16: 5.5, 32: 6.5}
+COMMAND_BUFFERS_MS = {"on": 0.0, "off": 0.4, "min-graph-1": 0.1}
+COMPILE_S = 5.0  # what the fake clock charges a candidate's first measurement
+
+
+def synthetic_space():
+    """6 x 2 x 2 x 3 = 72 candidates (the default program is unroll=1 with XLA's defaults), and
+    the same as a grid."""
+    families = families_for("gpu", SYNTHETIC_FAMILIES)
+    defaults = {"unroll": 1}
+    space = enumerate_space(SYNTHETIC_KNOBS, families, defaults)
+    return space, space_grid(SYNTHETIC_KNOBS, families, defaults)
+
+
+def synthetic_ms(candidate):
+    """A known landscape: unroll 4 is the best unroll; double buffering gains 0.6 ms on an
+    unrolled loop and loses 0.3 ms on the plain one; the other families only lose. The best is
+    unroll=4 with double buffering on (4.0 ms): two values other than the default's."""
+    unroll, choices = dict(candidate.knobs).get("unroll", 1), dict(candidate.choices)
+    ms = UNROLL_MS[unroll]
+    if choices["while-loop-double-buffering"] == "on":
+        ms += -0.6 if unroll > 1 else 0.3
+    ms += 0.2 if choices["multi-output-fusion"] == "off" else 0.0
+    return ms + COMMAND_BUFFERS_MS[choices["command-buffers"]]
+
+
+class CompilingEvaluator:
+    """A fake `Evaluator`: a candidate's first measurement (or its first after `keep` let it
+    go) costs `compile_s` of the clock, then each one `effort` seconds."""
+
+    def __init__(self, times, clock, compile_s=COMPILE_S, statuses=None):
+        self.times, self.clock, self.compile_s = times, clock, compile_s
+        self.statuses = statuses or {}
+        self.compiled, self.compiles, self.calls = set(), 0, []
+
+    def __call__(self, candidate, effort):
+        if candidate not in self.compiled:
+            self.clock.now += self.compile_s
+            self.compiled.add(candidate)
+            self.compiles += 1
+        self.clock.now += effort
+        self.calls.append((candidate, effort))
+        status = self.statuses.get(candidate, OK)
+        return Score(status, self.times[candidate] if status == OK else None)
+
+    def keep(self, candidates):
+        self.compiled &= set(candidates)
+
+
+def descend(statuses=None, budget_s=10_000.0, times=None):
+    space, coordinates = synthetic_space()
+    clock = FakeClock()
+    times = times or {c: synthetic_ms(c) / 1e3 for c in space}
+    evaluate = CompilingEvaluator(times, clock, statuses=statuses)
+    result = coordinate_descent(
+        coordinates,
+        evaluate,
+        budget_s,
+        clock=clock,
+        keep=evaluate.keep,
+        finish_effort=GRID_EFFORT // 2,
+    )
+    return result, evaluate, clock, space
+
+
+def named(space, name):
+    return next(c for c in space if c.name == name)
+
+
+def test_descent_finds_the_best_combination_with_a_quarter_of_the_grid_s_candidates():
+    result, evaluate, _, space = descend()
+    assert len(space) == 72
+    best = named(space, "unroll=4 while-loop-double-buffering=on")
+    assert min(space, key=synthetic_ms) == best
+    assert result.ranked[0] == best and not result.budget_spent
+    measured = {c for c, _ in evaluate.calls}
+    # sweep 1: the default, 5 more unrolls, 1 + 1 + 2 choices; sweep 2: the 5 other unrolls
+    # with double buffering on; nothing moves then, and every other line is cached
+    assert len(measured) == 1 + 5 + 1 + 1 + 2 + 5 == 15
+    assert len(measured) * 4 <= len(space)
+    assert evaluate.calls[0] == (space[0], 1)  # the default program first
+    # the finish: the four fastest at effort 4, then two at the grid's effort
+    assert [e for _, e in evaluate.calls if e > 1] == [4, 4, 4, 4, 8, 8]
+    assert result.last_score(best).time_s == pytest.approx(4.0e-3)
+
+
+def test_descent_takes_a_quarter_of_the_grid_s_time_where_compiles_are_charged():
+    result, evaluate, clock, space = descend()
+    descent_s = clock.now
+    assert evaluate.compiles == 15  # the finish's candidates were kept compiled
+    grid_clock = FakeClock()
+    grid_evaluate = CompilingEvaluator({c: synthetic_ms(c) / 1e3 for c in space}, grid_clock)
+    exhaustive = grid(space, grid_evaluate, GRID_EFFORT, clock=grid_clock)
+    assert exhaustive.ranked[0] == result.ranked[0]
+    assert grid_clock.now == 72 * (COMPILE_S + GRID_EFFORT) == 936
+    assert descent_s == 15 * (COMPILE_S + 1) + 4 * 4 + 2 * 8 == 122
+    assert descent_s * 4 <= grid_clock.now
+
+
+def test_a_failed_candidate_never_becomes_the_descent_s_point_nor_wins():
+    space, _ = synthetic_space()
+    unroll_4 = named(space, "unroll=4")
+    wrong = named(space, "unroll=4 while-loop-double-buffering=on command-buffers=off")
+    times = {c: synthetic_ms(c) / 1e3 for c in space}
+    times[unroll_4] = times[wrong] = 1e-6  # the fastest, were they right
+    statuses = {unroll_4: "numerics", wrong: "numerics"}
+    result, evaluate, _, _ = descend(statuses, times=times)
+    assert {unroll_4, wrong} <= {c for c, _ in evaluate.calls}  # measured, and refused
+    assert result.ranked[0] == named(space, "unroll=4 while-loop-double-buffering=on")
+    assert unroll_4 not in result.ranked and wrong not in result.ranked
+    assert all(e == 1 for c, e in evaluate.calls if c in statuses)  # never measured again
+
+
+def test_the_budget_stops_the_descent_and_ranks_what_it_measured():
+    result, evaluate, _, space = descend(budget_s=20.0)  # 6 s a candidate: four of them
+    measured = [c for c, _ in evaluate.calls]
+    assert [c.name for c in measured] == ["default", "unroll=2", "unroll=4", "unroll=8"]
+    assert result.budget_spent
+    assert [c.name for c in result.ranked] == ["unroll=4", "unroll=8", "unroll=2", "default"]
+    # a budget that ends in the finish: spent too, its ranking of what that round measured
+    result, evaluate, _, _ = descend(budget_s=15 * (COMPILE_S + 1) + 1)
+    assert result.budget_spent and [e for _, e in evaluate.calls if e > 1] == [4]
+    assert result.ranked == (named(space, "unroll=4 while-loop-double-buffering=on"),)
+
+
+def test_the_descent_never_measures_a_candidate_twice_at_one_effort():
+    result, evaluate, _, _ = descend()
+    assert len(set(evaluate.calls)) == len(evaluate.calls)
+    # the second sweep's lines through the point (all but unroll's) were all measured already
+    assert sum(1 for t in result.trials if t.round == 1) == 5
+    assert [t.effort for t in result.trials] == [e for _, e in evaluate.calls]
+
+
+def test_the_space_grid_is_the_space_as_coordinates():
+    import itertools
+
+    space, coordinates = synthetic_space()
+    assert coordinates.start == (1, "off", "on", "on")
+    assert coordinates.candidate(coordinates.start) == space[0] == coordinates.default
+    points = list(itertools.product(*coordinates.axes))
+    assert {coordinates.candidate(p) for p in points} == set(space)
+    assert coordinates.candidate((4, "on", "on", "on")).name == (
+        "unroll=4 while-loop-double-buffering=on"
+    )
+    # the target's own unroll not listed (or not known): the descent starts at the first one,
+    # and the default program is measured first but is no point of the grid
+    for defaults in ({"unroll": 1}, None):
+        off_grid = space_grid({"unroll": (2, 8)}, [], defaults)
+        assert off_grid.start == (2,) and off_grid.candidate((2,)).name == "unroll=2"
+        assert off_grid.default == Candidate()
+
+
+def test_a_descent_tune_starts_off_the_grid_when_the_default_is_not_on_it(tmp_path):
+    lines = []
+    result = tuned("faster", 2.0, tmp_path, lines)  # unroll=2,8; the rollout's own is 1
+    assert lines[0] == "tune: 3 candidates, budget 100 s" and result.search_kind == "descent"
+    names = [(t.candidate.name, t.effort) for t in result.search.trials]
+    assert names[:3] == [("default", 1), ("unroll=2", 1), ("unroll=8", 1)]
+    assert result.best.name == "unroll=8"
+    summary = json.loads((tmp_path / "tune.jsonl").read_text().splitlines()[-1])
+    assert (summary["search"], summary["budget_s"]) == ("descent", 100)
+
+
+def test_every_search_is_accepted_by_the_command_line_and_a_table():
+    from xlafuse.cli import tune_cmd
+    from xlafuse.experiment.tune import tuner
+    from xlafuse.experiment.tune.table import parse_tune_table
+
+    assert tune_cmd.SEARCHES == tuner.SEARCHES and tuner.DEFAULT_SEARCH == "descent"
+    for name in tuner.SEARCHES:
+        tune_cmd.check_search(name)
+        table = TABLE.replace("rerun = false", f'rerun = false\nsearch = "{name}"')
+        assert parse_tune_table(tomllib.loads(table), "cpu").search == name
+    with pytest.raises(XlafuseError, match=r"'descnt' \(did you mean 'descent'\?\); accepted: "):
+        parse_tune_table(tomllib.loads(TABLE + 'search = "descnt"\n'), "cpu")
+
+
+def test_the_descent_reads_the_shared_clock(monkeypatch):
+    from xlafuse.experiment.tune import search, tuner
+
+    seen = []
+    monkeypatch.setattr(search, "coordinate_descent", lambda *a, clock, **k: seen.append(clock))
+    tuner._search("descent", (), None, 1.0, tuner._Leaderboard(print), synthetic_space()[1])
+    assert seen == [tuner._shared_clock]
+
+
+def test_a_descent_tune_from_the_command_line(capsys):
+    code, out, err = run(capsys, "tune", "examples/cartpole.py:rollout", "--overrides",
+                         "envs=8,steps=5", "--knob", "unroll=1,5", "--search", "descent",
+                         "--budget-s", "60", "--no-rerun")  # fmt: skip
+    assert (code, err) == (0, "")
+    assert out.splitlines()[0] == "tune: 2 candidates, budget 60 s"

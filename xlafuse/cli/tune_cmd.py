@@ -1,7 +1,8 @@
 """Search for a program faster than XLA's default: the target's knobs x XLA option families,
-by successive halving within a time budget; the fastest is re-measured against the default
-program in a fresh process and reported as a winner only if that rerun says `faster` too.
-Writes tune.jsonl (every trial) and best.toml (`xlafuse run best.toml` reruns the two)."""
+by coordinate descent (or successive halving) within a time budget; the fastest is re-measured
+against the default program in a fresh process and reported as a winner only if that rerun
+says `faster` too. Writes tune.jsonl (every trial) and best.toml (`xlafuse run best.toml`
+reruns the two)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ from xlafuse.cli import _distributed
 from xlafuse.cli._devices import add_workload_arguments
 
 USAGE_ERROR = 2
+# `tuner.SEARCHES`, the default first (named here: `xlafuse --help` imports no JAX)
+SEARCHES = ("descent", "halving", "grid")
 
 HELP = "search knobs and XLA options for a faster program, and prove it"
 # The proof is a fresh process, which cannot join a jax.distributed run.
@@ -38,10 +41,13 @@ def add_arguments(p) -> None:
     p.add_argument("--budget-s", type=float, default=60.0, help="search time in seconds (60)")
     p.add_argument(
         "--search",
-        choices=("halving", "grid"),
-        default="halving",
-        help="halving: successive halving within the budget (default); grid: every candidate "
-        "measured alike, no budget (to judge a search against)",
+        default=SEARCHES[0],
+        metavar="{" + ",".join(SEARCHES) + "}",
+        help="descent (default): coordinate descent within the budget, one knob or family at a "
+        "time, with the others at the best so far, then the fastest few measured longer: "
+        "compiles a few candidates per knob and family, not the whole space; halving: "
+        "successive halving within the budget (compiles every candidate); grid: every "
+        "candidate measured alike, no budget (to judge a search against)",
     )
     p.add_argument("--out", metavar="DIR", help="write tune.jsonl and best.toml here")
     p.add_argument(
@@ -63,6 +69,7 @@ def run(args) -> int:
 
     if not args.budget_s > 0:
         raise XlafuseError(f"--budget-s {args.budget_s:g}: need a number of seconds above 0")
+    check_search(args.search)
     knobs = dict(parse_knob(k) for k in args.knob)
     if (status := rerun_if_needed(args)) is not None:  # N host devices: in a child
         return status
@@ -134,6 +141,20 @@ def run_config(path: str, argv, args=None) -> int:
     return 0
 
 
+def check_search(name: str) -> None:
+    """An unknown --search is one line, as a [tune] table's is.
+
+    Raises:
+      UnknownNameError: not one of `SEARCHES`.
+    """
+    from xlafuse.errors import UnknownNameError, did_you_mean
+
+    if name not in SEARCHES:
+        raise UnknownNameError(
+            f"--search {name!r}{did_you_mean(name, SEARCHES)}; accepted: {', '.join(SEARCHES)}"
+        )
+
+
 def _writes_and_proof(args, out, prove: bool) -> dict:
     """`tune`'s out, prove and unproved: under --distributed process 0 alone writes, and no
     process proves (the proof is a fresh process, which cannot join the run)."""
@@ -148,7 +169,7 @@ def _writes_and_proof(args, out, prove: bool) -> dict:
 
 # What a [tune] table decides (dest -> its default on the command line).
 _TABLE_OPTIONS = {
-    "knob": [], "space": None, "budget_s": 60.0, "search": "halving", "no_rerun": False,
+    "knob": [], "space": None, "budget_s": 60.0, "search": SEARCHES[0], "no_rerun": False,
     "size": None, "mode": None, "dtype": None, "overrides": None, "devices": 1,
     "parallelism": "data", "only": None, "variants": None, "fresh": False,
 }  # fmt: skip

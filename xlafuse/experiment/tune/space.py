@@ -6,7 +6,9 @@ A family is one kind of decision XLA makes about fusion or launches, with its ch
 first choice of each is XLA's default. A knob is an override of a zoo workload or a keyword
 of a user's FUNCTION, with the values to try. The space is the product of the chosen
 families' choices and the knobs' values: combinations, not one knob at a time. The default
-program (no override, every family at its first choice) is always in it, first.
+program (no override, every family at its first choice) is always in it, first. `SpaceGrid`
+is the same space as coordinates, one axis per knob and per family, for a search that moves
+one coordinate at a time.
 """
 
 from __future__ import annotations
@@ -169,14 +171,90 @@ def enumerate_space(
     """
     knob_values = [[(name, v) for v in values] for name, values in knobs.items()]
     choice_values = [[(f.name, label) for label in f.choices] for f in families]
-    default = Candidate((), tuple((f.name, next(iter(f.choices))) for f in families))
+    default = _default_program(families)
     out = [default]
     for ks in itertools.product(*knob_values):
-        same_knobs = defaults is not None and all(
-            name in defaults and defaults[name] == value for name, value in ks
-        )
         for cs in itertools.product(*choice_values):
             candidate = Candidate(tuple(ks), tuple(cs))
-            if candidate != default and not (same_knobs and cs == default.choices):
+            if not _is_default_program(candidate, default, defaults):
                 out.append(candidate)
     return out
+
+
+def _default_program(families: Sequence[Family]) -> Candidate:
+    """No knob set, every family at its first choice."""
+    return Candidate((), tuple((f.name, next(iter(f.choices))) for f in families))
+
+
+def _is_default_program(
+    candidate: Candidate, default: Candidate, defaults: Mapping[str, Any] | None
+) -> bool:
+    """Whether `candidate` is the default program: itself, or every knob at the target's own
+    value with every family at its first choice."""
+    if candidate == default:
+        return True
+    same_knobs = defaults is not None and all(
+        name in defaults and defaults[name] == value for name, value in candidate.knobs
+    )
+    return same_knobs and candidate.choices == default.choices
+
+
+@dataclasses.dataclass(frozen=True)
+class SpaceGrid:
+    """The space of `enumerate_space` as coordinates: one axis per knob (its values), then one
+    per family (its labels). Every point of the grid is a candidate of the space.
+
+    Attributes:
+      knobs: the knobs' names, in the order of their axes.
+      families: the families' names, on the axes after the knobs'.
+      axes: each axis's values.
+      start: the default program's point; where a knob's own value is not among those listed
+        (or is not known), that knob's first listed value instead (the default program is then
+        not a point of the grid).
+      default: the default program (the space's first candidate).
+      defaults: the target's own knob values (None: not known).
+    """
+
+    knobs: tuple[str, ...]
+    families: tuple[str, ...]
+    axes: tuple[tuple[Any, ...], ...]
+    start: tuple[Any, ...]
+    default: Candidate
+    defaults: Mapping[str, Any] | None = None
+
+    def candidate(self, point: Sequence[Any]) -> Candidate:
+        """The candidate at `point` (the default program where the point is that program)."""
+        n = len(self.knobs)
+        candidate = Candidate(
+            tuple(zip(self.knobs, point[:n], strict=True)),
+            tuple(zip(self.families, point[n:], strict=True)),
+        )
+        is_default = _is_default_program(candidate, self.default, self.defaults)
+        return self.default if is_default else candidate
+
+
+def space_grid(
+    knobs: Mapping[str, Sequence[Any]],
+    families: Sequence[Family],
+    defaults: Mapping[str, Any] | None = None,
+) -> SpaceGrid:
+    """The grid of `enumerate_space(knobs, families, defaults)`'s space."""
+    labels = [tuple(f.choices) for f in families]
+    start = [_own_value_or_first(name, values, defaults) for name, values in knobs.items()]
+    return SpaceGrid(
+        knobs=tuple(knobs),
+        families=tuple(f.name for f in families),
+        axes=(*(tuple(values) for values in knobs.values()), *labels),
+        start=(*start, *(choices[0] for choices in labels)),
+        default=_default_program(families),
+        defaults=None if defaults is None else dict(defaults),
+    )
+
+
+def _own_value_or_first(name: str, values: Sequence[Any], defaults) -> Any:
+    """The knob's value in the default program where it is listed, else its first value."""
+    if defaults is not None and name in defaults:
+        listed = [v for v in values if v == defaults[name]]
+        if listed:
+            return listed[0]
+    return values[0]

@@ -16,8 +16,10 @@ file) searches, written down so that a tuning can be rerun and reviewed like an 
                                             # left out: every family of the backend; those
                                             # that do not apply on it are left out (GPU ones
                                             # on a CPU), and the tune says so
-    budget_s = 60                           # the search's seconds (halving)
-    search = "halving"                      # or "grid": every candidate alike, no budget
+    budget_s = 60                           # the search's seconds (descent, halving)
+    search = "descent"                      # coordinate descent (the default); "halving":
+                                            # successive halving; "grid": every candidate
+                                            # alike, no budget
     rerun = true                            # prove the winner in a fresh process
 
 The workload table is validated exactly as a `[[workloads]]` table is (`config.parse_config`);
@@ -36,7 +38,7 @@ from xlafuse.errors import XlafuseError, did_you_mean
 from xlafuse.experiment.config import WorkloadConfig, check_config_file, parse_config
 from xlafuse.experiment.tune.evaluate import Target
 from xlafuse.experiment.tune.space import FAMILIES, Family, families_for
-from xlafuse.experiment.tune.tuner import SEARCHES
+from xlafuse.experiment.tune.tuner import DEFAULT_SEARCH, SEARCHES
 from xlafuse.models import user
 
 TUNE_KEYS = ("workload", "knobs", "space", "budget_s", "search", "rerun")
@@ -54,7 +56,7 @@ class TuneTable:
       knobs: override -> the values to try.
       families: the XLA option families searched (None: every family of the backend).
       budget_s: the search's seconds.
-      search: "halving" or "grid".
+      search: "descent", "halving" or "grid" (`tuner.SEARCHES`).
       rerun: whether the winner is proved in a fresh process.
       output: where tune.jsonl and best.toml go.
       imports: the config's files of the user's (imported already).
@@ -142,7 +144,7 @@ def _how(problems: list[str], table: Mapping[str, Any]) -> tuple[float, str, boo
     if isinstance(budget_s, bool) or not isinstance(budget_s, int | float) or not budget_s > 0:
         problems.append(f"tune.budget_s: need a number of seconds above 0, not {budget_s!r}")
         budget_s = DEFAULT_BUDGET_S
-    search = table.get("search", "halving")
+    search = table.get("search", DEFAULT_SEARCH)
     if search not in SEARCHES:
         accepted = ", ".join(SEARCHES)
         problems.append(

@@ -1,9 +1,9 @@
 """`tune`: the search, its proof and what it writes.
 
-target -> space (`space`) -> successive halving (`search`, each candidate measured by
-`evaluate`) -> the fastest candidate re-measured against the default program in a fresh
-process (`rerun`) -> `tune.jsonl` (every trial), `best.toml` (a config `xlafuse run` reruns the
-two with) and the lines printed.
+target -> space (`space`) -> a search (`search`: coordinate descent, successive halving or
+the grid; each candidate measured by `evaluate`) -> the fastest candidate re-measured against
+the default program in a fresh process (`rerun`) -> `tune.jsonl` (every trial), `best.toml` (a
+config `xlafuse run` reruns the two with) and the lines printed.
 """
 
 from __future__ import annotations
@@ -23,12 +23,15 @@ from xlafuse.errors import UnknownNameError, XlafuseError, did_you_mean
 from xlafuse.experiment.tune import search as search_lib
 from xlafuse.experiment.tune.evaluate import Evaluator, Target
 from xlafuse.experiment.tune.rerun import Rerun, rerun
-from xlafuse.experiment.tune.space import Candidate, Family, enumerate_space
+from xlafuse.experiment.tune.space import Candidate, Family, SpaceGrid, enumerate_space, space_grid
 from xlafuse.models import user
 
-SEARCHES = ("halving", "grid")
+SEARCHES = ("descent", "halving", "grid")
+DEFAULT_SEARCH = "descent"
 ORDER_SEED = 0  # the first round's order (`halving_order`): fixed, so a rerun measures alike
 GRID_EFFORT = 8  # each candidate measured as long as in halving's fourth round (1, 2, 4, 8)
+# the descent's finish: its last round (two left) measured as long as the grid measures each
+FINISH_EFFORT = GRID_EFFORT // 2
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,7 +47,7 @@ class TuneResult:
         is the default program).
       proof_error: why the rerun failed, one line (else "").
       lead: the figure ranked ("latency" or "pipelined").
-      search_kind: "halving" or "grid" (`SEARCHES`).
+      search_kind: "descent", "halving" or "grid" (`SEARCHES`).
       budget_s: the search's budget (None for the grid, which has none).
     """
 
@@ -55,7 +58,7 @@ class TuneResult:
     proof: Rerun | None
     proof_error: str = ""
     lead: str | None = None
-    search_kind: str = "halving"
+    search_kind: str = DEFAULT_SEARCH
     budget_s: float | None = None
 
     @property
@@ -94,7 +97,7 @@ def tune(
     evaluate: Callable[[Candidate, int], search_lib.Score] | None = None,
     prover: Callable[[dict[str, Any]], Rerun] = rerun,
     unproved: str = "",
-    search: str = "halving",
+    search: str = DEFAULT_SEARCH,
 ) -> TuneResult:
     """Searches the space of `knobs` x `families` for `target` within `budget_s` seconds,
     then proves the fastest candidate against the default program in a fresh process.
@@ -109,27 +112,27 @@ def tune(
       say: where the live leaderboard's lines go.
       evaluate: the measurement (default: an `Evaluator` of `target`; injectable for tests).
       prover: the proof (`rerun.rerun`; injectable for tests).
-      search: "halving" (successive halving within the budget) or "grid" (every candidate at
-        effort `GRID_EFFORT`, no budget: what a search is judged against).
+      search: "descent" (coordinate descent within the budget, then a short halving of the
+        fastest), "halving" (successive halving within the budget) or "grid" (every candidate
+        at effort `GRID_EFFORT`, no budget: what a search is judged against).
       unproved: why the proof is not run, when `prove` is False ("" for --no-rerun).
 
     Raises:
       XlafuseError: the default program itself could not be built, compiled or run.
     """
-    space = _space(target, knobs, families)
+    space, grid = _space(target, knobs, families)
     evaluator = evaluate or Evaluator(target)
     plural = "s" if len(space) != 1 else ""
-    how = f"budget {budget_s:g} s" if search == "halving" else "the whole grid, no budget"
+    budget = budget_s if search != "grid" else None
+    how = f"budget {budget_s:g} s" if budget is not None else "the whole grid, no budget"
     say(f"tune: {len(space)} candidate{plural}, {how}")
-    board = _Leaderboard(say)
-    result = _search(search, space, evaluator, budget_s, board)
+    result = _search(search, space, evaluator, budget_s, _Leaderboard(say), grid)
     _check_default_ran(result)
     best = result.ranked[0] if result.ranked else None
     proof, error = None, unproved
     if prove and best is not None and best != space[0]:
         proof, error = _prove(prover, _spec(target, space[0], best), say)
     lead = getattr(evaluator, "lead", None)
-    budget = budget_s if search == "halving" else None
     found = TuneResult(target, space, result, best, proof, error, lead, search, budget)
     _report(found, out, say)
     return found
@@ -152,11 +155,12 @@ def _check_default_ran(result: search_lib.SearchResult) -> None:
         raise XlafuseError(f"the default program did not run: {first.detail if first else '-'}")
 
 
-def _space(target: Target, knobs, families) -> tuple[Candidate, ...]:
-    """The candidates, the default program first; a knob the target does not take refused."""
+def _space(target: Target, knobs, families) -> tuple[tuple[Candidate, ...], SpaceGrid]:
+    """The candidates, the default program first, and the same as a grid; a knob the target
+    does not take refused."""
     defaults = _defaults(target)
     _check_knob_names(knobs, defaults, target.name)
-    return tuple(enumerate_space(knobs, families, defaults))
+    return tuple(enumerate_space(knobs, families, defaults)), space_grid(knobs, families, defaults)
 
 
 def _check_knob_names(knobs, defaults: Mapping[str, Any] | None, name: str) -> None:
@@ -179,12 +183,28 @@ def _defaults(target: Target) -> dict[str, Any] | None:
         return None
 
 
-def _search(search: str, space, evaluator, budget_s: float, board) -> search_lib.SearchResult:
+def _search(
+    search: str, space, evaluator, budget_s: float, board, grid: SpaceGrid | None = None
+) -> search_lib.SearchResult:
+    """The search named (`SEARCHES`) over `space` (`grid`: the same as coordinates, for the
+    descent), on the shared clock."""
     if search == "grid":
         return search_lib.grid(
             space, evaluator, GRID_EFFORT, on_trial=board.add, clock=_shared_clock
         )
     keep = getattr(evaluator, "keep", None)
+    if search == "descent":
+        if grid is None:
+            raise ValueError("the descent searches a grid: pass the space's (space_grid)")
+        return search_lib.coordinate_descent(
+            grid,
+            evaluator,
+            budget_s,
+            clock=_shared_clock,
+            on_trial=board.add,
+            keep=keep,
+            finish_effort=FINISH_EFFORT,
+        )
     order = halving_order(space)
     return search_lib.successive_halving(
         order, evaluator, budget_s, on_trial=board.add, keep=keep, clock=_shared_clock
