@@ -172,7 +172,7 @@ def test_reference_beside_a_dumped_file(capsys, samples):
     code, out, _ = run(capsys, "diff", a, a, "--json")
     got = json.loads(out)
     assert code == 0 and got["reference"] == "unoptimized"
-    assert got["lineage"]["a"] == {"kernel": 18, "outside": 0, "lost": 7}
+    assert got["lineage"]["a"] == {"kernel": 24, "outside": 1, "lost": 0}
     assert [g["kind"] for g in got["groups"]] == ["same"] * 4
 
 
@@ -207,20 +207,23 @@ def test_every_dot_of_a_train_step_is_followed_through_triton_and_cublas(gpt2_tr
                               for i in c.instructions)) == (219, 219)  # fmt: skip
     in_b = {diff.lineage_b.by_name[t.instruction].kernel for t in dots}
     assert all(k.startswith(("cublas-lt-matmul", "custom-call")) for k in in_b)
-    # What stays on one side is what XLA added for cuBLAS: layout transposes and copies.
+    # What stays on one side is what XLA added for cuBLAS: layout copies. (Its transposes of a
+    # cuBLAS result hold the convert of it that the Triton GEMM fusion holds in A.)
     alone = [k for g in diff.groups if not (g.kernels_a and g.kernels_b)
              for k in g.kernels_a + g.kernels_b]  # fmt: skip
-    assert {k.rsplit(".", 1)[0] for k in alone} == {"input_transpose_fusion", "copy"}
+    assert {k.rsplit(".", 1)[0] for k in alone} == {"copy"}
 
 
 def test_the_diff_says_what_it_could_not_follow(gpt2_train):
     diff, _, _ = gpt2_train
     text = render_diff(diff, top=3)
     lost = diff.lineage_b.lost_by_opcode()
-    assert "dot" not in lost and "multiply" in lost
+    assert "dot" not in lost and "gather" in lost
     assert (
-        f"  lost in B: ({', '.join(f'{n} {op}' for op, n in list(lost.items())[:8])}, ...)" in text
-    )
+        "  lost in B: 17 of 6,883 (0.25%; 15 besides reshapes and bitcasts, 0.22%): "
+        "5 broadcast 0.07%, 2 compare 0.03%, 2 reshape 0.03%, 2 scatter 0.03%, 2 select 0.03%, "
+        "1 add 0.01%, 1 gather 0.01%, 1 iota 0.01%, ..."
+    ) in text
     assert "dots/convolutions in no group" not in text
     got = diff.to_dict()["lineage"]
     assert (got["unlinked_dots"], got["lost_by_opcode"]["b"]) == ([], lost)

@@ -258,7 +258,7 @@ def _producers(instr, instrs, by_name):
         if operand.opcode in NOT_TRACED:
             continue
         trace = by_name.get(name)
-        if trace is not None and trace.status == "kernel":
+        if trace is not None and trace.status == "kernel" and trace.how != "view":
             out.append((name, path))
         elif _passable(operand, instrs):
             stack.extend((o, (*path, name)) for o in operand.operands)

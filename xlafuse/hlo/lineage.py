@@ -7,36 +7,61 @@ something (not parameter, constant, tuple, get-tuple-element, call) gets one `Tr
 
 * status "kernel": a copy of it runs inside a kernel of the optimized module. When XLA
   duplicated it into several kernels, `holders` lists them all and `kernel` is the one that
-  writes it out (its fusion root or an output of a multi-output fusion), else the first.
-* status "outside": it became an instruction that launches nothing (a bitcast, a tuple, a loop).
-* status "lost": no instruction of the optimized module could be identified as it (rewritten,
-  merged by CSE into another, removed, or renamed past recognition). Never guessed.
+  writes it out (its fusion root or an output of a multi-output fusion), else the first. With
+  `how` "folded" (step 7) no copy of it runs: XLA folded it into what reads it, and `kernel` is
+  the one kernel holding all of that.
+* status "outside": it became an instruction that launches nothing (a bitcast, a tuple, a loop),
+  or nothing at all: the neutral constant of an op XLA removed (`how` "dropped", step 7).
+* status "lost": no instruction of the optimized module could be identified as it, and it is not
+  folded (rewritten past recognition, or folded into reads held by several kernels). Never
+  guessed.
 
 How an optimized instruction is identified with a reference one (`Trace.how`), in this order:
 
 1. "structure": the same opcode, shape and attributes applied to the same values (value
    numbering over both graphs; an elementwise op's or a broadcast scalar's shape is its type and
-   element count; fused parameters resolve to the fusion's operands; reshape, bitcast, copy and
-   identity broadcasts are views of their operand, and so is a precision round trip, f32 -> bf16
-   -> f32, which XLA drops where it may keep excess precision; commutative operands are sorted;
-   equal constants are one value). Exact: it is the same computation.
+   element count; fused parameters resolve to the fusion's operands; commutative operands are
+   sorted; equal constants are one value). Exact: it is the same computation. XLA's simplifier
+   rewrites are numbered as what they make, so both sides agree (`_Graph._number`):
+   * views of their operand: reshape, bitcast, copy, identity broadcasts, a reduce over
+     dimensions of size 1 only (XLA makes it a reshape), and an op that gives an operand back:
+     `maximum(x, -inf)`, `minimum(x, inf)`, `add(x, 0)`, `subtract(x, 0)`, `multiply(x, 1)`,
+     `divide(x, 1)`, `and(x, true)`, `or(x, false)`, `select(p, true, false)` (`jnp.tril` of a
+     mask of ones) -- the constant operand of such an op is then "dropped";
+   * a precision round trip, f32 -> bf16 -> f32, which XLA drops where it may keep excess
+     precision: the second convert is `x`, and so is the first when nothing else reads it;
+   * a broadcast of an iota is the iota of the broadcast shape along the dimension it maps to;
+   * a reduce of a transpose is the reduce of the value under it over the dimensions they
+     were, when the dimensions kept stay in order (XLA folds the transpose in, and its CSE may
+     then keep one of two such reduces: the other is identified with it, below);
+   * each `call` of a computation called from several places numbers the body for its own
+     operands (the value of the call; the body's instructions keep the numbers of one caller).
+   Two reference instructions of one value number compute the same value: where XLA's CSE kept
+   one, an identification of either is one of both (how "duplicate" when not by structure).
 2. "name": XLA keeps instruction names through its GPU passes, appending `.N` to clones
    (`tanh.1` -> `tanh.1.7`). The longest dot-prefix of the optimized name that names a reference
    instruction, if opcode, element count and `op_name` agree and the operands already identified
-   agree (an unidentified reference operand that only carries a value on, unchanged in size, such
-   as `maximum(x, -inf)` that XLA drops, agrees when the value under it does). Where fewer than
-   half of the instructions identified by structure carry their reference name (the CPU with jax
-   0.10.2 renumbers fused clones, `tanh.1` -> `tanh.0`; XLA also names what it makes from the
-   same counters, so names can coincide), a name counts only with the same source line and an
-   operand identified with one of the reference's.
+   agree (an unidentified reference operand that only carries a value on, unchanged in size,
+   agrees when the value under it does). Where fewer than half of the instructions identified by
+   structure carry their reference name (the CPU with jax 0.10.2 renumbers fused clones, `tanh.1`
+   -> `tanh.0`; XLA also names what it makes from the same counters, so names can coincide), a
+   name counts only with the same source line and an operand identified with one of the
+   reference's.
 3. "metadata": the one instruction on each side with this opcode, `op_name` and source line
    (first with the shape, then the element type and count, then neither), when exactly one is
    left unidentified on each side and the operands already identified agree.
 4. "neighbours": the one unidentified reference instruction of this opcode and element count
-   that reads the values an optimized instruction reads (forward), or the operands in the same
-   places of a pair already identified (backward; for a commutative op only when one operand is
-   left on each side), when `op_name`s agree.
-5. "order", when 1 to 4 find nothing more: dots and convolutions of one signature, as many
+   that reads the values an optimized instruction reads (forward; an elementwise op of one
+   operand also across an unidentified transpose, as XLA moves it before the transpose), or the
+   operands in the same places of a pair already identified (backward; for a commutative op
+   only when one operand is left on each side), when `op_name`s agree.
+5. "epilogue": what a dot's kernel writes beyond the dot, once the dot is identified: the
+   transpose of its result XLA folds into it (`transpose(dot(a, b))` -> `dot(b, a)`: the
+   kernel's value has the transpose's dimensions, or, square, its `op_name`), and the adds of a
+   cuBLASLt call's epilogue (`BIAS`: a broadcast vector; `beta` != 0: the third operand),
+   each the only unidentified reader of the value before it (`_Matcher._epilogues`). The
+   kernel is then numbered as the last of them.
+6. "order", when 1 to 5 find nothing more: dots and convolutions of one signature, as many
    left on each side, the k-th in reference order with the k-th in kernel order (the first whose
    operands agree): a model's layers repeat one source line (`_by_order`).
 
@@ -46,17 +71,30 @@ value its result (the first element of its (result, workspace) tuple), its data 
 first two, each taken through the transposes XLA added to lay it out; and a division by a
 constant is the multiplication by its inverse XLA makes of it. So a dot that one compilation
 runs in a Triton GEMM fusion and another as a cuBLAS call is identified in both (by steps 2 to
-5: the call's attributes differ from the dot's, so never by structure). An identified value is
+6: the call's attributes differ from the dot's, so never by structure). An identified value is
 identified in every kernel that computes it again (XLA duplicates cheap ops into each consumer).
+The `op_name` of an instruction in a called computation is its callers' then its own, as XLA's
+inliner writes it (`jit(step)/jvp(jit(_take))` and `gather`: `jit(step)/jvp(jit(_take))/gather`).
 
-A view in the reference (a reshape, bitcast or copy of the same elements, an identity broadcast)
-computes nothing: its trace is that of the value under it (`how` "view"), or "outside" when that is
-a parameter or constant.
+A view in the reference computes nothing: its trace is that of the value under it (`how`
+"view"), or "outside" when that is a parameter or constant.
 
-A computation called from several places (`call`) is numbered for one of them, so its
-instructions are found mostly by steps 2 to 4 there. After each round of 2 to 5 the optimized
-graph is numbered again with each identified instruction given its reference's number, and step
-1 runs again, so what follows a rewritten op is found by structure.
+The instructions of a computation called from several places (`call`) are numbered for one of
+its callers: they are identified by structure only (its other callers' values are found in what
+reads the calls). After each round of 2 to 6 the optimized graph is numbered again with each
+identified instruction given its reference's number (a dot's kernel: what it writes), and step 1
+runs again, so what follows a rewritten op is found by structure.
+
+7. When nothing more is identified (`_fold`): a lost elementwise op, broadcast, transpose, pad,
+   slice, iota or reverse whose every reader is held by kernels, all attributed to one kernel K,
+   and that is no program output nor a `call` operand, is attributed to K (how "folded"): XLA
+   removed it by folding it into what reads it -- `(a / b) / c` -> `a / (b * c)` (Adam's bias
+   correction), `reduce(-x)` -> `-reduce(x)`, `x * 2` reassociated into another operand, a
+   transpose into a dot's dimensions or a split-K GEMM's reduction, a pad or a broadcast into
+   the fusion that reads it, a convert of a dot's result into the dot's output type. Repeated
+   while a reader is folded itself. It says where its value is used, not that a copy of it runs
+   there; a reduction, dot, gather or scatter is never folded (its work stays in some kernel).
+   A lost op read only by ops that gave another operand back (above) is "outside", "dropped".
 """
 
 from __future__ import annotations
@@ -72,6 +110,7 @@ from xlafuse.hlo.flops import CONV_TARGETS, GEMM_TARGETS
 from xlafuse.hlo.fusion import analyze_module, executed_computations
 from xlafuse.hlo.ir import Computation, HloModule, Instruction, Shape
 
+LAYOUT_ONLY = frozenset({"reshape", "bitcast"})  # lost ones XLA may fold away as a layout
 NOT_TRACED = frozenset({"parameter", "constant", "tuple", "get-tuple-element"})
 _VIEWS = frozenset({"reshape", "bitcast", "copy"})
 _COMMUTATIVE = frozenset({"add", "multiply", "maximum", "minimum", "and", "or", "xor"})
@@ -94,6 +133,15 @@ _ELEMENTWISE = frozenset({
     "select", "shift-left", "shift-right-arithmetic", "shift-right-logical", "sign", "sine",
     "sqrt", "subtract", "tan", "tanh", "xor",
 })  # fmt: skip
+# What XLA can remove by folding it into what reads it (`_fold`): elementwise ops (rewritten
+# algebraically) and ops that only place values; never a reduction, dot or gather, whose work
+# stays in some kernel
+_FOLDABLE = _ELEMENTWISE | {"broadcast", "transpose", "pad", "slice", "iota", "reverse"}
+# The constant that makes the op give its other operand back (`_Graph._identity`)
+_NEUTRAL = {
+    "maximum": "-inf", "minimum": "inf", "add": "0", "subtract": "0", "multiply": "1",
+    "divide": "1", "and": "true", "or": "false",
+}  # fmt: skip
 _ORDERED = frozenset({"dot", "convolution"})  # identified by order as a last resort (`_by_order`)
 
 Key = tuple[str, str]  # (computation, instruction)
@@ -111,7 +159,8 @@ class Trace:
         kernel: the one kernel it is attributed to (status "kernel"), else None.
         holders: every kernel holding a copy of it, in the module's kernel order.
         optimized: the optimized instruction(s) identified with it.
-        how: "structure", "name", "metadata", "neighbours", "order" or "view"; None when lost.
+        how: "structure", "duplicate", "name", "metadata", "neighbours", "epilogue", "order",
+            "view", "folded" or "dropped" (see the module docstring); None when lost.
     """
 
     instruction: str
@@ -188,6 +237,11 @@ class Lineage:
                 counts[t.opcode] += 1
         return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
 
+    def lost_summary(self, limit: int = 8) -> str:
+        """What was lost, per opcode with its share of all traced instructions
+        (`lost_summary`)."""
+        return lost_summary(self.lost_by_opcode(), len(self.traces), limit)
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-able dict: module names, counts, names_kept, dot kernels and the traces."""
         return {
@@ -199,6 +253,28 @@ class Lineage:
             "lost_by_opcode": self.lost_by_opcode(),
             "traces": [t.to_dict() for t in self.traces],
         }
+
+
+def lost_summary(lost_by_opcode: Mapping[str, int], total: int | None, limit: int = 8) -> str:
+    """`23 of 6,883 (0.33%; 21 besides reshapes and bitcasts, 0.31%): 5 broadcast 0.07%, 4
+    gather 0.06%, ...`: the lost instructions, those XLA may fold away as a layout (reshapes,
+    bitcasts) set apart, and per opcode (most first, `limit` shown) the count and its share of
+    the `total` traced instructions. Without a total (an older record): `23 (5 broadcast, ...)`.
+    """
+    items = list(lost_by_opcode.items())
+    n = sum(lost_by_opcode.values())
+    more = ", ..." if len(items) > limit else ""
+    if not total:
+        return f"{n} ({', '.join(f'{c} {op}' for op, c in items[:limit])}{more})"
+
+    def share(count: int) -> str:
+        return f"{100 * count / total:.2f}%"
+
+    shaped = n - sum(c for op, c in items if op in LAYOUT_ONLY)
+    head = f"{n:,} of {total:,} ({share(n)}; {shaped:,} besides reshapes and bitcasts, {share(shaped)})"
+    if not items:
+        return head
+    return f"{head}: {', '.join(f'{c} {op} {share(c)}' for op, c in items[:limit])}{more}"
 
 
 def trace_module(
@@ -226,7 +302,7 @@ def trace_module(
     matcher = _Matcher(ref, opt)
     matcher.run()
     order = {k: n for n, k in enumerate(opt.kernel_order)}
-    traces = tuple(matcher.trace(key, order) for key in ref.traced)
+    traces = _fold(ref, {key: matcher.trace(key, order) for key in ref.traced}, order)
     dots = frozenset(
         kernel for key, kernel in opt.kernel.items() if kernel and kind(opt.instr[key]) in _ORDERED
     )
@@ -262,6 +338,13 @@ class _Graph:
         self.traced: list[Key] = []  # computing instructions, in order
         self.traced_set: set[Key] = set()
         self.callers: dict[str, tuple[Instruction, Computation]] = {}
+        self.sites: dict[str, int] = defaultdict(int)  # computation -> how many `call` it
+        self.shared: set[Key] = set()  # instructions of a computation called from several places
+        self.site_elements: dict[Key, tuple[tuple[int, Key], ...]] = {}  # see `_site_value`
+        self._attrs: dict[Key, tuple] = {}  # `_attrs` of each instruction, read once
+        self._roots: dict[Key, Key | None] = {}  # a fusion or call -> its body's root
+        self._call_sites: dict[str, list[Key]] = defaultdict(list)
+        self._op_names: dict[Key, str | None] = {}
         self.vn: dict[Key, int] = {}
         self.override: dict[Key, int] = {}
         self.entry = module.entry.name
@@ -276,6 +359,9 @@ class _Graph:
                 if i.opcode in ("fusion", "fusion-start", "call"):
                     for name in i.called_computations:
                         self.callers[name.lstrip("%")] = (i, comp)
+                        self.sites[name.lstrip("%")] += i.opcode == "call"
+                        if i.opcode == "call":
+                            self._call_sites[name.lstrip("%")].append((comp.name, i.name))
         for comp in executed_computations(self.module):
             for instr in comp.instructions:
                 if instr.name in kernels and instr.opcode in ("fusion", "fusion-start"):
@@ -284,6 +370,40 @@ class _Graph:
                     self._add(comp, instr, instr.name if instr.name in kernels else None)
                     if instr.name in kernels:
                         self.output.add((comp.name, instr.name))
+        for name, n in self.sites.items():
+            if n > 1:
+                self.shared.update(self._body_keys(name))
+
+    def op_name(self, key: Key) -> str | None:
+        """The instruction's `op_name` as XLA's inliner writes it: in a computation that
+        `call`s run, the callers' (all the same) then its own (`jit(step)/jvp(jit(_take))` and
+        `gather`: `jit(step)/jvp(jit(_take))/gather`)."""
+        if key in self._op_names:
+            return self._op_names[key]
+        self._op_names[key] = name = self.instr[key].op_name  # guards a malformed cycle
+        sites = self._call_sites.get(key[0])
+        if name is not None and sites:
+            outer = {self.op_name(site) if site in self.instr else None for site in sites}
+            if len(outer) == 1 and (prefix := outer.pop()):
+                name = f"{prefix}/{name}"
+        self._op_names[key] = name
+        return name
+
+    def _body_keys(self, name: str) -> list[Key]:
+        """The instructions of computation `name` and of those it calls, at any depth."""
+        out: list[Key] = []
+        todo, seen = [name], {name}
+        while todo:
+            comp = self._computation(todo.pop())
+            if comp is None:
+                continue
+            for i in comp.instructions:
+                out.append((comp.name, i.name))
+                for callee in i.called_computations if i.opcode == "call" else ():
+                    if callee.lstrip("%") not in seen:
+                        seen.add(callee.lstrip("%"))
+                        todo.append(callee.lstrip("%"))
+        return out
 
     def _add(self, comp: Computation, instr: Instruction, kernel: str | None) -> None:
         key = (comp.name, instr.name)
@@ -328,6 +448,43 @@ class _Graph:
         for key in self.instr:
             if key not in self.vn:
                 self._number(key)
+        self._drop_openers()
+
+    def readers(self, key: Key) -> list[Key]:
+        """The instructions that name `key` as an operand."""
+        if not hasattr(self, "_readers"):
+            self._readers: dict[Key, list[Key]] = defaultdict(list)
+            for k, operands in self.operands.items():
+                for o in operands:
+                    self._readers[o].append(k)
+        return self._readers.get(key, [])
+
+    def _drop_openers(self) -> None:
+        """The first convert of a precision round trip whose every reader (through views) is
+        the second, which is `x` itself (`_round_trip`), is `x` too: XLA drops the pair, so it
+        computes nothing of its own."""
+        for key in self.traced:
+            instr = self.instr[key]
+            if instr.opcode != "convert" or self.src[key] != key or len(self.operands[key]) != 1:
+                continue
+            under = self.operands[key][0]
+            x = self.src.get(under, under)
+            views, todo, closers = [], [key], 0
+            while todo:
+                for k in self.readers(todo.pop()):
+                    if self.src.get(k) == key and k in self.traced_set:
+                        views.append(k)
+                        todo.append(k)
+                    elif self.instr[k].opcode == "convert" and self.src.get(k) == x:
+                        closers += 1
+                    else:
+                        closers = -1
+                        break
+                if closers < 0:
+                    break
+            if closers > 0:
+                for k in [key, *views]:
+                    self.vn[k], self.src[k] = self.vn[under], x
 
     def _number(self, key: Key) -> int:
         instr = self.instr[key]
@@ -342,6 +499,8 @@ class _Graph:
             item = ("constant", _shape_sig(instr.shape), literal)
             vn = self._intern(item if literal is not None else ("opaque", self.module.name, key))
             src = key
+        elif op == "call" and self._elsewhere(instr):
+            vn, src = self._site_value(key, instr)
         elif (
             op in ("fusion", "fusion-start") and self.kernel.get(key) is not None
         ) or op == "call":
@@ -350,9 +509,18 @@ class _Graph:
             vn, src = self._element(key, instr)
         elif _is_view(instr, self._shape(operands[0]) if operands else None):
             vn, src = self._value(operands[0]), self.src.get(operands[0], operands[0])
-        elif (round_trip := self._round_trip(instr, operands)) is not None:
-            vn, src = self._value(round_trip), self.src.get(round_trip, round_trip)
+        elif (
+            same := self._round_trip(instr, operands) or self._identity(instr, operands)
+        ) is not None:
+            vn, src = self._value(same), self.src.get(same, same)
+        elif (iota := self._broadcast_iota(instr, operands)) is not None:
+            vn, src = self._intern(iota), key
         else:
+            attrs = self._attrs.get(key)
+            if attrs is None:
+                attrs = self._attrs[key] = _attrs(instr)
+            if (untransposed := self._reduce_transposed(instr, operands)) is not None:
+                operands, attrs = untransposed
             values = [self._value(o) for o in operands]
             if op in _COMMUTATIVE:
                 values.sort()
@@ -361,7 +529,7 @@ class _Graph:
                 if op in _ELEMENTWISE or self._scalar_broadcast(instr, operands)
                 else _shape_sig(instr.shape)
             )
-            vn = self._intern((op, shape, _attrs(instr), tuple(values)))
+            vn = self._intern((op, shape, attrs, tuple(values)))
             src = key
         vn = self.override.get(key, vn)
         self.vn[key], self.src[key] = vn, src
@@ -373,6 +541,7 @@ class _Graph:
         as `x` itself."""
         if instr.opcode != "convert" or len(operands) != 1:
             return None
+        self._value(operands[0])  # numbered first: its source is known after
         inner = self.instr.get(self.src.get(operands[0], operands[0]))
         if inner is None or inner.opcode != "convert":
             return None
@@ -380,6 +549,118 @@ class _Graph:
         under = self.operands[key][0] if self.operands.get(key) else None
         shape = self._shape(under) if under is not None else None
         return under if shape is not None and shape.dtype == instr.shape.dtype else None
+
+    def _identity(self, instr: Instruction, operands: tuple[Key, ...]) -> Key | None:
+        """`x` for an op that gives `x` back, which XLA's simplifier removes: `maximum(x,
+        -inf)`, `minimum(x, inf)`, `add(x, 0)`, `subtract(x, 0)`, `multiply(x, 1)`, `divide(x,
+        1)`, `and(x, true)`, `or(x, false)`, and `select(p, true, false)` of `pred`s (`jnp.tril`
+        of a mask of ones). The constants are broadcast ones or scalars; else None."""
+        op = instr.opcode
+        if op == "select" and len(operands) == 3 and instr.shape.dtype == "pred":
+            literals = [self._literal(k) for k in operands[1:]]
+            return operands[0] if literals == ["true", "false"] else None
+        neutral = _NEUTRAL.get(op)
+        if neutral is None or len(operands) != 2:
+            return None
+        for x, c in ((0, 1), (1, 0)) if op in _COMMUTATIVE else ((0, 1),):
+            if self._literal(operands[c]) == neutral and (
+                self._shape(operands[x]) is not None
+                and self._shape(operands[x]).num_elements == instr.shape.num_elements
+                and self._shape(operands[x]).dtype == instr.shape.dtype
+            ):
+                return operands[x]
+        return None
+
+    def _literal(self, key: Key) -> str | None:
+        """The literal of a constant, or of the constant a broadcast repeats; else None."""
+        self._value(key)  # numbered first: its source is known after
+        key = self.src.get(key, key)
+        instr = self.instr.get(key)
+        if instr is not None and instr.opcode == "broadcast" and len(self.operands[key]) == 1:
+            self._value(self.operands[key][0])
+            key = self.src.get(self.operands[key][0], self.operands[key][0])
+            instr = self.instr.get(key)
+        if instr is None or instr.opcode != "constant":
+            return None
+        return self.payloads.get(instr.name)
+
+    def _broadcast_iota(self, instr: Instruction, operands: tuple[Key, ...]) -> tuple | None:
+        """A broadcast of an iota is the iota of the broadcast shape along the dimension the
+        iota's own maps to (XLA's simplifier makes that iota): its value item, else None."""
+        if instr.opcode != "broadcast" or len(operands) != 1:
+            return None
+        self._value(operands[0])
+        under = self.instr.get(self.src.get(operands[0], operands[0]))
+        if under is None or under.opcode != "iota" or under.shape.is_tuple:
+            return None
+        if under.shape.num_elements == instr.shape.num_elements and under.shape.dims != (
+            instr.shape.dims
+        ):
+            return None  # a reshape of it: not a broadcast of its dimensions
+        dims = _int_list(instr.attr("dimensions"))
+        axis = _int_list(under.attr("iota_dimension"))
+        if dims is None or len(dims) != len(under.shape.dims) or not axis or axis[0] >= len(dims):
+            return None
+        return ("iota", _shape_sig(instr.shape), (("iota_dimension", str(dims[axis[0]])),), ())
+
+    def _reduce_transposed(self, instr: Instruction, operands: tuple[Key, ...]):
+        """A reduce of a transpose is the reduce of the value under it over the dimensions
+        they were (XLA's simplifier folds the transpose in), when the dimensions kept stay in
+        order (the result is the same array): (operands, attributes) to number it with, else
+        None."""
+        if instr.opcode != "reduce" or len(operands) != 2 or instr.shape.is_tuple:
+            return None
+        self._value(operands[0])
+        t = self.src.get(operands[0], operands[0])
+        tinstr = self.instr.get(t)
+        if tinstr is None or tinstr.opcode != "transpose" or len(self.operands[t]) != 1:
+            return None
+        perm = _int_list(tinstr.attr("dimensions"))
+        dims = _int_list(instr.attr("dimensions"))
+        if perm is None or dims is None or sorted(perm) != list(range(len(perm))):
+            return None
+        kept = [perm[i] for i in range(len(perm)) if i not in dims]
+        if kept != sorted(kept) or any(d >= len(perm) for d in dims):
+            return None
+        reduced = "{" + ",".join(str(d) for d in sorted(perm[d] for d in dims)) + "}"
+        attrs = tuple((k, reduced if k == "dimensions" else v) for k, v in _attrs(instr))
+        return (self.operands[t][0], operands[1]), attrs
+
+    def _site_value(self, key: Key, instr: Instruction) -> tuple[int, Key]:
+        """The value of a `call` of a computation that is numbered for another of its callers:
+        its body numbered again for this caller's operands, then restored (its instructions
+        keep the numbers of the caller they are numbered for). The elements of a tuple result
+        are kept for the `get-tuple-element`s that read them (`site_elements`)."""
+        name = instr.called_computations[0].lstrip("%")
+        keys = self._body_keys(name)
+        saved = {k: (self.vn.pop(k, None), self.src.pop(k, None)) for k in keys}
+        caller = self.callers[name]
+        self.callers[name] = (instr, self._computation(key[0]))
+        try:
+            vn, src = self._fusion_value(key, instr)
+            root = self.instr.get(src)
+            if root is not None and root.opcode == "tuple":
+                self.site_elements[key] = tuple(
+                    (self._value(e), self.src.get(e, e)) for e in self.operands[src]
+                )
+        finally:
+            self.callers[name] = caller
+            for k, (v, s) in saved.items():
+                for table, old in ((self.vn, v), (self.src, s)):
+                    if old is None:
+                        table.pop(k, None)
+                    else:
+                        table[k] = old
+        return vn, src
+
+    def _elsewhere(self, instr: Instruction) -> bool:
+        """Whether `instr` calls a computation that is numbered for another of its callers."""
+        if not self.shared:
+            return False
+        names = instr.called_computations
+        if len(names) != 1 or self.sites.get(names[0].lstrip("%"), 0) < 2:
+            return False
+        return self.callers[names[0].lstrip("%")][0] is not instr
 
     def _scalar_broadcast(self, instr: Instruction, operands: tuple[Key, ...]) -> bool:
         """A broadcast of one value: its shape does not matter either."""
@@ -411,12 +692,18 @@ class _Graph:
         return int(m.group(1)) if m else None
 
     def _fusion_value(self, key: Key, instr: Instruction) -> tuple[int, Key]:
-        for name in instr.called_computations:
-            body = self._computation(name)
-            if body is not None and body.root is not None:
-                root = (body.name, body.root.name)
-                if root in self.instr:
-                    return self._value(root), self.src.get(root, root)
+        if key not in self._roots:
+            self._roots[key] = None
+            for name in instr.called_computations:
+                body = self._computation(name)
+                if body is not None and body.root is not None:
+                    root = (body.name, body.root.name)
+                    if root in self.instr:
+                        self._roots[key] = root
+                        break
+        root = self._roots[key]
+        if root is not None:
+            return self._value(root), self.src.get(root, root)
         return self._intern(("opaque", self.module.name, key)), key
 
     def _element(self, key: Key, instr: Instruction) -> tuple[int, Key]:
@@ -427,6 +714,9 @@ class _Graph:
         index = int(instr.attr("index") or -1)
         if tinstr is not None and index == 0 and _is_library(tinstr):
             return value, tup  # a library call's result
+        elements = self.site_elements.get(operand)
+        if elements is not None and 0 <= index < len(elements):
+            return elements[index]
         if tinstr is not None and tinstr.opcode == "tuple" and 0 <= index < len(tinstr.operands):
             element = (tup[0], tinstr.operands[index])
             if element in self.instr:
@@ -471,10 +761,20 @@ class _Graph:
         return self.src.get(key, key)
 
 
+def _int_list(text: str | None) -> list[int] | None:
+    """`{0,2}` or `1` -> [0, 2] or [1]; None if not a list of integers."""
+    if text is None:
+        return None
+    parts = [p.strip() for p in text.strip().strip("{}").split(",") if p.strip()]
+    return [int(p) for p in parts] if all(p.isdigit() for p in parts) else None
+
+
 def _is_view(instr: Instruction, operand: Shape | None) -> bool:
     if operand is None or instr.shape.is_tuple or operand.is_tuple:
         return False
     if instr.opcode in _VIEWS:
+        return instr.shape.num_elements == operand.num_elements
+    if instr.opcode == "reduce":  # over dimensions of size 1 only: XLA makes it a reshape
         return instr.shape.num_elements == operand.num_elements
     if instr.opcode == "broadcast":
         return instr.shape.dims == operand.dims
@@ -495,6 +795,30 @@ def kind(instr: Instruction) -> str:
 
 def _is_library(instr: Instruction) -> bool:
     return instr.opcode == "custom-call" and kind(instr) != "custom-call"
+
+
+_EPILOGUE = re.compile(r'"epilogue"\s*:\s*"([A-Z_]+)"')
+_BETA = re.compile(r'"beta"\s*:\s*(-?[0-9.eE+-]+)')
+
+
+def _epilogue_operands(instr: Instruction) -> int:
+    """How many operands a cuBLAS GEMM adds to its product: beta's C and the `BIAS` epilogue's
+    vector; -1 for an epilogue that does more than add (GELU, RELU) or an unreadable one."""
+    config = instr.attributes.get("backend_config") or ""
+    epilogue = _EPILOGUE.search(config)
+    beta = _BETA.search(config)
+    name = epilogue.group(1) if epilogue else "DEFAULT"
+    if name not in ("DEFAULT", "BIAS"):
+        return -1
+    try:
+        adds_c = beta is not None and float(beta.group(1)) != 0
+    except ValueError:
+        return -1
+    return int(adds_c) + (name == "BIAS")
+
+
+def _squeezed(shape: Shape) -> tuple[int, ...]:
+    return tuple(d for d in shape.dims if d != 1)
 
 
 def _value_shape(instr: Instruction) -> Shape:
@@ -548,6 +872,8 @@ class _Matcher:
         self.back: dict[Key, set[Key]] = defaultdict(set)  # reference -> optimized
         self.how: dict[Key, str] = {}  # reference -> how first identified
         self.names_kept = False
+        self.value_of: dict[Key, Key] = {}  # a dot's kernel -> what it writes (`_epilogues`)
+        self._written: set[Key] = set()  # dots whose epilogues were looked for
 
     def run(self) -> None:
         self.ref.number({})
@@ -567,6 +893,7 @@ class _Matcher:
             for shape in ("dims", "elements", None):
                 new += self._by_metadata(shape)
             new += self._by_neighbours()
+            new += self._epilogues()
             if not new:
                 new = self._by_order()
             if not new:
@@ -574,18 +901,38 @@ class _Matcher:
 
     def _renumber(self) -> None:
         """Numbers the optimized graph, each identified instruction as its reference."""
-        self.opt.number({o: self.ref.vn[min(rs)] for o, rs in self.matched.items() if rs})
+        self.opt.number(
+            {
+                o: self.ref.vn[self.value_of.get(o) or min(rs)]
+                for o, rs in self.matched.items()
+                if rs
+            }
+        )
 
     def _pair(self, o: Key, r: Key, how: str) -> bool:
         """Identifies `o` with `r`, and so every copy of `o`: the same value computed again in
-        another kernel (XLA duplicates cheap ops into each consumer's fusion)."""
-        if r in self.matched[o]:
-            return False
+        another kernel (XLA duplicates cheap ops into each consumer's fusion); and with `r`,
+        every reference instruction of `r`'s value number left unidentified: the same value
+        computed twice in the program, which XLA's CSE keeps once (how "duplicate")."""
+        if r in self.matched[o] or (r in self.ref.shared and how not in ("structure", "duplicate")):
+            return False  # a computation called from several places: numbered for one only
         for copy in self._copies.get(self._plain.get(o), [o]):
             self.matched[copy].add(r)
             self.back[r].add(copy)
         self.how.setdefault(r, how)
+        for twin in self._same_value().get(self.ref.vn[r], ()):
+            if twin != r and not self.back.get(twin):
+                self._pair(o, twin, how if how == "structure" else "duplicate")
         return True
+
+    def _same_value(self) -> dict[int, list[Key]]:
+        """Reference value number -> the computing instructions that have it."""
+        if not hasattr(self, "_by_value"):
+            self._by_value: dict[int, list[Key]] = defaultdict(list)
+            for r in self.ref.traced:
+                if self.ref.source(r) == r:
+                    self._by_value[self.ref.vn[r]].append(r)
+        return self._by_value
 
     def _by_structure(self) -> int:
         index: dict[int, list[Key]] = defaultdict(list)
@@ -632,7 +979,7 @@ class _Matcher:
             out: dict[tuple, list[Key]] = defaultdict(list)
             for k in keys:
                 i = graph.instr[k]
-                if i.op_name and i.source_file:
+                if graph.op_name(k) and i.source_file:
                     value = _value_shape(i)
                     shape = (
                         _shape_sig(value)
@@ -641,7 +988,8 @@ class _Matcher:
                         if shape_key == "elements"
                         else None
                     )
-                    out[(graph.kind(k), i.op_name, i.source_file, i.source_line, shape)].append(k)
+                    key = (graph.kind(k), graph.op_name(k), i.source_file, i.source_line, shape)
+                    out[key].append(k)
             return out
 
         opt = group(self.opt, self._unmatched_opt())
@@ -700,7 +1048,7 @@ class _Matcher:
         out: dict[tuple, list[Key]] = defaultdict(list)
         for k in keys:
             i = graph.instr[k]
-            if kind(i) not in _ORDERED or (by in ("all", "metadata") and not i.op_name):
+            if kind(i) not in _ORDERED or (by in ("all", "metadata") and not graph.op_name(k)):
                 continue
             value = _value_shape(i)
             key = [kind(i)]
@@ -710,20 +1058,108 @@ class _Matcher:
             if by in ("all", "shapes"):
                 key.append(value.num_elements)
             if by in ("all", "metadata"):
-                key += [i.op_name, i.source_file, i.source_line]
+                key += [graph.op_name(k), i.source_file, i.source_line]
             if by == "all":
                 key.append(value.dtype)
             out[tuple(key)].append(k)
         return out
 
-    def _by_neighbours(self) -> int:
-        """Forward: the one unidentified reference user, of this opcode, of the values an
-        instruction reads. Backward: the operands, in the same places, of an identified pair."""
+    def _epilogues(self) -> int:
+        """What a dot's kernel writes beyond the dot, once the dot is identified: XLA folds
+        `transpose(dot(a, b))` into the dot (its value then has the transpose's dimensions, or,
+        square, its `op_name`), and a cuBLASLt call adds its epilogue's operands (`BIAS`: a
+        broadcast vector, last operand; `beta` != 0: the third operand) to the product. Each
+        such reference op, the only unidentified reader of the value before it, is identified
+        with the kernel (how "epilogue"), which is then numbered as the last of them."""
+        users = self._ref_users()
+        new = 0
+        for o in self.opt.traced:
+            rs = self.matched.get(o)
+            if o in self._written or not rs or len(rs) != 1 or self.opt.kind(o) not in _ORDERED:
+                continue
+            self._written.add(o)
+            (r,) = rs
+            oi = self.opt.instr[o]
+            value = _value_shape(oi)
+            readers = [
+                u for u in users.get(r, ()) if not self.back.get(u) and self.ref.source(u) == u
+            ]
+            t = self.ref.instr[readers[0]] if len(readers) == 1 else None
+            if (
+                t is not None
+                and t.opcode == "transpose"
+                and t.shape.num_elements == value.num_elements
+                and _squeezed(value) == _squeezed(t.shape)
+                and (
+                    _squeezed(t.shape) != _squeezed(self.ref.instr[r].shape)
+                    or (
+                        oi.op_name is not None
+                        and oi.op_name == self.ref.op_name(readers[0]) != self.ref.op_name(r)
+                    )
+                )
+            ):
+                new += self._pair(o, readers[0], "epilogue")
+                r = self.value_of[o] = readers[0]
+            extra = list(self._data_operands(o, every=True)[2:]) if _is_library(oi) else []
+            if len(extra) != _epilogue_operands(oi):
+                continue
+            chain = []
+            while extra:
+                step = [
+                    (u, e)
+                    for u in users.get(r, ())
+                    if not self.back.get(u) and self.ref.instr[u].opcode == "add"
+                    for e in extra
+                    if self._adds(u, r, e)
+                ]
+                if len(step) != 1:
+                    break
+                ((u, e),) = step
+                chain.append(u)
+                extra.remove(e)
+                r = u
+            if chain and not extra:
+                for u in chain:
+                    new += self._pair(o, u, "epilogue")
+                self.value_of[o] = chain[-1]
+        return new
+
+    def _adds(self, u: Key, r: Key, e: Key) -> bool:
+        """Whether reference `u` adds to `r` the value of optimized operand `e` (or its
+        broadcast)."""
+        others = [self.ref.source(k) for k in self.ref.operands[u] if self.ref.source(k) != r]
+        if len(others) != 1:
+            return False
+        x = others[0]
+        values = {x}
+        if self.ref.instr[x].opcode == "broadcast" and len(self.ref.operands[x]) == 1:
+            values.add(self.ref.source(self.ref.operands[x][0]))
+        known = self.matched.get(e, set())
+        return bool(values & known) or self.opt.vn.get(e) in {self.ref.vn.get(v) for v in values}
+
+    def _ref_users(self) -> dict[Key, list[Key]]:
+        """Reference value -> the traced instructions that read it."""
         if not hasattr(self, "_users"):
             self._users: dict[Key, list[Key]] = defaultdict(list)
             for r in self.ref.traced:
                 for k in self.ref.operands[r]:
                     self._users[self.ref.source(k)].append(r)
+        return self._users
+
+    def _by_neighbours(self) -> int:
+        """Forward: the one unidentified reference user, of this opcode, of the values an
+        instruction reads (an elementwise op of one operand also across an unidentified
+        transpose: XLA moves such ops before a transpose, `convert(transpose(x))` ->
+        `transpose(convert(x))`). Backward: the operands, in the same places, of an identified
+        pair."""
+        self._ref_users()
+        if not hasattr(self, "_across"):
+            self._across: dict[Key, list[tuple[Key, Key]]] = defaultdict(list)
+            for r in self.ref.traced:
+                if self.ref.instr[r].opcode in _ELEMENTWISE and len(self.ref.operands[r]) == 1:
+                    t = self.ref.source(self.ref.operands[r][0])
+                    if self.ref.instr[t].opcode == "transpose" and len(self.ref.operands[t]) == 1:
+                        self._across[self.ref.source(self.ref.operands[t][0])].append((r, t))
         new = 0
         for o in self._unmatched_opt():
             found: set[Key] | None = None
@@ -736,16 +1172,34 @@ class _Matcher:
                     for r in rs
                     for u in self._users.get(r, ())
                     if not self.back.get(u) and self._alike(o, u)
+                } | {
+                    u
+                    for r in rs
+                    for u, t in self._across.get(r, ())
+                    if not self.back.get(t) and not self.back.get(u) and self._alike(o, u)
                 }
                 found = users if found is None else found & users
             if found and len(found) == 1:
                 (u,) = found
-                if self._agree(o, u):
+                if self._agree(o, u) and not self._elsewhere_operand(o, u):
                     new += self._pair(o, u, "neighbours")
         for o, rs in list(self.matched.items()):
             if len(rs) == 1:
                 new += self._operands_of(o, next(iter(rs)))
         return new
+
+    def _elsewhere_operand(self, o: Key, r: Key) -> bool:
+        """Whether, in place, an operand of `o` is unidentified where `r`'s is identified (with
+        another instruction): `o` then reads something else than `r` does (`(a / b) / c` made
+        `a / (b * c)`: the new division reads `a` as `a / b` did)."""
+        if self.opt.instr[o].opcode in _COMMUTATIVE or _is_library(self.opt.instr[o]):
+            return False
+        ops = self._data_operands(o)
+        refs = [self.ref.source(k) for k in self.ref.operands[r]]
+        return len(ops) == len(refs) and any(
+            not self.matched.get(k) and k in self.opt.traced_set and self.back.get(x)
+            for k, x in zip(ops, refs, strict=True)
+        )
 
     def _operands_of(self, o: Key, r: Key) -> int:
         if _is_library(self.opt.instr[o]):
@@ -771,12 +1225,12 @@ class _Matcher:
                 new += self._pair(a, b, "neighbours")
         return new
 
-    def _data_operands(self, o: Key) -> list[Key]:
+    def _data_operands(self, o: Key, every: bool = False) -> list[Key]:
         """What `o` computes from: a library call's first two operands (a GEMM's bias or a
-        fused convolution's side input stands for an instruction of its own), each taken
-        through the transposes XLA added to lay it out (`_laid_out`)."""
+        fused convolution's side input stands for an instruction of its own; `every`: all),
+        each taken through the transposes XLA added to lay it out (`_laid_out`)."""
         ops = [self._laid_out(self.opt.source(k)) for k in self.opt.operands[o]]
-        return ops[:2] if _is_library(self.opt.instr[o]) else ops
+        return ops[:2] if _is_library(self.opt.instr[o]) and not every else ops
 
     def _laid_out(self, o: Key) -> Key:
         """The value under a chain of unidentified transposes of the optimized module: XLA adds
@@ -793,7 +1247,7 @@ class _Matcher:
         return (
             self.opt.kind(o) == self.ref.kind(r)
             and _elements(oi) == ri.shape.num_elements
-            and not (oi.op_name and ri.op_name and oi.op_name != ri.op_name)
+            and not (oi.op_name and (name := self.ref.op_name(r)) and oi.op_name != name)
         )
 
     def _unmatched_opt(self) -> list[Key]:
@@ -808,7 +1262,7 @@ class _Matcher:
             return False
         if _elements(oi) != ri.shape.num_elements:
             return False
-        if oi.op_name and ri.op_name and oi.op_name != ri.op_name:
+        if oi.op_name and (name := self.ref.op_name(r)) and oi.op_name != name:
             return False
         ops = self._data_operands(o)
         refs = [self._carriers(self.ref.source(k)) for k in self.ref.operands[r]]
@@ -878,6 +1332,69 @@ class _Matcher:
         writers = [self.opt.kernel[o] for o in copies if o in self.opt.output]
         kernel = min(writers, key=lambda k: order.get(k, len(order))) if writers else holders[0]
         return Trace(instr.name, r[0], instr.opcode, "kernel", kernel, holders, names, how)
+
+
+def _fold(ref: _Graph, traces: dict[Key, Trace], order: Mapping[str, int]) -> tuple[Trace, ...]:
+    """Each lost instruction whose every reader is held by kernels and attributed to one
+    kernel K (the readers' `kernel`), where nothing else reads it (no program output, no
+    `call` operand), is attributed to K with `how` "folded": XLA removed it by folding it into
+    what reads it (a transpose into a dot's dimensions, a broadcast or a convert into the
+    fusion that reads it, `(a / b) / c` into `a / (b * c)`). Repeated until nothing changes
+    (a reader may be folded itself); the views of a folded instruction follow it."""
+    readers: dict[Key, set[Key]] = defaultdict(set)
+    blocked: set[Key] = set()
+    dropped: set[Key] = set()  # the constant operand of an op that gives its other one back
+    for key, instr in ref.instr.items():
+        sources = {ref.source(o) for o in ref.operands[key]}
+        if key in ref.traced_set:
+            for o in sources - {ref.source(key)}:
+                if ref.source(key) == key:
+                    readers[o].add(key)
+                else:  # `key` is a view of another operand: XLA dropped this one
+                    dropped.add(o)
+        elif instr.opcode == "call" or (instr.opcode == "tuple" and key[0] == ref.entry):
+            blocked |= sources
+    root = ref.module.entry.root
+    if root is not None:
+        blocked.add(ref.source((ref.entry, root.name)))
+    lost = [k for k in ref.traced if ref.source(k) == k and traces[k].status == "lost"]
+    folded: set[Key] = set()
+    for key in lost:
+        if key in dropped and not readers.get(key) and key not in blocked:
+            traces[key] = replace(traces[key], status="outside", how="dropped")
+            folded.add(key)
+    changed = True
+    while changed:
+        changed = False
+        for key in lost:
+            if key in folded or key in blocked or not readers.get(key):
+                continue
+            if ref.instr[key].opcode not in _FOLDABLE:
+                continue
+            kernels, holders = set(), set()
+            for u in readers[key]:
+                t = traces.get(ref.source(u))
+                if t is None or t.status != "kernel":
+                    break
+                kernels.add(t.kernel)
+                holders.update(t.holders)
+            else:
+                if len(kernels) == 1:
+                    ordered = tuple(sorted(holders, key=lambda k: order.get(k, len(order))))
+                    traces[key] = replace(
+                        traces[key], status="kernel", kernel=kernels.pop(), holders=ordered,
+                        how="folded",
+                    )  # fmt: skip
+                    folded.add(key)
+                    changed = True
+    for key in ref.traced:
+        under = ref.source(key)
+        if under != key and under in folded:
+            traces[key] = replace(
+                traces[under], instruction=key[1], computation=key[0],
+                opcode=ref.instr[key].opcode, how="view",
+            )  # fmt: skip
+    return tuple(traces.values())
 
 
 def _constant_broadcast(graph: _Graph, key: Key) -> bool:

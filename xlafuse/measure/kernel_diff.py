@@ -164,6 +164,7 @@ def kernel_diff_record(
         "kernels_a": diff.kernels_a,
         "kernels_b": diff.kernels_b,
         "groups": len(timed),
+        "instructions": len(diff.lineage_a.traces),  # traced on each side: the lost shares' base
         "lost_by_opcode": {
             "a": diff.lineage_a.lost_by_opcode(),
             "b": diff.lineage_b.lost_by_opcode(),

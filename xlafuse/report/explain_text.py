@@ -52,7 +52,7 @@ def render_diff(diff: FusionDiff, top: int | None = 10) -> str:
     )
     for side, lineage in (("A", diff.lineage_a), ("B", diff.lineage_b)):
         if lineage.counts()["lost"]:
-            lines.append(f"  lost in {side}:{_lost(lineage, 8)}")
+            lines.append(f"  lost in {side}: {lineage.lost_summary(8)}")
     unlinked = diff.unlinked_dots
     if unlinked:
         lines.append(

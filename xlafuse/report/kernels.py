@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from xlafuse.errors import XlafuseError
+from xlafuse.hlo.lineage import lost_summary
 from xlafuse.kinds import Verdict
 from xlafuse.measure.stats import SAME_WITHIN
 from xlafuse.report.figure import new_figure, save
@@ -175,12 +176,10 @@ def _lineage_lines(diff: Mapping[str, Any]) -> list[str]:
     lines = []
     for side in ("a", "b"):
         lost = diff["lost_by_opcode"][side]
-        if lost:
-            shown = ", ".join(f"{n} {op}" for op, n in list(lost.items())[:8])
-            more = ", ..." if len(lost) > 8 else ""
+        if lost:  # with the share of each opcode where the record has the total (newer ones)
             lines.append(
                 f"Instructions of the program not traced to a kernel of {diff[side]}: "
-                f"{sum(lost.values())} ({shown}{more})."
+                f"{lost_summary(lost, diff.get('instructions'))}."
             )
     unlinked = diff["unlinked_dots"]
     lines.append(
