@@ -1079,49 +1079,56 @@ class _Matcher:
                 continue
             self._written.add(o)
             (r,) = rs
-            oi = self.opt.instr[o]
-            value = _value_shape(oi)
-            readers = [
-                u for u in users.get(r, ()) if not self.back.get(u) and self.ref.source(u) == u
+            transpose = self._folded_transpose(o, r, users)
+            if transpose is not None:
+                new += self._pair(o, transpose, "epilogue")
+                r = self.value_of[o] = transpose
+            new += self._epilogue_adds(o, r, users)
+        return new
+
+    def _folded_transpose(self, o: Key, r: Key, users) -> Key | None:
+        """The transpose of dot `r`'s value that kernel `o` writes instead (its only
+        unidentified reader, of the kernel's dimensions or, square, its `op_name`), else None."""
+        readers = [u for u in users.get(r, ()) if not self.back.get(u) and self.ref.source(u) == u]
+        if len(readers) != 1:
+            return None
+        t, oi = self.ref.instr[readers[0]], self.opt.instr[o]
+        value = _value_shape(oi)
+        if t.opcode != "transpose" or t.shape.num_elements != value.num_elements:
+            return None
+        if _squeezed(value) != _squeezed(t.shape):
+            return None
+        if _squeezed(t.shape) != _squeezed(self.ref.instr[r].shape):
+            return readers[0]
+        same_name = oi.op_name is not None and oi.op_name == self.ref.op_name(readers[0])
+        return readers[0] if same_name and oi.op_name != self.ref.op_name(r) else None
+
+    def _epilogue_adds(self, o: Key, r: Key, users) -> int:
+        """Pairs library call `o` with the adds of its epilogue's operands onto `r` (each the
+        one unidentified add of the value before it and of an extra operand); how many."""
+        oi = self.opt.instr[o]
+        extra = list(self._data_operands(o, every=True)[2:]) if _is_library(oi) else []
+        if len(extra) != _epilogue_operands(oi):
+            return 0
+        chain = []
+        while extra:
+            step = [
+                (u, e)
+                for u in users.get(r, ())
+                if not self.back.get(u) and self.ref.instr[u].opcode == "add"
+                for e in extra
+                if self._adds(u, r, e)
             ]
-            t = self.ref.instr[readers[0]] if len(readers) == 1 else None
-            if (
-                t is not None
-                and t.opcode == "transpose"
-                and t.shape.num_elements == value.num_elements
-                and _squeezed(value) == _squeezed(t.shape)
-                and (
-                    _squeezed(t.shape) != _squeezed(self.ref.instr[r].shape)
-                    or (
-                        oi.op_name is not None
-                        and oi.op_name == self.ref.op_name(readers[0]) != self.ref.op_name(r)
-                    )
-                )
-            ):
-                new += self._pair(o, readers[0], "epilogue")
-                r = self.value_of[o] = readers[0]
-            extra = list(self._data_operands(o, every=True)[2:]) if _is_library(oi) else []
-            if len(extra) != _epilogue_operands(oi):
-                continue
-            chain = []
-            while extra:
-                step = [
-                    (u, e)
-                    for u in users.get(r, ())
-                    if not self.back.get(u) and self.ref.instr[u].opcode == "add"
-                    for e in extra
-                    if self._adds(u, r, e)
-                ]
-                if len(step) != 1:
-                    break
-                ((u, e),) = step
-                chain.append(u)
-                extra.remove(e)
-                r = u
-            if chain and not extra:
-                for u in chain:
-                    new += self._pair(o, u, "epilogue")
-                self.value_of[o] = chain[-1]
+            if len(step) != 1:
+                break
+            ((u, e),) = step
+            chain.append(u)
+            extra.remove(e)
+            r = u
+        if not chain or extra:
+            return 0
+        new = sum(self._pair(o, u, "epilogue") for u in chain)
+        self.value_of[o] = chain[-1]
         return new
 
     def _adds(self, u: Key, r: Key, e: Key) -> bool:
@@ -1341,9 +1348,41 @@ def _fold(ref: _Graph, traces: dict[Key, Trace], order: Mapping[str, int]) -> tu
     what reads it (a transpose into a dot's dimensions, a broadcast or a convert into the
     fusion that reads it, `(a / b) / c` into `a / (b * c)`). Repeated until nothing changes
     (a reader may be folded itself); the views of a folded instruction follow it."""
+    readers, blocked, dropped = _fold_graph(ref)
+    lost = [k for k in ref.traced if ref.source(k) == k and traces[k].status == "lost"]
+    folded: set[Key] = set()
+    for key in lost:
+        if key in dropped and not readers.get(key) and key not in blocked:
+            traces[key] = replace(traces[key], status="outside", how="dropped")
+            folded.add(key)
+    changed = True
+    while changed:
+        changed = False
+        for key in lost:
+            if key in folded or key in blocked or not readers.get(key):
+                continue
+            if ref.instr[key].opcode in _FOLDABLE and _fold_into_readers(
+                ref, traces, order, key, readers[key]
+            ):
+                folded.add(key)
+                changed = True
+    for key in ref.traced:
+        under = ref.source(key)
+        if under != key and under in folded:
+            traces[key] = replace(
+                traces[under], instruction=key[1], computation=key[0],
+                opcode=ref.instr[key].opcode, how="view",
+            )  # fmt: skip
+    return tuple(traces.values())
+
+
+def _fold_graph(ref: _Graph) -> tuple[dict[Key, set[Key]], set[Key], set[Key]]:
+    """(value -> the computing instructions that read it, the values read by a `call`, an
+    ENTRY tuple or the program's root, the constants an op that gives its other operand back
+    reads: XLA dropped them)."""
     readers: dict[Key, set[Key]] = defaultdict(set)
     blocked: set[Key] = set()
-    dropped: set[Key] = set()  # the constant operand of an op that gives its other one back
+    dropped: set[Key] = set()
     for key, instr in ref.instr.items():
         sources = {ref.source(o) for o in ref.operands[key]}
         if key in ref.traced_set:
@@ -1357,44 +1396,28 @@ def _fold(ref: _Graph, traces: dict[Key, Trace], order: Mapping[str, int]) -> tu
     root = ref.module.entry.root
     if root is not None:
         blocked.add(ref.source((ref.entry, root.name)))
-    lost = [k for k in ref.traced if ref.source(k) == k and traces[k].status == "lost"]
-    folded: set[Key] = set()
-    for key in lost:
-        if key in dropped and not readers.get(key) and key not in blocked:
-            traces[key] = replace(traces[key], status="outside", how="dropped")
-            folded.add(key)
-    changed = True
-    while changed:
-        changed = False
-        for key in lost:
-            if key in folded or key in blocked or not readers.get(key):
-                continue
-            if ref.instr[key].opcode not in _FOLDABLE:
-                continue
-            kernels, holders = set(), set()
-            for u in readers[key]:
-                t = traces.get(ref.source(u))
-                if t is None or t.status != "kernel":
-                    break
-                kernels.add(t.kernel)
-                holders.update(t.holders)
-            else:
-                if len(kernels) == 1:
-                    ordered = tuple(sorted(holders, key=lambda k: order.get(k, len(order))))
-                    traces[key] = replace(
-                        traces[key], status="kernel", kernel=kernels.pop(), holders=ordered,
-                        how="folded",
-                    )  # fmt: skip
-                    folded.add(key)
-                    changed = True
-    for key in ref.traced:
-        under = ref.source(key)
-        if under != key and under in folded:
-            traces[key] = replace(
-                traces[under], instruction=key[1], computation=key[0],
-                opcode=ref.instr[key].opcode, how="view",
-            )  # fmt: skip
-    return tuple(traces.values())
+    return readers, blocked, dropped
+
+
+def _fold_into_readers(
+    ref: _Graph, traces: dict[Key, Trace], order: Mapping[str, int], key: Key, readers: set[Key]
+) -> bool:
+    """Attributes `key` to the one kernel all its readers are attributed to ("folded"); False
+    (nothing changed) when a reader is not in a kernel or they are in several."""
+    kernels, holders = set(), set()
+    for u in readers:
+        t = traces.get(ref.source(u))
+        if t is None or t.status != "kernel":
+            return False
+        kernels.add(t.kernel)
+        holders.update(t.holders)
+    if len(kernels) != 1:
+        return False
+    ordered = tuple(sorted(holders, key=lambda k: order.get(k, len(order))))
+    traces[key] = replace(
+        traces[key], status="kernel", kernel=kernels.pop(), holders=ordered, how="folded"
+    )
+    return True
 
 
 def _constant_broadcast(graph: _Graph, key: Key) -> bool:
