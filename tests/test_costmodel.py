@@ -524,7 +524,7 @@ def test_cells_pool_into_one_table_by_kind_and_one_log_log_plot(tmp_path):
         ["f2", "kLoop", DEFAULT_MODEL, 1e-6, 1e-6],
         ["f3", "kLoop", DEFAULT_MODEL, 5e-6, 1e-5],
     ]
-    by_kind = costmodel.accuracy_by_kind(costmodel.pairs_of_rows(rows_a + rows_b))
+    by_kind = costmodel.accuracy_by(costmodel.pairs_of_rows(rows_a + rows_b))
     assert list(by_kind) == ["all", "kLoop", "kCustom"]
     assert by_kind["kLoop"].kernels == 3
     assert by_kind["kLoop"].median_abs_error_pct == pytest.approx(50.0)  # 100, 0, 50

@@ -337,7 +337,7 @@ def pairs_of_rows(rows: Sequence[Sequence[Any]]) -> list[KernelCost]:
     return [KernelCost(str(n), str(k), str(m), float(p), float(t)) for n, k, m, p, t in rows]
 
 
-def accuracy_by_kind(pairs: Sequence[KernelCost], field: str = "kind") -> dict[str, Accuracy]:
+def accuracy_by(pairs: Sequence[KernelCost], field: str = "kind") -> dict[str, Accuracy]:
     """`accuracy` of all the pairs ("all") and of each kernel kind's (or of each value of
     another KernelCost `field`, e.g. "model"), the most kernels first."""
     kinds: dict[str, list[KernelCost]] = {}

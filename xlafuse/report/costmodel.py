@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from xlafuse.measure.costmodel import accuracy_by_kind, pairs_of_rows
+from xlafuse.measure.costmodel import accuracy_by, pairs_of_rows
 from xlafuse.report.figure import new_figure, save
 from xlafuse.report.format import markdown_table
 from xlafuse.results.records import CellResult
@@ -92,19 +92,19 @@ def _models_note(variant: str, models: Mapping[str, Mapping[str, Any]]) -> list[
     ]
 
 
-def worst_table(rows: Sequence[Mapping[str, Any]]) -> list[str]:
-    """The largest mispredictions: most µs per call between predicted and measured."""
-    lines = [
-        "| kernel | kind | model | predicted µs | measured µs | error | source |",
-        "|" + "---|" * 7,
-    ]
-    for k in rows[:ROWS]:
-        lines.append(
-            f"| `{k['name']}` | {k['kind']} | {k['model']} | {k['predicted_s'] * 1e6:.4g} | "
-            f"{k['measured_s'] * 1e6:.4g} | {_pct(k['error_pct'], signed=True)} | "
-            f"{_first(k['source_lines'])} |"
-        )
-    return lines
+def worst_table(rows: Sequence[Mapping[str, Any]], cells: Sequence[str] = ()) -> list[str]:
+    """The largest mispredictions: most µs per call between predicted and measured (`cells`:
+    each row's cell, a first column, where rows of several cells are pooled)."""
+    columns = ("kernel", "kind", "model", "predicted µs", "measured µs", "error", "source")
+    return markdown_table(
+        (*(("cell",) if cells else ()), *columns),
+        [
+            (*cells[i : i + 1], f"`{k['name']}`", k["kind"], k["model"],
+             f"{k['predicted_s'] * 1e6:.4g}", f"{k['measured_s'] * 1e6:.4g}",
+             _pct(k["error_pct"], signed=True), _first(k["source_lines"]))
+            for i, k in enumerate(rows[:ROWS])
+        ],
+    )  # fmt: skip
 
 
 def decisions_lines(d: Mapping[str, Any]) -> list[str]:
@@ -186,7 +186,7 @@ def study_section(records: Sequence[CellResult]) -> list[str]:
         + ".",
     ]
     for field in ("kind", "model"):
-        lines += ["", *_pooled_table(field, accuracy_by_kind(pairs, field))]
+        lines += ["", *_pooled_table(field, accuracy_by(pairs, field))]
     lines += _pooled_worst(cells)
     lines += _pooled_decisions([(r.trace.cost_model or {}).get("decisions") for r in records])
     return [*lines, ""]
@@ -215,17 +215,9 @@ def _pooled_worst(cells: Sequence[CellResult]) -> list[str]:
     rows.sort(key=lambda rk: -abs(rk[1]["predicted_s"] - rk[1]["measured_s"]))
     if not rows:
         return []
-    table = markdown_table(
-        ("cell", "kernel", "kind", "model", "predicted µs", "measured µs", "error", "source"),
-        [
-            (f"{r.workload}/{r.mode} {r.variant}", f"`{k['name']}`", k["kind"], k["model"],
-             f"{k['predicted_s'] * 1e6:.4g}", f"{k['measured_s'] * 1e6:.4g}",
-             _pct(k["error_pct"], signed=True), _first(k["source_lines"]))
-            for r, k in rows[:ROWS]
-        ],
-    )  # fmt: skip
+    labels = [f"{r.workload}/{r.mode} {r.variant}" for r, _ in rows[:ROWS]]
     title = f"The {min(ROWS, len(rows))} largest mispredictions of all cells (µs per call apart)"
-    return ["", title, "", *table]
+    return ["", title, "", *worst_table([k for _, k in rows], labels)]
 
 
 def _pooled_decisions(decisions: Sequence[Mapping[str, Any]]) -> list[str]:
