@@ -548,6 +548,12 @@ def test_cells_pool_into_one_table_by_kind_and_one_log_log_plot(tmp_path):
     )
     assert "| kLoop | 3 | 50% | 90% | 0.866 | 1 | 0.008 | 0.012 |" in lines
     assert "| m | 1 | 0% | 0% | - | 1 | 0.003 | 0.003 |" in lines  # the table by model
+    assert "| default | 2 | 50% | 90% | 1.000 | 1.5 | 0.005 | 0.004 |" in lines  # by variant
+    assert "| no-fusion | 2 | 25% | 45% | 1.000 | 0.75 | 0.006 | 0.011 |" in lines
+    assert "| under 3 µs | 2 | 50% | 90% | - | 1.5 | 0.003 | 0.002 |" in lines  # by time
+    assert "| 3 to 10 µs | 1 | 0% | 0% | - | 1 | 0.003 | 0.003 |" in lines  # 3 µs: not under
+    assert "| 10 to 100 µs | 1 | 50% | 50% | - | 0.5 | 0.005 | 0.01 |" in lines
+    assert not [line for line in lines if line.startswith("| 100 µs or more")]  # empty: left out
     assert (
         "| chain/forward no-fusion | `f3` | kLoop | gpu-performance-model | 5 | 10 | -50% | m.py:3 +1 |"
         in lines

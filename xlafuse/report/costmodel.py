@@ -11,12 +11,20 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from xlafuse.measure.costmodel import accuracy_by, pairs_of_rows
+from xlafuse.measure.costmodel import KernelCost, accuracy, accuracy_by, pairs_of_rows
 from xlafuse.report.figure import new_figure, save
 from xlafuse.report.format import markdown_table
 from xlafuse.results.records import CellResult
 
 ROWS = 10
+# The pooled table by measured time: (upper bound in seconds, label), shortest first. A kernel
+# takes about a microsecond on a GPU however little it does; the estimates carry no such floor.
+TIME_BANDS = (
+    (3e-6, "under 3 µs"),
+    (10e-6, "3 to 10 µs"),
+    (100e-6, "10 to 100 µs"),
+    (float("inf"), "100 µs or more"),
+)
 COST_MODEL_PNG = "cost_model.png"
 INTRO = (
     "XLA's estimate of each kernel (`xla_gpu_collect_cost_model_stats`, from a second compile "
@@ -185,15 +193,33 @@ def study_section(records: Sequence[CellResult]) -> list[str]:
         + ("; ".join(f"{n} {reason}" for reason, n in uncovered.items()) or "none")
         + ".",
     ]
-    for field in ("kind", "model"):
-        lines += ["", *_pooled_table(field, accuracy_by(pairs, field))]
+    for head, field in (("kernels", "kind"), ("prediction from", "model")):
+        lines += ["", *_pooled_table(head, accuracy_by(pairs, field))]
+    lines += ["", *_pooled_table("variant", _by_variant(cells))]
+    lines += ["", *_pooled_table("measured per call", _by_time(pairs))]
     lines += _pooled_worst(cells)
     lines += _pooled_decisions([(r.trace.cost_model or {}).get("decisions") for r in records])
     return [*lines, ""]
 
 
-def _pooled_table(field: str, by: Mapping[str, Any]) -> list[str]:
-    head = "kernels" if field == "kind" else "prediction from"
+def _by_variant(cells: Sequence[CellResult]) -> dict[str, Any]:
+    """`accuracy` of the pooled pairs of each variant's cells, in the order first seen."""
+    groups: dict[str, list[KernelCost]] = {}
+    for r in cells:
+        groups.setdefault(r.variant, []).extend(pairs_of_rows(r.trace.cost_model["pairs"]))
+    return {variant: accuracy(pairs) for variant, pairs in groups.items()}
+
+
+def _by_time(pairs: Sequence[KernelCost]) -> dict[str, Any]:
+    """`accuracy` of the pairs in each of `TIME_BANDS` (by measured time), empty bands left out."""
+    groups: dict[str, list[KernelCost]] = {label: [] for _, label in TIME_BANDS}
+    for p in pairs:
+        label = next(label for bound, label in TIME_BANDS if p.measured_s < bound)
+        groups[label].append(p)
+    return {label: accuracy(rows) for label, rows in groups.items() if rows}
+
+
+def _pooled_table(head: str, by: Mapping[str, Any]) -> list[str]:
     lines = [
         f"| {head} | n | median abs error | p90 abs error | Spearman | "
         "median predicted/measured | predicted ms | measured ms |",
