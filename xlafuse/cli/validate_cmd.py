@@ -35,6 +35,12 @@ def add_arguments(p) -> None:
     p.add_argument("--out", metavar="DIR", help="write validation.md, validation.json, ncu/")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.add_argument(
+        "--detail",
+        action="store_true",
+        help="also ask ncu for compute and memory throughput (%% of peak), achieved occupancy, "
+        "L2 hit rate and grid size per kernel (more replay passes: slower)",
+    )
+    p.add_argument(
         "--rejudge",
         metavar="JSON",
         help="judge the measurements of an earlier run's validation.json again, by this "
@@ -59,6 +65,7 @@ def run(args) -> int:
         "profile_calls": args.profile_calls,
         "timeout_s": args.timeout,
         "keep": f"{args.out}/ncu" if args.out else None,
+        "detail": args.detail,
     }
     say = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
     if args.config:
@@ -119,6 +126,11 @@ def _check_usage(args) -> None:
         if args.config or args.workload:
             raise XlafuseError(
                 "--rejudge reads an earlier validation.json: give no CONFIG or --workload"
+            )
+        if args.detail:
+            raise XlafuseError(
+                "--detail asks ncu for more metrics, --rejudge measures nothing: "
+                "leave out one of them"
             )
         return
     if bool(args.config) == bool(args.workload):

@@ -11,6 +11,15 @@ one row per (launch, metric) after the profiled process exits::
 on the same stdout as the profiled process's own prints and ncu's `==PROF==`/`==WARNING==` lines,
 so the reader starts at the CSV header and skips everything before it. Values carry thousands
 separators; units may be scaled ("Kbyte", "usecond", ...): the reader converts to bytes and seconds.
+
+With `detail` (`xlafuse validate --detail`), ncu is asked for five more metrics per launch, to see
+why a kernel takes the time it takes (`DETAIL_METRICS`, field -> metric; more replay passes, so
+slower): `sm_pct`, `sm__throughput.avg.pct_of_peak_sustained_elapsed` (compute throughput, % of
+peak); `memory_pct`, `gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed` (memory
+throughput, % of peak); `occupancy_pct`, `sm__warps_active.avg.pct_of_peak_sustained_active`
+(achieved occupancy, %); `l2_hit_pct`, `lts__t_sector_hit_rate.pct` (L2 sector hit rate, %);
+`grid_size`, `launch__grid_size` (blocks). Their unit is "%" or none (""); they are read as plain
+numbers into `NcuKernel.detail`, and a launch without them just has fewer (or no) entries.
 """
 
 from __future__ import annotations
@@ -19,7 +28,7 @@ import csv
 import dataclasses
 import os
 import shutil
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from xlafuse.errors import XlafuseError
@@ -28,16 +37,30 @@ DRAM_READ = "dram__bytes_read.sum"
 DRAM_WRITE = "dram__bytes_write.sum"
 DURATION = "gpu__time_duration.sum"
 METRICS = (DRAM_READ, DRAM_WRITE, DURATION)
+DETAIL_METRICS = {
+    "sm_pct": "sm__throughput.avg.pct_of_peak_sustained_elapsed",
+    "memory_pct": "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed",
+    "occupancy_pct": "sm__warps_active.avg.pct_of_peak_sustained_active",
+    "l2_hit_pct": "lts__t_sector_hit_rate.pct",
+    "grid_size": "launch__grid_size",
+}
 
-# Profile only between cuProfilerStart/Stop; leave the clocks as they run (the profiler's device
-# time, which ncu's durations are compared with, is measured at those clocks too).
-NCU_FLAGS = (
-    "--profile-from-start", "off",
-    "--clock-control", "none",
-    "--target-processes", "all",
-    "--metrics", ",".join(METRICS),
-    "--csv",
-)  # fmt: skip
+
+def ncu_flags(detail: bool = False) -> tuple[str, ...]:
+    """ncu's flags: the metrics (`METRICS`, plus `DETAIL_METRICS` with `detail`), CSV output,
+    profiling only between cuProfilerStart/Stop, and the clocks left as they run (the profiler's
+    device time, which ncu's durations are compared with, is measured at those clocks too)."""
+    metrics = METRICS + (tuple(DETAIL_METRICS.values()) if detail else ())
+    return (
+        "--profile-from-start", "off",
+        "--clock-control", "none",
+        "--target-processes", "all",
+        "--metrics", ",".join(metrics),
+        "--csv",
+    )  # fmt: skip
+
+
+NCU_FLAGS = ncu_flags()
 
 _BYTE_UNITS = {"byte": 1, "Kbyte": 10**3, "Mbyte": 10**6, "Gbyte": 10**9, "Tbyte": 10**12}
 _BYTE_UNITS |= {"Kibyte": 2**10, "Mibyte": 2**20, "Gibyte": 2**30, "Tibyte": 2**40}
@@ -45,6 +68,8 @@ _SECOND_UNITS = {
     "ns": 1e-9, "nsecond": 1e-9, "us": 1e-6, "usecond": 1e-6,
     "ms": 1e-3, "msecond": 1e-3, "s": 1.0, "second": 1.0,
 }  # fmt: skip
+# The detail metrics: percents, and the grid's block count (no unit; "block" accepted too).
+_PLAIN_UNITS = {"%": 1.0, "": 1.0, "block": 1.0}
 _HEADER_START = '"ID",'
 _REQUIRED_COLUMNS = (
     "ID",
@@ -68,6 +93,9 @@ class NcuKernel:
       dram_read_bytes: `dram__bytes_read.sum`, in bytes.
       dram_write_bytes: `dram__bytes_write.sum`, in bytes.
       time_s: `gpu__time_duration.sum`, in seconds.
+      detail: the `DETAIL_METRICS` ncu measured for it, by field (`sm_pct`, `memory_pct`,
+        `occupancy_pct`, `l2_hit_pct`: percent; `grid_size`: blocks); empty without `--detail`.
+        Left out of the hash, so a launch stays hashable.
     """
 
     launch_id: int
@@ -76,6 +104,7 @@ class NcuKernel:
     dram_read_bytes: int
     dram_write_bytes: int
     time_s: float
+    detail: Mapping[str, float] = dataclasses.field(default_factory=dict, hash=False)
 
     @property
     def dram_bytes(self) -> int:
@@ -103,9 +132,10 @@ def find_ncu(path: str | None = None) -> str:
     return found
 
 
-def ncu_command(ncu: str, program: Sequence[str]) -> list[str]:
-    """The argv that runs `program` under ncu with xlafuse's metrics and flags."""
-    return [ncu, *NCU_FLAGS, *program]
+def ncu_command(ncu: str, program: Sequence[str], detail: bool = False) -> list[str]:
+    """The argv that runs `program` under ncu with xlafuse's metrics and flags (`ncu_flags`);
+    `detail` asks for `DETAIL_METRICS` too."""
+    return [ncu, *ncu_flags(detail), *program]
 
 
 def parse_ncu_csv(text: str) -> tuple[NcuKernel, ...]:
@@ -120,7 +150,8 @@ def parse_ncu_csv(text: str) -> tuple[NcuKernel, ...]:
 
     Raises:
       XlafuseError: no CSV header, a missing column, a launch without one of the three metrics,
-        a unit that is not a byte or time unit, or a value that is not a number.
+        a unit that is not a byte or time unit (for a detail metric: not "%" or none), or a value
+        that is not a number.
     """
     lines = text.splitlines()
     start = next((i for i, line in enumerate(lines) if line.startswith(_HEADER_START)), None)
@@ -154,6 +185,11 @@ def _kernel(process_id: int, launch_id: int, values: dict[str, Any]) -> NcuKerne
         dram_read_bytes=round(to_bytes(*values[DRAM_READ], where=where)),
         dram_write_bytes=round(to_bytes(*values[DRAM_WRITE], where=where)),
         time_s=to_seconds(*values[DURATION], where=where),
+        detail={
+            field: _scaled(*values[metric], _PLAIN_UNITS, f"{where}, {metric}")
+            for field, metric in DETAIL_METRICS.items()
+            if metric in values
+        },
     )
 
 
@@ -178,9 +214,8 @@ def to_seconds(value: str, unit: str, where: str = "") -> float:
 def _scaled(value: str, unit: str, scales: dict[str, float], where: str) -> float:
     at = f"{where}: " if where else ""
     if unit not in scales:
-        raise XlafuseError(
-            f"ncu CSV: {at}unit {unit!r} is not one of {', '.join(scales)} (value {value!r})"
-        )
+        known = ", ".join(u or "''" for u in scales)  # '' : no unit
+        raise XlafuseError(f"ncu CSV: {at}unit {unit!r} is not one of {known} (value {value!r})")
     try:
         number = float(value.replace(",", ""))
     except ValueError:

@@ -131,6 +131,9 @@ class KernelRow:
         kernel name divided among that name's launches; None when not profiled.
       judged: whether the bytes (and this row's time) are judged: modeled bytes >= L2_FACTOR x L2.
       l2_bytes: the device's L2 size, which bounds the misses `explanation` accepts.
+      detail: ncu's `DETAIL_METRICS` (`xlafuse.measure.ncu`) by field, of the launch with the
+        longest time when several are paired (a library call's GEMM, not its split-K reduction:
+        what the row's time is mostly made of); empty without `--detail` or a launch.
     """
 
     name: str | None
@@ -145,6 +148,7 @@ class KernelRow:
     profiler_time_s: float | None = None
     judged: bool = False
     l2_bytes: int = DEFAULT_L2_BYTES
+    detail: Mapping[str, float] = dataclasses.field(default_factory=dict, hash=False)
 
     @property
     def dram_bytes(self) -> int | None:
@@ -415,7 +419,8 @@ class ValidationResult:
 
 def result_from_dict(cell: Mapping[str, Any]) -> ValidationResult:
     """A ValidationResult from its `to_dict` form (a cell of validation.json), judged by this
-    version's rules: the measurements are kept, the derived checks are computed again.
+    version's rules: the measurements are kept, the derived checks are computed again. A row
+    without `detail` (written without `--detail`, or by an older version) has an empty one.
 
     Raises:
       ValueError: not a cell of validation.json (the message says what is wrong with it).
@@ -433,7 +438,12 @@ def result_from_dict(cell: Mapping[str, Any]) -> ValidationResult:
             for row in cell["rows"]
         )
         rows = tuple(  # JSON gave lists where the row holds tuples
-            dataclasses.replace(r, ncu_names=tuple(r.ncu_names), launch_ids=tuple(r.launch_ids))
+            dataclasses.replace(
+                r,
+                ncu_names=tuple(r.ncu_names),
+                launch_ids=tuple(r.launch_ids),
+                detail={str(k): float(v) for k, v in (r.detail or {}).items()},
+            )
             for r in rows
         )
         return ValidationResult(
@@ -679,6 +689,7 @@ def _row(kernel, launches, match, profiler_kernel_s, launches_per_name, l2) -> K
         profiler_time_s=profiler or None,
         judged=kernel is not None and kernel.modeled_bytes >= L2_FACTOR * l2,
         l2_bytes=l2,
+        detail=dict(max(launches, key=lambda k: k.time_s).detail) if launches else {},
     )
 
 

@@ -5,7 +5,8 @@ For one cell (workload x variant):
 1. a child process compiles the program with a persistent compilation cache (so the next process
    compiles nothing: XLA's GEMM autotuning under ncu takes minutes), calls it, traces a few calls
    with `jax.profiler` for the device time per kernel name, and reads the device's L2 size;
-2. a second child runs under `ncu` (`xlafuse.measure.ncu.NCU_FLAGS`): it compiles (a cache hit),
+2. a second child runs under `ncu` (`xlafuse.measure.ncu.ncu_command`; with `detail`, ncu also
+   measures `xlafuse.measure.ncu.DETAIL_METRICS` per launch): it compiles (a cache hit),
    calls the program twice unprofiled, then profiles ONE call between `cuProfilerStart` and
    `cuProfilerStop`, and writes the optimized HLO it ran;
 3. `xlafuse.measure.validate.compare_kernels` joins ncu's launches to that HLO's kernels and
@@ -71,6 +72,7 @@ def validate_cell(
     profile_calls: int = DEFAULT_PROFILE_CALLS,
     keep: str | os.PathLike | None = None,
     timeout_s: float = DEFAULT_TIMEOUT_S,
+    detail: bool = False,
 ) -> ValidationResult:
     """Profile one call of a workload under ncu and judge the HLO's kernels against it.
 
@@ -83,6 +85,7 @@ def validate_cell(
       profile_calls: calls traced with `jax.profiler` for the device time (0: none).
       keep: a folder to keep ncu's raw output (`STEM.ncu.csv`, STEM from `file_stem`) and the
         optimized HLO it ran (`STEM.hlo.txt.gz`). timeout_s: seconds each child may take.
+      detail: also ask ncu for `ncu.DETAIL_METRICS` (each row's `detail`; more passes: slower).
 
     Returns:
       The ValidationResult.
@@ -91,15 +94,13 @@ def validate_cell(
       XlafuseError: ncu or the CUDA driver is missing, or the child sees no GPU.
       RuntimeError: a child failed or ran past `timeout_s` (its last error line is in the message).
     """
-    ncu_path = require_tools(ncu)
-    spec = workload_spec(workload)
-    chosen = get(variant)
+    ncu_path, spec, chosen = require_tools(ncu), workload_spec(workload), get(variant)
     request = {"workload": spec, "variant": chosen.to_dict(), "profile_calls": int(profile_calls)}
     flags = tuple(chosen.process_flags)
     with tempfile.TemporaryDirectory(prefix="xlafuse-validate-") as tmp:
         folder = Path(tmp)
         request["cache_dir"] = str(Path(cache_dir) if cache_dir else folder / "cache")
-        warm, profiled, csv_text = _profile(request, folder, flags, timeout_s, ncu_path)
+        warm, profiled, csv_text = _profile(request, folder, flags, timeout_s, ncu_path, detail)
         hlo_text = (folder / "ncu" / "optimized.hlo.txt").read_text()
         if keep is not None:
             _keep(Path(keep), spec, chosen.name, csv_text, hlo_text)
@@ -113,9 +114,10 @@ def validate_cell(
         )  # fmt: skip
 
 
-def _profile(request, folder: Path, flags, timeout_s: float, ncu_path: str):
+def _profile(request, folder: Path, flags, timeout_s: float, ncu_path: str, detail: bool):
     """(the warm child's result, the ncu child's result, ncu's CSV): a child that fills the
-    cache and traces device times, then one under ncu that profiles one call.
+    cache and traces device times, then one under ncu (with `detail`: its detail metrics too)
+    that profiles one call.
 
     Raises:
       XlafuseError: the warm child sees no GPU.
@@ -127,7 +129,7 @@ def _profile(request, folder: Path, flags, timeout_s: float, ncu_path: str):
             "(xlafuse validate needs an NVIDIA GPU and Nsight Compute)"
         )
     program = [sys.executable, "-m", _CHILD_MODULE, str(folder / "ncu")]
-    command = ncu_command(ncu_path, program)
+    command = ncu_command(ncu_path, program, detail)
     profiled, csv_text = _run_child(
         {**request, "phase": "ncu"}, folder / "ncu", flags, timeout_s, command
     )
@@ -148,7 +150,8 @@ def validate_config(
       only: workload names or labels to validate; all when None.
       variants: variant names to validate; all when None (the reference is not added).
       say: called with one progress line per cell; None for silence.
-      **kwargs: passed to `validate_cell` (cache_dir, ncu, profile_calls, keep, timeout_s).
+      **kwargs: passed to `validate_cell` (cache_dir, ncu, profile_calls, keep, timeout_s,
+        detail).
 
     Returns:
       One ValidationResult per cell; a cell whose child failed has `error` set.
@@ -186,7 +189,7 @@ def validate_cells(
     Args:
       cells: (workload, variant) pairs, each as `validate_cell` takes them.
       say: called with one progress line per cell; None for silence.
-      **kwargs: passed to `validate_cell`.
+      **kwargs: passed to `validate_cell` (`detail=True` asks ncu for the detail metrics).
 
     Returns:
       One ValidationResult per cell; a cell whose child failed or timed out has `error` set.

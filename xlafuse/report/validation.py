@@ -6,6 +6,7 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
+from xlafuse.measure.ncu import DETAIL_METRICS
 from xlafuse.measure.validate import (
     BYTES_TOLERANCE,
     L2_CARRY_OVER,
@@ -20,13 +21,33 @@ _COLUMNS = (
     "#", "HLO kernel", "kind", "ncu kernel", "match", "modeled MB", "DRAM read MB",
     "DRAM write MB", "DRAM vs model", "ncu us", "profiler us", "ncu vs profiler", "verdict",
 )  # fmt: skip
-_NUMERIC = frozenset(range(5, 12))
+_FIRST_NUMERIC = 5  # "modeled MB"; every column from there to the verdict is a number
+_DETAIL = {  # `KernelRow.detail`'s fields, in DETAIL_METRICS order: (column, what it measures)
+    "sm_pct": ("SM %", "compute throughput, % of peak"),
+    "memory_pct": ("memory %", "memory throughput, % of peak"),
+    "occupancy_pct": ("occupancy %", "achieved occupancy"),
+    "l2_hit_pct": ("L2 hit %", "L2 sector hit rate"),
+    "grid_size": ("grid", "grid size in blocks"),
+}
 _LISTED = 8  # unmatched kernels named in a cell's summary line
 
 
-def kernel_cells(index: int, row: KernelRow) -> list[str]:
-    """The table cells of one kernel row, in `_COLUMNS` order."""
-    return [
+def has_detail(result: ValidationResult) -> bool:
+    """Whether any row of `result` has ncu's detail metrics (`xlafuse validate --detail`)."""
+    return any(r.detail for r in result.rows)
+
+
+def kernel_columns(detail: bool = False) -> tuple[str, ...]:
+    """The kernel table's columns: `_COLUMNS`, with `detail` the detail columns before the
+    verdict."""
+    if not detail:
+        return _COLUMNS
+    return (*_COLUMNS[:-1], *(column for column, _ in _DETAIL.values()), _COLUMNS[-1])
+
+
+def kernel_cells(index: int, row: KernelRow, detail: bool = False) -> list[str]:
+    """The table cells of one kernel row, in `kernel_columns(detail)` order."""
+    measured = [
         str(index),
         row.name or "-",
         row.kind or "-",
@@ -39,8 +60,23 @@ def kernel_cells(index: int, row: KernelRow) -> list[str]:
         _us(row.ncu_time_s),
         _us(row.profiler_time_s),
         _pct(row.time_error),
-        row.verdict + (" (explained: L2 carry-over)" if row.explanation else ""),
     ]
+    if detail:
+        measured += detail_cells(row)
+    return [*measured, row.verdict + (" (explained: L2 carry-over)" if row.explanation else "")]
+
+
+def detail_cells(row: KernelRow) -> list[str]:
+    """The detail columns of one kernel row: percents with one decimal, the grid's blocks with
+    thousands separators, "-" where ncu gave none."""
+    cells = []
+    for field in _DETAIL:
+        value = row.detail.get(field)
+        if value is None:
+            cells.append("-")
+        else:
+            cells.append(f"{value:,.0f}" if field == "grid_size" else f"{value:.1f}")
+    return cells
 
 
 def summary_lines(result: ValidationResult) -> list[str]:
@@ -94,6 +130,13 @@ def _count_differences(result: ValidationResult) -> str:
     return " and ".join(parts)
 
 
+def _kernel_table(result: ValidationResult) -> tuple[tuple[str, ...], list[list[str]]]:
+    """A cell's kernel table: its columns (with the detail ones when a row has detail), its rows."""
+    detail = has_detail(result)
+    rows = [kernel_cells(i, r, detail) for i, r in enumerate(result.rows, 1)]
+    return kernel_columns(detail), rows
+
+
 def format_text(results: Sequence[ValidationResult]) -> str:
     """A plain-text table per cell, for the terminal."""
     blocks = []
@@ -101,32 +144,15 @@ def format_text(results: Sequence[ValidationResult]) -> str:
         head = f"{result.label}  variant {result.variant}: {result.verdict}"
         lines = [head, *(line[2:] for line in summary_lines(result))]
         if result.rows:
-            rows = [kernel_cells(i, r) for i, r in enumerate(result.rows, 1)]
-            lines += text_table(_COLUMNS, rows, right=_NUMERIC).splitlines()
+            columns, rows = _kernel_table(result)
+            lines += text_table(columns, rows, right=_numeric(columns)).splitlines()
         blocks.append("\n".join(lines))
     return "\n\n".join(blocks)
 
 
 def render_markdown(results: Sequence[ValidationResult], command: str | None = None) -> str:
     """`validation.md`: what is judged, a summary table, then every cell's kernel table."""
-    lines = [
-        "# Validation against Nsight Compute",
-        "",
-        "One call of each cell profiled under `ncu` (`dram__bytes_read.sum`, "
-        "`dram__bytes_write.sum`, `gpu__time_duration.sum`; `--clock-control none`), after a "
-        "warm-up process filled the compilation cache. Judged: every kernel paired, and kernel "
-        "counts equal once library calls' extra launches (cuDNN padding, cuBLAS split-K "
-        "reductions) and copies run as memcpy (ncu sees kernels only) are counted; DRAM bytes "
-        f"read + written within {BYTES_TOLERANCE:.0%} of the modeled bytes for kernels whose "
-        f"modeled bytes are at least {L2_FACTOR}x the L2 (smaller kernels are listed, not "
-        "judged: their data may stay in L2); ncu's time within "
-        f"{TIME_TOLERANCE:.0%} of the profiler's device time for those judged kernels. The "
-        "whole call's time is listed, not judged: ncu flushes the caches before each kernel, "
-        "so kernels whose data stays in L2 in the run are slower under ncu. A judged kernel "
-        "that misses by at most one L2 of traffic, in the direction of that flush, is "
-        f"explained: {L2_CARRY_OVER}.",
-        "",
-    ]
+    lines = ["# Validation against Nsight Compute", "", _intro(results), ""]
     if command:
         lines += ["```bash", command, "```", ""]
     lines += [
@@ -139,9 +165,37 @@ def render_markdown(results: Sequence[ValidationResult], command: str | None = N
         lines += ["", f"## {result.label}, {result.variant}: {result.verdict}", ""]
         lines += summary_lines(result)
         if result.rows:
-            lines += ["", _md_row(_COLUMNS), _md_row(_align())]
-            lines += [_md_row(kernel_cells(i, r)) for i, r in enumerate(result.rows, 1)]
+            columns, rows = _kernel_table(result)
+            lines += ["", _md_row(columns), _md_row(_align(columns)), *map(_md_row, rows)]
     return "\n".join(lines) + "\n"
+
+
+def _intro(results: Sequence[ValidationResult]) -> str:
+    """validation.md's first paragraph: what was measured and what is judged."""
+    intro = (
+        "One call of each cell profiled under `ncu` (`dram__bytes_read.sum`, "
+        "`dram__bytes_write.sum`, `gpu__time_duration.sum`; `--clock-control none`), after a "
+        "warm-up process filled the compilation cache. Judged: every kernel paired, and kernel "
+        "counts equal once library calls' extra launches (cuDNN padding, cuBLAS split-K "
+        "reductions) and copies run as memcpy (ncu sees kernels only) are counted; DRAM bytes "
+        f"read + written within {BYTES_TOLERANCE:.0%} of the modeled bytes for kernels whose "
+        f"modeled bytes are at least {L2_FACTOR}x the L2 (smaller kernels are listed, not "
+        "judged: their data may stay in L2); ncu's time within "
+        f"{TIME_TOLERANCE:.0%} of the profiler's device time for those judged kernels. The "
+        "whole call's time is listed, not judged: ncu flushes the caches before each kernel, "
+        "so kernels whose data stays in L2 in the run are slower under ncu. A judged kernel "
+        "that misses by at most one L2 of traffic, in the direction of that flush, is "
+        f"explained: {L2_CARRY_OVER}."
+    )
+    if not any(has_detail(r) for r in results):
+        return intro
+    measured = "; ".join(
+        f"{column}: {what} (`{DETAIL_METRICS[field]}`)" for field, (column, what) in _DETAIL.items()
+    )
+    return (
+        f"{intro} With `--detail`, ncu also measured per launch: {measured}. A row of several "
+        "launches shows these for its longest launch."
+    )
 
 
 def write_validation(
@@ -178,8 +232,14 @@ def _summary_row(result: ValidationResult) -> str:
     )
 
 
-def _align() -> list[str]:
-    return ["---:" if c in _NUMERIC or c == 0 else "---" for c in range(len(_COLUMNS))]
+def _numeric(columns: Sequence[str]) -> frozenset[int]:
+    """The right-aligned columns: the numbers from "modeled MB" up to the verdict."""
+    return frozenset(range(_FIRST_NUMERIC, len(columns) - 1))
+
+
+def _align(columns: Sequence[str]) -> list[str]:
+    numeric = _numeric(columns)
+    return ["---:" if c in numeric or c == 0 else "---" for c in range(len(columns))]
 
 
 def _md_row(cells: Sequence[str]) -> str:
