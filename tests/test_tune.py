@@ -567,6 +567,30 @@ def test_the_budget_stops_the_descent_and_ranks_what_it_measured():
     assert result.ranked == (named(space, "unroll=4 while-loop-double-buffering=on"),)
 
 
+def test_gains_each_under_the_margin_are_tried_together():
+    """Double buffering and min-graph-1 each 1.5% faster on unroll 4 (under MOVE_MARGIN, so the
+    descent moves on neither), 3% together: the one combined candidate finds it."""
+    space, _ = synthetic_space()
+
+    def ms(candidate):
+        choices = dict(candidate.choices)
+        unroll = dict(candidate.knobs).get("unroll", 1)
+        small = (choices["while-loop-double-buffering"] == "on") + (
+            choices["command-buffers"] == "min-graph-1"
+        )
+        other = 0.2 * (choices["multi-output-fusion"] == "off") + 0.4 * (
+            choices["command-buffers"] == "off"
+        )
+        return UNROLL_MS[unroll] * (1 - 0.015 * small * (unroll > 1)) + other
+
+    result, evaluate, _, _ = descend(times={c: ms(c) / 1e3 for c in space})
+    both = named(space, "unroll=4 while-loop-double-buffering=on command-buffers=min-graph-1")
+    assert result.ranked[0] == both
+    assert result.last_score(both).time_s == pytest.approx(4.6e-3 * 0.97)
+    # sweep 1 (1 + 5 + 1 + 1 + 2), sweep 2 (all cached), then the combined point: one more
+    assert len({c for c, _ in evaluate.calls}) == 1 + 5 + 1 + 1 + 2 + 1
+
+
 def test_the_descent_never_measures_a_candidate_twice_at_one_effort():
     result, evaluate, _, _ = descend()
     assert len(set(evaluate.calls)) == len(evaluate.calls)

@@ -24,10 +24,10 @@ for target in "$@"; do
         tune cartpole-grid cartpole --size full --knob $unrolls \
             --space while-loop-double-buffering --search grid --no-rerun ;;
     cartpole-wide)  # coordinate descent over a larger space, judged by cartpole-wide-grid
-        tune cartpole-wide cartpole --size full --knob $unrolls \
+        tune cartpole-wide cartpole --size full --knob unroll=1,4,16,32 \
             --space while-loop-double-buffering,command-buffers --budget-s 90 ;;
     cartpole-wide-grid)
-        tune cartpole-wide-grid cartpole --size full --knob $unrolls \
+        tune cartpole-wide-grid cartpole --size full --knob unroll=1,4,16,32 \
             --space while-loop-double-buffering,command-buffers --search grid --no-rerun ;;
     lstm)
         tune lstm lstm --size full --knob $unrolls \
