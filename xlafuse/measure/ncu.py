@@ -18,8 +18,9 @@ slower): `sm_pct`, `sm__throughput.avg.pct_of_peak_sustained_elapsed` (compute t
 peak); `memory_pct`, `gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed` (memory
 throughput, % of peak); `occupancy_pct`, `sm__warps_active.avg.pct_of_peak_sustained_active`
 (achieved occupancy, %); `l2_hit_pct`, `lts__t_sector_hit_rate.pct` (L2 sector hit rate, %);
-`grid_size`, `launch__grid_size` (blocks). Their unit is "%" or none (""); they are read as plain
-numbers into `NcuKernel.detail`, and a launch without them just has fewer (or no) entries.
+`grid_size`, `launch__grid_size` (blocks). Their unit is "%", or none ("") or "block" for the
+grid; they are read as plain numbers into `NcuKernel.detail`, and a launch without them just has
+fewer (or no) entries. On the H200 (ncu of CUDA 13) the grid's unit is none.
 """
 
 from __future__ import annotations
@@ -150,7 +151,7 @@ def parse_ncu_csv(text: str) -> tuple[NcuKernel, ...]:
 
     Raises:
       XlafuseError: no CSV header, a missing column, a launch without one of the three metrics,
-        a unit that is not a byte or time unit (for a detail metric: not "%" or none), or a value
+        a unit that is not a byte or time unit (for a detail metric: not "%", "block" or none), or a value
         that is not a number.
     """
     lines = text.splitlines()
