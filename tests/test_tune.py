@@ -2,6 +2,7 @@
 a fake clock, the numerics and rerun rules, best.toml, and the command on bad input. Never a
 wall-clock time asserted."""
 
+import dataclasses
 import json
 import tomllib
 from pathlib import Path
@@ -356,15 +357,17 @@ def test_a_bad_tune_table_lists_every_problem_where_it_is():
     from xlafuse.experiment.tune.table import parse_tune_table
 
     bad = TABLE.replace('size = "tiny"', 'size = "tinny"').replace("budget_s = 2", "budget_s = 0")
-    bad = bad.replace("rerun = false", 'rerun = "no"\nsearch = "grdi"\nknbos = 1')
+    bad = bad.replace(
+        "rerun = false", 'rerun = "no"\nsearch = "grdi"\nknbos = 1\nfigure = "pipelind"'
+    )
     bad = bad.replace('"while-loop-double-buffering"', '"while-loop-double-bufering"')
     with pytest.raises(XlafuseError) as caught:
         parse_tune_table(tomllib.loads(bad), "cpu")
     lines = str(caught.value).splitlines()
-    assert lines[0] == "6 problems in the config:"
+    assert lines[0] == "7 problems in the config:"
     assert lines[1:] == [
         "  tune.knbos: unknown key (did you mean 'knobs'?); accepted: workload, knobs, space, "
-        "budget_s, search, rerun",
+        "budget_s, search, rerun, figure",
         "  tune.workload.size: unknown size 'tinny' for workload 'cartpole' (did you mean "
         "'tiny'?); accepted: tiny, small, full",
         "  tune.space: unknown option family 'while-loop-double-bufering' (did you mean "
@@ -372,6 +375,7 @@ def test_a_bad_tune_table_lists_every_problem_where_it_is():
         "  tune.budget_s: need a number of seconds above 0, not 0",
         "  tune.search: 'grdi' (did you mean 'grid'?); accepted: descent, halving, grid",
         "  tune.rerun: must be true or false, not 'no'",
+        "  tune.figure: 'pipelind' (did you mean 'pipelined'?); accepted: latency, pipelined",
     ]
 
 
@@ -641,6 +645,44 @@ def test_every_search_is_accepted_by_the_command_line_and_a_table():
         assert parse_tune_table(tomllib.loads(table), "cpu").search == name
     with pytest.raises(XlafuseError, match=r"'descnt' \(did you mean 'descent'\?\); accepted: "):
         parse_tune_table(tomllib.loads(TABLE + 'search = "descnt"\n'), "cpu")
+
+
+def test_the_figure_tuned_for_is_the_user_s_choice_else_the_cell_s_lead(tmp_path, capsys):
+    from xlafuse.cli import tune_cmd
+    from xlafuse.experiment.tune import tuner
+    from xlafuse.experiment.tune.evaluate import ranked_figure
+    from xlafuse.experiment.tune.table import parse_tune_table
+
+    assert tune_cmd.FIGURES == tuner.FIGURES == ("latency", "pipelined")
+    assert ranked_figure(None, False, "gpu") == "latency"  # a forward call on a GPU
+    assert ranked_figure(None, True, "gpu") == ranked_figure(None, False, "cpu") == "pipelined"
+    assert ranked_figure("pipelined", False, "gpu") == "pipelined"
+    assert ranked_figure("latency", True, "cpu") == "latency"
+    table = parse_tune_table(tomllib.loads(TABLE + 'figure = "latency"\n'), "cpu")
+    assert table.target.figure == "latency"
+    assert parse_tune_table(tomllib.loads(TABLE), "cpu").target.figure is None
+    # the real evaluator ranks on it (pipelined on this CPU unless chosen), and the proof's
+    # request and best.toml carry it
+    target = Target("examples/cartpole.py:rollout", {}, {"envs": 8, "steps": 5}, "latency")
+    for chosen, lead in (
+        (target, "latency"),
+        (dataclasses.replace(target, figure=None), "pipelined"),
+    ):
+        evaluate = Evaluator(chosen)
+        assert evaluate(Candidate(()), 1).ok and evaluate.lead == lead
+    lines = []
+    space = enumerate_space({"unroll": (2, 8)}, [])
+    prover = fake_rerun("faster", 2.0)
+    evaluate, _ = fake_evaluate({space[0]: 2.0, space[1]: 1.9, space[2]: 1.0}, FakeClock())
+    result = tune(target, {"unroll": (2, 8)}, [], 100, None, True, lines.append, evaluate, prover)
+    assert prover.spec["figure"] == "latency"
+    assert best_toml(result).splitlines()[1] == (
+        "# tuned for latency time: the run's records hold both speedups"
+    )
+    with pytest.raises(SystemExit) as caught:  # argparse's choices: one line, exit 2
+        main(["tune", "chain", "--figure", "pipelind"])
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert caught.value.code == 2 and err.startswith("xlafuse tune: error: argument --figure: ")
 
 
 def test_the_descent_reads_the_shared_clock(monkeypatch):

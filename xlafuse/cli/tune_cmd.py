@@ -14,6 +14,7 @@ from xlafuse.cli._devices import add_workload_arguments
 USAGE_ERROR = 2
 # `tuner.SEARCHES`, the default first (named here: `xlafuse --help` imports no JAX)
 SEARCHES = ("descent", "halving", "grid")
+FIGURES = ("latency", "pipelined")  # `tuner.FIGURES`
 
 HELP = "search knobs and XLA options for a faster program, and prove it"
 # The proof is a fresh process, which cannot join a jax.distributed run.
@@ -48,6 +49,13 @@ def add_arguments(p) -> None:
         "compiles a few candidates per knob and family, not the whole space; halving: "
         "successive halving within the budget (compiles every candidate); grid: every "
         "candidate measured alike, no budget (to judge a search against)",
+    )
+    p.add_argument(
+        "--figure",
+        choices=FIGURES,
+        help="the time tuned for: latency (one synchronized call) or pipelined (calls back to "
+        "back, as a loop of them runs); default: pipelined for a train step and on a CPU, "
+        "latency for a forward call on a GPU",
     )
     p.add_argument("--out", metavar="DIR", help="write tune.jsonl and best.toml here")
     p.add_argument(
@@ -84,7 +92,7 @@ def run(args) -> int:
     spaces = None if args.space is None else [s for s in args.space.split(",") if s.strip()]
     families = [] if spaces == ["none"] else families_for(jax.default_backend(), spaces)
     tune(
-        Target(cell.name, settings, dict(cell.overrides)),
+        Target(cell.name, settings, dict(cell.overrides), args.figure),
         knobs,
         families,
         args.budget_s,
@@ -170,6 +178,7 @@ def _writes_and_proof(args, out, prove: bool) -> dict:
 # What a [tune] table decides (dest -> its default on the command line).
 _TABLE_OPTIONS = {
     "knob": [], "space": None, "budget_s": 60.0, "search": SEARCHES[0], "no_rerun": False,
+    "figure": None,
     "size": None, "mode": None, "dtype": None, "overrides": None, "devices": 1,
     "parallelism": "data", "only": None, "variants": None, "fresh": False,
 }  # fmt: skip

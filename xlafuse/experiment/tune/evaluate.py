@@ -3,9 +3,8 @@ against the default program's answer, timed untraced.
 
 Each candidate's program is built with its knobs (`models.build`: a zoo override, a user
 FUNCTION's keyword) and compiled with its options once (`compile_workload`); later rounds only
-time it again, longer. The figure ranked is the one a cell leads with (`leading_figure`:
-pipelined for a train step and on a CPU, latency for a forward call on a GPU), untraced:
-tracing changes a launch-bound program.
+time it again, longer. The figure ranked is the one the user chose (`--figure`), else the one
+a cell leads with (`ranked_figure`), untraced: tracing changes a launch-bound program.
 """
 
 from __future__ import annotations
@@ -31,6 +30,15 @@ BASE_TIMING = timing.TimingSettings(
 )
 
 
+def ranked_figure(chosen: str | None, train: bool, backend: str) -> str:
+    """The figure candidates are ranked and proved on: the one chosen (`--figure`, a [tune]
+    table's `figure`: "latency" or "pipelined"), else the one a cell leads with
+    (`timing.leading_figure`: pipelined for a train step and on a CPU, latency for a forward call
+    on a GPU). Pipelined time is what a loop of calls sees (a rollout run back to back), latency
+    what one call waits for."""
+    return chosen or timing.leading_figure(train, backend)
+
+
 @dataclasses.dataclass(frozen=True)
 class Target:
     """What is tuned: a zoo workload or a user program, with its fixed settings.
@@ -39,11 +47,14 @@ class Target:
       name: the workload's name or the entry (`FILE.py:FUNCTION`).
       settings: `models.build`'s other arguments (size, mode, dtype, devices, ...).
       overrides: overrides every candidate has (the knobs come on top).
+      figure: the time it is tuned for, "latency" or "pipelined" (`ranked_figure`); None: the
+        one a cell of it leads with.
     """
 
     name: str
     settings: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     overrides: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    figure: str | None = None
 
     def build(self, candidate: Candidate):
         return models.build(
@@ -93,7 +104,7 @@ class Evaluator:
             compile_s = compiled.compile_s
         work, compiled = self._compiled[candidate]
         train = work.mode == "train"
-        self.lead = timing.leading_figure(train, self.backend)
+        self.lead = ranked_figure(self.target.figure, train, self.backend)
         advance = timing.thread_state if train else timing.same_args
         measured = timing.measure(compiled, work.fresh_args(), self.settings(effort), advance)
         seconds = (

@@ -90,21 +90,23 @@ def _child(folder: str) -> None:
     import jax
 
     from xlafuse.compile.jit import compile_workload
-    from xlafuse.experiment.tune.evaluate import Target
+    from xlafuse.experiment.tune.evaluate import Target, ranked_figure
     from xlafuse.measure import timing
     from xlafuse.models import user
 
     spec = read_request(folder)
     for path in spec.get("imports", ()):
         user.import_target(path)
-    target = Target(spec["target"], spec.get("settings", {}), spec.get("overrides", {}))
+    target = Target(
+        spec["target"], spec.get("settings", {}), spec.get("overrides", {}), spec.get("figure")
+    )
     programs = []
     for key in ("default", "winner"):
         work = target.build(candidate_from(spec[key]))
         programs.append((work, compile_workload(work, candidate_from(spec[key]).variant())))
     (work, default), (_, winner) = programs
     train = work.mode == "train"
-    lead = timing.leading_figure(train, jax.default_backend())
+    lead = ranked_figure(target.figure, train, jax.default_backend())
     advance = timing.thread_state if train else timing.same_args
     settings = timing.TimingSettings(**spec.get("timing", {}))
     own, comparison = timing.measure_pair(

@@ -21,6 +21,9 @@ file) searches, written down so that a tuning can be rerun and reviewed like an 
                                             # successive halving; "grid": every candidate
                                             # alike, no budget
     rerun = true                            # prove the winner in a fresh process
+    figure = "pipelined"                    # optional: the time tuned for, "latency" or
+                                            # "pipelined" (left out: the one a cell of the
+                                            # workload leads with)
 
 The workload table is validated exactly as a `[[workloads]]` table is (`config.parse_config`);
 every problem is reported at once, located under `tune.`.
@@ -38,10 +41,10 @@ from xlafuse.errors import XlafuseError, did_you_mean
 from xlafuse.experiment.config import WorkloadConfig, check_config_file, parse_config
 from xlafuse.experiment.tune.evaluate import Target
 from xlafuse.experiment.tune.space import FAMILIES, Family, families_for
-from xlafuse.experiment.tune.tuner import DEFAULT_SEARCH, SEARCHES
+from xlafuse.experiment.tune.tuner import DEFAULT_SEARCH, FIGURES, SEARCHES
 from xlafuse.models import user
 
-TUNE_KEYS = ("workload", "knobs", "space", "budget_s", "search", "rerun")
+TUNE_KEYS = ("workload", "knobs", "space", "budget_s", "search", "rerun", "figure")
 TOP_KEYS = ("imports", "experiment", "tune")
 EXPERIMENT_KEYS = ("name", "output")
 DEFAULT_BUDGET_S = 60.0
@@ -126,6 +129,7 @@ def parse_tune_table(
     knobs = _knobs(problems, table.get("knobs", {}))
     families = _families(problems, table.get("space"))
     budget_s, search, rerun = _how(problems, table)
+    figure = _figure(problems, table.get("figure"))
     if problems:
         head = f"{source}: " if source else ""
         count, lines = len(problems), "\n".join(f"  {p}" for p in problems)
@@ -135,7 +139,8 @@ def parse_tune_table(
     name = experiment.get("name", "tune")
     output = Path(experiment.get("output", f"results/{name}"))
     imports = tuple(data.get("imports", ()))
-    return TuneTable(_target(workload), knobs, families, budget_s, search, rerun, output, imports)
+    target = dataclasses.replace(_target(workload), figure=figure)
+    return TuneTable(target, knobs, families, budget_s, search, rerun, output, imports)
 
 
 def _how(problems: list[str], table: Mapping[str, Any]) -> tuple[float, str, bool]:
@@ -154,6 +159,17 @@ def _how(problems: list[str], table: Mapping[str, Any]) -> tuple[float, str, boo
     if not isinstance(rerun, bool):
         problems.append(f"tune.rerun: must be true or false, not {rerun!r}")
     return float(budget_s), search, rerun
+
+
+def _figure(problems: list[str], figure: Any) -> str | None:
+    """The `figure` chosen (None where left out), checked."""
+    if figure is None or figure in FIGURES:
+        return figure
+    problems.append(
+        f"tune.figure: {figure!r}{did_you_mean(str(figure), FIGURES)}; accepted: "
+        + ", ".join(FIGURES)
+    )
+    return None
 
 
 def _unknown_keys(problems: list[str], prefix: str, table: Any, accepted: Sequence[str]) -> None:

@@ -24,10 +24,12 @@ from xlafuse.experiment.tune import search as search_lib
 from xlafuse.experiment.tune.evaluate import Evaluator, Target
 from xlafuse.experiment.tune.rerun import Rerun, rerun
 from xlafuse.experiment.tune.space import Candidate, Family, SpaceGrid, enumerate_space, space_grid
+from xlafuse.measure import timing
 from xlafuse.models import user
 
 SEARCHES = ("descent", "halving", "grid")
 DEFAULT_SEARCH = "descent"
+FIGURES = (timing.LATENCY, timing.PIPELINED)  # what `--figure` chooses (`ranked_figure`)
 ORDER_SEED = 0  # the first round's order (`halving_order`): fixed, so a rerun measures alike
 GRID_EFFORT = 8  # each candidate measured as long as in halving's fourth round (1, 2, 4, 8)
 # the descent's finish: its last round (two left) measured as long as the grid measures each
@@ -267,6 +269,7 @@ def _spec(target: Target, default: Candidate, winner: Candidate) -> dict[str, An
         "target": _portable_name(target.name),
         "settings": dict(target.settings),
         "overrides": dict(target.overrides),
+        "figure": target.figure,
         "imports": list(user.imported()),
         "default": default.to_dict(),
         "winner": winner.to_dict(),
@@ -318,8 +321,14 @@ def best_toml(result: TuneResult, folder: Path | None = None) -> str:
     target, best = result.target, result.best or result.space[0]
     winner = best.options()
     variants = '"default"' + (f", {_inline({'name': 'tuned', **winner})}" if winner else "")
+    tuned_for = (
+        [f"# tuned for {target.figure} time: the run's records hold both speedups"]
+        if target.figure
+        else []
+    )
     lines = [
         f"# xlafuse tune: {result.conclusion()}",
+        *tuned_for,
         "#   xlafuse run best.toml",
         "",
         "[experiment]",
