@@ -29,6 +29,10 @@ for target in "$@"; do
     cartpole-wide-grid)
         tune cartpole-wide-grid cartpole --size full --knob unroll=1,4,16,32 \
             --space while-loop-double-buffering,command-buffers --search grid --no-rerun ;;
+    cartpole-pipelined)  # tuned for calls back to back (--figure pipelined)
+        tune cartpole-pipelined cartpole --size full --knob $unrolls \
+            --space while-loop-double-buffering,command-buffers --figure pipelined \
+            --budget-s 120 ;;
     lstm)
         tune lstm lstm --size full --knob $unrolls \
             --space while-loop-double-buffering --budget-s 90 ;;
