@@ -6,6 +6,7 @@ the recorded H200 samples were compiled without it (`"reification_cost":[]`). He
 filled in by `with_estimates` with known values, in the form XLA prints them.
 """
 
+import dataclasses
 import gzip
 import json
 import re
@@ -539,6 +540,15 @@ def test_cells_pool_into_one_table_by_kind_and_one_log_log_plot(tmp_path):
     worst = {"name": "f3", "kind": "kLoop", "model": DEFAULT_MODEL, "predicted_s": 5e-6,
              "measured_s": 1e-5, "error_pct": -50.0, "source_lines": ["m.py:3", "m.py:4"]}  # fmt: skip
     records[1].trace.cost_model["worst"] = [worst]
+    gemm = {"name": "g1", "kind": "kCustom", "model": "m", "predicted_s": 3e-6, "measured_s": 3e-6,
+            "error_pct": 0.0, "source_lines": [], "runs": 2}  # fmt: skip
+    records[0].trace.cost_model["worst"] = [gemm]
+    records[0] = dataclasses.replace(
+        records[0],
+        trace=dataclasses.replace(
+            records[0].trace, kernel_times={"top": [{"name": "g1", "flops": 3e6}]}
+        ),
+    )
     decided = {"decisions": 5, "decided": 4, "agree": 3, "noise": 1}
     records[1].trace.cost_model["decisions"] = decided
     lines = study_section(records)
@@ -555,9 +565,11 @@ def test_cells_pool_into_one_table_by_kind_and_one_log_log_plot(tmp_path):
     assert "| 10 to 100 µs | 1 | 50% | 50% | - | 0.5 | 0.005 | 0.01 |" in lines
     assert not [line for line in lines if line.startswith("| 100 µs or more")]  # empty: left out
     assert (
-        "| chain/forward no-fusion | `f3` | kLoop | gpu-performance-model | 5 | 10 | -50% | m.py:3 +1 |"
-        in lines
+        "| chain/forward no-fusion | `f3` | kLoop | gpu-performance-model | 5 | 10 | -50% | - "
+        "| m.py:3 +1 |" in lines
     )
+    # the rate a prediction implies: the row's FLOPs, else (older records) its traced row's
+    assert "| chain/forward default | `g1` | kCustom | m | 3 | 3 | +0% | 2 | - |" in lines
     assert lines[-2] == (
         "XLA's fusion decisions, 1 cells scored: 5 fusion steps; of the 4 whose measured gain is "
         "outside the noise, the sign of XLA's predicted gain agrees in 3 (75%); 1 within the "
@@ -615,6 +627,15 @@ def test_recorded_block_every_kernel_has_an_estimate_and_the_join_pairs_them_all
     assert (worst["name"], round(worst["predicted_s"] * 1e6), round(worst["measured_s"] * 1e6)) == (
         "fusion.21", 1005, 1883,
     )  # fmt: skip
+    # the rate each prediction implies: the GPU performance model prices the Triton GEMMs'
+    # FLOPs near 64 TFLOP/s (no tensor cores), the speed-of-light model the cuBLAS calls' at
+    # 494-752 TFLOP/s
+    rates = {p.name: p.predicted_flops_per_s / 1e12 for p in join.pairs if p.flops}
+    assert (
+        round(rates["gemm_fusion_dot.9"], 1) == 63.2
+        and round(rates["gemm_fusion_dot.3"], 1) == 63.9
+    )
+    assert round(rates["custom-call.1"]) == 494 and round(rates["cublas-lt-matmul.2"]) == 752
 
 
 def test_inspect_json_carries_each_kernels_estimate_and_its_model(capsys, tmp_path):

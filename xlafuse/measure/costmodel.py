@@ -53,6 +53,7 @@ class KernelCost:
       measured_s: its traced seconds per call.
       source_lines: where in the Python it comes from.
       runs: how many times it runs per call (its computation's runs).
+      flops: its FLOPs per launch from the HLO (`xlafuse.hlo.flops`; None: not countable).
     """
 
     name: str
@@ -62,6 +63,7 @@ class KernelCost:
     measured_s: float
     source_lines: tuple[str, ...] = ()
     runs: int = 1
+    flops: int | None = None
 
     @property
     def ratio(self) -> float | None:
@@ -77,6 +79,12 @@ class KernelCost:
             else None
         )
 
+    @property
+    def predicted_flops_per_s(self) -> float | None:
+        """The FLOP rate the prediction implies: FLOPs per call over the predicted time (for a
+        matmul, to hold against the matmul ceiling); None without a count or a prediction."""
+        return implied_rate(self.flops, self.runs, self.predicted_s)
+
     def to_row(self) -> list[Any]:
         """The compact form a record keeps of every kernel: [name, kind, model, predicted_s,
         measured_s]."""
@@ -86,7 +94,20 @@ class KernelCost:
         """JSON-able form with the ratio and the error."""
         out = dataclasses.asdict(self)
         out["source_lines"] = list(self.source_lines)
-        return {**out, "ratio": self.ratio, "error_pct": self.error_pct}
+        return {
+            **out,
+            "ratio": self.ratio,
+            "error_pct": self.error_pct,
+            "predicted_flops_per_s": self.predicted_flops_per_s,
+        }
+
+
+def implied_rate(flops: int | None, runs: int | None, predicted_s: float) -> float | None:
+    """FLOPs per launch x runs per call over the predicted seconds per call (None without a
+    count or a prediction)."""
+    if not flops or not predicted_s:
+        return None
+    return flops * (runs or 1) / predicted_s
 
 
 @dataclasses.dataclass(frozen=True)
@@ -142,7 +163,7 @@ def join_costs(
         predicted_s = kernel.predicted_us * 1e-6 * runs_of
         pairs.append(
             KernelCost(kernel.name, str(kernel.kind), kernel.predicted_model or "", predicted_s,
-                       traced.time_s, tuple(traced.source_lines), runs_of)
+                       traced.time_s, tuple(traced.source_lines), runs_of, kernel.flops)
         )  # fmt: skip
     pairs.sort(key=lambda p: (-p.measured_s, p.name))
     return CostModelJoin(tuple(pairs), tuple(uncovered))

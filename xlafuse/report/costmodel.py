@@ -11,7 +11,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from xlafuse.measure.costmodel import KernelCost, accuracy, accuracy_by, pairs_of_rows
+from xlafuse.measure.costmodel import (
+    KernelCost,
+    accuracy,
+    accuracy_by,
+    implied_rate,
+    pairs_of_rows,
+)
 from xlafuse.report.figure import new_figure, save
 from xlafuse.report.format import markdown_table
 from xlafuse.results.records import CellResult
@@ -30,7 +36,9 @@ INTRO = (
     "XLA's estimate of each kernel (`xla_gpu_collect_cost_model_stats`, from a second compile "
     "of the cell's program; see docs/cost-model.md) beside its traced time per call. Error = "
     "(predicted - measured) / measured; Spearman's rank correlation says whether the model "
-    "orders the kernels as the GPU does."
+    'orders the kernels as the GPU does. "TFLOP/s predicted": the kernel\'s FLOPs over its '
+    "predicted time, the rate the estimate implies (for a matmul, to hold against the matmul "
+    "ceiling)."
 )
 
 
@@ -48,7 +56,7 @@ def cost_model_section(group: Sequence[CellResult]) -> list[str]:
         lines += _models_note(r.variant, cost.get("by_model") or {})
         if cost.get("worst"):
             lines += ["", f"{r.variant}: the {len(cost['worst'])} largest mispredictions", ""]
-            lines += worst_table(cost["worst"])
+            lines += worst_table(worst_rows(r))
         if cost.get("decisions"):
             lines += ["", *decisions_lines(cost["decisions"])]
     return [*lines, ""]
@@ -100,16 +108,33 @@ def _models_note(variant: str, models: Mapping[str, Mapping[str, Any]]) -> list[
     ]
 
 
+def worst_rows(record: CellResult) -> list[dict[str, Any]]:
+    """A cell's largest mispredictions, each with its FLOPs per launch where known: the row's
+    own, else (records before `KernelCost.flops`) its traced kernel row's, where it is among the
+    cell's top kernels."""
+    times = record.trace.kernel_times or {}
+    known = {
+        k["name"]: k.get("flops") for key in ("top", "headroom_top") for k in times.get(key) or ()
+    }
+    return [
+        {**k, "flops": k.get("flops") or known.get(k["name"])}
+        for k in record.trace.cost_model.get("worst") or ()
+    ]
+
+
 def worst_table(rows: Sequence[Mapping[str, Any]], cells: Sequence[str] = ()) -> list[str]:
     """The largest mispredictions: most µs per call between predicted and measured (`cells`:
     each row's cell, a first column, where rows of several cells are pooled)."""
-    columns = ("kernel", "kind", "model", "predicted µs", "measured µs", "error", "source")
+    columns = ("kernel", "kind", "model", "predicted µs", "measured µs", "error",
+               "TFLOP/s predicted", "source")  # fmt: skip
     return markdown_table(
         (*(("cell",) if cells else ()), *columns),
         [
             (*cells[i : i + 1], f"`{k['name']}`", k["kind"], k["model"],
              f"{k['predicted_s'] * 1e6:.4g}", f"{k['measured_s'] * 1e6:.4g}",
-             _pct(k["error_pct"], signed=True), _first(k["source_lines"]))
+             _pct(k["error_pct"], signed=True),
+             _num(implied_rate(k.get("flops"), k.get("runs"), k["predicted_s"]), 1e-12, ".3g"),
+             _first(k["source_lines"]))
             for i, k in enumerate(rows[:ROWS])
         ],
     )  # fmt: skip
@@ -237,7 +262,7 @@ def _pooled_table(head: str, by: Mapping[str, Any]) -> list[str]:
 
 def _pooled_worst(cells: Sequence[CellResult]) -> list[str]:
     """The largest mispredictions of all cells (each cell keeps its own largest)."""
-    rows = [(r, k) for r in cells for k in r.trace.cost_model.get("worst") or ()]
+    rows = [(r, k) for r in cells for k in worst_rows(r)]
     rows.sort(key=lambda rk: -abs(rk[1]["predicted_s"] - rk[1]["measured_s"]))
     if not rows:
         return []
