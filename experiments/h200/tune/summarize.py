@@ -67,31 +67,40 @@ def targets_table(root: Path) -> list[str]:
     return rows
 
 
+def searches_of(root: Path, grid: Path) -> list[Path]:
+    """The searches judged by `grid` (`<target>-grid/`): `<target>/` and its later runs
+    `<target>-N/`."""
+    target = grid.name.removesuffix("-grid")
+    named = [root / target, *sorted(root.glob(f"{target}-[0-9]*"))]
+    return [p for p in named if (p / "tune.jsonl").exists()]
+
+
 def grid_lines(root: Path) -> list[str]:
     out = []
     for grid in sorted(root.glob("*-grid")):
-        search = root / grid.name.removesuffix("-grid")
-        if not (search / "tune.jsonl").exists():
-            continue
-        grid_trials, grid_summary = read(grid)
-        _, search_summary = read(search)
-        times = {
-            json.dumps(t["candidate"], sort_keys=True): t["time_s"]
-            for t in grid_trials
-            if t["time_s"]
-        }
-        best_key = min(times, key=times.get)
-        winner_key = json.dumps(search_summary["best"], sort_keys=True)
-        ratio = times[winner_key] / times[best_key]
-        out.append(
-            f"- {search.name}: the search's fastest ({name(search_summary['best'])}) is "
-            f"{(ratio - 1) * 100:.1f}% slower than the grid's best ({name(json.loads(best_key))}) "
-            f"on the grid's measurements ({times[winner_key] * 1e3:.3g} vs "
-            f"{times[best_key] * 1e3:.3g} ms); search {search_summary['search_s']:.0f} s, grid "
-            f"{grid_summary['search_s']:.0f} s ({search_summary['search_s'] / grid_summary['search_s']:.2f} "
-            "of it)."
-        )
+        for search in searches_of(root, grid):
+            out.append(grid_line(grid, search))
     return out
+
+
+def grid_line(grid: Path, search: Path) -> str:
+    """The search's fastest against the grid's best, on the grid's measurements."""
+    grid_trials, grid_summary = read(grid)
+    _, search_summary = read(search)
+    times = {
+        json.dumps(t["candidate"], sort_keys=True): t["time_s"] for t in grid_trials if t["time_s"]
+    }
+    best_key = min(times, key=times.get)
+    winner_key = json.dumps(search_summary["best"], sort_keys=True)
+    ratio = times[winner_key] / times[best_key]
+    share = search_summary["search_s"] / grid_summary["search_s"]
+    return (
+        f"- {search.name}: the search's fastest ({name(search_summary['best'])}) is "
+        f"{(ratio - 1) * 100:.1f}% slower than the grid's best ({name(json.loads(best_key))}) "
+        f"on the grid's measurements ({times[winner_key] * 1e3:.3g} vs "
+        f"{times[best_key] * 1e3:.3g} ms); search {search_summary['search_s']:.0f} s, grid "
+        f"{grid_summary['search_s']:.0f} s ({share:.2f} of it)."
+    )
 
 
 def main() -> None:
