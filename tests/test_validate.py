@@ -469,6 +469,19 @@ def test_validate_one_gib_chain_on_the_gpu(variant, kernels, tmp_path):
     assert result.ok, format_text([result])
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(shutil.which("ncu") is None, reason="needs Nsight Compute (ncu) on PATH")
+def test_validate_detail_says_the_fused_chain_is_memory_bound_on_the_gpu(tmp_path):
+    from xlafuse.measure.ncu import DETAIL_METRICS
+
+    result = validate_run.validate_cell(CHAIN, "default", cache_dir=tmp_path / "cache", detail=True)
+    (row,) = result.rows
+    assert set(row.detail) == set(DETAIL_METRICS), format_text([result])
+    assert 50 < row.detail["memory_pct"] <= 100 and row.detail["sm_pct"] < row.detail["memory_pct"]
+    assert all(0 <= row.detail[f] <= 100 for f in ("sm_pct", "occupancy_pct", "l2_hit_pct"))
+    assert row.detail["grid_size"] >= 1 and result.ok
+
+
 def test_child_errors_name_the_exception_not_jax_notes():
     stderr = (
         "Traceback (most recent call last):\n  File x\nValueError: cols must be positive\n"
