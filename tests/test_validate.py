@@ -21,7 +21,7 @@ from xlafuse.cli import main
 from xlafuse.compile.protocol import error_line
 from xlafuse.errors import XlafuseError
 from xlafuse.measure import validate, validate_child, validate_run
-from xlafuse.measure.ncu import NCU_FLAGS, ncu_command, parse_ncu_csv, to_bytes, to_seconds
+from xlafuse.measure.ncu import ncu_command, ncu_flags, parse_ncu_csv, to_bytes, to_seconds
 from xlafuse.measure.validate import (
     ModeledKernel,
     base_name,
@@ -331,7 +331,7 @@ def test_ncu_command_profiles_only_the_marked_range():
     argv = ncu_command("/opt/ncu", ["python", "-m", "child"])
     assert argv[:3] == ["/opt/ncu", "--profile-from-start", "off"]
     assert argv[-3:] == ["python", "-m", "child"]
-    assert "dram__bytes_read.sum,dram__bytes_write.sum,gpu__time_duration.sum" in NCU_FLAGS
+    assert "dram__bytes_read.sum,dram__bytes_write.sum,gpu__time_duration.sum" in ncu_flags()
 
 
 def test_markdown_and_json_carry_the_figures(tmp_path):

@@ -61,8 +61,6 @@ def ncu_flags(detail: bool = False) -> tuple[str, ...]:
     )  # fmt: skip
 
 
-NCU_FLAGS = ncu_flags()
-
 _BYTE_UNITS = {"byte": 1, "Kbyte": 10**3, "Mbyte": 10**6, "Gbyte": 10**9, "Tbyte": 10**12}
 _BYTE_UNITS |= {"Kibyte": 2**10, "Mibyte": 2**20, "Gibyte": 2**30, "Tibyte": 2**40}
 _SECOND_UNITS = {
