@@ -366,6 +366,30 @@ def test_a_gemm_heavy_train_step_is_attributed_launch_by_launch(variant, library
     assert {k.launches_per_call for k in library} == {1.0, 2.0}  # a Memset before some GEMMs
 
 
+RESNET50_TRAIN = Path(__file__).parent / "data" / "trace-resnet50-train"
+
+
+@pytest.mark.parametrize(("variant", "kernels", "cublas"), [("default", 1114, 0),
+                                                           ("no-gemm-fusion", 1111, 3)])  # fmt: skip
+def test_a_convolution_heavy_train_step_is_attributed_launch_by_launch(variant, kernels, cublas):
+    # ResNet-50 full train (batch 64) on the H200 (jax 0.11.2), 2 calls traced: 158 cuDNN calls
+    # (forward, backward filter and input, bias+activation) whose engines' kernel names say
+    # nothing of the HLO; each found from the event's own `hlo_op`. Nothing is left.
+    payload = json.loads(
+        gzip.decompress((RESNET50_TRAIN / f"{variant}.events.json.gz").read_bytes())
+    )
+    text = gzip.decompress((RESNET50_TRAIN / f"{variant}.hlo.txt.gz").read_bytes()).decode()
+    report = analyze_hlo(text)
+    events = [Event(*e) for e in payload["events"]]
+    times = join_trace(report, events, payload["calls"])
+    assert (len(report.kernel_details), times.unattributed) == (kernels, ())
+    assert all(k.launches_per_call >= 1 for k in times.kernels)
+    cudnn = [k for k in report.kernel_details if k.name.startswith("cudnn-conv")]
+    assert len(cudnn) == 158 and report.custom_calls == 158 + cublas
+    by_name = {k.name: k for k in times.kernels}
+    assert all(by_name[k.name].time_s > 0 for k in cudnn)
+
+
 def test_a_train_step_without_fusion_is_aligned_launch_by_launch():
     # GPT-2 full train under no-fusion: 5,463 launches per call against 5,293 kernels, a table
     # past the old 20 M-cell bound (1.5% of the time, two cuBLAS GEMMs, went unattributed); a

@@ -63,6 +63,43 @@ def test_gpt2_train_diff_leaves_no_dot_alone(gpt2_train, b):
     assert sum(g.bytes_delta for g in diff.groups) == diff.modeled_bytes_delta
 
 
+RESNET50_TRAIN = Path(__file__).parent / "data" / "trace-resnet50-train"
+
+
+@pytest.fixture(scope="module")
+def resnet50_train():
+    """(text, module) of the unoptimized ResNet-50 full train step and of two compilations."""
+    out = {}
+    for name in ("unoptimized", "default", "no-gemm-fusion"):
+        text = gzip.decompress((RESNET50_TRAIN / f"{name}.hlo.txt.gz").read_bytes()).decode()
+        out[name] = (text, parse_hlo(text))
+    return out
+
+
+def test_resnet50_train_follows_every_convolution_into_a_cudnn_call(resnet50_train):
+    # What stays lost (under 4%) is the batch norms' and the optimizer's arithmetic that XLA
+    # rewrote across several kernels: 99 add, 98 divide, 98 multiply.
+    ref_text, ref = resnet50_train["unoptimized"]
+    texts = {n: resnet50_train[n][0] for n in ("default", "no-gemm-fusion")}
+    for name in texts:
+        lineage = trace_module(ref, resnet50_train[name][1], ref_text, texts[name])
+        assert lineage.counts() == {"kernel": 7360, "outside": 427, "lost": 311}
+        lost = lineage.lost_by_opcode()
+        assert "convolution" not in lost and "dot" not in lost
+        assert max(n for op, n in lost.items() if op not in LAYOUT_ONLY) == 99
+        besides_layout = sum(n for op, n in lost.items() if op not in LAYOUT_ONLY)
+        assert besides_layout == 310 and besides_layout / len(lineage.traces) < 0.05
+        convolutions = [t for t in lineage.traces if t.opcode == "convolution"]
+        # 158 convolutions (forward, and the gradients by filter and by input), each its own
+        # cuDNN call
+        assert len({t.kernel for t in convolutions}) == len(convolutions) == 158
+        assert all(t.kernel.startswith("cudnn-conv") for t in convolutions)
+    diff = diff_modules(resnet50_train["default"][1], resnet50_train["no-gemm-fusion"][1],
+                        ("default", "no-gemm-fusion"), ref, (ref_text, *texts.values()))  # fmt: skip
+    assert diff.unlinked_dots == ()
+    assert all(g.kernels_a and g.kernels_b for g in diff.groups)  # nothing on one side alone
+
+
 def test_the_lost_summary_gives_each_opcode_its_share():
     lost = {"reshape": 312, "broadcast": 208, "divide": 1}
     assert lost_summary(lost, 6883, limit=2) == (
