@@ -15,10 +15,14 @@ budget is spent; a candidate is measured once at that effort (a cache). A sweep 
 most the sum of the axes' sizes, not their product: 6 + 2 + 2 + 3 points of a 6x2x2x3 space,
 of which 6 + 1 + 1 + 2 new. A short successive halving over the `FINALISTS` fastest seen then
 measures them longer, so the ranking ends on long measurements as halving's does. Before it,
-one candidate more: every axis at the fastest value of its last line, where that is not the
-descent's point. Gains each under the margin may add up (measured on cartpole on the H200:
-double buffering and a minimum command-buffer size of 1, each about 2% alone on top of unroll 4,
-were best together, and a descent that moved on neither did not try them together). Its limit: it
+the near ties are combined: on each axis's last line, the values within `MOVE_MARGIN` of the
+line's fastest (at most `TIES_PER_AXIS`), and every point of their product not measured yet, at
+most `COMBINED` of them, those with the most axes at their line's fastest first. Gains each
+under the margin may add up, and a short measurement may rank two near-equal values either way
+(measured on cartpole on the H200: double buffering and a minimum command-buffer size of 1, each
+within 2% of unroll 4 alone, were best together; a descent that moved on neither did not try
+them together, and taking only each line's fastest value missed it when double buffering
+measured 1% slower alone). Its limit: it
 follows one axis at a time, so an optimum that is only faster with two axes changed together
 (each change alone slower) is missed; `grid` finds it, at the whole space's cost.
 
@@ -31,6 +35,7 @@ fake clock.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -43,6 +48,8 @@ DESCENT_EFFORT = 1  # every point of the descent measured as long as halving's f
 # still ranked in the finish if it is among the fastest seen.
 MOVE_MARGIN = 0.02
 FINALISTS = 4  # the fastest candidates of the descent that the finish measures longer
+TIES_PER_AXIS = 2  # the values of an axis's last line that its near ties may combine
+COMBINED = 4  # new candidates the combination of near ties measures, at most
 FINISH_EFFORT = 4  # the finish's first round (then `eta` times more: 8, the grid's, for two)
 
 
@@ -252,7 +259,7 @@ class _Walk:
         self.trials: list[Trial] = []
         self.sweep = 0
         self.spent = False
-        self.fastest: dict[int, Any] = {}  # axis -> the fastest value of its last line
+        self.ties: dict[int, tuple] = {}  # axis -> the near ties of its last line, fastest first
 
     def elapsed(self) -> float:
         return self.deadline.clock() - self.deadline.start
@@ -296,11 +303,17 @@ def _descend(space, walk: _Walk, keep) -> tuple:
 
 
 def _combine(space, walk: _Walk, point: tuple) -> None:
-    """Measures the point with every axis at the fastest value of its last line, where that is
-    not `point` (small gains that the margin passed over may add up); one candidate at most."""
-    combined = tuple(walk.fastest.get(axis, value) for axis, value in enumerate(point))
-    if combined != point and not walk.spent:
-        walk.score(space.candidate(combined))
+    """Measures the points of the product of each axis's near ties (`walk.ties`; `point`'s
+    value where an axis has none) not measured yet: at most `COMBINED`, those with the most axes
+    at their line's fastest value first (small gains that the margin passed over may add up)."""
+    choices = [walk.ties.get(axis, (value,)) for axis, value in enumerate(point)]
+    product = itertools.product(*(range(len(values)) for values in choices))
+    ranks = sorted(product, key=sum)  # 0: the line's fastest value
+    points = [tuple(values[i] for values, i in zip(choices, rank, strict=True)) for rank in ranks]
+    new = [p for p in points if space.candidate(p) not in walk.scores][:COMBINED]
+    for combined in new:
+        if walk.score(space.candidate(combined)) is None:
+            return
 
 
 def _best_on_line(space, walk: _Walk, point: tuple, axis: int) -> tuple:
@@ -310,7 +323,10 @@ def _best_on_line(space, walk: _Walk, point: tuple, axis: int) -> tuple:
     for other in line:
         if walk.score(space.candidate(other)) is None:
             break
-    fastest = min(line, key=lambda p: walk.time(space.candidate(p)))
-    walk.fastest[axis] = fastest[axis]
+    ordered = sorted(line, key=lambda p: walk.time(space.candidate(p)))
+    fastest = ordered[0]
+    near = walk.time(space.candidate(fastest)) * (1 + MOVE_MARGIN)
+    ties = [p[axis] for p in ordered if walk.time(space.candidate(p)) <= near < math.inf]
+    walk.ties[axis] = tuple(ties[:TIES_PER_AXIS]) or (fastest[axis],)
     current_s = walk.time(space.candidate(point))
     return fastest if walk.time(space.candidate(fastest)) < current_s * (1 - MOVE_MARGIN) else point
