@@ -621,3 +621,43 @@ ENTRY %main (x: f32[8,1,16]) -> f32[128] {
     by = trace(ref, opt)
     assert (by["r"].how, by["r"].optimized) == ("view", ("e.1",))
     assert (by["t"].how, by["t"].optimized) == ("structure", ("t.1",))
+
+
+def test_a_subtraction_of_a_constant_is_the_addition_xla_makes_of_it():
+    # The 1 GiB chain's `x - 0.0005`, twice on one source line: XLA adds -0.0005 instead, and
+    # the last one is the program's output (before this rule: both lost, with their constant)
+    ref = """HloModule m
+
+ENTRY %main (x: f32[64]) -> f32[64] {
+  %x = f32[64]{0} parameter(0)
+  %t = f32[64]{0} tanh(%x)
+  %c = f32[] constant(0.0005)
+  %b = f32[64]{0} broadcast(%c), dimensions={}
+  %sub.1 = f32[64]{0} subtract(%t, %b), metadata={op_name="jit(f)/sub" source_file="f.py" source_line=3}
+  %e = f32[64]{0} exponential(%sub.1)
+  ROOT %sub.2 = f32[64]{0} subtract(%e, %b), metadata={op_name="jit(f)/sub" source_file="f.py" source_line=3}
+}
+"""
+    opt = """HloModule m
+
+%fused (p: f32[64]) -> f32[64] {
+  %p = f32[64]{0} parameter(0)
+  %t.1 = f32[64]{0} tanh(%p)
+  %c.1 = f32[] constant(-0.0005)
+  %b.1 = f32[64]{0} broadcast(%c.1), dimensions={}
+  %add.3 = f32[64]{0} add(%t.1, %b.1), metadata={op_name="jit(f)/sub" source_file="f.py" source_line=3}
+  %e.1 = f32[64]{0} exponential(%add.3)
+  ROOT %add.4 = f32[64]{0} add(%e.1, %b.1), metadata={op_name="jit(f)/sub" source_file="f.py" source_line=3}
+}
+
+ENTRY %main (x: f32[64]) -> f32[64] {
+  %x = f32[64]{0} parameter(0)
+  ROOT %loop_fusion = f32[64]{0} fusion(%x), kind=kLoop, calls=%fused
+}
+"""
+    by = trace(ref, opt)
+    assert [(by[n].optimized, by[n].how) for n in ("sub.1", "sub.2")] == [
+        (("add.3",), "neighbours"),
+        (("add.4",), "neighbours"),
+    ]
+    assert (by["b"].kernel, by["e"].optimized) == ("loop_fusion", ("e.1",))

@@ -69,7 +69,8 @@ An opcode here is the instruction's `kind`: a library call is the instruction it
 cuBLAS/cuBLASLt GEMM custom-call a `dot`, a cuDNN convolution custom-call a `convolution`), its
 value its result (the first element of its (result, workspace) tuple), its data operands the
 first two, each taken through the transposes XLA added to lay it out; and a division by a
-constant is the multiplication by its inverse XLA makes of it. So a dot that one compilation
+constant is the multiplication by its inverse XLA makes of it (a subtraction of a constant, the
+addition of its negation). So a dot that one compilation
 runs in a Triton GEMM fusion and another as a cuBLAS call is identified in both (by steps 2 to
 6: the call's attributes differ from the dot's, so never by structure). An identified value is
 identified in every kernel that computes it again (XLA duplicates cheap ops into each consumer).
@@ -142,6 +143,8 @@ _NEUTRAL = {
     "maximum": "-inf", "minimum": "inf", "add": "0", "subtract": "0", "multiply": "1",
     "divide": "1", "and": "true", "or": "false",
 }  # fmt: skip
+# An op of a constant second operand, as XLA's simplifier rewrites it (`_Graph.kind`)
+_BY_A_CONSTANT = {"divide": "multiply", "subtract": "add"}
 _ORDERED = frozenset({"dot", "convolution"})  # identified by order as a last resort (`_by_order`)
 
 Key = tuple[str, str]  # (computation, instruction)
@@ -740,12 +743,14 @@ class _Graph:
 
     def kind(self, key: Key) -> str:
         """`kind` of the instruction, with a division by a constant counted as the
-        multiplication XLA rewrites it into (`x / broadcast(c)` -> `x * broadcast(1 / c)`)."""
+        multiplication XLA rewrites it into (`x / broadcast(c)` -> `x * broadcast(1 / c)`), and a
+        subtraction of a constant as the addition (`x - c` -> `x + (-c)`)."""
         instr = self.instr[key]
-        if instr.opcode == "divide" and len(self.operands[key]) == 2:
-            divisor = self.source(self.operands[key][1])
-            if self.instr[divisor].opcode == "constant" or _constant_broadcast(self, divisor):
-                return "multiply"
+        rewritten = _BY_A_CONSTANT.get(instr.opcode)
+        if rewritten is not None and len(self.operands[key]) == 2:
+            other = self.source(self.operands[key][1])
+            if self.instr[other].opcode == "constant" or _constant_broadcast(self, other):
+                return rewritten
         return kind(instr)
 
     def value_name(self, key: Key, matched: Mapping[Key, set[Key]]) -> tuple[str, ...]:
