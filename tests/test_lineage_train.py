@@ -661,3 +661,63 @@ ENTRY %main (x: f32[64]) -> f32[64] {
         (("add.4",), "neighbours"),
     ]
     assert (by["b"].kernel, by["e"].optimized) == ("loop_fusion", ("e.1",))
+
+
+def test_a_broadcast_of_a_reshape_adding_ones_is_the_one_broadcast_xla_makes():
+    # GPT-2's causal mask: broadcast to every head, then reshaped for `jnp.where`; XLA makes one
+    # broadcast of the mask (before this rule: a softmax of every layer lost on the CPU and
+    # under no-fusion, 164 of GPT-2 small forward's 1,588 instructions)
+    ref = """HloModule m
+
+ENTRY %main (m: pred[4,4], x: f32[1,1,3,4,4]) -> f32[1,1,3,4] {
+  %m = pred[4,4]{1,0} parameter(0)
+  %x = f32[1,1,3,4,4]{4,3,2,1,0} parameter(1)
+  %a = pred[1,4,4]{2,1,0} reshape(%m)
+  %heads = pred[1,3,4,4]{3,2,1,0} broadcast(%a), dimensions={0,2,3}
+  %r = pred[1,1,3,4,4]{4,3,2,1,0} reshape(%heads)
+  %low = f32[] constant(-1e+30)
+  %lows = f32[1,1,3,4,4]{4,3,2,1,0} broadcast(%low), dimensions={}
+  %sel = f32[1,1,3,4,4]{4,3,2,1,0} select(%r, %x, %lows)
+  %e = f32[1,1,3,4,4]{4,3,2,1,0} exponential(%sel)
+  %zero = f32[] constant(0)
+  ROOT %sum = f32[1,1,3,4]{3,2,1,0} reduce(%e, %zero), dimensions={4}, to_apply=%add
+}
+
+%add (p: f32[], q: f32[]) -> f32[] {
+  %p = f32[] parameter(0)
+  %q = f32[] parameter(1)
+  ROOT %s = f32[] add(%p, %q)
+}
+"""
+    opt = """HloModule m
+
+%add (p: f32[], q: f32[]) -> f32[] {
+  %p = f32[] parameter(0)
+  %q = f32[] parameter(1)
+  ROOT %s = f32[] add(%p, %q)
+}
+
+%fused (fm: pred[4,4], fx: f32[1,1,3,4,4]) -> f32[1,1,3,4] {
+  %fm = pred[4,4]{1,0} parameter(0)
+  %fx = f32[1,1,3,4,4]{4,3,2,1,0} parameter(1)
+  %bc = pred[1,1,3,4,4]{4,3,2,1,0} broadcast(%fm), dimensions={3,4}
+  %low.1 = f32[] constant(-1e+30)
+  %lows.1 = f32[1,1,3,4,4]{4,3,2,1,0} broadcast(%low.1), dimensions={}
+  %select.3 = f32[1,1,3,4,4]{4,3,2,1,0} select(%bc, %fx, %lows.1)
+  %exp.3 = f32[1,1,3,4,4]{4,3,2,1,0} exponential(%select.3)
+  %zero.1 = f32[] constant(0)
+  ROOT %reduce.3 = f32[1,1,3,4]{3,2,1,0} reduce(%exp.3, %zero.1), dimensions={4}, to_apply=%add
+}
+
+ENTRY %main (m: pred[4,4], x: f32[1,1,3,4,4]) -> f32[1,1,3,4] {
+  %m = pred[4,4]{1,0} parameter(0)
+  %x = f32[1,1,3,4,4]{4,3,2,1,0} parameter(1)
+  ROOT %input_reduce_fusion = f32[1,1,3,4]{3,2,1,0} fusion(%m, %x), kind=kInput, calls=%fused
+}
+"""
+    by = trace(ref, opt)
+    assert [(by[n].optimized, by[n].how) for n in ("heads", "sel", "sum")] == [
+        (("bc",), "structure"),
+        (("select.3",), "structure"),
+        (("reduce.3",), "structure"),
+    ]

@@ -31,6 +31,9 @@ How an optimized instruction is identified with a reference one (`Trace.how`), i
    * a precision round trip, f32 -> bf16 -> f32, which XLA drops where it may keep excess
      precision: the second convert is `x`, and so is the first when nothing else reads it;
    * a broadcast of an iota is the iota of the broadcast shape along the dimension it maps to;
+   * a broadcast is numbered without the dimensions of size 1 of its operand and result, so
+     `broadcast(reshape(x))` where the reshape only adds or drops such dimensions is the one
+     broadcast of `x` XLA makes of it;
    * a reduce of a transpose is the reduce of the value under it over the dimensions they
      were, when the dimensions kept stay in order (XLA folds the transpose in, and its CSE may
      then keep one of two such reduces: the other is identified with it, below);
@@ -518,6 +521,8 @@ class _Graph:
             vn, src = self._value(same), self.src.get(same, same)
         elif (iota := self._broadcast_iota(instr, operands)) is not None:
             vn, src = self._intern(iota), key
+        elif (placed := self._squeezed_broadcast(instr, operands)) is not None:
+            vn, src = self._intern(placed), key
         else:
             attrs = self._attrs.get(key)
             if attrs is None:
@@ -605,6 +610,28 @@ class _Graph:
         if dims is None or len(dims) != len(under.shape.dims) or not axis or axis[0] >= len(dims):
             return None
         return ("iota", _shape_sig(instr.shape), (("iota_dimension", str(dims[axis[0]])),), ())
+
+    def _squeezed_broadcast(self, instr: Instruction, operands: tuple[Key, ...]) -> tuple | None:
+        """A broadcast numbered without the dimensions of size 1 of its operand and result:
+        where each of the operand's other dimensions goes among the result's other dimensions
+        (XLA's simplifier merges `broadcast(reshape(x))` into one broadcast of `x` when the
+        reshape only adds or drops dimensions of size 1, as a mask broadcast to every head
+        and then reshaped for `jnp.where`). Its value item, else None."""
+        if instr.opcode != "broadcast" or len(operands) != 1 or instr.shape.is_tuple:
+            return None
+        operand = self._shape(operands[0])
+        dims = _int_list(instr.attr("dimensions"))
+        if operand is None or operand.is_tuple or dims is None or len(dims) != len(operand.dims):
+            return None
+        if operand.num_elements == 1:
+            return None  # a scalar's broadcast: numbered by its element count
+        result = instr.shape.dims
+        if any(d >= len(result) for d in dims):
+            return None
+        kept = [i for i, d in enumerate(result) if d != 1]
+        placed = tuple(kept.index(dims[i]) for i, d in enumerate(operand.dims) if d != 1)
+        value = self._value(operands[0])
+        return ("broadcast", instr.shape.dtype, _squeezed(instr.shape), placed, value)
 
     def _reduce_transposed(self, instr: Instruction, operands: tuple[Key, ...]):
         """A reduce of a transpose is the reduce of the value under it over the dimensions
