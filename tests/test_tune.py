@@ -56,8 +56,14 @@ def test_the_space_is_every_combination_with_the_default_first():
 
 
 def test_families_apply_where_they_exist():
-    assert families_for("cpu") == []
-    assert [f.name for f in families_for("gpu")] == list(FAMILIES)
+    assert [f.name for f in families_for("cpu")] == ["fusion"]
+    assert [f.name for f in families_for("gpu")] == [n for n in FAMILIES if n != "fusion"]
+    # the CPU's fusion off is the no-fusion variant's passes, validated as variants are
+    (off,) = [c for c in enumerate_space({}, families_for("cpu")) if c.name == "fusion=off"]
+    assert off.options() == {"xla_disable_hlo_passes": "fusion,dot-library-rewriter"}
+    off.variant().compiler_options("cpu")
+    with pytest.raises(UnknownNameError, match="'fusion' applies on cpu only, not on this gpu"):
+        families_for("gpu", ["fusion"])
     with pytest.raises(UnknownNameError, match="unknown option family 'gemm'; accepted: "):
         families_for("gpu", ["gemm"])
     with pytest.raises(UnknownNameError, match="applies on gpu only, not on this cpu"):
@@ -305,7 +311,8 @@ def test_the_rerun_times_both_programs_in_a_fresh_process():
 
 def test_a_sharded_target_is_tuned_with_its_host_devices(capfd):
     # On a CPU, N devices are N host devices: the command runs itself again with them.
-    code = main(["tune", "mlp", "--devices", "2", "--budget-s", "5", "--no-rerun"])
+    code = main(["tune", "mlp", "--devices", "2", "--space", "none", "--budget-s", "5",
+                 "--no-rerun"])  # fmt: skip
     out, _ = capfd.readouterr()
     assert code == 0 and "nothing beats the default program: it ranked first" in out
 
@@ -752,6 +759,6 @@ def test_the_descent_reads_the_shared_clock(monkeypatch):
 def test_a_descent_tune_from_the_command_line(capsys):
     code, out, err = run(capsys, "tune", "examples/cartpole.py:rollout", "--overrides",
                          "envs=8,steps=5", "--knob", "unroll=1,5", "--search", "descent",
-                         "--budget-s", "60", "--no-rerun")  # fmt: skip
+                         "--space", "none", "--budget-s", "60", "--no-rerun")  # fmt: skip
     assert (code, err) == (0, "")
     assert out.splitlines()[0] == "tune: 2 candidates, budget 60 s"

@@ -37,7 +37,8 @@ def add_arguments(p) -> None:
         metavar="FAMILY[,FAMILY]",
         help="XLA option families to search (default: all that apply on this backend; "
         "'none' for the knobs alone): gemm-fusion, autotune, while-loop-double-buffering, "
-        "while-loop-unrolling, command-buffers, multi-output-fusion (all on a GPU)",
+        "while-loop-unrolling, command-buffers, multi-output-fusion (on a GPU); fusion (on a "
+        "CPU)",
     )
     p.add_argument("--budget-s", type=float, default=60.0, help="search time in seconds (60)")
     p.add_argument(

@@ -1,6 +1,7 @@
 """What `xlafuse tune` searches: XLA option families and the target's own knobs, combined.
 
-The families are options of XLA's GPU compiler; on a CPU, tune searches the knobs alone.
+The families are options of XLA's GPU compiler, and on a CPU whether XLA fuses at all (the
+`no-fusion` variant's passes): the decisions that matter for fusion and launches there.
 
 A family is one kind of decision XLA makes about fusion or launches, with its choices; the
 first choice of each is XLA's default. A knob is an override of a zoo workload or a keyword
@@ -61,6 +62,10 @@ FAMILIES: Mapping[str, Family] = MappingProxyType({f.name: f for f in (
             "min-graph-1": {"xla_gpu_graph_min_graph_size": 1}}),
     Family("multi-output-fusion", "sibling and producer-consumer multi-output fusion",
            {"on": {}, "off": {"xla_disable_hlo_passes": "multi_output_fusion"}}),
+    Family("fusion", "XLA's CPU fusion (on) or every op its own loop (off: the no-fusion "
+           "variant's passes)",
+           {"on": {}, "off": {variants.DISABLE_PASSES: ",".join(
+               variants.get("no-fusion").passes_for("cpu"))}}, backends=("cpu",)),
 )})  # fmt: skip
 
 
