@@ -31,6 +31,12 @@ How an optimized instruction is identified with a reference one (`Trace.how`), i
    * a precision round trip, f32 -> bf16 -> f32, which XLA drops where it may keep excess
      precision: the second convert is `x`, and so is the first when nothing else reads it;
    * a broadcast of an iota is the iota of the broadcast shape along the dimension it maps to;
+   * a value laid out transposed (`_Graph._transposed`): a transpose is the value under it
+     with a permutation (of the dimensions not of size 1; two transposes compose, and one that
+     gives the identity is the value itself), and an elementwise op whose operands are all the
+     same transposition is that transposition of the op on the values under them; such an op
+     is identified with the op on those values (XLA runs AdamW's update of a convolution's
+     weights on a transposed copy and transposes the result back);
    * a broadcast is numbered without the dimensions of size 1 of its operand and result, so
      `broadcast(reshape(x))` where the reshape only adds or drops such dimensions is the one
      broadcast of `x` XLA makes of it;
@@ -353,6 +359,9 @@ class _Graph:
         self._op_names: dict[Key, str | None] = {}
         self.vn: dict[Key, int] = {}
         self.override: dict[Key, int] = {}
+        # an instruction whose value is another's laid out transposed -> (the permutation of
+        # the dimensions not of size 1, that value's number); see `_transposed`
+        self.layout: dict[Key, tuple[tuple[int, ...], int]] = {}
         self.entry = module.entry.name
         self._collect()
 
@@ -450,7 +459,10 @@ class _Graph:
         """(Re)computes value numbers and sources; `override` sets the numbers of identified
         instructions (to their reference's), so what reads them is numbered in reference terms."""
         self.override = override
-        self.vn, self.src = {}, {}
+        self.vn, self.src, self.layout = {}, {}, {}
+        self._untransposed = {  # a transposed value's number -> (permutation, value under it)
+            v: (item[1], item[2]) for item, v in self.table.items() if item[0] == "transposed"
+        }
         for key in self.instr:
             if key not in self.vn:
                 self._number(key)
@@ -523,6 +535,17 @@ class _Graph:
             vn, src = self._intern(iota), key
         elif (placed := self._squeezed_broadcast(instr, operands)) is not None:
             vn, src = self._intern(placed), key
+        elif (layout := self._transposed(instr, operands)) is not None:
+            perm, inner = layout
+            if not perm:  # the value itself: a transpose of dimensions of size 1 only
+                vn, src = inner, self.src.get(operands[0], operands[0])
+            else:
+                if key in self.override:  # identified: what is under it is its reference's
+                    known = self.override[key]
+                    perm, inner = self._untransposed.get(known, (perm, known))
+                self.layout[key] = (perm, inner)
+                self.vn[key], self.src[key] = self._intern(("transposed", perm, inner)), key
+                return self.vn[key]
         else:
             attrs = self._attrs.get(key)
             if attrs is None:
@@ -632,6 +655,63 @@ class _Graph:
         placed = tuple(kept.index(dims[i]) for i, d in enumerate(operand.dims) if d != 1)
         value = self._value(operands[0])
         return ("broadcast", instr.shape.dtype, _squeezed(instr.shape), placed, value)
+
+    def _transposed(self, instr: Instruction, operands: tuple[Key, ...]):
+        """A value laid out transposed, as (the permutation, the number of the value under it),
+        else None. XLA's layout assignment moves transposes: it may run an elementwise chain on
+        a transposed copy of its inputs and transpose the result back (AdamW's update of a
+        convolution's weights), so:
+        * a transpose of a transposed value is the value under both, permuted by the two
+          together (`()`: the value itself);
+        * an elementwise op whose every operand not of one element is the same transposition
+          of a value is that transposition of the op applied to those values.
+        A permutation is over the dimensions not of size 1 (so moving those is no transpose)."""
+        if instr.opcode == "transpose" and len(operands) == 1 and not instr.shape.is_tuple:
+            shape = self._shape(operands[0])
+            perm = _squeezed_perm(_int_list(instr.attr("dimensions")), shape)
+            if perm is None:
+                return None
+            self._value(operands[0])
+            under = self._layout_of(operands[0])
+            if under is None:
+                inner, outer = self._value(operands[0]), tuple(range(len(perm)))
+            else:
+                outer, inner = under
+            composed = tuple(outer[i] for i in perm)
+            return ((), inner) if composed == tuple(range(len(composed))) else (composed, inner)
+        if instr.opcode not in _ELEMENTWISE or not operands or instr.shape.is_tuple:
+            return None
+        perms, values = set(), []
+        for o in operands:
+            shape = self._shape(o)
+            self._value(o)
+            if shape is not None and not shape.is_tuple and shape.num_elements == 1:
+                values.append(self._value(o))
+                continue
+            if self._scalar_broadcast(self.instr[self.source(o)], self.operands[self.source(o)]):
+                values.append(self._value(o))
+                continue
+            under = self._layout_of(o)
+            if under is None:
+                return None
+            perms.add(under[0])
+            values.append(under[1])
+        if len(perms) != 1:
+            return None
+        if instr.opcode in _COMMUTATIVE:
+            values.sort()
+        attrs = _attrs(instr)
+        shape = (instr.shape.dtype, instr.shape.num_elements)
+        return perms.pop(), self._intern((instr.opcode, shape, attrs, tuple(values)))
+
+    def _layout_of(self, key: Key) -> tuple[tuple[int, ...], int] | None:
+        """`layout` of the value `key` names (through views that keep its dimensions not of
+        size 1), else None."""
+        source = self.source(key)
+        layout = self.layout.get(source)
+        if layout is None or _squeezed(self._shape(key)) != _squeezed(self._shape(source)):
+            return None
+        return layout
 
     def _reduce_transposed(self, instr: Instruction, operands: tuple[Key, ...]):
         """A reduce of a transpose is the reduce of the value under it over the dimensions
@@ -853,6 +933,18 @@ def _squeezed(shape: Shape) -> tuple[int, ...]:
     return tuple(d for d in shape.dims if d != 1)
 
 
+def _squeezed_perm(perm: list[int] | None, operand: Shape | None) -> tuple[int, ...] | None:
+    """A transpose's permutation over its operand's dimensions not of size 1: result dimension
+    i (of those) is operand dimension perm[i] (of those); None if malformed."""
+    if perm is None or operand is None or operand.is_tuple or len(perm) != len(operand.dims):
+        return None
+    if sorted(perm) != list(range(len(perm))):
+        return None
+    kept = [i for i, d in enumerate(operand.dims) if d != 1]
+    rank = {i: n for n, i in enumerate(kept)}
+    return tuple(rank[p] for p in perm if p in rank)
+
+
 def _value_shape(instr: Instruction) -> Shape:
     """The shape of the value: a library call's is its result's, the first of its tuple."""
     shape = instr.shape
@@ -967,16 +1059,24 @@ class _Matcher:
         return self._by_value
 
     def _by_structure(self) -> int:
+        """Step 1: the same value number; an elementwise op run on a transposed layout is also
+        the op on the values under it (`_Graph._transposed`), a transpose never."""
         index: dict[int, list[Key]] = defaultdict(list)
         for r in self.ref.traced:
             if self.ref.source(r) == r:
                 index[self.ref.vn[r]].append(r)
+                if r in self.ref.layout and self.ref.instr[r].opcode != "transpose":
+                    index[self.ref.layout[r][1]].append(r)
         new = 0
         for o in self.opt.traced:
             if self.opt.source(o) != o:
                 continue
-            for r in index.get(self.opt.vn[o], ()):
-                new += self._pair(o, r, "structure")
+            values = [self.opt.vn[o]]
+            if o in self.opt.layout and self.opt.instr[o].opcode != "transpose":
+                values.append(self.opt.layout[o][1])
+            for value in values:
+                for r in index.get(value, ()):
+                    new += self._pair(o, r, "structure")
         return new
 
     def _names_kept(self) -> bool:
