@@ -774,3 +774,40 @@ ENTRY %main (w: f32[1,4,8], g: f32[1,4,8]) -> f32[1,4,8] {
     # the transpose back is the sum itself, laid out as the program has it
     assert (by["new"].optimized, by["new"].how) == (("add.7",), "structure")
     assert by["new"].kernel == "loop_transpose_fusion"
+
+
+def test_a_computation_called_twice_one_call_reading_the_other_ends():
+    # From XLA's own tests: looking through what `add` carries on went from the second call's
+    # parameter to the first call, whose value is the same `add`, and round again forever.
+    text = """HloModule test
+
+Subcomputation {
+  subparam0 = f32[] parameter(0)
+  subparam1 = f32[] parameter(1)
+  ROOT add = f32[] add(subparam0, subparam1)
+}
+
+ENTRY main {
+  constant1 = f32[] constant(1.0)
+  constant2 = f32[] constant(2.0)
+  call1 = f32[] call(constant1, constant2), to_apply=Subcomputation
+  ROOT call2 = f32[] call(call1, constant2), to_apply=Subcomputation
+}
+"""
+    printed = """HloModule test, entry_computation_layout={()->f32[]}
+
+%Subcomputation (subparam0: f32[], subparam1: f32[]) -> f32[] {
+  %subparam0 = f32[] parameter(0)
+  %subparam1 = f32[] parameter(1)
+  ROOT %add = f32[] add(%subparam0, %subparam1)
+}
+
+ENTRY %main () -> f32[] {
+  %constant1 = f32[] constant(1)
+  %constant2 = f32[] constant(2)
+  %call1 = f32[] call(%constant1, %constant2), to_apply=%Subcomputation
+  ROOT %call2 = f32[] call(%call1, %constant2), to_apply=%Subcomputation
+}
+"""  # XLA's canonical re-print of it (the corpus's)
+    lineage = trace_module(parse_hlo(text), parse_hlo(printed), text, printed)
+    assert [t.instruction for t in lineage.traces] == ["add"]

@@ -1444,6 +1444,8 @@ class _Matcher:
             ):
                 break
             r = data[0]
+            if r in out:  # a computation called from two places, one call reading the other
+                break
             out.add(r)
         return out
 
