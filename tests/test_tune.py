@@ -62,6 +62,8 @@ def test_families_apply_where_they_exist():
     (off,) = [c for c in enumerate_space({}, families_for("cpu")) if c.name == "fusion=off"]
     assert off.options() == {"xla_disable_hlo_passes": "fusion,dot-library-rewriter"}
     off.variant().compiler_options("cpu")
+    with pytest.raises(UnknownNameError, match=r"'fusoin' \(did you mean 'fusion'\?\)"):
+        families_for("cpu", ["fusoin"])
     with pytest.raises(UnknownNameError, match="'fusion' applies on cpu only, not on this gpu"):
         families_for("gpu", ["fusion"])
     with pytest.raises(UnknownNameError, match="unknown option family 'gemm'; accepted: "):

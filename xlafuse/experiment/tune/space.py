@@ -22,7 +22,7 @@ from types import MappingProxyType
 from typing import Any
 
 from xlafuse.compile import variants
-from xlafuse.errors import UnknownNameError
+from xlafuse.errors import UnknownNameError, unknown_name
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,9 +124,7 @@ def families_for(backend: str, names: Sequence[str] | None = None) -> list[Famil
     for name in names:
         family = FAMILIES.get(name)
         if family is None:
-            raise UnknownNameError(
-                f"unknown option family {name!r}; accepted: {', '.join(FAMILIES)}"
-            )
+            raise UnknownNameError(unknown_name("option family", name, FAMILIES))
         if backend not in family.backends:
             raise UnknownNameError(
                 f"option family {name!r} applies on {', '.join(family.backends)} only, not on "
