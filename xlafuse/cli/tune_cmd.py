@@ -14,7 +14,9 @@ from xlafuse.cli._devices import add_workload_arguments
 USAGE_ERROR = 2
 # `tuner.SEARCHES`, the default first (named here: `xlafuse --help` imports no JAX)
 SEARCHES = ("descent", "halving", "grid")
-FIGURES = ("latency", "pipelined")  # `tuner.FIGURES`
+# `tuner.FIGURES` (a test holds them equal), written here: importing it would import jax to
+# read the command line
+FIGURES = ("latency", "pipelined")
 
 HELP = "search knobs and XLA options for a faster program, and prove it"
 # The proof is a fresh process, which cannot join a jax.distributed run.

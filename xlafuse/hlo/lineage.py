@@ -309,8 +309,9 @@ def trace_module(
         The Lineage (see the module docstring for the rules).
     """
     table: dict[tuple, int] = {}
-    ref = _Graph(reference, table, literal_payloads(reference_text or ""))
-    opt = _Graph(optimized, table, literal_payloads(optimized_text or ""))
+    untransposed: dict[int, tuple] = {}
+    ref = _Graph(reference, table, untransposed, literal_payloads(reference_text or ""))
+    opt = _Graph(optimized, table, untransposed, literal_payloads(optimized_text or ""))
     matcher = _Matcher(ref, opt)
     matcher.run()
     order = {k: n for n, k in enumerate(opt.kernel_order)}
@@ -338,10 +339,18 @@ def trace_module(
 class _Graph:
     """One module as values: value numbers, value sources and kernel membership."""
 
-    def __init__(self, module: HloModule, table: dict[tuple, int], payloads: dict[str, str]):
+    def __init__(
+        self,
+        module: HloModule,
+        table: dict[tuple, int],
+        untransposed: dict[int, tuple],
+        payloads: dict[str, str],
+    ):
         self.module = module
         self.payloads = payloads
-        self.table = table
+        self.table = table  # value item -> value number, shared by the two graphs
+        # a transposed value's number -> (permutation, the number of the value under it), shared
+        self.untransposed = untransposed
         self.instr: dict[Key, Instruction] = {}
         self.operands: dict[Key, tuple[Key, ...]] = {}
         self.src: dict[Key, Key] = {}  # a view/plumbing instruction -> the instruction computing it
@@ -460,9 +469,6 @@ class _Graph:
         instructions (to their reference's), so what reads them is numbered in reference terms."""
         self.override = override
         self.vn, self.src, self.layout = {}, {}, {}
-        self._untransposed = {  # a transposed value's number -> (permutation, value under it)
-            v: (item[1], item[2]) for item, v in self.table.items() if item[0] == "transposed"
-        }
         for key in self.instr:
             if key not in self.vn:
                 self._number(key)
@@ -542,7 +548,7 @@ class _Graph:
             else:
                 if key in self.override:  # identified: what is under it is its reference's
                     known = self.override[key]
-                    perm, inner = self._untransposed.get(known, (perm, known))
+                    perm, inner = self.untransposed.get(known, (perm, known))
                 self.layout[key] = (perm, inner)
                 self.vn[key], self.src[key] = self._intern(("transposed", perm, inner)), key
                 return self.vn[key]
@@ -683,13 +689,10 @@ class _Graph:
             return None
         perms, values = set(), []
         for o in operands:
-            shape = self._shape(o)
-            self._value(o)
-            if shape is not None and not shape.is_tuple and shape.num_elements == 1:
-                values.append(self._value(o))
-                continue
-            if self._scalar_broadcast(self.instr[self.source(o)], self.operands[self.source(o)]):
-                values.append(self._value(o))
+            value, shape, source = self._value(o), self._shape(o), self.source(o)
+            one = shape is not None and not shape.is_tuple and shape.num_elements == 1
+            if one or self._scalar_broadcast(self.instr[source], self.operands[source]):
+                values.append(value)  # one value, whatever the layout
                 continue
             under = self._layout_of(o)
             if under is None:
@@ -846,7 +849,10 @@ class _Graph:
         return instr.shape if instr is not None else None
 
     def _intern(self, item: tuple) -> int:
-        return self.table.setdefault(item, len(self.table))
+        number = self.table.setdefault(item, len(self.table))
+        if item[0] == "transposed":
+            self.untransposed[number] = item[1:]
+        return number
 
     def kind(self, key: Key) -> str:
         """`kind` of the instruction, with a division by a constant counted as the
