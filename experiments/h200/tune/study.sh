@@ -42,6 +42,10 @@ for target in "$@"; do
     rollout)  # a user program from examples/
         tune rollout examples/cartpole.py:rollout --overrides envs=1024,steps=500 \
             --knob unroll=1,4,16,32 --space while-loop-double-buffering --budget-s 60 ;;
+    rollout-pipelined)  # the issue's own program, tuned for calls back to back
+        tune rollout-pipelined examples/cartpole.py:rollout --overrides envs=1024,steps=500 \
+            --knob unroll=1,4,8,16,32 --space while-loop-double-buffering --figure pipelined \
+            --budget-s 90 ;;
     gpt2-train)
         tune gpt2-train gpt2 --size full --mode train --space gemm-fusion --budget-s 150 ;;
     resnet50-train)
