@@ -304,12 +304,15 @@ def test_gpu_twin_agrees_in_bfloat16():
     assert diff.within_tolerance, diff
 
 
-def test_study_config_is_valid_on_gpu():
-    path = Path(__file__).parent.parent / "configs" / "xla_vs_inductor.toml"
+@pytest.mark.parametrize(
+    ("name", "xla_variants"),
+    [("xla_vs_inductor", ["default", "no-fusion"]), ("xla_vs_inductor_gpt2", ["default"])],
+)
+def test_study_config_is_valid_on_gpu(name, xla_variants):
+    path = Path(__file__).parent.parent / "configs" / f"{name}.toml"
     config = load_config(path, backend="gpu")
     assert [v.name for v in config.variants] == [
-        "default",
-        "no-fusion",
+        *xla_variants,
         "torch-eager",
         "torch-inductor",
         "torch-inductor-cudagraphs",
