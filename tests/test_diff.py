@@ -361,3 +361,25 @@ def test_the_report_says_what_the_lineage_could_not_follow():
     assert "kernel of no-fusion" not in text
     older = {k: v for k, v in record.items() if k not in ("lost_by_opcode", "unlinked_dots")}
     assert "not traced" not in "\n".join(savings_section(older))
+
+
+def test_a_one_to_one_group_is_not_named_like_the_verdict_same():
+    from xlafuse.report.kernels import savings_section
+
+    def group(kind, a, b, saved):
+        return {"kind": kind, "kernels_a": [a], "n_a": 1, "kernels_b": [b], "n_b": 1,
+                "time_a_s": 5e-5, "time_b_s": 5e-5 + saved, "saved_s": saved,
+                "ci_s": [saved * 1.1, saved * 0.9], "bytes_a": 5e7, "bytes_b": 5e7}  # fmt: skip
+
+    record = {"a": "default", "b": "no-gemm-fusion", "groups": 2, "time_a_s": 1e-4,
+              "time_b_s": 7.5e-5, "unattributed_a_s": 0.0, "unattributed_b_s": 0.0, "top": [],
+              "gains": [group("same", "gemm_fusion_dot.205", "custom-call.364", -1.3e-5),
+                        group("changed", "gemm_fusion_dot.7", "custom-call.9", -1.2e-5)],
+              "losses": [], "changed_s": {"faster": -2.5e-5, "slower": 0.0, "same": 0.0},
+              "changed_groups": {"faster": 2, "slower": 0, "same": 0}}  # fmt: skip
+    text = "\n".join(savings_section(record))
+    assert "| pairing | default kernels | no-gemm-fusion kernels |" in text
+    assert "| one to one | `gemm_fusion_dot.205` | `custom-call.364` | 50 | 37 | -13 |" in text
+    assert "| one to one, bytes differ | `gemm_fusion_dot.7` |" in text
+    assert "| same |" not in text and "| changed |" not in text
+    assert "a group whose verdict is `same` (within the noise, or under 3%) is left out" in text

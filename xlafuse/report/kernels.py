@@ -135,7 +135,8 @@ def savings_section(diff: Mapping[str, Any]) -> list[str]:
     a, b = diff["a"], diff["b"]
     intro = (
         f"Each row is a group of `xlafuse diff`: the kernels of {a} and of {b} that hold the same "
-        f"instructions, with their traced time per call. All {diff['groups']} groups plus the "
+        f"instructions, with their traced time per call. All {diff['groups']} "
+        f"group{'s' if diff['groups'] != 1 else ''} plus the "
         f"unattributed time ({_us(diff['unattributed_a_s'])} / {_us(diff['unattributed_b_s'])}) "
         f"add up to {_us(diff['time_a_s'])} ({a}) and {_us(diff['time_b_s'])} ({b})."
     )
@@ -152,7 +153,8 @@ def savings_section(diff: Mapping[str, Any]) -> list[str]:
         f"#### Where {b} gains and loses against {a}",
         "",
         f"{intro} {b} - {a} per group, with its 95% interval from the per-call times of the "
-        f"traced calls; `same` (within the noise, or under {SAME_WITHIN:.0%}) left out of both "
+        f"traced calls. The first column says how the kernels of the two sides pair up; a group "
+        f"whose verdict is `same` (within the noise, or under {SAME_WITHIN:.0%}) is left out of both "
         f"tables. {b} gains {_us(-sums['faster'])} in {counts['faster']} groups, loses "
         f"{_us(sums['slower'])} in {counts['slower']}, and {_us(sums['same'])} is in "
         f"{counts['same']} `same` groups; the total {b} - {a} is "
@@ -193,10 +195,15 @@ def _lineage_lines(diff: Mapping[str, Any]) -> list[str]:
     return ["", " ".join(lines)]
 
 
+# How a group's kernels pair up, in words that do not read as the verdict `same`: the diff's
+# kinds "same" and "changed" are one kernel on each side, with equal or different modeled bytes.
+PAIRING = {"same": "one to one", "changed": "one to one, bytes differ"}
+
+
 def _groups_table(rows, a: str, b: str, change: str, with_interval: bool) -> list[str]:
     interval = " 95% CI µs |" if with_interval else ""
     lines = [
-        f"| group | {a} kernels | {b} kernels | {a} µs | {b} µs | {change} |{interval} "
+        f"| pairing | {a} kernels | {b} kernels | {a} µs | {b} µs | {change} |{interval} "
         f"{a} MB | {b} MB |",
         "|" + "---|" * (9 if with_interval else 8),
     ]
@@ -204,7 +211,7 @@ def _groups_table(rows, a: str, b: str, change: str, with_interval: bool) -> lis
         ci = g.get("ci_s")
         shown = f" {ci[0] * 1e6:.4g} to {ci[1] * 1e6:.4g} |" if with_interval and ci else ""
         lines.append(
-            f"| {g['kind']} | {_names(g['kernels_a'], g['n_a'])} | "
+            f"| {PAIRING.get(g['kind'], g['kind'])} | {_names(g['kernels_a'], g['n_a'])} | "
             f"{_names(g['kernels_b'], g['n_b'])} | {g['time_a_s'] * 1e6:.4g} | "
             f"{g['time_b_s'] * 1e6:.4g} | {g['saved_s'] * 1e6:.4g} |{shown} "
             f"{g['bytes_a'] / 1e6:.4g} | {g['bytes_b'] / 1e6:.4g} |"
