@@ -534,6 +534,95 @@ ENTRY %main (x: bf16[64,32], w: bf16[32,16], bias: bf16[16], res: bf16[64,16]) -
     assert (by["t"].kernel, by["t"].how) == ("loop_fusion", "structure")
 
 
+SCALED = (
+    'custom_call_target="__cublas$lt$matmul", backend_config={{"gemm_backend_config":'
+    '{{"alpha_imag":0,"alpha_real":{alpha},"beta":0,"epilogue":"DEFAULT",'
+    '"dot_dimension_numbers":{{}}}}}}'
+)
+
+
+@pytest.mark.parametrize("alpha", ["0.125", "1"])
+def test_a_scale_folded_into_cublas_alpha_is_the_call(alpha):
+    # Attention's `scores * 0.125` that XLA's GEMM rewriter folds into the cuBLAS call's
+    # alpha. Its reader is `_where`, called for two layers: a call's value is identified by
+    # structure only, so with the multiply lost everything after it was lost too.
+    ref = """HloModule m
+
+%_where (p: pred[16,16], x: f32[16,16], c: f32[]) -> f32[16,16] {
+  %p = pred[16,16]{1,0} parameter(0)
+  %x = f32[16,16]{1,0} parameter(1)
+  %c = f32[] parameter(2)
+  %bc = f32[16,16]{1,0} broadcast(%c), dimensions={}
+  ROOT %select_n.1 = f32[16,16]{1,0} select(%p, %x, %bc), metadata={op_name="select_n"}
+}
+
+ENTRY %main (m: pred[16,16], q1: f32[16,8], q2: f32[16,8], k: f32[8,16]) -> (f32[16,16], f32[16,16]) {
+  %m = pred[16,16]{1,0} parameter(0)
+  %q1 = f32[16,8]{1,0} parameter(1)
+  %q2 = f32[16,8]{1,0} parameter(2)
+  %k = f32[8,16]{1,0} parameter(3)
+  %scale = f32[] constant(0.125)
+  %bs = f32[16,16]{1,0} broadcast(%scale), dimensions={}
+  %low = f32[] constant(-1e+30)
+  %dot_general.1 = f32[16,16]{1,0} dot(%q1, %k), lhs_contracting_dims={1}, rhs_contracting_dims={0}, metadata={op_name="jit(f)/dot_general"}
+  %mul.1 = f32[16,16]{1,0} multiply(%dot_general.1, %bs), metadata={op_name="jit(f)/mul"}
+  %dot_general.2 = f32[16,16]{1,0} dot(%q2, %k), lhs_contracting_dims={1}, rhs_contracting_dims={0}, metadata={op_name="jit(f)/dot_general"}
+  %mul.2 = f32[16,16]{1,0} multiply(%dot_general.2, %bs), metadata={op_name="jit(f)/mul"}
+  %w.1 = f32[16,16]{1,0} call(%m, %mul.1, %low), to_apply=%_where, metadata={op_name="jit(f)/jit(_where)"}
+  %w.2 = f32[16,16]{1,0} call(%m, %mul.2, %low), to_apply=%_where, metadata={op_name="jit(f)/jit(_where)"}
+  %exp.1 = f32[16,16]{1,0} exponential(%w.1), metadata={op_name="jit(f)/exp"}
+  %exp.2 = f32[16,16]{1,0} exponential(%w.2), metadata={op_name="jit(f)/exp"}
+  ROOT %out = (f32[16,16]{1,0}, f32[16,16]{1,0}) tuple(%exp.1, %exp.2)
+}
+"""
+    fused = """%{name} (p{n}: pred[16,16], x{n}: f32[16,16]) -> f32[16,16] {{
+  %p{n} = pred[16,16]{{1,0}} parameter(0)
+  %x{n} = f32[16,16]{{1,0}} parameter(1)
+  %low{n} = f32[] constant(-1e+30)
+  %bc{n} = f32[16,16]{{1,0}} broadcast(%low{n}), dimensions={{}}
+  %select_n.{n} = f32[16,16]{{1,0}} select(%p{n}, %x{n}, %bc{n}), metadata={{op_name="jit(f)/jit(_where)/select_n"}}
+  ROOT %exp.{n} = f32[16,16]{{1,0}} exponential(%select_n.{n}), metadata={{op_name="jit(f)/exp"}}
+}}
+"""
+    opt = (
+        "HloModule m\n\n"
+        + fused.format(name="f1", n=7)
+        + "\n"
+        + fused.format(name="f2", n=8)
+        + """
+ENTRY %main (m: pred[16,16], q1: f32[16,8], q2: f32[16,8], k: f32[8,16]) -> (f32[16,16], f32[16,16]) {
+  %m = pred[16,16]{1,0} parameter(0)
+  %q1 = f32[16,8]{1,0} parameter(1)
+  %q2 = f32[16,8]{1,0} parameter(2)
+  %k = f32[8,16]{1,0} parameter(3)
+  %custom-call.1 = (f32[16,16]{1,0}, s8[1024]{0}) custom-call(%q1, %k), GEMM, metadata={op_name="jit(f)/dot_general"}
+  %gte.1 = f32[16,16]{1,0} get-tuple-element(%custom-call.1), index=0
+  %custom-call.2 = (f32[16,16]{1,0}, s8[1024]{0}) custom-call(%q2, %k), GEMM, metadata={op_name="jit(f)/dot_general"}
+  %gte.2 = f32[16,16]{1,0} get-tuple-element(%custom-call.2), index=0
+  %k1 = f32[16,16]{1,0} fusion(%m, %gte.1), kind=kLoop, calls=%f1
+  %k2 = f32[16,16]{1,0} fusion(%m, %gte.2), kind=kLoop, calls=%f2
+  ROOT %out = (f32[16,16]{1,0}, f32[16,16]{1,0}) tuple(%k1, %k2)
+}
+""".replace("GEMM", SCALED.format(alpha=alpha))
+    )
+    by = trace(ref, opt)
+    assert [by[n].kernel for n in ("dot_general.1", "dot_general.2")] == [
+        "custom-call.1",
+        "custom-call.2",
+    ]
+    if alpha == "1":  # the program does not scale: no multiply is found in the call
+        assert [by[n].status for n in ("mul.1", "mul.2")] == ["lost", "lost"]
+        return
+    assert [(by[n].kernel, by[n].how) for n in ("mul.1", "mul.2")] == [
+        ("custom-call.1", "epilogue"),
+        ("custom-call.2", "epilogue"),
+    ]
+    assert [(by[n].kernel, by[n].how) for n in ("exp.1", "exp.2")] == [
+        ("k1", "structure"),
+        ("k2", "structure"),
+    ]
+
+
 def test_a_transposed_gemm_result_is_the_gemm_and_a_convert_moved_before_a_transpose():
     # cuBLAS writes transpose(dot(x, w)) itself (dot(w', x')), with the transpose's op_name;
     # a Triton GEMM fusion converts a dot's f32 result before the transpose the program makes.

@@ -66,10 +66,12 @@ How an optimized instruction is identified with a reference one (`Trace.how`), i
    only when one operand is left on each side), when `op_name`s agree.
 5. "epilogue": what a dot's kernel writes beyond the dot, once the dot is identified: the
    transpose of its result XLA folds into it (`transpose(dot(a, b))` -> `dot(b, a)`: the
-   kernel's value has the transpose's dimensions, or, square, its `op_name`), and the adds of a
-   cuBLASLt call's epilogue (`BIAS`: a broadcast vector; `beta` != 0: the third operand),
-   each the only unidentified reader of the value before it (`_Matcher._epilogues`). The
-   kernel is then numbered as the last of them.
+   kernel's value has the transpose's dimensions, or, square, its `op_name`), the
+   multiplication by a constant that a cuBLAS call does as its `alpha` (attention's scale of
+   its scores, folded by XLA's GEMM rewriter), and the adds of a cuBLASLt call's epilogue
+   (`BIAS`: a broadcast vector; `beta` != 0: the third operand), each the only unidentified
+   reader of the value before it (`_Matcher._epilogues`). The kernel is then numbered as the
+   last of them.
 6. "order", when 1 to 5 find nothing more: dots and convolutions of one signature, as many
    left on each side, the k-th in reference order with the k-th in kernel order (the first whose
    operands agree): a model's layers repeat one source line (`_by_order`).
@@ -919,6 +921,28 @@ _EPILOGUE = re.compile(r'"epilogue"\s*:\s*"([A-Z_]+)"')
 _BETA = re.compile(r'"beta"\s*:\s*(-?[0-9.eE+-]+)')
 
 
+_ALPHA = re.compile(
+    r'"alpha_real"\s*:\s*(-?[0-9.eE+-]+)\s*,\s*"alpha_imag"\s*:\s*(-?[0-9.eE+-]+)'
+    r'|"alpha_imag"\s*:\s*(-?[0-9.eE+-]+)\s*,\s*"alpha_real"\s*:\s*(-?[0-9.eE+-]+)'
+)
+
+
+def _alpha(instr: Instruction) -> float | None:
+    """The real `alpha` a cuBLAS GEMM call scales its product by, where it is not 1 (and its
+    imaginary part 0); else None."""
+    if not _is_library(instr) or kind(instr) != "dot":
+        return None
+    found = _ALPHA.search(instr.attributes.get("backend_config") or "")
+    if found is None:
+        return None
+    real, imag = (found.group(1), found.group(2)) if found.group(1) else found.group(4, 3)
+    try:
+        alpha, imaginary = float(real), float(imag)
+    except ValueError:
+        return None
+    return alpha if imaginary == 0 and alpha != 1 else None
+
+
 def _epilogue_operands(instr: Instruction) -> int:
     """How many operands a cuBLAS GEMM adds to its product: beta's C and the `BIAS` epilogue's
     vector; -1 for an epilogue that does more than add (GELU, RELU) or an unreadable one."""
@@ -1205,7 +1229,8 @@ class _Matcher:
     def _epilogues(self) -> int:
         """What a dot's kernel writes beyond the dot, once the dot is identified: XLA folds
         `transpose(dot(a, b))` into the dot (its value then has the transpose's dimensions, or,
-        square, its `op_name`), and a cuBLASLt call adds its epilogue's operands (`BIAS`: a
+        square, its `op_name`) and `dot * c` into a cuBLAS call's alpha, and a cuBLASLt call
+        adds its epilogue's operands (`BIAS`: a
         broadcast vector, last operand; `beta` != 0: the third operand) to the product. Each
         such reference op, the only unidentified reader of the value before it, is identified
         with the kernel (how "epilogue"), which is then numbered as the last of them."""
@@ -1221,8 +1246,32 @@ class _Matcher:
             if transpose is not None:
                 new += self._pair(o, transpose, "epilogue")
                 r = self.value_of[o] = transpose
+            scaled = self._scaled_by_alpha(o, r, users)
+            if scaled is not None:
+                new += self._pair(o, scaled, "epilogue")
+                r = self.value_of[o] = scaled
             new += self._epilogue_adds(o, r, users)
         return new
+
+    def _scaled_by_alpha(self, o: Key, r: Key, users) -> Key | None:
+        """The multiplication of dot `r`'s value by a constant that cuBLAS call `o` does as
+        its `alpha` (XLA's GEMM rewriter folds `dot * c` into the call): its only unidentified
+        reader, by a constant equal to alpha; else None."""
+        alpha = _alpha(self.opt.instr[o])
+        if alpha is None:
+            return None
+        readers = [u for u in users.get(r, ()) if not self.back.get(u) and self.ref.source(u) == u]
+        if len(readers) != 1 or self.ref.instr[readers[0]].opcode != "multiply":
+            return None
+        (u,) = readers
+        others = [self.ref.source(k) for k in self.ref.operands[u] if self.ref.source(k) != r]
+        if len(others) != 1 or self.ref.instr[u].shape.num_elements != _elements(self.ref.instr[r]):
+            return None
+        try:
+            factor = float(self.ref._literal(others[0]) or "nan")
+        except ValueError:
+            return None
+        return u if abs(factor - alpha) <= 1e-6 * abs(alpha) else None
 
     def _folded_transpose(self, o: Key, r: Key, users) -> Key | None:
         """The transpose of dot `r`'s value that kernel `o` writes instead (its only
