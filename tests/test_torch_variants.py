@@ -219,6 +219,7 @@ def test_side_by_side_section_states_kernels_bytes_time_and_top_kernels():
     ) in text
     assert "Top kernels (default): `loop_multiply_fusion` 500.0 us." in text
     assert "Top kernels (torch-inductor): `triton_poi_fused_add_mul_0` 490.0 us." in text
+    assert "Top kernels are summed by kernel name over a call" in text
     assert "Torch kernel counts: device kernels per call, torch profiler." in text
 
 

@@ -86,7 +86,10 @@ _BASIS_NOTE = (
     "from it; torch rows say their basis below. Speedups are against the XLA reference, timed "
     "by the same functions and rules (paired in alternation where the reference is in process). "
     "Under Inductor's CUDA graphs, kernels/call includes the launches that copy each non-static "
-    "input into the graph's buffers before a replay (shown in brackets with their device time)."
+    "input into the graph's buffers before a replay (shown in brackets with their device time). "
+    "Top kernels are summed by kernel name over a call: XLA runs identical fusions through one "
+    "compiled kernel (one name for every layer's softmax) and cuBLAS names a kernel by its "
+    "tiling, so one name may be several launches."
 )
 
 
