@@ -51,6 +51,6 @@ for target in "$@"; do
     resnet50-train)
         tune resnet50-train resnet50 --size full --mode train --space gemm-fusion \
             --budget-s 120 ;;
-    *) echo "unknown target $target" >&2 ;;
+    *) echo "unknown target '$target'; the targets: cartpole cartpole-grid cartpole-wide cartpole-wide-grid cartpole-pipelined lstm transformer_block rollout rollout-pipelined gpt2-train resnet50-train" >&2; exit 2 ;;
     esac
 done
