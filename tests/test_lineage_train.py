@@ -541,8 +541,10 @@ SCALED = (
 )
 
 
-@pytest.mark.parametrize("alpha", ["0.125", "1"])
-def test_a_scale_folded_into_cublas_alpha_is_the_call(alpha):
+@pytest.mark.parametrize(
+    ("alpha", "scale"), [("0.125", "multiply"), ("0.125", "divide"), ("1", "multiply")]
+)
+def test_a_scale_folded_into_cublas_alpha_is_the_call(alpha, scale):
     # Attention's `scores * 0.125` that XLA's GEMM rewriter folds into the cuBLAS call's
     # alpha. Its reader is `_where`, called for two layers: a call's value is identified by
     # structure only, so with the multiply lost everything after it was lost too.
@@ -561,20 +563,20 @@ ENTRY %main (m: pred[16,16], q1: f32[16,8], q2: f32[16,8], k: f32[8,16]) -> (f32
   %q1 = f32[16,8]{1,0} parameter(1)
   %q2 = f32[16,8]{1,0} parameter(2)
   %k = f32[8,16]{1,0} parameter(3)
-  %scale = f32[] constant(0.125)
+  %scale = f32[] constant(SCALE)
   %bs = f32[16,16]{1,0} broadcast(%scale), dimensions={}
   %low = f32[] constant(-1e+30)
   %dot_general.1 = f32[16,16]{1,0} dot(%q1, %k), lhs_contracting_dims={1}, rhs_contracting_dims={0}, metadata={op_name="jit(f)/dot_general"}
-  %mul.1 = f32[16,16]{1,0} multiply(%dot_general.1, %bs), metadata={op_name="jit(f)/mul"}
+  %mul.1 = f32[16,16]{1,0} OP(%dot_general.1, %bs), metadata={op_name="jit(f)/mul"}
   %dot_general.2 = f32[16,16]{1,0} dot(%q2, %k), lhs_contracting_dims={1}, rhs_contracting_dims={0}, metadata={op_name="jit(f)/dot_general"}
-  %mul.2 = f32[16,16]{1,0} multiply(%dot_general.2, %bs), metadata={op_name="jit(f)/mul"}
+  %mul.2 = f32[16,16]{1,0} OP(%dot_general.2, %bs), metadata={op_name="jit(f)/mul"}
   %w.1 = f32[16,16]{1,0} call(%m, %mul.1, %low), to_apply=%_where, metadata={op_name="jit(f)/jit(_where)"}
   %w.2 = f32[16,16]{1,0} call(%m, %mul.2, %low), to_apply=%_where, metadata={op_name="jit(f)/jit(_where)"}
   %exp.1 = f32[16,16]{1,0} exponential(%w.1), metadata={op_name="jit(f)/exp"}
   %exp.2 = f32[16,16]{1,0} exponential(%w.2), metadata={op_name="jit(f)/exp"}
   ROOT %out = (f32[16,16]{1,0}, f32[16,16]{1,0}) tuple(%exp.1, %exp.2)
 }
-"""
+""".replace("OP", scale).replace("SCALE", "0.125" if scale == "multiply" else "8")
     fused = """%{name} (p{n}: pred[16,16], x{n}: f32[16,16]) -> f32[16,16] {{
   %p{n} = pred[16,16]{{1,0}} parameter(0)
   %x{n} = f32[16,16]{{1,0}} parameter(1)

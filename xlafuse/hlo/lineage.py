@@ -1254,23 +1254,30 @@ class _Matcher:
         return new
 
     def _scaled_by_alpha(self, o: Key, r: Key, users) -> Key | None:
-        """The multiplication of dot `r`'s value by a constant that cuBLAS call `o` does as
-        its `alpha` (XLA's GEMM rewriter folds `dot * c` into the call): its only unidentified
-        reader, by a constant equal to alpha; else None."""
+        """The multiplication of dot `r`'s value by a constant (or its division by one) that
+        cuBLAS call `o` does as its `alpha` (XLA's GEMM rewriter folds `dot * c` into the
+        call): its only unidentified reader, by a constant equal to alpha; else None."""
         alpha = _alpha(self.opt.instr[o])
         if alpha is None:
             return None
         readers = [u for u in users.get(r, ()) if not self.back.get(u) and self.ref.source(u) == u]
-        if len(readers) != 1 or self.ref.instr[readers[0]].opcode != "multiply":
+        if len(readers) != 1:
             return None
         (u,) = readers
-        others = [self.ref.source(k) for k in self.ref.operands[u] if self.ref.source(k) != r]
-        if len(others) != 1 or self.ref.instr[u].shape.num_elements != _elements(self.ref.instr[r]):
+        instr, operands = self.ref.instr[u], [self.ref.source(k) for k in self.ref.operands[u]]
+        if instr.opcode not in ("multiply", "divide") or len(operands) != 2:
+            return None
+        if instr.opcode == "divide" and operands[0] != r:
+            return None  # c / dot is no scale of the dot
+        others = [k for k in operands if k != r]
+        if len(others) != 1 or instr.shape.num_elements != _elements(self.ref.instr[r]):
             return None
         try:
             factor = float(self.ref._literal(others[0]) or "nan")
         except ValueError:
             return None
+        if instr.opcode == "divide":
+            factor = 1 / factor if factor else float("nan")
         return u if abs(factor - alpha) <= 1e-6 * abs(alpha) else None
 
     def _folded_transpose(self, o: Key, r: Key, users) -> Key | None:
