@@ -721,6 +721,63 @@ ENTRY %main (x: f32[8,1,16]) -> f32[128] {
     assert (by["t"].how, by["t"].optimized) == ("structure", ("t.1",))
 
 
+def test_a_sum_of_a_negation_is_the_negation_of_the_sum_xla_makes():
+    # A layer norm's gradient sums `-x`; XLA's simplifier negates the sum instead (GPT-2 small
+    # train on the CPU: 25 negates and 25 sums lost before this rule, none after)
+    ref = """HloModule m
+
+%add (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %s = f32[] add(%a, %b)
+}
+
+ENTRY %main (x: f32[8,64]) -> f32[8] {
+  %x = f32[8,64]{1,0} parameter(0)
+  %e = f32[8,64]{1,0} exponential(%x)
+  %neg.1 = f32[8,64]{1,0} negate(%e), metadata={op_name="jit(f)/neg"}
+  %zero = f32[] constant(0)
+  %reduce_sum.1 = f32[8]{0} reduce(%neg.1, %zero), dimensions={1}, to_apply=%add, metadata={op_name="jit(f)/reduce_sum"}
+  ROOT %t = f32[8]{0} tanh(%reduce_sum.1)
+}
+"""
+    opt = """HloModule m
+
+%add.1 (a.1: f32[], b.1: f32[]) -> f32[] {
+  %a.1 = f32[] parameter(0)
+  %b.1 = f32[] parameter(1)
+  ROOT %s.1 = f32[] add(%a.1, %b.1)
+}
+
+%fused_reduce (p: f32[8,64]) -> f32[8] {
+  %p = f32[8,64]{1,0} parameter(0)
+  %e.1 = f32[8,64]{1,0} exponential(%p)
+  %zero.1 = f32[] constant(0)
+  ROOT %reduce.7 = f32[8]{0} reduce(%e.1, %zero.1), dimensions={1}, to_apply=%add.1
+}
+
+%fused_tanh (q: f32[8]) -> f32[8] {
+  %q = f32[8]{0} parameter(0)
+  %negate.3 = f32[8]{0} negate(%q)
+  ROOT %t.1 = f32[8]{0} tanh(%negate.3)
+}
+
+ENTRY %main (x: f32[8,64]) -> f32[8] {
+  %x = f32[8,64]{1,0} parameter(0)
+  %input_reduce_fusion = f32[8]{0} fusion(%x), kind=kInput, calls=%fused_reduce
+  ROOT %loop_tanh_fusion = f32[8]{0} fusion(%input_reduce_fusion), kind=kLoop, calls=%fused_tanh
+}
+"""
+    by = trace(ref, opt)
+    assert [(by[n].kernel, by[n].how) for n in ("reduce_sum.1", "t")] == [
+        ("loop_tanh_fusion", "structure"),
+        ("loop_tanh_fusion", "structure"),
+    ]
+    # no kernel computes `-e`: it is where its one reader is, folded there
+    assert (by["neg.1"].kernel, by["neg.1"].how) == ("loop_tanh_fusion", "folded")
+    assert (by["e"].kernel, by["e"].how) == ("input_reduce_fusion", "structure")
+
+
 def test_a_subtraction_of_a_constant_is_the_addition_xla_makes_of_it():
     # The 1 GiB chain's `x - 0.0005`, twice on one source line: XLA adds -0.0005 instead, and
     # the last one is the program's output (before this rule: both lost, with their constant)

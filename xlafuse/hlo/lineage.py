@@ -40,6 +40,8 @@ How an optimized instruction is identified with a reference one (`Trace.how`), i
    * a broadcast is numbered without the dimensions of size 1 of its operand and result, so
      `broadcast(reshape(x))` where the reshape only adds or drops such dimensions is the one
      broadcast of `x` XLA makes of it;
+   * a sum of a negation is the negation of the sum (`reduce(-x)` -> `-reduce(x)`, a layer
+     norm's gradient), the form XLA's simplifier makes of it;
    * a reduce of a transpose is the reduce of the value under it over the dimensions they
      were, when the dimensions kept stay in order (XLA folds the transpose in, and its CSE may
      then keep one of two such reduces: the other is identified with it, below);
@@ -543,6 +545,8 @@ class _Graph:
             vn, src = self._intern(iota), key
         elif (placed := self._squeezed_broadcast(instr, operands)) is not None:
             vn, src = self._intern(placed), key
+        elif (negated := self._negated_sum(instr, operands)) is not None:
+            vn, src = negated, key
         elif (layout := self._transposed(instr, operands)) is not None:
             perm, inner = layout
             if not perm:  # the value itself: a transpose of dimensions of size 1 only
@@ -717,6 +721,31 @@ class _Graph:
         if layout is None or _squeezed(self._shape(key)) != _squeezed(self._shape(source)):
             return None
         return layout
+
+    def _negated_sum(self, instr: Instruction, operands: tuple[Key, ...]) -> int | None:
+        """A sum of a negation, `reduce(-x)`, is numbered as the negation of the sum,
+        `-reduce(x)`, which XLA's simplifier makes of it (a layer norm's gradient); else None."""
+        if instr.opcode != "reduce" or len(operands) != 2 or instr.shape.is_tuple:
+            return None
+        self._value(operands[0])
+        negate = self.src.get(operands[0], operands[0])
+        ninstr = self.instr.get(negate)
+        if ninstr is None or ninstr.opcode != "negate" or len(self.operands[negate]) != 1:
+            return None
+        if not instr.called_computations or self._literal(operands[1]) not in ("0", "-0"):
+            return None
+        reducer = self.module.computation(instr.called_computations[0].lstrip("%"))
+        if reducer.root is None or reducer.root.opcode != "add":
+            return None
+        x, init = self.operands[negate][0], operands[1]
+        total = (
+            "reduce",
+            _shape_sig(instr.shape),
+            _attrs(instr),
+            (self._value(x), self._value(init)),
+        )
+        elementwise = (instr.shape.dtype, instr.shape.num_elements)
+        return self._intern(("negate", elementwise, (), (self._intern(total),)))
 
     def _reduce_transposed(self, instr: Instruction, operands: tuple[Key, ...]):
         """A reduce of a transpose is the reduce of the value under it over the dimensions
