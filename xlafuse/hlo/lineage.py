@@ -600,13 +600,13 @@ class _Graph:
         of a mask of ones). The constants are broadcast ones or scalars; else None."""
         op = instr.opcode
         if op == "select" and len(operands) == 3 and instr.shape.dtype == "pred":
-            literals = [self._literal(k) for k in operands[1:]]
+            literals = [self.literal(k) for k in operands[1:]]
             return operands[0] if literals == ["true", "false"] else None
         neutral = _NEUTRAL.get(op)
         if neutral is None or len(operands) != 2:
             return None
         for x, c in ((0, 1), (1, 0)) if op in _COMMUTATIVE else ((0, 1),):
-            if self._literal(operands[c]) == neutral and (
+            if self.literal(operands[c]) == neutral and (
                 self._shape(operands[x]) is not None
                 and self._shape(operands[x]).num_elements == instr.shape.num_elements
                 and self._shape(operands[x]).dtype == instr.shape.dtype
@@ -614,7 +614,7 @@ class _Graph:
                 return operands[x]
         return None
 
-    def _literal(self, key: Key) -> str | None:
+    def literal(self, key: Key) -> str | None:
         """The literal of a constant, or of the constant a broadcast repeats; else None."""
         self._value(key)  # numbered first: its source is known after
         key = self.src.get(key, key)
@@ -732,7 +732,7 @@ class _Graph:
         ninstr = self.instr.get(negate)
         if ninstr is None or ninstr.opcode != "negate" or len(self.operands[negate]) != 1:
             return None
-        if not instr.called_computations or self._literal(operands[1]) not in ("0", "-0"):
+        if not instr.called_computations or self.literal(operands[1]) not in ("0", "-0"):
             return None
         reducer = self.module.computation(instr.called_computations[0].lstrip("%"))
         if reducer.root is None or reducer.root.opcode != "add":
@@ -1259,10 +1259,10 @@ class _Matcher:
         """What a dot's kernel writes beyond the dot, once the dot is identified: XLA folds
         `transpose(dot(a, b))` into the dot (its value then has the transpose's dimensions, or,
         square, its `op_name`) and `dot * c` into a cuBLAS call's alpha, and a cuBLASLt call
-        adds its epilogue's operands (`BIAS`: a
-        broadcast vector, last operand; `beta` != 0: the third operand) to the product. Each
-        such reference op, the only unidentified reader of the value before it, is identified
-        with the kernel (how "epilogue"), which is then numbered as the last of them."""
+        adds its epilogue's operands (`BIAS`: a broadcast vector, last operand; `beta` != 0:
+        the third operand) to the product. Each such reference op, the only unidentified reader
+        of the value before it, is identified with the kernel (how "epilogue"), which is then
+        numbered as the last of them."""
         users = self._ref_users()
         new = 0
         for o in self.opt.traced:
@@ -1302,7 +1302,7 @@ class _Matcher:
         if len(others) != 1 or instr.shape.num_elements != _elements(self.ref.instr[r]):
             return None
         try:
-            factor = float(self.ref._literal(others[0]) or "nan")
+            factor = float(self.ref.literal(others[0]) or "nan")
         except ValueError:
             return None
         if instr.opcode == "divide":
