@@ -1,10 +1,22 @@
 #!/usr/bin/env bash
 # The H200 tune study (experiments/h200/tune/README.md), one target per argument:
 #   experiments/h200/tune/study.sh OUT cartpole [lstm ...]
-# Each target: `xlafuse tune` (successive halving within its budget, then the fresh-process
-# rerun of the winner) into OUT/<target>/; cartpole also as the exhaustive grid over the same
-# space (OUT/cartpole-grid/), the yardstick of the search. Run from the repository root.
+# Each target: `xlafuse tune` (its default search, coordinate descent, within its budget, then
+# the fresh-process rerun of the winner) into OUT/<target>/; the `-grid` targets measure the
+# same space exhaustively, the yardstick of the search. Run from the repository root.
 set -uo pipefail
+targets="cartpole cartpole-grid cartpole-wide cartpole-wide-grid cartpole-pipelined lstm
+transformer_block rollout rollout-pipelined gpt2-train resnet50-train"
+if [ $# -lt 2 ]; then
+    echo "usage: $0 OUT TARGET [TARGET ...]; the targets:" $targets >&2
+    exit 2
+fi
+for target in "${@:2}"; do
+    case " $(echo $targets) " in
+    *" $target "*) ;;
+    *) echo "unknown target '$target'; the targets:" $targets >&2; exit 2 ;;
+    esac
+done
 out=$1
 shift
 tune() {  # NAME ARGS...: one tune, its printed lines kept beside its files
@@ -51,6 +63,5 @@ for target in "$@"; do
     resnet50-train)
         tune resnet50-train resnet50 --size full --mode train --space gemm-fusion \
             --budget-s 120 ;;
-    *) echo "unknown target '$target'; the targets: cartpole cartpole-grid cartpole-wide cartpole-wide-grid cartpole-pipelined lstm transformer_block rollout rollout-pipelined gpt2-train resnet50-train" >&2; exit 2 ;;
     esac
 done
