@@ -722,15 +722,23 @@ class _Graph:
             return None
         return layout
 
+    def _reduced(self, instr: Instruction, operands: tuple[Key, ...], opcode: str) -> Key | None:
+        """The `opcode` instruction of one operand that single-input reduce `instr` reduces
+        (looked through views), else None."""
+        if instr.opcode != "reduce" or len(operands) != 2 or instr.shape.is_tuple:
+            return None
+        self._value(operands[0])  # numbered first: its source is known after
+        key = self.src.get(operands[0], operands[0])
+        under = self.instr.get(key)
+        if under is None or under.opcode != opcode or len(self.operands[key]) != 1:
+            return None
+        return key
+
     def _negated_sum(self, instr: Instruction, operands: tuple[Key, ...]) -> int | None:
         """A sum of a negation, `reduce(-x)`, is numbered as the negation of the sum,
         `-reduce(x)`, which XLA's simplifier makes of it (a layer norm's gradient); else None."""
-        if instr.opcode != "reduce" or len(operands) != 2 or instr.shape.is_tuple:
-            return None
-        self._value(operands[0])
-        negate = self.src.get(operands[0], operands[0])
-        ninstr = self.instr.get(negate)
-        if ninstr is None or ninstr.opcode != "negate" or len(self.operands[negate]) != 1:
+        negate = self._reduced(instr, operands, "negate")
+        if negate is None:
             return None
         if not instr.called_computations or self.literal(operands[1]) not in ("0", "-0"):
             return None
@@ -752,14 +760,10 @@ class _Graph:
         they were (XLA's simplifier folds the transpose in), when the dimensions kept stay in
         order (the result is the same array): (operands, attributes) to number it with, else
         None."""
-        if instr.opcode != "reduce" or len(operands) != 2 or instr.shape.is_tuple:
+        t = self._reduced(instr, operands, "transpose")
+        if t is None:
             return None
-        self._value(operands[0])
-        t = self.src.get(operands[0], operands[0])
-        tinstr = self.instr.get(t)
-        if tinstr is None or tinstr.opcode != "transpose" or len(self.operands[t]) != 1:
-            return None
-        perm = _int_list(tinstr.attr("dimensions"))
+        perm = _int_list(self.instr[t].attr("dimensions"))
         dims = _int_list(instr.attr("dimensions"))
         if perm is None or dims is None or sorted(perm) != list(range(len(perm))):
             return None
