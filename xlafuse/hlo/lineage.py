@@ -954,10 +954,8 @@ _EPILOGUE = re.compile(r'"epilogue"\s*:\s*"([A-Z_]+)"')
 _BETA = re.compile(r'"beta"\s*:\s*(-?[0-9.eE+-]+)')
 
 
-_ALPHA = re.compile(
-    r'"alpha_real"\s*:\s*(-?[0-9.eE+-]+)\s*,\s*"alpha_imag"\s*:\s*(-?[0-9.eE+-]+)'
-    r'|"alpha_imag"\s*:\s*(-?[0-9.eE+-]+)\s*,\s*"alpha_real"\s*:\s*(-?[0-9.eE+-]+)'
-)
+_ALPHA_REAL = re.compile(r'"alpha_real"\s*:\s*(-?[0-9.eE+-]+)')
+_ALPHA_IMAG = re.compile(r'"alpha_imag"\s*:\s*(-?[0-9.eE+-]+)')
 
 
 def _alpha(instr: Instruction) -> float | None:
@@ -965,12 +963,11 @@ def _alpha(instr: Instruction) -> float | None:
     imaginary part 0); else None."""
     if not _is_library(instr) or kind(instr) != "dot":
         return None
-    found = _ALPHA.search(instr.attributes.get("backend_config") or "")
-    if found is None:
-        return None
-    real, imag = (found.group(1), found.group(2)) if found.group(1) else found.group(4, 3)
+    config = instr.attributes.get("backend_config") or ""
+    real, imag = _ALPHA_REAL.search(config), _ALPHA_IMAG.search(config)
     try:
-        alpha, imaginary = float(real), float(imag)
+        alpha = float(real.group(1)) if real else 1.0
+        imaginary = float(imag.group(1)) if imag else 0.0
     except ValueError:
         return None
     return alpha if imaginary == 0 and alpha != 1 else None
@@ -1286,6 +1283,10 @@ class _Matcher:
             new += self._epilogue_adds(o, r, users)
         return new
 
+    def _unidentified_readers(self, r: Key, users) -> list[Key]:
+        """The computing reference instructions that read `r` and are not identified yet."""
+        return [u for u in users.get(r, ()) if not self.back.get(u) and self.ref.source(u) == u]
+
     def _scaled_by_alpha(self, o: Key, r: Key, users) -> Key | None:
         """The multiplication of dot `r`'s value by a constant (or its division by one) that
         cuBLAS call `o` does as its `alpha` (XLA's GEMM rewriter folds `dot * c` into the
@@ -1293,7 +1294,7 @@ class _Matcher:
         alpha = _alpha(self.opt.instr[o])
         if alpha is None:
             return None
-        readers = [u for u in users.get(r, ()) if not self.back.get(u) and self.ref.source(u) == u]
+        readers = self._unidentified_readers(r, users)
         if len(readers) != 1:
             return None
         (u,) = readers
@@ -1316,7 +1317,7 @@ class _Matcher:
     def _folded_transpose(self, o: Key, r: Key, users) -> Key | None:
         """The transpose of dot `r`'s value that kernel `o` writes instead (its only
         unidentified reader, of the kernel's dimensions or, square, its `op_name`), else None."""
-        readers = [u for u in users.get(r, ()) if not self.back.get(u) and self.ref.source(u) == u]
+        readers = self._unidentified_readers(r, users)
         if len(readers) != 1:
             return None
         t, oi = self.ref.instr[readers[0]], self.opt.instr[o]
