@@ -198,7 +198,13 @@ def test_resume_refuses_a_folder_measured_with_another_layout(launched_2x2, tmp_
 
 @pytest.mark.parametrize("layout", list(LAYOUTS))
 def test_one_step_updates_the_parameters_as_one_process_does(layout, tmp_path):
+    """Judged by the train-step rule of `xlafuse.measure.numerics`: Adam's first step moves a
+    parameter by about lr whatever its gradient's size, so a gradient within rounding of zero
+    may move it either way (an element-wise 1e-5 failed on one parameter of 16,384 here)."""
+    import jax
+
     from xlafuse import models
+    from xlafuse.measure.numerics import host_outputs, judge_workload
 
     processes, devices = LAYOUTS[layout]
     env = _env(devices)
@@ -207,14 +213,13 @@ def test_one_step_updates_the_parameters_as_one_process_does(layout, tmp_path):
     assert launch(argv, processes, TIMEOUT_S, env).returncode == 0
     got = np.load(tmp_path / "step.npz")
     one = models.build("mlp", mode="train", batch=4)
-    import jax
-
     new_state, loss = jax.jit(one.fn, **one.jit_kwargs())(*one.fresh_args())
-    expected = jax.tree.leaves(one.structured_state(jax.device_get(new_state))["params"])
-    assert len(expected) == 6
-    for i, leaf in enumerate(expected):
-        assert got[f"arr_{i}"].shape == leaf.shape
-        np.testing.assert_allclose(got[f"arr_{i}"], leaf, atol=1e-6, rtol=1e-5)
+    expected = host_outputs(one, (new_state, loss))
+    leaves = [got[f"arr_{i}"] for i in range(len(new_state))]
+    assert f"arr_{len(new_state)}" not in got
+    assert [leaf.shape for leaf in leaves] == [leaf.shape for leaf in new_state]
+    diff = judge_workload(one, expected, host_outputs(one, (leaves, got["loss"])))
+    assert diff.within_tolerance, diff
     assert float(got["loss"]) == pytest.approx(float(loss), rel=1e-5)
 
 

@@ -30,7 +30,7 @@ from xlafuse.report.torch import frameworks_section  # noqa: E402
 from xlafuse.results.records import CellResult  # noqa: E402
 from xlafuse.torch import convert, twins  # noqa: E402
 from xlafuse.torch import measure as torch_measure  # noqa: E402
-from xlafuse.torch.program import build_program  # noqa: E402
+from xlafuse.torch.program import build_program, settle_vml_dispatch  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
@@ -54,6 +54,27 @@ def test_twin_forward_agrees_with_flax(name):
     diff = judge_workload(workload, _xla_outputs(workload), twin.outputs)
     assert diff.within_tolerance, diff
     assert diff.max_abs_diff < 1e-5
+
+
+def test_a_cpu_twin_settles_mkl_s_kernel_choice_before_its_first_call(monkeypatch):
+    """oneMKL picks a VML function's kernel on its first call, badly when threads race
+    (pytorch/pytorch#188792): the twin's judged call must not be the first."""
+    calls = []
+    real_cos = torch.cos
+
+    def cos(x):
+        calls.append((x.numel(), x.dtype))
+        return real_cos(x)
+
+    monkeypatch.setattr(torch, "cos", cos)
+    settle_vml_dispatch.cache_clear()
+    workload = models.build("cos_relu", "tiny", "forward", "float32")
+    _twin_outputs(workload)  # the judged call, then one more that counts the aten ops
+    settling, twin = calls[:2], calls[2:]
+    assert settling == [(1, torch.float32), (1, torch.float64)]
+    assert twin == [(64 * 128, torch.float32)] * 2
+    _twin_outputs(workload)
+    assert calls[4:] == twin  # settled once a process
 
 
 @pytest.mark.parametrize("name", WITH_PARAMS)

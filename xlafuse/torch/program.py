@@ -20,6 +20,7 @@ the loss function (forward + AOTAutograd backward) and the optimizer step are ea
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -29,6 +30,13 @@ import torch
 from xlafuse.torch import convert, twins
 
 ADAMW = {"betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 1e-4}  # optax.adamw defaults
+
+# The float unary ops that ATen hands to MKL's vector math (VML) on the CPU, and a few more.
+VML_OPS = (
+    *("acos", "asin", "atan", "cos", "cosh", "erf", "erfc", "erfinv", "exp", "expm1"),
+    *("lgamma", "log", "log10", "log1p", "log2", "rsqrt", "sigmoid", "sin", "sinh", "sqrt"),
+    *("tan", "tanh"),
+)
 
 
 def device() -> torch.device:
@@ -120,6 +128,8 @@ def build_program(
     dev = dev or device()
     if not twins.has_twin(workload.name):
         raise ValueError(twins.no_twin_message(workload.name))
+    if dev.type == "cpu":
+        settle_vml_dispatch()
     if workload.name in twins.POINTWISE:
         return _pointwise(workload, compile_kwargs, dev)
     model = _model(workload, dev)
@@ -129,6 +139,24 @@ def build_program(
     inputs = _inputs(workload, workload.args[1:], dev)
     fn = model if compile_kwargs is None else torch.compile(model, **compile_kwargs)
     return TorchProgram(_forward(fn, dev), inputs, False, model, None, dev)
+
+
+@functools.cache
+def settle_vml_dispatch() -> None:
+    """Call each op of `VML_OPS` once, on one element of float32 and of float64, once a process.
+
+    ATen computes a contiguous float tensor's cos, exp, sqrt, ... on the CPU with MKL's VML, each
+    intra-op thread on its chunk. The oneMKL that torch's wheels link (2024.2) chooses each VML
+    function's kernel on its first call; when that first call runs on several threads at once, one
+    thread's chunk can be computed by a low-accuracy kernel (about 1,000 to 4,000 ulp:
+    pytorch/pytorch#188792). A twin's first call is the one judged against XLA: seen here as a
+    cos_relu twin 1.5e-4 (about 2,500 ulp) from XLA on a 2-core CPU, once. A one-element call
+    runs on one thread, so each function's kernel is chosen before any twin runs.
+    """
+    for dtype in (torch.float32, torch.float64):
+        one = torch.full((1,), 0.5, dtype=dtype)
+        for name in VML_OPS:
+            getattr(torch, name)(one)
 
 
 def _pointwise(workload, compile_kwargs, dev) -> TorchProgram:
