@@ -282,6 +282,19 @@ def test_bad_input_is_one_line_and_exit_2(capsys, argv, error):
     assert err.startswith("xlafuse tune: error: ") and error in err
 
 
+@pytest.mark.parametrize(
+    ("knob", "error"),
+    [
+        ("unroll=2,x", "override unroll='x' for workload 'cartpole': need an integer >= 1"),
+        ("learning_rate=0.1,-1", "override learning_rate=-1 for workload 'cartpole': need a"),
+    ],
+)
+def test_a_zoo_knob_value_it_refuses_is_a_usage_error_before_any_compile(capsys, knob, error):
+    code, out, err = run(capsys, "tune", "cartpole", "--knob", knob)
+    assert code == 2 and err.count("\n") == 1 and error in err
+    assert "candidates" not in out  # nothing searched
+
+
 @pytest.mark.gpu
 def test_tune_finds_an_unroll_of_the_rollout_and_proves_it_on_a_gpu(tmp_path):
     # On the H200 full cartpole (1,024 x 500) is launch-bound: unroll 4 was 1.27x [1.26, 1.28]

@@ -25,7 +25,7 @@ from xlafuse.experiment.tune.evaluate import Evaluator, Target
 from xlafuse.experiment.tune.rerun import Rerun, rerun
 from xlafuse.experiment.tune.space import Candidate, Family, SpaceGrid, enumerate_space, space_grid
 from xlafuse.measure import timing
-from xlafuse.models import user
+from xlafuse.models import registry, user
 
 SEARCHES = ("descent", "halving", "grid")
 DEFAULT_SEARCH = "descent"
@@ -159,22 +159,30 @@ def _check_default_ran(result: search_lib.SearchResult) -> None:
 
 def _space(target: Target, knobs, families) -> tuple[tuple[Candidate, ...], SpaceGrid]:
     """The candidates, the default program first, and the same as a grid; a knob the target
-    does not take refused."""
+    does not take, or a zoo workload's knob value of the wrong kind, refused."""
     defaults = _defaults(target)
-    _check_knob_names(knobs, defaults, target.name)
+    _check_knobs(knobs, defaults, target.name)
     return tuple(enumerate_space(knobs, families, defaults)), space_grid(knobs, families, defaults)
 
 
-def _check_knob_names(knobs, defaults: Mapping[str, Any] | None, name: str) -> None:
-    """A knob the target does not take is a usage error, found before any compile (unless
-    the target's own values could not be read: its candidates are then refused one by one)."""
-    unknown = [k for k in knobs if defaults is not None and k not in defaults]
+def _check_knobs(knobs, defaults: Mapping[str, Any] | None, name: str) -> None:
+    """A knob the target does not take, or a value a zoo workload refuses (`unroll=x`, as its
+    overrides are checked), is a usage error, found before any compile (unless the target's own
+    values could not be read: its candidates are then refused one by one). A user program's
+    values are its own affair: calling it will tell."""
+    if defaults is None:
+        return
+    unknown = [k for k in knobs if k not in defaults]
     if unknown:
         accepted = ", ".join(sorted(defaults))
         raise UnknownNameError(
             f"knob {unknown[0]!r}: {name!r} takes no override of that name"
             f"{did_you_mean(unknown[0], defaults)}; accepted: {accepted}"
         )
+    if not user.is_entry(name):
+        for key, values in knobs.items():
+            for value in values:
+                registry.check_override(name, key, value, defaults[key])
 
 
 def _defaults(target: Target) -> dict[str, Any] | None:
