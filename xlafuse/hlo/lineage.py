@@ -742,8 +742,8 @@ class _Graph:
             return None
         if not instr.called_computations or self.literal(operands[1]) not in ("0", "-0"):
             return None
-        reducer = self.module.computation(instr.called_computations[0].lstrip("%"))
-        if reducer.root is None or reducer.root.opcode != "add":
+        reducer = self._computation(instr.called_computations[0].lstrip("%"))
+        if reducer is None or reducer.root is None or reducer.root.opcode != "add":
             return None
         x, init = self.operands[negate][0], operands[1]
         total = (
