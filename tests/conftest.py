@@ -1,5 +1,7 @@
-"""Shared test fixtures: sample paths, a strict JAX configuration, GPU skipping."""
+"""Shared test fixtures: sample paths, a strict JAX configuration, GPU skipping, the recorded
+GPT-2 train step."""
 
+import gzip
 from pathlib import Path
 
 import jax
@@ -7,6 +9,7 @@ import pytest
 
 SAMPLES = Path(__file__).parent / "data" / "h200-jax0.11.2"
 DUMP_FOLDER = SAMPLES / "dump_block_fwd"
+GPT2_TRAIN = Path(__file__).parent / "data" / "trace-gpt2-train"
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
 
@@ -35,3 +38,33 @@ def samples() -> Path:
 @pytest.fixture
 def dump_folder() -> Path:
     return DUMP_FOLDER
+
+
+@pytest.fixture(scope="session")
+def gpt2_train():
+    """(text, module) of the GPT-2 full train step (bf16) on the H200 (jax 0.11.2): its
+    unoptimized module and its compilations under default, no-gemm-fusion and no-fusion
+    (`tests/data/record_kernel_trace.py`)."""
+    from xlafuse.hlo.parse import parse_hlo
+
+    out = {}
+    for name in ("unoptimized", "default", "no-gemm-fusion", "no-fusion"):
+        text = gzip.decompress((GPT2_TRAIN / f"{name}.hlo.txt.gz").read_bytes()).decode()
+        out[name] = (text, parse_hlo(text))
+    return out
+
+
+@pytest.fixture(scope="session")
+def gpt2_train_diffs(gpt2_train):
+    """`diff_modules` of default against no-gemm-fusion and against no-fusion, by B's name (each
+    traces both sides to the unoptimized module: `lineage_a`, `lineage_b`). Built once: each
+    takes seconds."""
+    from xlafuse.hlo.diff import diff_modules
+
+    ref_text, ref = gpt2_train["unoptimized"]
+    text_a, a = gpt2_train["default"]
+    diffs = {}
+    for b in ("no-gemm-fusion", "no-fusion"):
+        text_b, other = gpt2_train[b]
+        diffs[b] = diff_modules(a, other, ("default", b), ref, (ref_text, text_a, text_b))
+    return diffs

@@ -1,9 +1,7 @@
 """`xlafuse diff` and `xlafuse.hlo.diff`: every kernel in one group, deltas adding up exactly."""
 
-import gzip
 import json
 from collections import Counter
-from pathlib import Path
 
 import jax
 import pytest
@@ -176,26 +174,15 @@ def test_reference_beside_a_dumped_file(capsys, samples):
     assert [g["kind"] for g in got["groups"]] == ["same"] * 4
 
 
-GPT2_TRAIN = Path(__file__).parent / "data" / "trace-gpt2-train"
-
-
-@pytest.fixture(scope="module")
-def gpt2_train():
-    """GPT-2 full train step (bf16) on the H200 (jax 0.11.2), default vs no-gemm-fusion, traced
-    to the unoptimized module (`tests/data/record_kernel_trace.py`)."""
-    texts = [
-        gzip.decompress((GPT2_TRAIN / f"{name}.hlo.txt.gz").read_bytes()).decode()
-        for name in ("unoptimized", "default", "no-gemm-fusion")
-    ]
-    ref, a, b = (parse_hlo(t) for t in texts)
-    return diff_modules(a, b, ("default", "no-gemm-fusion"), ref, tuple(texts)), a, b
-
-
-def test_every_dot_of_a_train_step_is_followed_through_triton_and_cublas(gpt2_train):
+def test_every_dot_of_a_train_step_is_followed_through_triton_and_cublas(
+    gpt2_train, gpt2_train_diffs
+):
     # default runs 99 of the step's 219 dots as Triton GEMM fusions and 120 as cuBLASLt calls
     # (some split in K, XLA's metadata dropped on some); no-gemm-fusion runs all 219 as
     # cuBLASLt calls (the 50,257-word vocabulary padded). Every dot lands in a kernel of both.
-    diff, a, b = gpt2_train
+    # (the recorded GPT-2 full train step, tests/conftest.py)
+    diff = gpt2_train_diffs["no-gemm-fusion"]
+    a, b = gpt2_train["default"][1], gpt2_train["no-gemm-fusion"][1]
     assert_one_to_one(diff, a, b)
     dots = [t for t in diff.lineage_a.traces if t.opcode == "dot"]
     assert len(dots) == 219
@@ -214,8 +201,8 @@ def test_every_dot_of_a_train_step_is_followed_through_triton_and_cublas(gpt2_tr
     assert {k.rsplit(".", 1)[0] for k in alone} == {"copy"}
 
 
-def test_the_diff_says_what_it_could_not_follow(gpt2_train):
-    diff, _, _ = gpt2_train
+def test_the_diff_says_what_it_could_not_follow(gpt2_train_diffs):
+    diff = gpt2_train_diffs["no-gemm-fusion"]
     text = render_diff(diff, top=3)
     lost = diff.lineage_b.lost_by_opcode()
     assert "dot" not in lost and "gather" in lost

@@ -1,5 +1,6 @@
 """Lineage across XLA's rewrites (`xlafuse.hlo.lineage`): the GPT-2 train step recorded on the
-H200 (jax 0.11.2) traced nearly whole, and one small hand-written pair per rule."""
+H200 (jax 0.11.2) traced nearly whole (its fixtures, `gpt2_train` and `gpt2_train_diffs`, are in
+conftest.py: test_diff.py reads them too), and one small hand-written pair per rule."""
 
 from __future__ import annotations
 
@@ -11,19 +12,6 @@ import pytest
 from xlafuse.hlo.diff import diff_modules
 from xlafuse.hlo.lineage import LAYOUT_ONLY, lost_summary, trace_module
 from xlafuse.hlo.parse import parse_hlo
-
-GPT2_TRAIN = Path(__file__).parent / "data" / "trace-gpt2-train"
-
-
-@pytest.fixture(scope="module")
-def gpt2_train():
-    """(text, module) of the unoptimized GPT-2 full train step and of its three compilations."""
-    out = {}
-    for name in ("unoptimized", "default", "no-gemm-fusion", "no-fusion"):
-        text = gzip.decompress((GPT2_TRAIN / f"{name}.hlo.txt.gz").read_bytes()).decode()
-        out[name] = (text, parse_hlo(text))
-    return out
-
 
 # Before these rules (default): 5,661 in kernels, 25 outside, 1,197 lost (885 besides reshapes:
 # 12.9%). What is left lost is the embedding lookups' index arithmetic (`jnp.take` and
@@ -37,10 +25,9 @@ GPT2_COUNTS = {
 
 
 @pytest.mark.parametrize("variant", list(GPT2_COUNTS))
-def test_gpt2_train_is_traced_but_for_a_few_index_ops(gpt2_train, variant):
-    ref_text, ref = gpt2_train["unoptimized"]
-    text, module = gpt2_train[variant]
-    lineage = trace_module(ref, module, ref_text, text)
+def test_gpt2_train_is_traced_but_for_a_few_index_ops(gpt2_train_diffs, variant):
+    diff = gpt2_train_diffs["no-fusion" if variant == "no-fusion" else "no-gemm-fusion"]
+    lineage = diff.lineage_a if variant == "default" else diff.lineage_b
     counts, besides_layout = GPT2_COUNTS[variant]
     assert lineage.counts() == counts
     lost = lineage.lost_by_opcode()
@@ -55,10 +42,8 @@ def test_gpt2_train_is_traced_but_for_a_few_index_ops(gpt2_train, variant):
 
 
 @pytest.mark.parametrize("b", ["no-gemm-fusion", "no-fusion"])
-def test_gpt2_train_diff_leaves_no_dot_alone(gpt2_train, b):
-    texts = tuple(gpt2_train[n][0] for n in ("unoptimized", "default", b))
-    ref, a, other = (gpt2_train[n][1] for n in ("unoptimized", "default", b))
-    diff = diff_modules(a, other, ("default", b), ref, texts)
+def test_gpt2_train_diff_leaves_no_dot_alone(gpt2_train_diffs, b):
+    diff = gpt2_train_diffs[b]
     assert diff.unlinked_dots == ()
     assert sum(g.bytes_delta for g in diff.groups) == diff.modeled_bytes_delta
 
@@ -83,8 +68,9 @@ def test_resnet50_train_follows_every_convolution_into_a_cudnn_call(resnet50_tra
     # gradient (select-and-scatter), and 9 broadcasts.
     ref_text, ref = resnet50_train["unoptimized"]
     texts = {n: resnet50_train[n][0] for n in ("default", "no-gemm-fusion")}
-    for name in texts:
-        lineage = trace_module(ref, resnet50_train[name][1], ref_text, texts[name])
+    diff = diff_modules(resnet50_train["default"][1], resnet50_train["no-gemm-fusion"][1],
+                        ("default", "no-gemm-fusion"), ref, (ref_text, *texts.values()))  # fmt: skip
+    for lineage in (diff.lineage_a, diff.lineage_b):  # each side traced to the unoptimized one
         assert lineage.counts() == {"kernel": 7654, "outside": 427, "lost": 17}
         lost = lineage.lost_by_opcode()
         assert "convolution" not in lost and "dot" not in lost
@@ -96,8 +82,6 @@ def test_resnet50_train_follows_every_convolution_into_a_cudnn_call(resnet50_tra
         # cuDNN call
         assert len({t.kernel for t in convolutions}) == len(convolutions) == 158
         assert all(t.kernel.startswith("cudnn-conv") for t in convolutions)
-    diff = diff_modules(resnet50_train["default"][1], resnet50_train["no-gemm-fusion"][1],
-                        ("default", "no-gemm-fusion"), ref, (ref_text, *texts.values()))  # fmt: skip
     assert diff.unlinked_dots == ()
     assert all(g.kernels_a and g.kernels_b for g in diff.groups)  # nothing on one side alone
 
