@@ -332,3 +332,19 @@ def test_compare_refuses_an_unknown_variant_before_building(capsys):
     err = capsys.readouterr().err
     assert "unknown variant 'no-fuson' (did you mean 'no-fusion'?)" in err
     assert "building" not in err and "compiling" not in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "extra"),
+    [
+        (["variants", "nah"], "nah"),
+        (["run", "configs/quickstart.toml", "--overrides", "x=1"], "--overrides x=1"),
+    ],
+)
+def test_a_word_a_command_does_not_take_is_named_by_that_command(capsys, argv, extra):
+    # argparse's top-level parser would say `xlafuse: error: ...`, naming no command
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and err.startswith(f"usage: xlafuse {argv[0]} ")
+    assert err.splitlines()[-1] == f"xlafuse {argv[0]}: error: unrecognized arguments: {extra}"

@@ -57,11 +57,13 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     )
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    parser.commands = {}  # name -> its parser, which reports a word it does not take
     for name in (command,) if command in _COMMANDS else _COMMANDS:
         module = importlib.import_module(f"xlafuse.cli.{name}_cmd")
         sub = subparsers.add_parser(name, help=module.HELP, description=module.__doc__)
         module.add_arguments(sub)
         sub.set_defaults(func=module.run)
+        parser.commands[name] = sub
     return parser
 
 
@@ -71,7 +73,10 @@ def main(argv: list[str] | None = None) -> int:
     # The first word that is not an option names the command (`--debug` takes no value); an
     # unknown word or none: every command is registered, for argparse's list and --help.
     command = next((word for word in argv if not word.startswith("-")), None)
-    args = build_parser(command).parse_args(argv)
+    parser = build_parser(command)
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # as argparse says it, from the command's parser: `xlafuse variants: error: ...`
+        parser.commands[args.command].error(f"unrecognized arguments: {' '.join(extra)}")
     args.argv = argv  # kept for a command that must run again in a child (N host devices)
     try:
         with _gc_pause(args):
