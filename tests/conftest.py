@@ -1,15 +1,14 @@
 """Shared test fixtures: sample paths, a strict JAX configuration, GPU skipping, the recorded
 GPT-2 train step."""
 
-import gzip
 from pathlib import Path
 
 import jax
 import pytest
+from helpers import GPT2_TRAIN, recorded_hlo
 
 SAMPLES = Path(__file__).parent / "data" / "h200-jax0.11.2"
 DUMP_FOLDER = SAMPLES / "dump_block_fwd"
-GPT2_TRAIN = Path(__file__).parent / "data" / "trace-gpt2-train"
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
 
@@ -45,13 +44,7 @@ def gpt2_train():
     """(text, module) of the GPT-2 full train step (bf16) on the H200 (jax 0.11.2): its
     unoptimized module and its compilations under default, no-gemm-fusion and no-fusion
     (`tests/data/record_kernel_trace.py`)."""
-    from xlafuse.hlo.parse import parse_hlo
-
-    out = {}
-    for name in ("unoptimized", "default", "no-gemm-fusion", "no-fusion"):
-        text = gzip.decompress((GPT2_TRAIN / f"{name}.hlo.txt.gz").read_bytes()).decode()
-        out[name] = (text, parse_hlo(text))
-    return out
+    return recorded_hlo(GPT2_TRAIN, ("unoptimized", "default", "no-gemm-fusion", "no-fusion"))
 
 
 @pytest.fixture(scope="session")

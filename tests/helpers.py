@@ -1,10 +1,12 @@
 """What several test files share: fast timing settings, a small calibration, a check script
-run in a child with N host devices, config files, and the command line run in this process.
+run in a child with N host devices, config files, the command line run in this process, and the
+H200 recordings of tests/data (`tests/data/record_kernel_trace.py`).
 
 Imported as `from helpers import FAST_TIMING, small_calibration` (pytest puts tests/ on the path,
 as it does for `mutations`).
 """
 
+import gzip
 import json
 import subprocess
 import sys
@@ -19,6 +21,21 @@ from xlafuse.experiment import runner
 from xlafuse.measure.calibrate import calibrate
 
 REPO = Path(__file__).resolve().parents[1]
+# Train steps recorded on the H200 (jax 0.11.2): optimized HLO and kernel events per variant.
+GPT2_TRAIN = REPO / "tests" / "data" / "trace-gpt2-train"
+RESNET50_TRAIN = REPO / "tests" / "data" / "trace-resnet50-train"
+
+
+def recorded_hlo(folder: Path, names) -> dict:
+    """{name: (text, parsed module)} of a recording's `<name>.hlo.txt.gz` files."""
+    from xlafuse.hlo.parse import parse_hlo
+
+    out = {}
+    for name in names:
+        text = gzip.decompress((folder / f"{name}.hlo.txt.gz").read_bytes()).decode()
+        out[name] = (text, parse_hlo(text))
+    return out
+
 
 # A config's [timing]: one warm-up call, then one round of 3 timed calls (and its burst).
 FAST_TIMING = {"warmup": 1, "min_time_s": 0, "min_iters": 3, "max_iters": 3, "repeats": 1}

@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import GPT2_TRAIN, RESNET50_TRAIN
 
 import xlafuse
 from xlafuse.hlo import analyze_hlo
@@ -345,9 +346,6 @@ def test_each_kernel_gets_its_bound_from_both_ceilings_and_the_headroom_above_it
     assert "| kernel | kind | µs/call | bound µs | bound | headroom µs | source |" in text
 
 
-GPT2_TRAIN = Path(__file__).parent / "data" / "trace-gpt2-train"
-
-
 @pytest.mark.parametrize(("variant", "library_calls"), [("default", 120), ("no-gemm-fusion", 219)])
 def test_a_gemm_heavy_train_step_is_attributed_launch_by_launch(variant, library_calls):
     # GPT-2 full train on the H200 (jax 0.11.2), 2 calls traced: every launch in a command
@@ -364,9 +362,6 @@ def test_a_gemm_heavy_train_step_is_attributed_launch_by_launch(variant, library
     library = [k for k in times.kernels if k.match == "library"]
     assert len(library) == library_calls == report.custom_calls
     assert {k.launches_per_call for k in library} == {1.0, 2.0}  # a Memset before some GEMMs
-
-
-RESNET50_TRAIN = Path(__file__).parent / "data" / "trace-resnet50-train"
 
 
 @pytest.mark.parametrize(("variant", "kernels", "cublas"), [("default", 1114, 0),

@@ -4,10 +4,8 @@ conftest.py: test_diff.py reads them too), and one small hand-written pair per r
 
 from __future__ import annotations
 
-import gzip
-from pathlib import Path
-
 import pytest
+from helpers import RESNET50_TRAIN, recorded_hlo
 
 from xlafuse.hlo.diff import diff_modules
 from xlafuse.hlo.lineage import LAYOUT_ONLY, lost_summary, trace_module
@@ -48,17 +46,10 @@ def test_gpt2_train_diff_leaves_no_dot_alone(gpt2_train_diffs, b):
     assert sum(g.bytes_delta for g in diff.groups) == diff.modeled_bytes_delta
 
 
-RESNET50_TRAIN = Path(__file__).parent / "data" / "trace-resnet50-train"
-
-
 @pytest.fixture(scope="module")
 def resnet50_train():
     """(text, module) of the unoptimized ResNet-50 full train step and of two compilations."""
-    out = {}
-    for name in ("unoptimized", "default", "no-gemm-fusion"):
-        text = gzip.decompress((RESNET50_TRAIN / f"{name}.hlo.txt.gz").read_bytes()).decode()
-        out[name] = (text, parse_hlo(text))
-    return out
+    return recorded_hlo(RESNET50_TRAIN, ("unoptimized", "default", "no-gemm-fusion"))
 
 
 def test_resnet50_train_follows_every_convolution_into_a_cudnn_call(resnet50_train):
