@@ -21,8 +21,9 @@ from xlafuse.experiment import runner
 from xlafuse.measure.calibrate import calibrate
 
 REPO = Path(__file__).resolve().parents[1]
-# Train steps recorded on the H200 (jax 0.11.2): optimized HLO and kernel events per variant.
+# Steps recorded on the H200 (jax 0.11.2): optimized HLO and kernel events per variant.
 GPT2_TRAIN = REPO / "tests" / "data" / "trace-gpt2-train"
+GPT2_FORWARD = REPO / "tests" / "data" / "trace-gpt2-fwd"
 RESNET50_TRAIN = REPO / "tests" / "data" / "trace-resnet50-train"
 
 

@@ -1,11 +1,11 @@
-"""Lineage across XLA's rewrites (`xlafuse.hlo.lineage`): the GPT-2 train step recorded on the
-H200 (jax 0.11.2) traced nearly whole (its fixtures, `gpt2_train` and `gpt2_train_diffs`, are in
+"""Lineage across XLA's rewrites (`xlafuse.hlo.lineage`): the GPT-2 train step and forward pass
+recorded on the H200 (jax 0.11.2) traced nearly whole (its fixtures, `gpt2_train` and `gpt2_train_diffs`, are in
 conftest.py: test_diff.py reads them too), and one small hand-written pair per rule."""
 
 from __future__ import annotations
 
 import pytest
-from helpers import RESNET50_TRAIN, recorded_hlo
+from helpers import GPT2_FORWARD, RESNET50_TRAIN, recorded_hlo
 
 from xlafuse.hlo.diff import diff_modules
 from xlafuse.hlo.lineage import LAYOUT_ONLY, lost_summary, trace_module
@@ -75,6 +75,60 @@ def test_resnet50_train_follows_every_convolution_into_a_cudnn_call(resnet50_tra
         assert all(t.kernel.startswith("cudnn-conv") for t in convolutions)
     assert diff.unlinked_dots == ()
     assert all(g.kernels_a and g.kernels_b for g in diff.groups)  # nothing on one side alone
+
+
+# GPT-2 full forward (batch 8 x 1024): (counts, lost besides reshapes and bitcasts). Before the
+# softmax's reduces were numbered without the vmap's dimension of size 1, each layer's softmax
+# was lost (default: 151 lost, 103 besides reshapes, 5.96%); before a cuBLASLt epilogue whose C
+# is the layer before's call was looked for again, its bias and residual adds were too
+# (no-gemm-fusion: 73 lost, 4.22%). What is left: the causal mask's iota and compare, and
+# constant broadcasts read from several kernels.
+GPT2_FORWARD_COUNTS = {
+    "default": ({"kernel": 1525, "outside": 196, "lost": 7}, 7),
+    "no-gemm-fusion": ({"kernel": 1522, "outside": 196, "lost": 10}, 10),
+    "no-fusion": ({"kernel": 1521, "outside": 196, "lost": 11}, 10),
+}
+
+
+@pytest.fixture(scope="module")
+def gpt2_forward():
+    """(text, module) of the unoptimized GPT-2 full forward pass and of three compilations."""
+    return recorded_hlo(GPT2_FORWARD, ("unoptimized", *GPT2_FORWARD_COUNTS))
+
+
+@pytest.mark.parametrize("variant", list(GPT2_FORWARD_COUNTS))
+def test_gpt2_forward_traces_each_softmax_and_each_cublas_epilogue(gpt2_forward, variant):
+    ref_text, ref = gpt2_forward["unoptimized"]
+    text, module = gpt2_forward[variant]
+    lineage = trace_module(ref, module, ref_text, text)
+    counts, besides_layout = GPT2_FORWARD_COUNTS[variant]
+    assert lineage.counts() == counts
+    lost = lineage.lost_by_opcode()
+    assert sum(n for op, n in lost.items() if op not in LAYOUT_ONLY) == besides_layout
+    assert not {"dot", "reduce", "exponential", "subtract", "multiply"} & set(lost)
+    # 12 layers' softmax: max and sum over the keys, each in a kernel (Triton's softmax fusion
+    # under default, loop and reduction fusions without fusion)
+    reduces = [t for t in lineage.traces if t.opcode == "reduce" and t.status == "kernel"]
+    assert len(reduces) >= 24
+    # attention's scale of its scores (`* 0.125`): under default each is a cuBLAS call's alpha
+    scores = (8, 12, 1024, 1, 1024)
+    scales = [lineage.by_name[i.name] for i in ref.entry.instructions
+              if i.opcode == "multiply" and i.shape.dims == scores]  # fmt: skip
+    assert len(scales) == 12 and all(t.status == "kernel" for t in scales)
+    if variant == "default":
+        assert {t.how for t in scales} == {"epilogue"}
+        calls = {i.name: i for i in module.entry.instructions if i.opcode == "custom-call"}
+        assert all('"alpha_real":0.125' in calls[t.kernel].attributes["backend_config"]
+                   for t in scales)  # fmt: skip
+
+
+@pytest.mark.parametrize("b", ["no-gemm-fusion", "no-fusion"])
+def test_gpt2_forward_diff_leaves_no_dot_alone(gpt2_forward, b):
+    ref_text, ref = gpt2_forward["unoptimized"]
+    (text_a, a), (text_b, other) = gpt2_forward["default"], gpt2_forward[b]
+    diff = diff_modules(a, other, ("default", b), ref, (ref_text, text_a, text_b))
+    assert diff.unlinked_dots == ()
+    assert sum(g.bytes_delta for g in diff.groups) == diff.modeled_bytes_delta
 
 
 def test_the_lost_summary_gives_each_opcode_its_share():
@@ -694,6 +748,54 @@ ENTRY %main (x: f32[8,1,16]) -> f32[128] {
     by = trace(ref, opt)
     assert (by["r"].how, by["r"].optimized) == ("view", ("e.1",))
     assert (by["t"].how, by["t"].optimized) == ("structure", ("t.1",))
+
+
+def test_a_reduce_of_a_value_with_a_dimension_of_size_one_is_the_reduce_without_it():
+    # A vmapped softmax reduces f32[1,8,16] over dimension 2; XLA drops the vmap's dimension of
+    # size 1 and reduces f32[8,16] over dimension 1: the same reduce, found by structure, and
+    # so is what reads it.
+    ref = """HloModule m
+
+%max (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %m = f32[] maximum(%a, %b)
+}
+
+ENTRY %main (x: f32[1,8,16]) -> f32[1,8] {
+  %x = f32[1,8,16]{2,1,0} parameter(0)
+  %e = f32[1,8,16]{2,1,0} exponential(%x)
+  %low = f32[] constant(-inf)
+  %r = f32[1,8]{1,0} reduce(%e, %low), dimensions={2}, to_apply=%max
+  ROOT %t = f32[1,8]{1,0} tanh(%r)
+}
+"""
+    opt = """HloModule m
+
+%max (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %m = f32[] maximum(%a, %b)
+}
+
+%fused (p: f32[8,16]) -> f32[8] {
+  %p = f32[8,16]{1,0} parameter(0)
+  %e.1 = f32[8,16]{1,0} exponential(%p)
+  %c = f32[] constant(-inf)
+  %reduce.3 = f32[8]{0} reduce(%e.1, %c), dimensions={1}, to_apply=%max
+  ROOT %tanh.4 = f32[8]{0} tanh(%reduce.3)
+}
+
+ENTRY %main (x: f32[1,8,16]) -> f32[1,8] {
+  %x = f32[1,8,16]{2,1,0} parameter(0)
+  %bc = f32[8,16]{1,0} bitcast(%x)
+  %input_fusion = f32[8]{0} fusion(%bc), kind=kInput, calls=%fused
+  ROOT %out = f32[1,8]{1,0} bitcast(%input_fusion)
+}
+"""
+    by = trace(ref, opt)
+    assert (by["r"].how, by["r"].optimized) == ("structure", ("reduce.3",))
+    assert (by["t"].how, by["t"].optimized) == ("structure", ("tanh.4",))
 
 
 def test_a_sum_of_a_negation_is_the_negation_of_the_sum_xla_makes():

@@ -42,6 +42,9 @@ How an optimized instruction is identified with a reference one (`Trace.how`), i
      broadcast of `x` XLA makes of it;
    * a sum of a negation is the negation of the sum (`reduce(-x)` -> `-reduce(x)`, a layer
      norm's gradient), the form XLA's simplifier makes of it;
+   * a reduce is numbered without the dimensions of size 1 of its operand and result (a
+     vmapped softmax's `reduce(f32[1,8,12,1024,1024])` over dimension 4 is the
+     `reduce(f32[8,12,1024,1024])` over dimension 3 XLA makes of it);
    * a reduce of a transpose is the reduce of the value under it over the dimensions they
      were, when the dimensions kept stay in order (XLA folds the transpose in, and its CSE may
      then keep one of two such reduces: the other is identified with it, below);
@@ -72,8 +75,9 @@ How an optimized instruction is identified with a reference one (`Trace.how`), i
    multiplication by a constant that a cuBLAS call does as its `alpha` (attention's scale of
    its scores, folded by XLA's GEMM rewriter), and the adds of a cuBLASLt call's epilogue
    (`BIAS`: a broadcast vector; `beta` != 0: the third operand), each the only unidentified
-   reader of the value before it (`_Matcher._epilogues`). The kernel is then numbered as the
-   last of them.
+   reader of the value before it (`_Matcher._epilogues`; an add of a value not identified
+   yet, as `beta`'s C when it is the layer before's call, is looked for again in the next
+   round). The kernel is then numbered as the last of them.
 6. "order", when 1 to 5 find nothing more: dots and convolutions of one signature, as many
    left on each side, the k-th in reference order with the k-th in kernel order (the first whose
    operands agree): a model's layers repeat one source line (`_by_order`).
@@ -572,6 +576,8 @@ class _Graph:
                 if op in _ELEMENTWISE or self._scalar_broadcast(instr, operands)
                 else _shape_sig(instr.shape)
             )
+            if (squeezed := self._squeezed_reduce(instr, operands, attrs)) is not None:
+                shape, attrs = squeezed
             vn = self._intern((op, shape, attrs, tuple(values)))
             src = key
         vn = self.override.get(key, vn)
@@ -754,6 +760,25 @@ class _Graph:
         )
         elementwise = (instr.shape.dtype, instr.shape.num_elements)
         return self._intern(("negate", elementwise, (), (self._intern(total),)))
+
+    def _squeezed_reduce(self, instr: Instruction, operands: tuple[Key, ...], attrs: tuple):
+        """A single-input reduce numbered without the dimensions of size 1 of its operand and
+        result: its reduced dimensions counted among the operand's others (XLA drops a vmap's
+        leading dimension of size 1, so the softmax's `reduce(f32[1,8,12,1024,1024])` over
+        dimension 4 is its `reduce(f32[8,12,1024,1024])` over dimension 3). (shape, attributes)
+        to number it with, else None."""
+        if instr.opcode != "reduce" or len(operands) != 2 or instr.shape.is_tuple:
+            return None
+        operand = self._shape(operands[0])
+        dims = _int_list(dict(attrs).get("dimensions"))
+        if operand is None or operand.is_tuple or dims is None:
+            return None
+        if any(d >= len(operand.dims) for d in dims):
+            return None
+        kept = [i for i, d in enumerate(operand.dims) if d != 1]
+        reduced = "{" + ",".join(str(kept.index(d)) for d in sorted(dims) if d in kept) + "}"
+        attrs = tuple((k, reduced if k == "dimensions" else v) for k, v in attrs)
+        return (instr.shape.dtype, _squeezed(instr.shape)), attrs
 
     def _reduce_transposed(self, instr: Instruction, operands: tuple[Key, ...]):
         """A reduce of a transpose is the reduce of the value under it over the dimensions
@@ -1263,24 +1288,31 @@ class _Matcher:
         adds its epilogue's operands (`BIAS`: a broadcast vector, last operand; `beta` != 0:
         the third operand) to the product. Each such reference op, the only unidentified reader
         of the value before it, is identified with the kernel (how "epilogue"), which is then
-        numbered as the last of them."""
+        numbered as the last of them. An add of a value not identified yet (`beta`'s C, the
+        residual of the layer before) is looked for again in the next round."""
         users = self._ref_users()
         new = 0
         for o in self.opt.traced:
-            rs = self.matched.get(o)
-            if o in self._written or not rs or len(rs) != 1 or self.opt.kind(o) not in _ORDERED:
+            if o in self._written or self.opt.kind(o) not in _ORDERED:
                 continue
-            self._written.add(o)
-            (r,) = rs
-            transpose = self._folded_transpose(o, r, users)
-            if transpose is not None:
-                new += self._pair(o, transpose, "epilogue")
-                r = self.value_of[o] = transpose
-            scaled = self._scaled_by_alpha(o, r, users)
-            if scaled is not None:
-                new += self._pair(o, scaled, "epilogue")
-                r = self.value_of[o] = scaled
-            new += self._epilogue_adds(o, r, users)
+            if o not in self.value_of:  # the dot alone is identified: its transpose and alpha
+                rs = self.matched.get(o)
+                if not rs or len(rs) != 1:
+                    continue
+                (r,) = rs
+                transpose = self._folded_transpose(o, r, users)
+                if transpose is not None:
+                    new += self._pair(o, transpose, "epilogue")
+                    r = transpose
+                scaled = self._scaled_by_alpha(o, r, users)
+                if scaled is not None:
+                    new += self._pair(o, scaled, "epilogue")
+                    r = scaled
+                self.value_of[o] = r
+            added, finished = self._epilogue_adds(o, self.value_of[o], users)
+            new += added
+            if finished:
+                self._written.add(o)
         return new
 
     def _unidentified_readers(self, r: Key, users) -> list[Key]:
@@ -1331,13 +1363,14 @@ class _Matcher:
         same_name = oi.op_name is not None and oi.op_name == self.ref.op_name(readers[0])
         return readers[0] if same_name and oi.op_name != self.ref.op_name(r) else None
 
-    def _epilogue_adds(self, o: Key, r: Key, users) -> int:
+    def _epilogue_adds(self, o: Key, r: Key, users) -> tuple[int, bool]:
         """Pairs library call `o` with the adds of its epilogue's operands onto `r` (each the
-        one unidentified add of the value before it and of an extra operand); how many."""
+        one unidentified add of the value before it and of an extra operand): (how many,
+        whether `o` is done: every add found, none to find, or an epilogue this cannot read)."""
         oi = self.opt.instr[o]
         extra = list(self._data_operands(o, every=True)[2:]) if _is_library(oi) else []
-        if len(extra) != _epilogue_operands(oi):
-            return 0
+        if not extra or len(extra) != _epilogue_operands(oi):
+            return 0, True
         chain = []
         while extra:
             step = [
@@ -1354,10 +1387,10 @@ class _Matcher:
             extra.remove(e)
             r = u
         if not chain or extra:
-            return 0
+            return 0, False
         new = sum(self._pair(o, u, "epilogue") for u in chain)
         self.value_of[o] = chain[-1]
-        return new
+        return new, True
 
     def _adds(self, u: Key, r: Key, e: Key) -> bool:
         """Whether reference `u` adds to `r` the value of optimized operand `e` (or its
