@@ -24,6 +24,7 @@ REPO = Path(__file__).resolve().parents[1]
 # Steps recorded on the H200 (jax 0.11.2): optimized HLO and kernel events per variant.
 GPT2_TRAIN = REPO / "tests" / "data" / "trace-gpt2-train"
 GPT2_FORWARD = REPO / "tests" / "data" / "trace-gpt2-fwd"
+GPT2_SMALL_TRAIN = REPO / "tests" / "data" / "trace-gpt2-small-train"
 RESNET50_TRAIN = REPO / "tests" / "data" / "trace-resnet50-train"
 
 

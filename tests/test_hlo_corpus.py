@@ -149,7 +149,10 @@ def _xla_parser():
 def test_every_module_is_traced_to_its_reprint(corpus, ours):
     # The lineage (`xlafuse diff`'s) of each module read against XLA's re-print of it: it ends
     # on every one (a computation called twice, one call reading the other, once looped
-    # forever), and identifies all but 1.4% of the instructions.
+    # forever), and identifies all but 1.4% of the instructions. A bitcast that moves
+    # dimensions by its layout is a transpose: where a module's text has no layouts and XLA's
+    # re-print has them (01900, 05618), the two differ, and 2 more are lost than when every
+    # bitcast was a view.
     from xlafuse.hlo.lineage import trace_module
 
     counts, modules = Counter(), 0
@@ -160,4 +163,4 @@ def test_every_module_is_traced_to_its_reprint(corpus, ours):
         counts.update(trace_module(text, printed, r["text"], r["canonical"]).counts())
         modules += 1
     assert modules == 5870
-    assert sum(counts.values()) == 148_702 and counts["lost"] == 2_097
+    assert sum(counts.values()) == 148_702 and counts["lost"] == 2_099

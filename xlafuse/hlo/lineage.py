@@ -36,7 +36,10 @@ How an optimized instruction is identified with a reference one (`Trace.how`), i
      gives the identity is the value itself), and an elementwise op whose operands are all the
      same transposition is that transposition of the op on the values under them; such an op
      is identified with the op on those values (XLA runs AdamW's update of a convolution's
-     weights on a transposed copy and transposes the result back);
+     weights on a transposed copy and transposes the result back); a bitcast that moves
+     dimensions by its layout (`f32[12,64,128]{2,1,0}` -> `f32[128,768]{0,1}`) is the
+     transpose it makes, with the dimensions it merges merged (XLA lays a dot's result out so
+     that the transpose after it is only a bitcast);
    * a broadcast is numbered without the dimensions of size 1 of its operand and result, so
      `broadcast(reshape(x))` where the reshape only adds or drops such dimensions is the one
      broadcast of `x` XLA makes of it;
@@ -539,7 +542,9 @@ class _Graph:
             vn, src = self._fusion_value(key, instr)
         elif op == "get-tuple-element" and operands:
             vn, src = self._element(key, instr)
-        elif _is_view(instr, self._shape(operands[0]) if operands else None):
+        elif _is_view(instr, self._shape(operands[0]) if operands else None) and not (
+            op == "bitcast" and _bitcast_perm(instr.shape, self._shape(operands[0]))
+        ):
             vn, src = self._value(operands[0]), self.src.get(operands[0], operands[0])
         elif (
             same := self._round_trip(instr, operands) or self._identity(instr, operands)
@@ -559,7 +564,8 @@ class _Graph:
                 if key in self.override:  # identified: what is under it is its reference's
                     known = self.override[key]
                     perm, inner = self.untransposed.get(known, (perm, known))
-                self.layout[key] = (perm, inner)
+                if len(perm) == len(_squeezed(instr.shape)):  # not a bitcast that merges too
+                    self.layout[key] = (perm, inner)
                 self.vn[key], self.src[key] = self._intern(("transposed", perm, inner)), key
                 return self.vn[key]
         else:
@@ -683,11 +689,17 @@ class _Graph:
           together (`()`: the value itself);
         * an elementwise op whose every operand not of one element is the same transposition
           of a value is that transposition of the op applied to those values.
+        * a bitcast that changes the layout so as to move dimensions (`_bitcast_perm`) is the
+          transpose it makes: XLA lays a dot's result out so that its reader's transpose is
+          only a bitcast.
         A permutation is over the dimensions not of size 1 (so moving those is no transpose)."""
-        if instr.opcode == "transpose" and len(operands) == 1 and not instr.shape.is_tuple:
+        if instr.opcode in ("transpose", "bitcast") and len(operands) == 1:
             shape = self._shape(operands[0])
-            perm = _squeezed_perm(_int_list(instr.attr("dimensions")), shape)
-            if perm is None:
+            if instr.opcode == "bitcast":
+                perm = _bitcast_perm(instr.shape, shape)
+            else:
+                perm = _squeezed_perm(_int_list(instr.attr("dimensions")), shape)
+            if perm is None or instr.shape.is_tuple:
                 return None
             self._value(operands[0])
             under = self._layout_of(operands[0])
@@ -752,12 +764,11 @@ class _Graph:
         if reducer is None or reducer.root is None or reducer.root.opcode != "add":
             return None
         x, init = self.operands[negate][0], operands[1]
-        total = (
-            "reduce",
+        shape, attrs = self._squeezed_reduce(instr, (x, init), _attrs(instr)) or (
             _shape_sig(instr.shape),
             _attrs(instr),
-            (self._value(x), self._value(init)),
         )
+        total = ("reduce", shape, attrs, (self._value(x), self._value(init)))
         elementwise = (instr.shape.dtype, instr.shape.num_elements)
         return self._intern(("negate", elementwise, (), (self._intern(total),)))
 
@@ -1028,6 +1039,56 @@ def _squeezed_perm(perm: list[int] | None, operand: Shape | None) -> tuple[int, 
     kept = [i for i, d in enumerate(operand.dims) if d != 1]
     rank = {i: n for n, i in enumerate(kept)}
     return tuple(rank[p] for p in perm if p in rank)
+
+
+def _major_to_minor(shape: Shape) -> list[int] | None:
+    """The dimensions of an array in the order they are laid out, the slowest first (its
+    layout's minor-to-major list reversed; without a layout, row-major); None if unreadable."""
+    if shape.layout is None:
+        return list(range(len(shape.dims)))
+    order = _int_list(shape.layout.split(":")[0])
+    if order is None or sorted(order) != list(range(len(shape.dims))):
+        return None
+    return order[::-1]
+
+
+def _bitcast_perm(result: Shape, operand: Shape | None) -> tuple[int, ...] | None:
+    """The transpose a bitcast makes of a row-major operand by laying its result out in
+    another order (`bf16[12,64,128]{2,1,0}` -> `bf16[128,768]{0,1}` is the operand's
+    dimension 2 then dimensions 0 and 1 merged): the permutation of the dimensions of the two
+    shapes' common refinement (not of size 1) whose merge gives the result, in the form of
+    `_squeezed_perm`. None when the bitcast moves no dimension or is no such transpose."""
+    if operand is None or operand.is_tuple or result.is_tuple:
+        return None
+    source, placed = _major_to_minor(operand), _major_to_minor(result)
+    if source is None or placed is None:
+        return None
+    if [d for d in source if operand.dims[d] != 1] != [
+        d for d, n in enumerate(operand.dims) if n != 1
+    ]:
+        return None  # the operand is laid out in another order itself
+    sizes = [operand.dims[d] for d in source if operand.dims[d] != 1]
+    laid = [d for d in placed if result.dims[d] != 1]  # result dims, in memory order
+    pieces: dict[int, list[int]] = {d: [] for d in laid}  # result dim -> its refined dims
+    i = j = n = 0
+    left_a, left_b = (sizes[0] if sizes else 1), (result.dims[laid[0]] if laid else 1)
+    while i < len(sizes) and j < len(laid):
+        if left_a % left_b and left_b % left_a:
+            return None  # a reshape that does not split or merge whole dimensions
+        piece = min(left_a, left_b)
+        pieces[laid[j]].append(n)
+        n += 1
+        left_a, left_b = left_a // piece, left_b // piece
+        if left_a == 1:
+            i += 1
+            left_a = sizes[i] if i < len(sizes) else 1
+        if left_b == 1:
+            j += 1
+            left_b = result.dims[laid[j]] if j < len(laid) else 1
+    if i < len(sizes) or j < len(laid):
+        return None
+    perm = tuple(p for d, size in enumerate(result.dims) if size != 1 for p in pieces[d])
+    return perm if perm != tuple(range(n)) else None
 
 
 def _value_shape(instr: Instruction) -> Shape:
