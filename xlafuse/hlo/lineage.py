@@ -45,6 +45,10 @@ How an optimized instruction is identified with a reference one (`Trace.how`), i
      broadcast of `x` XLA makes of it;
    * a sum of a negation is the negation of the sum (`reduce(-x)` -> `-reduce(x)`, a layer
      norm's gradient), the form XLA's simplifier makes of it;
+   * a split-K GEMM's f32 sum of the partial products of a dot of another type (a reduce
+     carrying the dot's `op_name`) is the dot converted to f32, and that sum rounded to the
+     dot's operand type is the dot (XLA keeps the f32 sum where the program converts the dot's
+     result to f32);
    * a reduce is numbered without the dimensions of size 1 of its operand and result (a
      vmapped softmax's `reduce(f32[1,8,12,1024,1024])` over dimension 4 is the
      `reduce(f32[8,12,1024,1024])` over dimension 3 XLA makes of it);
@@ -556,6 +560,9 @@ class _Graph:
             vn, src = self._intern(placed), key
         elif (negated := self._negated_sum(instr, operands)) is not None:
             vn, src = negated, key
+        elif self._split_k_sum(instr, operands) is not None:
+            converted = ("convert", _elementwise(instr.shape), (), (self._value(operands[0]),))
+            vn, src = self._intern(converted), key
         elif (layout := self._transposed(instr, operands)) is not None:
             perm, inner = layout
             if not perm:  # the value itself: a transpose of dimensions of size 1 only
@@ -597,10 +604,13 @@ class _Graph:
         if instr.opcode != "convert" or len(operands) != 1:
             return None
         self._value(operands[0])  # numbered first: its source is known after
-        inner = self.instr.get(self.src.get(operands[0], operands[0]))
+        key = self.src.get(operands[0], operands[0])
+        inner = self.instr.get(key)
+        if inner is not None and (dot := self._split_k_sum(inner, self.operands[key])):
+            # a split-K GEMM's f32 sum rounded to the dot's type: the dot
+            return self.operands[key][0] if self._operand_dtype(dot) == instr.shape.dtype else None
         if inner is None or inner.opcode != "convert":
             return None
-        key = self.src.get(operands[0], operands[0])
         under = self.operands[key][0] if self.operands.get(key) else None
         shape = self._shape(under) if under is not None else None
         return under if shape is not None and shape.dtype == instr.shape.dtype else None
@@ -752,16 +762,51 @@ class _Graph:
             return None
         return key
 
+    def _is_sum(self, instr: Instruction, operands: tuple[Key, ...]) -> bool:
+        """Whether single-input reduce `instr` adds from 0."""
+        if not instr.called_computations or self.literal(operands[1]) not in ("0", "-0"):
+            return False
+        reducer = self._computation(instr.called_computations[0].lstrip("%"))
+        return reducer is not None and reducer.root is not None and reducer.root.opcode == "add"
+
+    def _split_k_sum(self, instr: Instruction, operands: tuple[Key, ...]) -> Key | None:
+        """The dot whose partial products reduce `instr` sums, else None. XLA splits a long
+        contraction K into a batch of partial dots (in f32) and a reduce over the splits, which
+        carries the dot's `op_name`: a sum from 0 over one dimension not of size 1 of a dot's
+        value, that dimension its only difference from the result, in another type than the
+        dot's operands (the f32 sum of a bf16 dot)."""
+        if instr.opcode != "reduce" or len(operands) != 2 or instr.shape.is_tuple:
+            return None
+        self._value(operands[0])  # numbered first: its source is known after
+        dot = self.source(operands[0])
+        shape = self._shape(operands[0])
+        if kind(self.instr[dot]) != "dot" or shape is None or shape.is_tuple:
+            return None
+        if instr.op_name is None or instr.op_name != self.instr[dot].op_name:
+            return None
+        dims = _int_list(instr.attr("dimensions"))
+        if dims is None or any(d >= len(shape.dims) for d in dims):
+            return None
+        split = [d for d in dims if shape.dims[d] != 1]
+        kept = tuple(n for d, n in enumerate(shape.dims) if n != 1 and d not in dims)
+        if len(split) != 1 or kept != _squeezed(instr.shape):
+            return None
+        if self._operand_dtype(dot) == instr.shape.dtype or not self._is_sum(instr, operands):
+            return None  # an f32 dot's sum is numbered as any reduce (found by its readers)
+        return dot
+
+    def _operand_dtype(self, dot: Key) -> str | None:
+        """The element type of a dot's first operand (a split-K GEMM's partial products are
+        f32 whatever the program's dot type; its operands keep it)."""
+        operands = self.operands.get(dot, ())
+        shape = self._shape(operands[0]) if operands else None
+        return None if shape is None or shape.is_tuple else shape.dtype
+
     def _negated_sum(self, instr: Instruction, operands: tuple[Key, ...]) -> int | None:
         """A sum of a negation, `reduce(-x)`, is numbered as the negation of the sum,
         `-reduce(x)`, which XLA's simplifier makes of it (a layer norm's gradient); else None."""
         negate = self._reduced(instr, operands, "negate")
-        if negate is None:
-            return None
-        if not instr.called_computations or self.literal(operands[1]) not in ("0", "-0"):
-            return None
-        reducer = self._computation(instr.called_computations[0].lstrip("%"))
-        if reducer is None or reducer.root is None or reducer.root.opcode != "add":
+        if negate is None or not self._is_sum(instr, operands):
             return None
         x, init = self.operands[negate][0], operands[1]
         shape, attrs = self._squeezed_reduce(instr, (x, init), _attrs(instr)) or (
@@ -1101,6 +1146,11 @@ def _value_shape(instr: Instruction) -> Shape:
 
 def _elements(instr: Instruction) -> int:
     return _value_shape(instr).num_elements
+
+
+def _elementwise(shape: Shape) -> tuple:
+    """How an elementwise op's value is numbered: its type and element count."""
+    return (shape.dtype, shape.num_elements)
 
 
 def _shape_sig(shape: Shape) -> tuple:
