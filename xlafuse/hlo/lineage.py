@@ -585,7 +585,7 @@ class _Graph:
             if op in _COMMUTATIVE:
                 values.sort()
             shape = (
-                (instr.shape.dtype, instr.shape.num_elements)
+                _elementwise(instr.shape)
                 if op in _ELEMENTWISE or self._scalar_broadcast(instr, operands)
                 else _shape_sig(instr.shape)
             )
@@ -738,7 +738,7 @@ class _Graph:
         if instr.opcode in _COMMUTATIVE:
             values.sort()
         attrs = _attrs(instr)
-        shape = (instr.shape.dtype, instr.shape.num_elements)
+        shape = _elementwise(instr.shape)
         return perms.pop(), self._intern((instr.opcode, shape, attrs, tuple(values)))
 
     def _layout_of(self, key: Key) -> tuple[tuple[int, ...], int] | None:
@@ -814,7 +814,7 @@ class _Graph:
             _attrs(instr),
         )
         total = ("reduce", shape, attrs, (self._value(x), self._value(init)))
-        elementwise = (instr.shape.dtype, instr.shape.num_elements)
+        elementwise = _elementwise(instr.shape)
         return self._intern(("negate", elementwise, (), (self._intern(total),)))
 
     def _squeezed_reduce(self, instr: Instruction, operands: tuple[Key, ...], attrs: tuple):
