@@ -348,3 +348,50 @@ def test_a_word_a_command_does_not_take_is_named_by_that_command(capsys, argv, e
     err = capsys.readouterr().err
     assert exited.value.code == 2 and err.startswith(f"usage: xlafuse {argv[0]} ")
     assert err.splitlines()[-1] == f"xlafuse {argv[0]}: error: unrecognized arguments: {extra}"
+
+
+# issue 42, item 13: a program of the user's that raises or calls sys.exit is one line naming it
+
+PROGRAMS = os.path.join(os.path.dirname(__file__), "data", "user", "programs.py")
+EXITS = """\
+import sys
+
+
+def exits(n: int = 4):
+    sys.exit(3)
+"""
+
+
+def test_coldstart_of_a_function_that_raises_starts_no_child(capsys, monkeypatch):
+    from xlafuse.measure import coldstart
+
+    monkeypatch.setattr(coldstart, "_run_child", lambda request: pytest.fail("started a child"))
+    line = _error(capsys, ["coldstart", "--workload", f"{PROGRAMS}:raises", "--overrides", "n=7"])
+    assert line == (
+        f"xlafuse coldstart: error: entry '{PROGRAMS}:raises' raised RuntimeError: no data for n=7"
+    )
+
+
+@pytest.mark.parametrize("command", ["coldstart", "inspect", "diff", "explain"])
+def test_a_function_that_calls_sys_exit_is_one_line_naming_it(
+    capsys, monkeypatch, tmp_path, command
+):
+    from xlafuse.measure import coldstart
+
+    monkeypatch.setattr(coldstart, "_run_child", lambda request: pytest.fail("started a child"))
+    (tmp_path / "up.py").write_text(EXITS)
+    entry = f"{tmp_path / 'up.py'}:exits"
+    assert _error(capsys, [command, "--workload", entry]) == (
+        f"xlafuse {command}: error: entry '{entry}' raised SystemExit: 3"
+    )
+
+
+def test_an_import_that_calls_sys_exit_is_one_line_naming_it(capsys, tmp_path):
+    (tmp_path / "exits.py").write_text("import sys\n\nsys.exit(4)\n")
+    target = str(tmp_path / "exits.py")
+    assert _error(capsys, ["compare", "mlp", "--import", target]) == (
+        f"xlafuse compare: error: --import: importing {target!r} raised SystemExit: 4"
+    )
+    assert _error(capsys, ["inspect", "--workload", f"{target}:f"]) == (
+        f"xlafuse inspect: error: entry '{target}:f': importing {target!r} raised SystemExit: 4"
+    )

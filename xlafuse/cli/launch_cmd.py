@@ -43,7 +43,7 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     """Start the processes and wait for them; their exit status (1 when one was killed)."""
     # on use, not at the top: `xlafuse --help` imports no JAX (see xlafuse.cli)
-    from xlafuse.compile.devices import device_count_problem, host_devices_env
+    from xlafuse.compile.devices import host_devices_env
     from xlafuse.distributed.launch import launch
 
     rest = args.rest[1:] if args.rest[:1] == ["--"] else args.rest
@@ -53,11 +53,7 @@ def run(args) -> int:
             f"launch runs one of {', '.join(COMMANDS)} after `--` (e.g. `xlafuse launch "
             f"--processes 2 -- run CONFIG`), not {given}"
         )
-    if args.processes < 1:
-        raise XlafuseError(f"--processes must be at least 1, not {args.processes}")
-    problem = device_count_problem(args.devices_per_process, "cpu")
-    if problem:
-        raise XlafuseError(f"--devices-per-process {problem}")
+    _check_counts(args.processes, args.devices_per_process)
     if not args.timeout > 0:
         raise XlafuseError(f"--timeout {args.timeout:g}: need a number of seconds above 0")
     argv = [sys.executable, "-m", "xlafuse", *(["--debug"] if args.debug else []), *rest]
@@ -66,3 +62,28 @@ def run(args) -> int:
     if outcome.line:
         print(f"xlafuse launch: {outcome.line}", file=sys.stderr)
     return outcome.returncode
+
+
+def _check_counts(processes: int, devices_per_process: int) -> None:
+    """Refuse, before anything starts, more processes or host devices than this machine takes:
+    each count in its range, and their product within the host devices one process may have.
+
+    Raises:
+      XlafuseError: one line naming the option, its range on this machine and the value.
+    """
+    from xlafuse.compile.devices import device_count_problem, max_host_devices  # JAX, as `run`
+    from xlafuse.distributed.launch import process_count_problem
+
+    problem = process_count_problem(processes)
+    if problem:
+        raise XlafuseError(f"--processes {problem}")
+    problem = device_count_problem(devices_per_process, "cpu")
+    if problem:
+        raise XlafuseError(f"--devices-per-process {problem}")
+    total, limit = processes * devices_per_process, max_host_devices()
+    if total > limit:
+        raise XlafuseError(
+            f"--processes {processes} x --devices-per-process {devices_per_process} is {total} "
+            f"host devices; at most {limit} in all (host devices: 4 per core of this machine, "
+            "at least 8)"
+        )

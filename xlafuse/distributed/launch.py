@@ -12,6 +12,7 @@ its own (its line already printed), the others are given a moment, then stopped.
 from __future__ import annotations
 
 import dataclasses
+import os
 import signal
 import socket
 import subprocess
@@ -21,10 +22,37 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from xlafuse.distributed import watch
+from xlafuse.errors import XlafuseError
 
 GRACE_S = 2.0  # how long the others may take to end on their own once one has failed
 _POLL_S = 0.1
 ABORT_WAIT_S = 0.5  # JAX aborts the survivors of a lost coordinator within this
+
+
+def max_processes() -> int:
+    """The most processes `launch` starts on this machine: 2 per core, or 4 on a smaller one.
+
+    Each is a whole Python process with JAX and XLA's thread pools; past a couple per core they
+    only wait on each other, and 100000 of them fork until the machine stops.
+    """
+    return max(4, 2 * (os.cpu_count() or 1))
+
+
+def process_count_problem(processes: object) -> str | None:
+    """What is wrong with launching `processes` processes here; None when nothing is.
+
+    Returns:
+      e.g. "must be at least 1 and at most 4 (2 per core of this machine, or 4), not 100000",
+      for the caller to prefix with the option it came from.
+    """
+    limit = max_processes()
+    is_int = isinstance(processes, int) and not isinstance(processes, bool)
+    if is_int and 1 <= processes <= limit:
+        return None
+    return (
+        f"must be at least 1 and at most {limit} (2 per core of this machine, or 4), "
+        f"not {processes!r}"
+    )
 
 
 def free_port(host: str = "localhost") -> int:
@@ -75,7 +103,13 @@ def launch(
 
     Returns:
       The Outcome: 0 when all ended with 0; else the first failure's status (1 for a kill).
+
+    Raises:
+      XlafuseError: `processes` out of range (`process_count_problem`); nothing started.
     """
+    problem = process_count_problem(processes)
+    if problem:
+        raise XlafuseError(f"processes {problem}")
     port = free_port()
     with tempfile.TemporaryDirectory(prefix="xlafuse-launch-") as status:
         children = [

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from xlafuse.errors import HloParseError
+from xlafuse.errors import REGULAR_FILE, HloParseError, XlafuseError, check_path_kind, path_kind
 
 _THUNK_LINE = re.compile(r"^\s*\d+:\s+(k\w+)", re.MULTILINE)
 _NON_LAUNCH_THUNKS = frozenset(
@@ -22,29 +22,52 @@ def read_hlo(text_or_path: str | Path) -> tuple[str, str | None]:
     """(HLO text, the file it came from or None): `text_or_path` itself, or a file's text.
 
     Raises:
-        HloParseError: a path that cannot be read or does not exist, a binary (NUL byte) or
-            non-UTF-8 file; the message names the line.
+        HloParseError: a path that cannot be read, does not exist or is not a regular file (a
+            device, a FIFO, a symlink loop: never opened), a binary (NUL byte) or non-UTF-8
+            file; the message names the line.
     """
     if isinstance(text_or_path, str) and not _looks_like_path(text_or_path):
         return text_or_path, None
     path = Path(text_or_path)
+    text = read_text_file(path, "HLO text", "expected HLO text or a path to an HLO text file")
+    return text, str(path)
+
+
+def read_text_file(path: str | Path, what: str, expected: str) -> str:
+    """The text of a file a user named, checked before and after reading: a regular file (looked
+    at with `os.stat` first, so that a FIFO is never opened), no NUL byte, UTF-8.
+
+    Args:
+        path: the file.
+        what: what the text should be, for the messages ("HLO text").
+        expected: the end of a message about the path: what is accepted.
+
+    Returns:
+        The text, a leading byte-order mark (an editor's) dropped.
+
+    Raises:
+        HloParseError: no such file, a folder or anything but a regular file, a file that
+            cannot be read, a binary (NUL byte) or non-UTF-8 file; the message names the line
+            and never echoes the bytes.
+    """
+    path = Path(path)
     try:
-        is_file = path.is_file()
-        data = path.read_bytes() if is_file else b""
+        kind = check_path_kind(path, REGULAR_FILE, expected)
+        data = path.read_bytes() if kind == REGULAR_FILE else b""
+    except XlafuseError as err:
+        raise HloParseError(str(err)) from None
     except OSError as exc:  # too long a name, no permission, ...
         raise HloParseError(f"cannot read {str(path)!r}: {exc.strerror or exc}") from None
-    if not is_file:
-        raise HloParseError(
-            f"no such file: {str(path)!r} (expected HLO text or a path to an HLO text file)"
-        )
+    if kind != REGULAR_FILE:
+        raise HloParseError(f"no such file: {str(path)!r} ({expected})")
     source = str(path)
     nul = data.find(b"\x00")
     if nul >= 0:
         raise HloParseError(
-            "binary file (NUL byte), not HLO text", data.count(b"\n", 0, nul) + 1, source
+            f"binary file (NUL byte), not {what}", data.count(b"\n", 0, nul) + 1, source
         )
     try:
-        return data.decode("utf-8-sig"), source  # a leading byte-order mark (an editor's) dropped
+        return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         line = data.count(b"\n", 0, exc.start) + 1
         raise HloParseError(
@@ -92,6 +115,7 @@ def thunk_launch_count(path: str | Path) -> int | None:
     path = Path(path)
     module_id = path.name.split(".", 1)[0]
     found = sorted(path.parent.glob(f"{module_id}.*thunk_sequence.txt"))
+    found = [p for p in found if path_kind(p) == REGULAR_FILE]  # a FIFO would block a reader
     if not found:
         return None
     kinds = _THUNK_LINE.findall(found[0].read_text(errors="replace"))

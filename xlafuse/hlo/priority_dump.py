@@ -22,6 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from xlafuse.errors import FOLDER, NOTHING, check_path_kind, path_kind
+from xlafuse.hlo.dump import read_text_file
+
 _TOKEN = re.compile(
     r'\s*(?:(#[^\n]*)|([A-Za-z_]\w*)\s*:?|(\{)|(\})|("(?:[^"\\]++|\\.)*+")|([-+.\w]+))\s*'
 )
@@ -88,9 +91,11 @@ def find_priority_dump(folder: str | Path, module: str | None = None) -> Path:
 
     Raises:
         FileNotFoundError: the folder does not exist.
-        ValueError: it holds no dump, none matching `module`, or several (the message lists them).
+        ValueError: it holds no dump, none matching `module`, or several (the message lists them);
+            or it is neither a folder nor nothing (a file, a device, a FIFO, a symlink loop).
     """
     folder = Path(folder)
+    check_path_kind(folder, FOLDER, "expected an --xla_dump_to folder")
     if not folder.is_dir():
         raise FileNotFoundError(
             f"no such folder: {str(folder)!r} (expected an --xla_dump_to folder)"
@@ -118,12 +123,15 @@ def read_priority_dump(path: str | Path) -> PriorityDump:
 
     Raises:
         FileNotFoundError: no such file.
-        ValueError: the text is not a dump of `fusion_steps` (the message names the line).
+        ValueError: not a regular file (a device, a FIFO, a symlink loop: never opened), a binary
+            (NUL byte) or non-UTF-8 file (its bytes are not echoed), or text that is not a dump
+            of `fusion_steps` (the message names the line).
     """
     path = Path(path)
-    if not path.is_file():
+    if path_kind(path) == NOTHING:
         raise FileNotFoundError(f"no such priority-fusion dump: {str(path)!r}")
-    return parse_priority_dump(path.read_text(errors="replace"), str(path))
+    text = read_text_file(path, "a priority-fusion dump", f"expected a *{DUMP_SUFFIX} file")
+    return parse_priority_dump(text, str(path))
 
 
 def parse_priority_dump(text: str, source: str = "<text>") -> PriorityDump:

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from xlafuse.errors import XlafuseError
+from xlafuse.errors import FOLDER, REGULAR_FILE, XlafuseError, check_path_kind
 from xlafuse.hlo.diff import FusionDiff, diff_modules
 from xlafuse.hlo.dump import read_hlo
 from xlafuse.hlo.estimates import COST_MODEL_OPTION
@@ -185,6 +185,7 @@ def explained_variants(variant: str, against: str | None) -> tuple[str, ...]:
 
 
 def _explain_folder(folder: Path, module: str | None) -> ExplainReport:
+    check_path_kind(folder, FOLDER, "expected an --xla_dump_to folder, or --workload NAME")
     if folder.is_file():
         raise XlafuseError(
             f"{str(folder)!r} is a file; explain reads an --xla_dump_to folder (with a "
@@ -207,7 +208,7 @@ def _explain_folder(folder: Path, module: str | None) -> ExplainReport:
             f"and {prefix}.*after_optimizations.txt; dump with xla_dump_to and the default "
             "xla_dump_hlo_as_text"
         )
-    u_text, o_text = before.read_text(), after[0].read_text()
+    u_text, o_text = read_hlo(before)[0], read_hlo(after[0])[0]
     explanation = explain_module(
         parse_hlo(u_text, str(before)),
         parse_hlo(o_text, str(after[0])),
@@ -281,11 +282,13 @@ def _check_files(a, b) -> None:
     """Both of A and B given, and files.
 
     Raises:
-        XlafuseError: one missing, a folder, or a path that does not exist.
+        XlafuseError: one missing, a folder, a path that does not exist or is not a regular
+            file (a device, a FIFO, a symlink loop).
     """
     if a is None or b is None:
         raise XlafuseError("give two HLO files A B, or --workload NAME --variants V1,V2")
     for path in (a, b):
+        check_path_kind(path, REGULAR_FILE, ACCEPTED)
         if Path(path).is_dir():
             raise XlafuseError(
                 f"diff compares two HLO files; {str(path)!r} is a dump folder "

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from xlafuse.errors import HloParseError, XlafuseError
+from xlafuse.errors import REGULAR_FILE, HloParseError, XlafuseError, check_path_kind
 from xlafuse.hlo import (
     FusionReport,
     HloModule,
@@ -65,8 +65,9 @@ def inspect_target(
         The InspectResult.
 
     Raises:
-        XlafuseError: no target, both targets, a missing path, a folder without optimized HLO,
-            a module name matching no file or several, an unknown workload or variant.
+        XlafuseError: no target, both targets, a missing path or one that is neither a regular
+            file nor a folder, a folder without optimized HLO, a module name matching no file
+            or several, an unknown workload or variant.
         HloParseError: the file is binary, truncated or not HLO.
     """
     if (path is None) == (cell is None):
@@ -76,6 +77,7 @@ def inspect_target(
             raise XlafuseError("--module picks a module of a dump folder, not of a workload")
         return _inspect_workload(cell, variant, on_step)
     target = Path(path)
+    check_path_kind(target, "a regular file or a folder", ACCEPTED)
     if target.is_dir():
         return _inspect_folder(target, module)
     if not target.exists():
@@ -90,10 +92,15 @@ def load_module(path: str | Path) -> HloModule:
 
     Raises:
         XlafuseError: the file does not exist or is a folder.
-        HloParseError: binary or non-UTF-8 data, or text that is not well-formed HLO.
+        HloParseError: not a regular file (a device, a FIFO, a symlink loop: never opened),
+            binary or non-UTF-8 data, or text that is not well-formed HLO.
     """
     path = Path(path)
-    if not path.is_file():
+    try:
+        kind = check_path_kind(path, REGULAR_FILE, ACCEPTED)
+    except XlafuseError as err:  # in a dump folder, a module skipped like an unreadable one
+        raise HloParseError(str(err)) from None
+    if kind != REGULAR_FILE:
         raise XlafuseError(f"no such file: {str(path)!r}; {ACCEPTED}")
     try:
         text, source = read_hlo(path)

@@ -18,7 +18,8 @@ lookup. Three children make one `ColdStartResult`:
 Cache hits are counted, not guessed from times: the child listens to JAX's monitoring events
 ('/jax/compilation_cache/cache_hits' and 'cache_misses') during the measured compile only.
 
-This module imports JAX only lazily: the parent never starts a backend to measure a child.
+The parent compiles nothing: a program of the user's is built in it once, on the host, only to
+check it before a child starts (`check_user_program`).
 """
 
 from __future__ import annotations
@@ -373,10 +374,13 @@ def measure_cold_start(
 
     Raises:
       XlafuseError: `cache_dir` cannot serve as a cache folder (a file, or not writable).
+      EntryError: a program of the user's that cannot be built (`check_user_program`); no child
+        has started.
       RuntimeError: a child failed.
     """
     if cache_dir is not None:
         check_cache_dir(cache_dir)
+    check_user_program(workload)
     step = on_step or (lambda line: None)
     with tempfile.TemporaryDirectory(prefix="xlafuse-coldstart-") as tmp:
         folder = Path(cache_dir) if cache_dir is not None else Path(tmp) / "cache"
@@ -398,6 +402,30 @@ def measure_cold_start(
             aot_load_s = run_aot_load(workload, variant, exported)
     name = _variant_dict(variant)["name"]
     return _result(workload_spec(workload), name, cold, warm, first, aot_load_s, cache_dir)
+
+
+def check_user_program(workload: Any) -> None:
+    """Build a program of the user's here, once, before a child process starts: a FUNCTION that
+    raises (or calls `sys.exit`), returns another shape or cannot be traced is one line naming
+    the entry, as in every other command, not a child's failure. Nothing is compiled; its
+    arrays are made on the host, so that an accelerator's memory stays the children's.
+
+    Args:
+      workload: as for `workload_spec`; a zoo workload or a built Workload is left alone (its
+        checks are `xlafuse.models.registry.check_build`'s, made without building it).
+
+    Raises:
+      EntryError: as `xlafuse.models.user.build_entry`, or (a config's entry) a mode other than
+        the one FUNCTION returns.
+    """
+    if isinstance(workload, str):
+        workload = Cell(workload)
+    elif isinstance(workload, Mapping) and "name" in workload:
+        workload = Cell.from_dict(workload)
+    if not isinstance(workload, Cell) or not user.is_entry(workload.build_name):
+        return
+    with jax.default_device(jax.devices("cpu")[0]):
+        workload.build()
 
 
 def _result(spec, variant: str, cold, warm, first, aot_load_s, cache_dir) -> ColdStartResult:
