@@ -26,11 +26,12 @@ JSON_KEYS = {
     "schema", "target", "target_kind", "path", "module", "backend", "variant", "thunk_launches",
     "warnings", "kernels", "fusions", "real_fusions", "custom_calls", "custom_call_targets",
     "kinds", "entry_fusions", "modeled_bytes", "flops", "flops_unknown_kernels",
+    "launches_per_call", "modeled_bytes_per_call", "flops_per_call", "per_call_basis",
     "kernels_detail", "modules", "devices", "parallelism", "collectives",
 }  # fmt: skip
 KERNEL_KEYS = {
     "name", "computation", "opcode", "kind", "sub_kind", "num_ops", "ops", "is_real_fusion",
-    "bytes_in", "bytes_out", "traffic_share", "flops", "op_names", "source_lines",
+    "bytes_in", "bytes_out", "launches_per_call", "traffic_share", "flops", "op_names", "source_lines",
     "predicted_us", "predicted_model",
 }  # fmt: skip
 
@@ -49,7 +50,7 @@ def test_block_fwd_summary(capsys, samples):
     assert "fusions: 16  real fusions: 13  entry fusions: 16" in out
     assert "kinds: kCustom 4, kInput 5, kLoop 7" in out
     assert "custom-calls: 4 (__cublas$lt$matmul 4)" in out
-    assert "modeled traffic: 327.25 MB" in out
+    assert "modeled traffic: 327.25 MB per call\n" in out
     rows = out.split("\n\n", 1)[1].splitlines()
     assert rows[0].split() == [
         "kernel",
@@ -59,6 +60,7 @@ def test_block_fwd_summary(capsys, samples):
         "ops",
         "in",
         "out",
+        "launches",
         "traffic",
         "source",
     ]
@@ -80,7 +82,8 @@ def test_json_schema(capsys, samples):
     assert set(got) == JSON_KEYS
     assert got["schema"] == "xlafuse.inspect/1"
     assert (got["target_kind"], got["backend"], got["kernels"]) == ("file", "gpu", 20)
-    assert got["modeled_bytes"] == 327247872
+    assert got["modeled_bytes"] == got["modeled_bytes_per_call"] == 327247872
+    assert got["launches_per_call"] == 20 and got["per_call_basis"] == "per call"
     assert got["custom_call_targets"] == {"__cublas$lt$matmul": 4}
     detail = got["kernels_detail"]
     assert len(detail) == 20 and all(set(k) == KERNEL_KEYS for k in detail)

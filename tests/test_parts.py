@@ -21,7 +21,8 @@ def test_of_refuses_a_source_without_a_field():
 def test_of_leaves_the_fields_another_source_fills():
     report = types.SimpleNamespace(
         kernels=2, fusions=2, real_fusions=1, custom_calls=0, custom_call_targets={},
-        kinds={"kLoop": 2}, modeled_bytes=64,
+        kinds={"kLoop": 2}, modeled_bytes=64, launches_per_call=2, modeled_bytes_per_call=64,
+        flops_per_call=0, per_call_basis="per call",
     )  # fmt: skip
     part = parts.FusionRecord.of(report, missed_fusions=None)
     assert (part.kernels, part.kernels_basis, part.generated_kernels) == (2, None, None)

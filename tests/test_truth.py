@@ -58,7 +58,9 @@ def test_run_compare_and_inspect_count_the_same_kernels(tmp_path, name):
     row = compare_workload(workload, ["default"]).rows[0]
     inspected = inspect_target(cell=Cell(name, mode="train")).report
     assert record.fusion.kernels == row.kernels == inspected.kernels
-    assert record.fusion.modeled_bytes == row.modeled_bytes == inspected.modeled_bytes
+    assert record.fusion.modeled_bytes == inspected.modeled_bytes
+    assert record.fusion.bytes_per_call == row.modeled_bytes == inspected.modeled_bytes_per_call
+    assert record.fusion.launches_per_call == row.launches_per_call == inspected.launches_per_call
 
 
 def test_a_train_step_records_its_host_time_below_its_pipelined_time(tmp_path):

@@ -3,7 +3,6 @@
 
 import json
 import shutil
-from pathlib import Path
 
 import jax.numpy as jnp
 import pytest
@@ -14,6 +13,7 @@ from xlafuse import models
 from xlafuse.cli import main
 from xlafuse.errors import XlafuseError
 from xlafuse.experiment.config import load_config, parse_config
+from xlafuse.experiment.measure_fn import program_sha256
 from xlafuse.experiment.runner import run_experiment
 from xlafuse.models import user
 from xlafuse.report.markdown import write_report
@@ -165,11 +165,11 @@ def test_measure_records_are_a_runs_and_report(tmp_path):
     default, unfused = measured.records
     assert (default.workload, default.size, default.mode, default.variant) == (
         "mul_add",
-        "custom",
+        "f32[256],~f32[256],f32[256]",  # its arguments' types: jnp.full's is weak
         "forward",
         "default",
     )
-    assert default.source_sha256 == user.file_sha256(Path(__file__))
+    assert default.source_sha256 == program_sha256(mul_add)  # its file and its code
     assert (default.fusion.kernels, unfused.fusion.kernels) == (1, 2)
     # a CPU cell leads with the pipelined figure; its speedup is the reference's shown time
     # over the variant's, over the same rounds, and lies in its own interval
@@ -180,9 +180,9 @@ def test_measure_records_are_a_runs_and_report(tmp_path):
     )
     assert speedup.ci[0] <= speedup.vs_reference <= speedup.ci[1]
     text = str(measured)
-    assert text.splitlines()[0] == "mul_add/custom/forward on cpu (cpu)"
+    assert text.splitlines()[0] == "mul_add/f32[256],~f32[256],f32[256]/forward on cpu (cpu)"
     assert "| variant | pipelined ms | latency ms |" in text
-    assert "| no-fusion | 2 | 0 |" in text
+    assert "| no-fusion | 2 | 2 | 0 |" in text  # kernels, launches per call, real fusions
     report = measured.write(tmp_path)
     assert "mul_add" in report.read_text()
     assert [r.variant for r in read_results(tmp_path / "results.jsonl").records] == [

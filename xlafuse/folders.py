@@ -6,7 +6,9 @@ so a bad path is one clear line instead of a failure after minutes of measuring.
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from xlafuse.errors import XlafuseError
@@ -63,4 +65,73 @@ def writable_file(file: str | os.PathLike, noun: str) -> Path:
     writable_folder(path.parent, f"folder of the {noun}")
     if path.exists() and not os.access(path, os.W_OK):
         raise XlafuseError(f"cannot write to {noun} {str(path)!r}: Permission denied")
+    return path
+
+
+def write_atomically(
+    path: str | os.PathLike, write: Callable[[Path], object], *, noun: str
+) -> Path:
+    """Write a file whole or not at all: `write(temp)` fills a temporary file beside `path`,
+    which is synced and renamed over `path` only once it is complete.
+
+    An interrupt or a full disk leaves `path` as it was (an earlier file, or none), never a
+    file cut short; the temporary file is removed (a kill -9 may leave it, as a dot file). A
+    `write` that makes no file leaves `path` alone too.
+
+    Args:
+      path: the file to write.
+      write: a callable that writes the whole file to the path it is given.
+      noun: what it is, for the message ("report", "plot").
+
+    Returns:
+      `path`.
+
+    Raises:
+      XlafuseError: the file could not be written; the message names it and the OS's reason.
+    """
+    path = Path(path)
+    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        write(temp)
+        if not temp.exists():  # the writer made no file: nothing to put in place
+            return path
+        fd = os.open(temp, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(temp, path)
+    except BaseException as err:
+        with contextlib.suppress(OSError):
+            temp.unlink(missing_ok=True)
+        if not isinstance(err, OSError):
+            raise
+        reason = err.strerror or type(err).__name__
+        raise XlafuseError(
+            f"cannot write {noun} {str(path)!r}: {reason} (any earlier {path.name} is kept)"
+        ) from None
+    return path
+
+
+def write_atomic(path: str | os.PathLike, text: str) -> Path:
+    """Write `text` (UTF-8) to `path` whole or not at all: into a temporary file beside it,
+    fsynced, then renamed over it, so a reader never sees half a file and a failure (a full
+    disk) leaves the old file as it was.
+
+    Raises:
+      XlafuseError: the file could not be written; the message names it and the reason.
+    """
+    path = Path(path)
+    temp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        with open(temp, "wb") as f:
+            f.write(text.encode("utf-8"))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(temp, path)
+    except OSError as err:
+        reason = err.strerror or type(err).__name__
+        raise XlafuseError(f"cannot write {str(path)!r}: {reason}") from None
+    finally:  # also on an interrupt: no temporary file left behind
+        temp.unlink(missing_ok=True)
     return path

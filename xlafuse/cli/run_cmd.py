@@ -4,7 +4,10 @@ cells already done. Exit 0: all cells ok; 1: some cells errored; 2: the config i
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
+import warnings
+from collections.abc import Iterator
 
 from xlafuse.cli import _distributed
 from xlafuse.cli._checks import comma_separated
@@ -68,17 +71,39 @@ def run(args: argparse.Namespace) -> int:
     devices = max((w.devices for w in config.workloads), default=1)
     if not distributed and needs_host_devices(devices):
         return rerun_with_host_devices(args.argv, devices)
-    records = run_experiment(
-        config,
-        out=args.out,
-        only=args.only,
-        variants=args.variants,
-        fresh=args.fresh,
-        progress=not args.no_progress,
-    )
+    with skipped_lines_said():
+        records = run_experiment(
+            config,
+            out=args.out,
+            only=args.only,
+            variants=args.variants,
+            fresh=args.fresh,
+            progress=not args.no_progress,
+        )
     failed = [r for r in records if not r.ok]
     if failed:
         if not _distributed.quiet(args):
             print(f"{len(failed)} of {len(records)} cells errored", file=sys.stderr)
         return SOME_CELLS_FAILED
     return 0
+
+
+@contextlib.contextmanager
+def skipped_lines_said() -> Iterator[None]:
+    """Each line of a results file that is skipped (`SkippedLineWarning`), said as one line on
+    stderr, `xlafuse: FILE:LINE: skipping a record that is ...`, not as a Python warning; other
+    warnings as Python shows them."""
+    from xlafuse.results.records import SkippedLineWarning  # on use, as in `run`
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("always", SkippedLineWarning)
+        shown = warnings.showwarning
+
+        def show(message, category, filename, lineno, file=None, line=None) -> None:
+            if not issubclass(category, SkippedLineWarning):
+                shown(message, category, filename, lineno, file, line)
+            else:
+                print(f"xlafuse: {message}", file=sys.stderr)
+
+        warnings.showwarning = show
+        yield

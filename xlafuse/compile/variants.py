@@ -55,6 +55,9 @@ class Variant:
         `xlafuse.torch`; no XLA options).
       torch_compile: for a torch variant, the keyword arguments of `torch.compile` (`{}`: the
         default Inductor), or None to run eagerly.
+
+    Making one with a field of the wrong type (`disable_passes="fusion"`, an option given a
+    list: `option_problem`) raises ValueError naming the variant, the field and its value.
     """
 
     name: str
@@ -70,6 +73,9 @@ class Variant:
     torch_compile: Mapping[str, Any] | None = None
 
     def __post_init__(self):
+        problem = _fields_problem(self)
+        if problem:
+            raise ValueError(f"variant {self.name!r}: {problem}")
         if self.framework not in list(Framework):
             raise ValueError(
                 f"variant {self.name!r}: unknown framework {self.framework!r}; accepted: "
@@ -165,6 +171,61 @@ class Variant:
             if key in data:
                 data[key] = tuple(data[key])
         return cls(**data)
+
+
+def option_problem(key: str, value: Any) -> str | None:
+    """Why `value` cannot be given to the XLA option `key` (None: its type is right).
+
+    The pass list (`xla_disable_hlo_passes`) takes a string of comma-separated pass names or a
+    list of them; every other option takes one string, boolean or number (its value is XLA's
+    to judge when it compiles: `xlafuse.experiment.config.xla_rejects`).
+    """
+    if key == DISABLE_PASSES:
+        if isinstance(value, str) or _strings(value):
+            return None
+        return f'must be a string of pass names ("a,b") or an array of them, not {_shown(value)}'
+    if isinstance(value, str | bool | int | float):
+        return None
+    return (
+        f"must be a string, a boolean or a number, not {_shown(value)} (an XLA option takes "
+        f'one value; several passes go in {DISABLE_PASSES} = "a,b")'
+    )
+
+
+def _fields_problem(variant: Variant) -> str | None:
+    """What is wrong with the types of a Variant's fields (None: nothing), so that a wrong one
+    is refused where it is made, not as a TypeError where it is used."""
+    for field in ("disable_passes", "process_flags", "backends"):
+        value = getattr(variant, field)
+        if not _strings(value):
+            return f"{field} must be a tuple of strings, not {_shown(value)}"
+    for field in ("options", "backend_options", "backend_passes"):
+        if not isinstance(getattr(variant, field), Mapping):
+            return f"{field} must be a dict, not {_shown(getattr(variant, field))}"
+    tables = [variant.options, *variant.backend_options.values()]
+    if not all(isinstance(table, Mapping) for table in tables):
+        return f"backend_options must map backends to dicts, not {_shown(variant.backend_options)}"
+    for key, value in (item for table in tables for item in table.items()):
+        problem = option_problem(key, value)
+        if problem:
+            return f"{key} {problem}"
+    for backend, passes in variant.backend_passes.items():
+        if not _strings(passes):
+            return f"backend_passes[{backend!r}] must be a tuple of strings, not {_shown(passes)}"
+    return None
+
+
+def _strings(value: Any) -> bool:
+    """A list or tuple of strings (a lone string is not: it would be read letter by letter)."""
+    return isinstance(value, list | tuple) and all(isinstance(v, str) for v in value)
+
+
+def _shown(value: Any) -> str:
+    """`an integer 5`: a value with its kind, as TOML names kinds (a list is an array)."""
+    kinds = {str: "a string", bool: "a boolean", int: "an integer", float: "a number"}
+    kinds.update({list: "an array", tuple: "an array", dict: "a table", type(None): "nothing"})
+    kind = kinds.get(type(value), f"a {type(value).__name__}")
+    return kind if value is None else f"{kind} {value!r}"
 
 
 _PRESETS: dict[str, Variant] = {}
@@ -280,15 +341,23 @@ def from_options(options: Mapping[str, Any], name: str = "custom") -> Variant:
     """A variant from a dict of XLA options, e.g. `{"xla_disable_hlo_passes": "fusion"}`.
 
     The pass list may be a comma-separated string or a list of names.
+
+    Raises:
+      ValueError: an option of the wrong type (`option_problem`), naming the variant, the
+        option, its value and what is accepted.
     """
     options = dict(options)
+    for key, value in options.items():
+        problem = option_problem(key, value)
+        if problem:
+            raise ValueError(f"variant {name!r}: {key} {problem}")
     passes = options.pop(DISABLE_PASSES, ())
     if isinstance(passes, str):
-        passes = [p for p in passes.split(",") if p.strip()]
+        passes = passes.split(",")
     return Variant(
         name=name,
         description="user-defined XLA options",
-        disable_passes=tuple(p.strip() for p in passes),
+        disable_passes=tuple(p.strip() for p in passes if p.strip()),
         options=options,
     )
 

@@ -10,6 +10,7 @@ import jax
 
 from xlafuse.compile.jit import compile_variant, compile_workload
 from xlafuse.compile.variants import get as get_variant
+from xlafuse.hlo.loops import PER_CALL
 from xlafuse.kinds import Framework
 from xlafuse.measure.numerics import compare_outputs, host_outputs, judge_workload
 from xlafuse.report.format import text_table
@@ -21,12 +22,13 @@ class VariantRow:
 
     Attributes:
       variant: the variant's name.
-      kernels: kernel launches per call (from the optimized HLO; a torch variant: its
-        `kernels_basis`, `xlafuse.torch.measure`).
-      fusions: fusion instructions executed per call (None for a torch variant).
+      kernels: distinct kernels of the optimized HLO, a loop body's once (a torch variant:
+        its `kernels_basis`, `xlafuse.torch.measure`).
+      fusions: fusion instructions of the program text (None for a torch variant).
       real_fusions: fusions of two or more compute ops (None for a torch variant).
-      modeled_bytes: modeled HBM traffic per call (operands read + outputs written per kernel;
-        a torch variant: Inductor's count or eager's op operands, None where unknown).
+      modeled_bytes: modeled HBM traffic per call (operands read + outputs written per kernel,
+        times its launches per call; None where a trip count is unknown; a torch variant:
+        Inductor's count or eager's op operands, None where unknown).
       lower_s: seconds to trace and lower (None for a torch variant).
       compile_s: seconds to compile (a torch variant: the first call under torch.compile,
         Inductor's cache empty; None when eager).
@@ -36,6 +38,12 @@ class VariantRow:
       collectives: collective instructions per call (a combined one counts once).
       logical_collectives: logical collectives they carry (the count without combining).
       collective_bytes: their operand bytes per device per call.
+      launches_per_call: kernel launches in one call, a loop body's times its trip count
+        (None where a trip count is unknown, and for a torch variant).
+      per_call_basis: what the per-call figures count (`xlafuse.hlo.loops.per_call_basis`);
+        None for a torch variant.
+      bytes_per_iteration: one run of each kernel's modeled bytes, where a trip count is
+        unknown (else None).
     """
 
     variant: str
@@ -51,6 +59,9 @@ class VariantRow:
     collectives: int = 0
     logical_collectives: int = 0
     collective_bytes: int = 0
+    launches_per_call: int | None = None
+    per_call_basis: str | None = None
+    bytes_per_iteration: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -84,8 +95,9 @@ class Comparison:
         header = (
             "variant",
             "kernels",
+            "launches/call",
             "real fusions",
-            "modeled MB",
+            "modeled MB/call",
             "compile s",
             "max |diff|",
             "agree",
@@ -97,6 +109,7 @@ class Comparison:
             (
                 r.variant,
                 _text(r.kernels),
+                _text(r.launches_per_call if r.per_call_basis else r.kernels),
                 _text(r.real_fusions),
                 _text(r.modeled_bytes, 1e-6, ".3f"),
                 _text(r.compile_s, spec=".3f"),
@@ -111,7 +124,21 @@ class Comparison:
             for r in self.rows
         ]
         right = range(1, len(header))
-        return f"{self.function} on {self.backend}\n" + text_table(header, lines, right)
+        table = text_table(header, lines, right)
+        return f"{self.function} on {self.backend}\n" + "\n".join([table, *self._basis_notes()])
+
+    def _basis_notes(self) -> list[str]:
+        """A line per variant whose per-call figures are not plainly per call."""
+        notes = []
+        for r in self.rows:
+            if r.per_call_basis is None or r.per_call_basis == PER_CALL:
+                continue
+            if r.bytes_per_iteration is not None:
+                mb = r.bytes_per_iteration / 1e6
+                notes.append(f"{r.variant}: {r.per_call_basis} ({mb:.3f} MB per iteration)")
+            else:
+                notes.append(f"{r.variant}: {r.per_call_basis}")
+        return notes
 
 
 def _text(value: float | None, scale: float = 1.0, spec: str = "") -> str:
@@ -229,7 +256,12 @@ def _row(compiled, diff) -> VariantRow:
         kernels=report.kernels,
         fusions=report.fusions,
         real_fusions=report.real_fusions,
-        modeled_bytes=report.modeled_bytes,
+        modeled_bytes=report.modeled_bytes_per_call,
+        launches_per_call=report.launches_per_call,
+        per_call_basis=report.per_call_basis,
+        bytes_per_iteration=(
+            report.modeled_bytes if report.modeled_bytes_per_call is None else None
+        ),
         lower_s=compiled.lower_s,
         compile_s=compiled.compile_s,
         max_abs_diff=diff.max_abs_diff,

@@ -42,9 +42,12 @@ A config names the workloads, the fusion variants and how to measure them::
 
 Validation collects every problem (unknown keys with "did you mean", wrong types, unknown
 workloads, sizes, modes, dtypes, overrides and variants, override values the workload's builder
-rejects, GPU-only things on a CPU backend, variant options the running XLA rejects: each variant
-is compiled once on a trivial function) and raises one `XlafuseError` that lists them one per
-line, each prefixed with its TOML location.
+rejects, GPU-only things on a CPU backend, a workload or a variant listed twice, variant options
+of the wrong type or that the running XLA rejects: each variant is compiled once on a trivial
+function) and raises one `XlafuseError` that lists them one per line, each prefixed with its
+TOML location. It is one pass: a field with a problem does not hide the problems of the others
+(a field of the wrong type is checked as its default meanwhile); only what depends on a wrong
+value (the overrides of an unknown workload, the builder's check of a bad size) waits for it.
 """
 
 from __future__ import annotations
@@ -64,7 +67,7 @@ import jax.numpy as jnp
 
 from xlafuse.compile import variants
 from xlafuse.compile.devices import device_count_problem
-from xlafuse.compile.variants import BACKENDS, DISABLE_PASSES
+from xlafuse.compile.variants import BACKENDS
 from xlafuse.errors import XlafuseError, did_you_mean
 from xlafuse.kinds import Framework
 from xlafuse.measure.timing import TimingSettings
@@ -122,7 +125,9 @@ class WorkloadConfig:
     "custom", and its mode says what FUNCTION returns: "forward" for (fn, args), "train" for a
     step (fn, args, donate_argnums) (checked when the run builds it). `source_sha256` is the hash of
     the file that defines a program of the user's (an entry's, or the imported file that
-    registered the workload): a changed file is a changed cell. `base` is the config's folder.
+    registered the workload; for a function given to `xlafuse.measure`, its file and its code:
+    `measure_fn.program_sha256`): a changed file is a changed cell. `base` is the config's
+    folder.
     """
 
     name: str
@@ -200,13 +205,18 @@ class VariantConfig:
         key, else "options") or a `Variant`, resolved here (as a config's are, once).
 
         Raises:
-          UnknownNameError, ValueError, TypeError: as `xlafuse.variants.get`.
+          UnknownNameError, ValueError, TypeError: as `xlafuse.variants.get`; ValueError also
+            for a dict whose name is not a string or whose option has the wrong type
+            (`xlafuse.variants.option_problem`).
         """
         if isinstance(spec, str):
             config = cls(spec, spec)
         elif isinstance(spec, Mapping):
+            name = spec.get("name", "options")
+            if not isinstance(name, str) or not name:
+                raise ValueError(f"a variant's name must be a non-empty string, not {name!r}")
             options = {k: v for k, v in spec.items() if k not in _INLINE_VARIANT_META}
-            config = cls(str(spec.get("name", "options")), None, options)
+            config = cls(name, None, options)
         else:
             resolved = variants.get(spec)  # a Variant: its own name, resolved already
             config = cls(resolved.name, None, resolved.options)
@@ -302,9 +312,13 @@ def check_config_file(path: str | Path) -> Path:
     """The config's path, if it is a file (checked before anything else is looked at).
 
     Raises:
-      XlafuseError: a folder, or no such file (the message lists the configs in configs/).
+      XlafuseError: a folder, no such file (the message lists the configs in configs/), or a
+        path that is neither (a device, a FIFO, a symlink loop: never opened).
     """
+    from xlafuse.errors import REGULAR_FILE, check_path_kind  # the lead may hoist this import
+
     path = Path(path)
+    check_path_kind(path, REGULAR_FILE, "expected a TOML config file, e.g. configs/quickstart.toml")
     if path.is_dir():
         raise XlafuseError(
             f"config {str(path)!r} is a folder; give a TOML file, e.g. configs/quickstart.toml"
@@ -436,6 +450,7 @@ def _parse_workloads(problems, value, backend, base) -> list[WorkloadConfig]:
         return []
     out = []
     named: dict[str, tuple[str | None, str]] = {}  # label -> (its entry, where it was given)
+    cells: dict[tuple[str, str], str] = {}  # (cell, backend) -> where it was given
     for i, item in enumerate(value):
         where = f"workloads[{i}]"
         workload = _parse_workload(problems, where, item, backend, base)
@@ -446,8 +461,26 @@ def _parse_workloads(problems, value, backend, base) -> list[WorkloadConfig]:
             shown = f"entry {earlier[0]!r}" if earlier[0] else "the zoo workload"
             problems.add(f"{where}.name", f"{workload.name!r} already names {shown} ({earlier[1]})")
             continue
+        if not _check_listed_once(problems, where, workload, cells):
+            continue
         out.append(workload)
     return out
+
+
+def _check_listed_once(problems, where, workload: WorkloadConfig, cells) -> bool:
+    """A workload's cells on a backend are named by one table only (a second would measure
+    them again, as a variant listed twice would)."""
+    keys = [(workload.cell.cell_id("", ""), b) for b in workload.backends]
+    earlier = next((cells[k] for k in keys if k in cells), None)
+    if earlier is not None:
+        problems.add(
+            where,
+            f"{workload.label} is listed twice (also {earlier}): each cell is measured once; "
+            "remove one, or give it another size, mode, dtype or overrides",
+        )
+        return False
+    cells.update(dict.fromkeys(keys, where))
+    return True
 
 
 def _parse_workload(problems, where, item, backend, base) -> WorkloadConfig | None:
@@ -459,6 +492,7 @@ def _parse_workload(problems, where, item, backend, base) -> WorkloadConfig | No
     _check_keys(problems, f"{where}.", item, _WORKLOAD_KEYS)
     if "entry" in item:
         return _parse_entry(problems, where, item, base)
+    start = len(problems.items)
     name = _typed(problems, f"{where}.name", item.get("name"), str)
     size = _typed(problems, f"{where}.size", item.get("size", "tiny"), str)
     mode = _typed(problems, f"{where}.mode", item.get("mode", "forward"), str)
@@ -467,14 +501,18 @@ def _parse_workload(problems, where, item, backend, base) -> WorkloadConfig | No
     backends = _parse_backends(problems, f"{where}.backends", item.get("backends", list(BACKENDS)))
     devices = _typed(problems, f"{where}.devices", item.get("devices", 1), int)
     parallelism = _typed(problems, f"{where}.parallelism", item.get("parallelism", "data"), str)
-    if name is None or not backends or devices is None or parallelism is None:
-        return None
-    before = len(problems.items)
-    # A workload meant for other backends only is still checked, as it would be on the first.
-    check_on = backend if backend in backends else backends[0]
+    # A workload meant for other backends only is still checked, as it would be on the first;
+    # every field that has a value is checked even when another has a problem (one pass).
+    check_on = backend if backend in backends or not backends else backends[0]
     _check_mesh(problems, where, name, devices, parallelism, check_on)
-    _check_workload(problems, where, name, size, mode, dtype, overrides, check_on)
-    if len(problems.items) != before:
+    if name is not None:
+        # A field of the wrong type (reported above) is checked as its default meanwhile.
+        size_or_default = "tiny" if size is None else size
+        mode_or_default = "forward" if mode is None else mode
+        _check_workload(
+            problems, where, name, size_or_default, mode_or_default, dtype, overrides, check_on
+        )
+    if len(problems.items) != start:
         return None
     source_sha256 = registry.source_sha256(name)
     return WorkloadConfig(
@@ -488,7 +526,7 @@ def _parse_entry(problems, where, item, base) -> WorkloadConfig | None:
     Its function is found and its overrides checked against its parameters; it is called (it
     makes arrays) only when the run builds it, where what it returns is checked.
     """
-    before = len(problems.items)
+    start = len(problems.items)
     spec = _typed(problems, f"{where}.entry", item.get("entry"), str)
     for key in _NOT_FOR_ENTRIES:
         if key in item:
@@ -501,24 +539,19 @@ def _parse_entry(problems, where, item, base) -> WorkloadConfig | None:
     _check_choice(problems, f"{where}.mode", mode, registry.MODES, "mode")
     overrides = dict(_table(problems, f"{where}.overrides", item.get("overrides", {})))
     backends = _parse_backends(problems, f"{where}.backends", item.get("backends", list(BACKENDS)))
-    if spec is None or len(problems.items) != before:
-        return None
-    try:
-        entry = user.parse_entry(spec, base)
-        user.check_overrides(entry, overrides)
-        source_sha256 = user.source_sha256(entry)
-    except XlafuseError as err:
-        problems.add(f"{where}.entry", str(err))
-        return None
-    name = _typed(problems, f"{where}.name", item.get("name", entry.function), str)
-    if name is None:
-        return None
-    if name in registry.available() or ":" in name or "/" in name:
-        what = "a zoo workload's name" if name in registry.available() else "no label (: or /)"
-        problems.add(
-            f"{where}.name",
-            f'{name!r} is {what}; give the entry another name (name = "my_{entry.function}")',
-        )
+    entry, source_sha256 = None, None
+    if spec is not None:
+        try:
+            entry = user.parse_entry(spec, base)
+            user.check_overrides(entry, overrides)
+            source_sha256 = user.source_sha256(entry)
+        except XlafuseError as err:
+            problems.add(f"{where}.entry", str(err))
+    function = entry.function if entry is not None else None
+    name = _typed(problems, f"{where}.name", item.get("name", function), str, optional=True)
+    if name is not None:
+        _check_entry_name(problems, f"{where}.name", name, function or name)
+    if len(problems.items) != start or name is None:
         return None
     return WorkloadConfig(
         name,
@@ -532,12 +565,22 @@ def _parse_entry(problems, where, item, base) -> WorkloadConfig | None:
     )
 
 
+def _check_entry_name(problems, where, name, function) -> None:
+    """An entry's label is neither a zoo workload's name nor a spec (`:` or `/`)."""
+    if name in registry.available() or ":" in name or "/" in name:
+        what = "a zoo workload's name" if name in registry.available() else "no label (: or /)"
+        problems.add(
+            where, f'{name!r} is {what}; give the entry another name (name = "my_{function}")'
+        )
+
+
 def _check_mesh(problems, where, name, devices, parallelism, backend) -> None:
-    problem = device_count_problem(devices, backend)
+    """The device count and the parallelism (each when it has a value of its type)."""
+    problem = device_count_problem(devices, backend) if devices is not None else None
     if problem:
         problems.add(f"{where}.devices", problem)
     _check_choice(problems, f"{where}.parallelism", parallelism, PARALLELISMS, "parallelism")
-    if parallelism == "model" and name not in MODEL_PARALLEL_WORKLOADS:
+    if parallelism == "model" and name is not None and name not in MODEL_PARALLEL_WORKLOADS:
         problems.add(
             f"{where}.parallelism",
             f"'model' has no sharding rule for {name!r} "
@@ -590,7 +633,7 @@ def _parse_variants(problems, value, backend) -> list[VariantConfig]:
     out: list[VariantConfig] = []
     for i, item in enumerate(value):
         where = f"experiment.variants[{i}]"
-        variant = _parse_variant(problems, where, item)
+        variant = _parse_variant(problems, where, item, backend)
         if variant is None or not _check_variant_applies(problems, where, variant, backend):
             continue
         if any(v.name == variant.name for v in out):
@@ -600,16 +643,9 @@ def _parse_variants(problems, value, backend) -> list[VariantConfig]:
     return out
 
 
-def _parse_variant(problems, where, item) -> VariantConfig | None:
+def _parse_variant(problems, where, item, backend) -> VariantConfig | None:
     if isinstance(item, Mapping):
-        name = _typed(problems, f"{where}.name", item.get("name"), str)
-        options = {k: v for k, v in item.items() if k not in _INLINE_VARIANT_META}
-        if not options:
-            problems.add(where, "an inline variant needs at least one XLA option besides its name")
-        valid = all(
-            [_check_option_value(problems, f"{where}.{k}", k, v) for k, v in options.items()]
-        )
-        return VariantConfig(name, None, options) if name and options and valid else None
+        return _parse_inline_variant(problems, where, item, backend)
     if not isinstance(item, str):
         problems.add(where, f"must be a preset name or a table, not {_type_name(item)}")
         return None
@@ -622,18 +658,29 @@ def _parse_variant(problems, where, item) -> VariantConfig | None:
     return config
 
 
-def _check_option_value(problems, where, key, value) -> bool:
-    """An XLA option takes one string, boolean or number (a pass list may also be an array)."""
-    if isinstance(value, str | bool | int | float):
-        return True
-    if key == DISABLE_PASSES and isinstance(value, list) and all(isinstance(v, str) for v in value):
-        return True
-    problems.add(
-        where,
-        f"must be a string, a boolean or a number, not {_type_name(value)} {value!r} (an XLA "
-        f'option takes one value; several passes go in {DISABLE_PASSES} = "a,b")',
-    )
-    return False
+def _parse_inline_variant(problems, where, item, backend) -> VariantConfig | None:
+    """An inline variant's table (`variants.option_problem` for each option's type). Its
+    well-typed options are checked against XLA even when its name or another option has a
+    problem: every problem comes out in one pass."""
+    name = _typed(problems, f"{where}.name", item.get("name"), str)
+    _typed(problems, f"{where}.description", item.get("description"), str, optional=True)
+    options = {k: v for k, v in item.items() if k not in _INLINE_VARIANT_META}
+    if not options:
+        problems.add(where, "an inline variant needs at least one XLA option besides its name")
+    typed = {}
+    for key, value in options.items():
+        problem = variants.option_problem(key, value)
+        if problem:
+            problems.add(f"{where}.{key}", problem)
+        else:
+            typed[key] = value
+    if not typed:
+        return None
+    config = VariantConfig(name or "unnamed", None, typed)
+    if name and typed == options:
+        return config  # checked against the backend by the caller, as a preset is
+    _check_variant_applies(problems, where, config, backend)
+    return None
 
 
 def _parse_reference(problems, value, variants, listed) -> str:

@@ -19,7 +19,7 @@ from xlafuse.measure.coldstart import measure_cold_start
 from xlafuse.measure.collectives import CommProfile
 from xlafuse.measure.numerics import NumericDiff
 from xlafuse.measure.profile import DeviceProfile, device_speedup
-from xlafuse.measure.rules import HOST_BOUND
+from xlafuse.measure.rules import HOST_BOUND, TRACE_PERTURBED
 from xlafuse.measure.timing import Comparison, Timing
 from xlafuse.results import parts
 from xlafuse.results.records import CellResult
@@ -183,15 +183,20 @@ def with_rates(record: CellResult, backend: str) -> CellResult:
     time: the host (Python, dispatch), not the GPU, sets its pace, so its wall-clock speedups
     measure the host. It is `cache_resident` when its memory (XLA's memory analysis: arguments,
     outputs, temporaries) fits in the last-level cache: then it has no % of the copy ceiling,
-    which is main memory's.
+    which is main memory's. Bandwidth and TFLOP/s divide the modeled bytes and FLOPs of one
+    call (a loop body counted by its trip count: `FusionRecord.bytes_per_call`; FLOPs the
+    workload's own count, else the HLO's per call); where a trip count is unknown there are
+    none, never a per-call rate from one iteration's bytes.
     """
     wall, model = record.timing.median_s, record.model
-    basis, seconds = rate_basis(backend, record)
+    device, pipelined = record.device.time_s, record.timing.pipelined_s_per_call
+    perturbed = trace_perturbed(device, pipelined)
+    basis, seconds = rate_basis(backend, record, perturbed=bool(perturbed))
     rates: dict[str, Any] = {
         "items_per_s": model.items_per_call / wall if wall else None,
         "basis": basis,
     }
-    modeled, cache = record.fusion.modeled_bytes, record.ceilings.cache_bytes
+    modeled, cache = record.fusion.bytes_per_call, record.ceilings.cache_bytes
     memory = record.compile.peak_memory_bytes
     if cache and memory is not None:
         rates["cache_resident"] = memory <= cache
@@ -200,22 +205,35 @@ def with_rates(record: CellResult, backend: str) -> CellResult:
         ceiling = record.ceilings.copy_bytes_per_s
         if ceiling is not None and not rates.get("cache_resident"):
             rates["pct_of_copy_ceiling"] = 100.0 * rates["achieved_bytes_per_s"] / ceiling
-    if model.flops and seconds:
-        rates["tflops"] = model.flops / seconds / 1e12
-    device, pipelined = record.device.time_s, record.timing.pipelined_s_per_call
+    flops = model.flops or record.fusion.flops_per_call
+    if flops and seconds:
+        rates["tflops"] = flops / seconds / 1e12
     if device and pipelined:
         rates["host_bound"] = pipelined > HOST_BOUND * device
+        rates["trace_perturbed"] = perturbed
     return dataclasses.replace(record, rates=parts.RatesRecord(**rates))
 
 
-def rate_basis(backend: str, record: CellResult) -> tuple[str, float | None]:
+def trace_perturbed(device_s: float | None, pipelined_s: float | None) -> bool | None:
+    """Whether the traced kernel time per call exceeds TRACE_PERTURBED x the untraced pipelined
+    time per call: kernels that cannot have run back to back in the untraced time were another
+    program's (the profiler's). None without both figures."""
+    if not device_s or not pipelined_s:
+        return None
+    return device_s > TRACE_PERTURBED * pipelined_s
+
+
+def rate_basis(
+    backend: str, record: CellResult, *, perturbed: bool = False
+) -> tuple[str, float | None]:
     """The time that bandwidth and FLOP/s divide by, and its flat key.
 
-    Device time (profiled kernels) excludes dispatch; without it, on a GPU the pipelined time per
-    call hides most of the launch and sync latency that a synchronized call adds to a short
-    kernel. On a CPU the synchronized wall-clock median is used.
+    Device time (profiled kernels) excludes dispatch; without it, or where tracing perturbed the
+    program (`trace_perturbed`), on a GPU the pipelined time per call hides most of the launch
+    and sync latency that a synchronized call adds to a short kernel. On a CPU the synchronized
+    wall-clock median is used.
     """
-    if record.device.time_s:
+    if record.device.time_s and not perturbed:
         return "device_time_s", record.device.time_s
     if backend == "gpu" and record.timing.pipelined_s_per_call:
         return "pipelined_s_per_call", record.timing.pipelined_s_per_call

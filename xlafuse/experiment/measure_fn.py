@@ -12,17 +12,23 @@ groups of each variant timed against the first's. The records are `CellResult`s,
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
+import hashlib
 import inspect
 import io
+import numbers
+import os
 import sys
 import tempfile
+import types
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import jax
+import numpy as np
 
 from xlafuse.errors import XlafuseError
 from xlafuse.experiment.config import (
@@ -82,8 +88,8 @@ class Measurement:
         there (`xlafuse.write_report`); returns the report's path.
 
         Raises:
-          XlafuseError: the folder's results were measured under other settings (as a run
-            refuses to resume there).
+          XlafuseError: the folder's results were measured under other settings, or hold a
+            program of this name with other code (as a run refuses to resume there).
         """
         from xlafuse.report.markdown import write_report  # matplotlib: on use
 
@@ -91,7 +97,8 @@ class Measurement:
         path = folder / records_lib.RESULTS_FILE
         if self.records:
             shared = {k: v for k, v in self.records[0].settings.items() if k != "variant"}
-            check_resumable(path, shared)
+            sources = {r.workload: (r.entry, r.source_sha256) for r in self.records}
+            check_resumable(path, shared, sources=sources)
         for record in self.records:
             records_lib.append_result(path, record)
         return write_report(path, folder)
@@ -122,6 +129,14 @@ def measure(
 ) -> Measurement:
     """Measure `fn(*args)` under each variant as `xlafuse run` measures a cell.
 
+    A function's cells are named by `name`, its arguments and its code: the size of its
+    records is its arguments' types (`f32[256]`, `f32[8,8],~f32[]`; `args-<hash>` for a
+    nested structure or a long list: `arguments_label`), so a call with arguments of another
+    shape, dtype or structure measures new cells beside the earlier ones in `out`; its
+    `source_sha256` hashes its code (the file that defines it, its code object, its closure's
+    and defaults' values, the functions and constants of its module it names), and a folder
+    whose records of `name` hash other code is refused rather than mixed.
+
     Args:
       fn: a jit-able function, or an `xlafuse.models.Workload` (then no `args`). *args: its
         example arguments.
@@ -131,9 +146,11 @@ def measure(
       profile: trace each cell for device and per-kernel times (None: on a GPU only).
       donate_argnums: a step that consumes its state: argument 0 is the state, donated, and
         `fn` returns `(new_state, ...)`; each timed call then gets the previous new state.
-      name: what the records call the program (default: `fn.__name__`).
+      name: what the records call the program (default: `fn.__name__`; a lambda's is
+        "function").
       out: a folder for results.jsonl, report.md, plots and traces; a later call with the same
-        program and folder resumes there unless `fresh` (None: nothing is written).
+        program and arguments resumes there unless `fresh`, one with other arguments adds its
+        cells (None: nothing is written).
       fresh: with `out`, move earlier results aside. verbose: print each cell's line (stderr).
       calibrate: measure the copy ceiling once per process (a results folder keeps its own).
 
@@ -141,12 +158,18 @@ def measure(
       A Measurement: print it; `.records` are CellResults.
 
     Raises:
-      XlafuseError: no variant, a variant twice, a variant that does not apply here or that
-        XLA rejects, a PyTorch variant (it runs a zoo workload's twin), bad timing settings,
-        or a program that jax cannot trace with its arguments (checked before any compile).
+      XlafuseError: no variant, a variant twice, a variant that does not apply here, that
+        XLA rejects or whose option has the wrong type, a PyTorch variant (it runs a zoo
+        workload's twin), bad timing settings, a parameter of the wrong type (`profile="yes"`,
+        `timing=5`), a program that jax cannot trace with its arguments, or an `out` whose
+        records of `name` are of other code (all checked before any compile).
     """
+    _check_parameters(profile=profile, name=name, out=out, flags=(fresh, calibrate, verbose))
     workload = _workload(fn, args, donate_argnums, name)
-    config = _config(workload, _source_sha256(fn), variants, timing, profile, out, calibrate)
+    sha256 = _source_sha256(fn) if isinstance(fn, Workload) else program_sha256(fn)
+    config = _config(workload, sha256, variants, timing, profile, out, calibrate)
+    if out is not None and not fresh:
+        _check_same_program(Path(out) / records_lib.RESULTS_FILE, workload.name, sha256)
     ceilings = _process_ceilings(jax.default_backend()) if calibrate else None
     stream = sys.stderr if verbose else io.StringIO()
     kwargs = {"built": {workload.name: workload}, "ceilings": ceilings, "stream": stream}
@@ -156,6 +179,61 @@ def measure(
     with tempfile.TemporaryDirectory(prefix="xlafuse-measure-") as folder:
         found = run_experiment(config, out=folder, progress=False, report=False, **kwargs)
     return Measurement(tuple(found))
+
+
+def _check_parameters(*, profile: Any, name: Any, out: Any, flags: tuple[Any, Any, Any]) -> None:
+    """Refuse a parameter of `measure` of the wrong type, in one line naming it, its value and
+    what it accepts (before anything is traced)."""
+    if profile is not None and not isinstance(profile, bool):
+        raise XlafuseError(
+            f"measure: profile={profile!r} is not accepted; accepted: True, False or None "
+            "(None: trace on a GPU only)"
+        )
+    for flag, value in zip(("fresh", "calibrate", "verbose"), flags, strict=True):
+        if not isinstance(value, bool):
+            raise XlafuseError(
+                f"measure: {flag}={value!r} is not accepted; accepted: True or False"
+            )
+    if name is not None and (not isinstance(name, str) or not _is_label(name)):
+        raise XlafuseError(
+            f"measure: name={name!r} is not accepted; accepted: a label of letters, digits and "
+            "'_', '-', '.' (or None: the function's name)"
+        )
+    if out is not None and not isinstance(out, str | os.PathLike):
+        raise XlafuseError(
+            f"measure: out={out!r} is not accepted; accepted: a folder (str or Path) or None"
+        )
+
+
+def _is_label(name: str) -> bool:
+    return bool(name) and all(c.isalnum() or c in "_-." for c in name)
+
+
+def _check_same_program(path: Path, name: str, sha256: str | None) -> None:
+    """Refuse to add cells of `name` to a results file whose cells of `name` were measured
+    from other code (`program_sha256`): their records would be mixed under one name.
+
+    Raises:
+      XlafuseError: one line with the two hashes and the ways out.
+    """
+    if not path.is_file():
+        return
+    try:
+        found = records_lib.parse_file(path)[0]
+    except XlafuseError:
+        return  # not a results file: the run refuses it in its own words
+    other = next((r for r in found if r.workload == name and r.source_sha256 != sha256), None)
+    if other is not None:
+        raise XlafuseError(
+            f"{path} holds {name!r} measured from other code (sha256 "
+            f"{_short(other.source_sha256)} there, {_short(sha256)} now: another function "
+            "under that name, or its code or file changed): its cells would be mixed with "
+            "these; pass fresh=True to move that file aside, another name=, or another out="
+        )
+
+
+def _short(sha256: str | None) -> str:
+    return sha256[:12] if sha256 else "none"
 
 
 def _config(workload, source_sha256, variants, timing, profile, out, calibrate):
@@ -185,6 +263,8 @@ def _process_ceilings(backend: str) -> CeilingsRecord:
 
 
 def _workload(fn, args, donate_argnums, name) -> Workload:
+    """The Workload of `fn(*args)`, traced (nothing compiled); a function's is sized by its
+    arguments' types (`arguments_label`)."""
     if isinstance(fn, Workload):
         if args or donate_argnums:
             raise XlafuseError("measure(workload) takes no arguments: the workload has its own")
@@ -192,9 +272,28 @@ def _workload(fn, args, donate_argnums, name) -> Workload:
     if not callable(fn):
         raise XlafuseError(f"measure needs a function or a Workload, not {type(fn).__name__}")
     label = name or getattr(fn, "__name__", None) or type(fn).__name__
-    if not label.isidentifier():  # a lambda's "<lambda>" is no label
+    if not _is_label(label):  # a lambda's "<lambda>" is no label
         label = "function"
-    return user.workload_from((fn, args, donate_argnums), label)
+    workload = user.workload_from((fn, args, donate_argnums), label)
+    return dataclasses.replace(workload, size=arguments_label(workload.args))
+
+
+def arguments_label(args: tuple) -> str:
+    """The size of a function's cells: its arguments' types as jax writes them, e.g.
+    `f32[256]` or `bf16[8,8],~f32[]` (`~`: a weak type, a Python scalar's); `no-args`; or
+    `args-` and a hash of their tree structure and types where that list would not say it all
+    (a nested structure) or be long."""
+    leaves, tree = jax.tree.flatten(args)
+    if not leaves and tree == jax.tree.structure(()):
+        return "no-args"
+    typed = [jax.typeof(leaf) for leaf in leaves]
+    shown = ",".join(("~" if t.weak_type else "") + t.str_short(short_dtypes=True) for t in typed)
+    if tree == jax.tree.structure(tuple(leaves)) and len(shown) <= _LABEL_CHARS:
+        return shown
+    return f"args-{hashlib.sha256(f'{tree}|{shown}'.encode()).hexdigest()[:10]}"
+
+
+_LABEL_CHARS = 48  # a longer list of argument types is named by its hash
 
 
 def _variants(given: Sequence[Any], backend: str) -> list[VariantConfig]:
@@ -203,7 +302,10 @@ def _variants(given: Sequence[Any], backend: str) -> list[VariantConfig]:
             f"variants must be a non-empty list of presets, option dicts or Variants, not "
             f"{given!r}; e.g. variants=['default', 'no-fusion']"
         )
-    chosen = [VariantConfig.of(spec) for spec in given]
+    try:
+        chosen = [VariantConfig.of(spec) for spec in given]
+    except (TypeError, ValueError) as err:  # a variant's own one line (UnknownNameError too)
+        raise XlafuseError(str(err)) from None
     names = [v.name for v in chosen]
     for config in chosen:
         if names.count(config.name) > 1:
@@ -220,19 +322,35 @@ def _variants(given: Sequence[Any], backend: str) -> list[VariantConfig]:
 
 
 def _timing(timing: TimingSettings | Mapping[str, Any] | None) -> TimingSettings:
+    """The timing settings `measure` was given, each field of its type and in its range.
+
+    Raises:
+      XlafuseError: not settings, an unknown field, a value of the wrong type or out of range.
+    """
     if timing is None:
         return TimingSettings()
-    if isinstance(timing, Mapping):
-        fields = {f.name for f in dataclasses.fields(TimingSettings)}
-        unknown = sorted(set(timing) - fields)
-        if unknown:
-            raise XlafuseError(f"timing: unknown {unknown}; accepted: {sorted(fields)}")
-        timing = TimingSettings(**timing)
-    found = timing_problems(timing)
+    names = [f.name for f in dataclasses.fields(TimingSettings)]
+    if isinstance(timing, TimingSettings):
+        timing = dataclasses.asdict(timing)
+    if not isinstance(timing, Mapping):
+        raise XlafuseError(
+            f"measure: timing={timing!r} is not accepted; accepted: a TimingSettings, a dict of "
+            f"its fields ({', '.join(names)}) or None (the defaults)"
+        )
+    unknown = sorted(set(timing) - set(names))
+    if unknown:
+        raise XlafuseError(f"timing: unknown {unknown}; accepted: {sorted(names)}")
+    for key, value in timing.items():
+        want = numbers.Real if key.endswith("_s") else numbers.Integral
+        if isinstance(value, bool) or not isinstance(value, want):
+            kind = "a number" if key.endswith("_s") else "an integer"
+            raise XlafuseError(f"timing.{key} must be {kind}, not {value!r}")
+    settings = TimingSettings(**timing)
+    found = timing_problems(settings)
     if found:
         where, message = found[0]
         raise XlafuseError(f"{where} {message}")
-    return timing
+    return settings
 
 
 def _source_sha256(fn: Any) -> str | None:
@@ -244,3 +362,108 @@ def _source_sha256(fn: Any) -> str | None:
     if path is None or not Path(path).is_file():
         return None
     return user.file_sha256(path)
+
+
+def program_sha256(fn: Callable[..., Any]) -> str:
+    """SHA-256 (hex) of a function's code: the file that defines it (where it has one, as a
+    config entry's), then its code as `_code_text` writes it. Another function, or a change
+    to its code, closure values, defaults or the helpers it calls, is another hash."""
+    digest = hashlib.sha256()
+    path = _source_file(fn)
+    if path is not None:
+        digest.update(user.file_sha256(path).encode())
+    digest.update(_code_text(fn, set(), 0).encode())
+    return digest.hexdigest()
+
+
+def _source_file(fn: Any) -> str | None:
+    try:
+        path = inspect.getsourcefile(inspect.unwrap(fn))
+    except (TypeError, ValueError):
+        return None
+    return path if path is not None and Path(path).is_file() else None
+
+
+_PLAIN = (type(None), bool, int, float, complex, str, bytes)
+_DEPTH = 4  # helpers of helpers of ... a function: deep enough for a program, cheap
+_SMALL_ARRAY = 1024  # elements of a closed-over array whose values are hashed (else its type)
+
+
+def _code_text(value: Any, seen: set[int], depth: int) -> str:
+    """A deterministic text of what a callable computes (no addresses: the same code in
+    another process gives the same text; sets are sorted, as their order is per process)."""
+    if isinstance(value, _PLAIN):
+        return repr(value)
+    if id(value) in seen or depth > _DEPTH:
+        return "..."
+    seen = seen | {id(value)}
+    parts = functools.partial(_code_text, seen=seen, depth=depth + 1)
+    if isinstance(value, types.FunctionType):
+        return _function_text(value, seen, depth)
+    if isinstance(value, types.CodeType):
+        consts = ",".join(parts(c) for c in value.co_consts)
+        return f"code({value.co_code.hex()};{consts};{value.co_names})"
+    if isinstance(value, functools.partial):
+        return f"partial({parts(value.func)};{parts(value.args)};{parts(value.keywords)})"
+    if isinstance(value, types.MethodType):
+        return f"method({type(value.__self__).__qualname__};{parts(value.__func__)})"
+    if getattr(value, "__wrapped__", None) is not None:  # jax.jit, functools.wraps
+        return f"wrapped({parts(value.__wrapped__)})"
+    if isinstance(value, tuple | list):
+        return f"[{','.join(parts(v) for v in value)}]"
+    if isinstance(value, set | frozenset):
+        return f"{{{','.join(sorted(parts(v) for v in value))}}}"
+    if isinstance(value, Mapping):
+        return f"{{{','.join(sorted(f'{parts(k)}:{parts(v)}' for k, v in value.items()))}}}"
+    if hasattr(value, "shape") and hasattr(value, "dtype"):
+        return _array_text(value)
+    if isinstance(value, types.ModuleType):
+        return f"module({value.__name__})"
+    if isinstance(value, type):
+        return f"class({value.__module__}.{value.__qualname__})"
+    kind = f"{type(value).__module__}.{type(value).__qualname__}"
+    call = next((vars(k)["__call__"] for k in type(value).__mro__ if "__call__" in vars(k)), None)
+    return f"{kind}({parts(call)})" if isinstance(call, types.FunctionType) else kind
+
+
+def _function_text(fn: types.FunctionType, seen: set[int], depth: int) -> str:
+    """Its code, defaults, closure values, and the functions and constants of its module that
+    it names (a notebook's helpers have no file to hash)."""
+    parts = functools.partial(_code_text, seen=seen, depth=depth + 1)
+    cells = []
+    for cell in fn.__closure__ or ():
+        try:
+            cells.append(parts(cell.cell_contents))
+        except ValueError:  # a cell not yet filled
+            cells.append("<empty>")
+    named = [
+        f"{n}={parts(fn.__globals__[n])}"
+        for n in sorted(_names(fn.__code__))
+        if n in fn.__globals__ and _own_global(fn.__globals__[n], fn)
+    ]
+    defaults = (fn.__defaults__, fn.__kwdefaults__)
+    return f"function({parts(fn.__code__)};{parts(defaults)};{cells};{named})"
+
+
+def _names(code: types.CodeType) -> set[str]:
+    """The global and attribute names a code object and the code nested in it use."""
+    nested = (c for c in code.co_consts if isinstance(c, types.CodeType))
+    return set(code.co_names).union(*(_names(c) for c in nested))
+
+
+def _own_global(value: Any, fn: types.FunctionType) -> bool:
+    """A module-level name worth hashing with `fn`: a constant, or a function of its module."""
+    if isinstance(value, _PLAIN):
+        return True
+    return isinstance(value, types.FunctionType) and value.__module__ == fn.__module__
+
+
+def _array_text(array: Any) -> str:
+    """A closed-over array: its type, and its values when it is small (a constant of the
+    program: folded into it); a large one (weights) by its type alone."""
+    text = f"array({array.dtype}{list(array.shape)})"
+    size = getattr(array, "size", None)
+    if isinstance(size, int) and size <= _SMALL_ARRAY:
+        with contextlib.suppress(Exception):  # an abstract or deleted array: its type only
+            text += hashlib.sha256(np.asarray(array).tobytes()).hexdigest()[:16]
+    return text

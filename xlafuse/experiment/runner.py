@@ -33,6 +33,7 @@ import dataclasses
 import gc
 import shutil
 import time
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
@@ -54,6 +55,7 @@ from xlafuse.measure.numerics import host_outputs
 from xlafuse.measure.predicted import compile_twin
 from xlafuse.measure.profile import DeviceProfile, profile_device_time
 from xlafuse.measure.reference import Reference, compared_apart, judge_against, time_against
+from xlafuse.models import registry, user
 from xlafuse.models.sharding import check_device_count
 from xlafuse.report.lines import cell_line
 from xlafuse.report.markdown import write_report
@@ -123,8 +125,16 @@ def run_experiment(
       DeviceCountError: more devices than the backend has (`xlafuse run` on a CPU runs
         itself again with enough host devices).
       XlafuseError: an invalid config, `only`/`variants` naming nothing in it, an output
-        folder that cannot be written, one that another run holds, or a results file there
-        written under other settings (resuming would mix them).
+        folder that cannot be written, one that another run holds, a results file there of
+        another program (`records.check_appendable`) or written under other settings or from
+        other source files of the user's (resuming would mix them); all before any cell is
+        measured. A record that cannot be written (a full disk) ends the run, naming the file;
+        the records before it are kept.
+
+    Warns:
+      SkippedLineWarning: once per line of the results file that is not a record (a field of
+        the wrong type, say), at the start; that cell is measured again. `xlafuse run` prints
+        each as one line (`xlafuse: FILE:LINE: skipping a record that is ...`).
     """
     config, backend = _for_this_run(config, only, variants)
     layout = runtime.layout()
@@ -136,11 +146,13 @@ def run_experiment(
     if not layout.writer:
         return _follow(config, Path(folder), settings, given)
     with _folder_and_plan(config, folder, fresh, settings, layout) as taken:
-        results_path, torn, plan, done = taken
+        results_path, plan = taken.results_path, taken.plan
+        for line in taken.skipped:
+            warnings.warn(line, records.SkippedLineWarning, stacklevel=2)
         with Reporter(progress, sum(len(cells) for _, cells in plan), stream) as reporter:
-            if torn is not None:
-                reporter.say(f"a torn last line of {results_path} was moved aside to {torn}")
-            _run_plan(config, plan, results_path, settings, reporter, done, given)
+            if taken.torn is not None:
+                reporter.say(f"a torn last line of {results_path} was moved aside to {taken.torn}")
+            _run_plan(config, plan, results_path, settings, reporter, taken.done, given)
     return _selected_records(config, results_path, backend, layout)
 
 
@@ -150,11 +162,29 @@ def _settings(config: ExperimentConfig, backend: str, layout: runtime.Layout) ->
     return {**run_environment.run_settings(config, backend, device_kind), **layout.settings()}
 
 
+@dataclasses.dataclass(frozen=True)
+class _Taken:
+    """The output folder as a run takes it (`_folder_and_plan`).
+
+    Attributes:
+      results_path: its results file. torn: where its torn last line was set aside, or None.
+      plan: each workload with its variants still to run. done: the cells already recorded.
+      skipped: one line per line of the file that is not a record (`records.skipped_line`).
+    """
+
+    results_path: Path
+    torn: Path | None
+    plan: list
+    done: int
+    skipped: tuple[str, ...]
+
+
 @contextlib.contextmanager
 def _folder_and_plan(config, folder, fresh: bool, settings, layout: runtime.Layout):
     """The output folder taken (its lock held for the `with` block), fresh or repaired, and
-    the plan: yields (results file, its torn tail set aside or None, plan, cells done). The
-    plan, or why there is none, goes to the other processes of a distributed run."""
+    the plan: yields a `_Taken`. A results file of another program is refused before its torn
+    tail is touched. The plan, or why there is none, goes to the other processes of a
+    distributed run."""
     with contextlib.ExitStack() as held:
         try:
             out_dir = records.prepare_output(folder)
@@ -162,13 +192,25 @@ def _folder_and_plan(config, folder, fresh: bool, settings, layout: runtime.Layo
             results_path = out_dir / records.RESULTS_FILE
             if fresh:
                 _move_aside(results_path)
+            records.check_appendable(results_path)
             torn = records.repair_tail(results_path)
             plan, done = _plan(config, results_path, settings, settings["backend"], layout)
+            skipped = _skipped_lines(results_path)
         except Exception as err:
             _share_plan(layout, config, None, err)
             raise
         _share_plan(layout, config, plan, None)
-        yield results_path, torn, plan, done
+        yield _Taken(results_path, torn, plan, done, skipped)
+
+
+def _skipped_lines(results_path: Path) -> tuple[str, ...]:
+    """`FILE:LINE: skipping a record that is ...` for each line of the file that is no record."""
+    if not results_path.exists():
+        return ()
+    return tuple(
+        records.skipped_line(results_path, number, reason)
+        for number, reason in records.parse_file(results_path)[1]
+    )
 
 
 def _share_plan(layout: runtime.Layout, config, plan, err: BaseException | None) -> None:
@@ -222,9 +264,50 @@ def _plan(config, results_path: Path, settings, backend: str, layout) -> tuple[l
     """(each workload with its variants still to run, the cells already done), once the
     results file is known to hold cells of these settings only (`check_resumable`)."""
     sources = {w.name: (w.entry, w.source_sha256) for w in config.workloads}
+    _check_source_files(results_path, config)
     check_resumable(results_path, settings, run_environment.by_name(config.variants), sources)
     done = records.finished_cells(results_path)
     return [(w, _todo(config, w, backend, done, layout)) for w in config.workloads], len(done)
+
+
+def _check_source_files(results_path: Path, config: ExperimentConfig) -> None:
+    """Refuse to resume a workload whose source files changed, naming the files: a record's
+    `source_files` against this run's (`_source_files`). A program of one file, and a record
+    without them (older, or the zoo's), are left to `check_resumable`, which compares
+    `source_sha256` alone ("its source file changed")."""
+    if not results_path.exists():
+        return
+    now = {w.name: (w.entry, w.source_sha256, w) for w in config.workloads if w.source_sha256}
+    for record in records.parse_file(results_path)[0]:
+        entry, sha, w = now.get(record.workload, (None, None, None))
+        if w is None or record.entry != entry or record.source_sha256 == sha:
+            continue
+        files = _source_files(w)
+        if not record.source_files or not files or len({*record.source_files, *files}) < 2:
+            continue
+        changed = user.changed_sources(record.source_files, files)
+        raise XlafuseError(
+            f"{results_path} holds results measured under other settings (workload "
+            f"{record.workload!r}: its source changed: {changed}): resuming would mix them; "
+            "pass --fresh to move that file aside and start over, or write to another --out"
+        )
+
+
+def _source_files(w: WorkloadConfig) -> dict[str, str]:
+    """The files hashed into `w.source_sha256`, path -> SHA-256 (`user.source_files`): an
+    entry's file or the imported file that registered the workload, and the user's modules it
+    imports. Empty for the zoo's workloads, and where they no longer make that hash (a file
+    that changed since the config was read, a function `xlafuse.measure` was given)."""
+    if w.source_sha256 is None:
+        return {}
+    try:
+        if w.entry:
+            files = user.entry_sources(user.parse_entry(w.entry, w.base))
+        else:
+            files = registry.source_files(w.name)
+    except XlafuseError:
+        return {}
+    return files if files and user.sources_sha256(files) == w.source_sha256 else {}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -254,9 +337,12 @@ def _run_plan(config, plan, results_path: Path, settings, reporter, skipped: int
             done = records.finished_cells(results_path)
             for workload_config, cells in phase:
                 _run_workload(run, workload_config, cells, done, reporter.advance)
-    finally:
-        if given.report:
-            _write_report(results_path, results_path.parent, reporter.say)
+    except BaseException:
+        if given.report:  # the cells recorded so far, reported; the run's own error wins
+            _report_after_failure(results_path, reporter.say)
+        raise
+    if given.report:
+        _write_report(results_path, results_path.parent, reporter.say)
 
 
 def select(
@@ -354,7 +440,7 @@ def _start(
 def _ceilings(results_path: Path, backend: str, say, given=None) -> parts.CeilingsRecord:
     """The results file's calibration when it has one (a resume never mixes two), else the
     one `given`, else a new one (`xlafuse.measure.calibrate`)."""
-    earlier = records.load_results(results_path) if results_path.exists() else []
+    earlier = records.parse_file(results_path)[0] if results_path.exists() else []
     kept = next((r.ceilings for r in earlier if r.ceilings.copy_bytes_per_s), None)
     ceilings = kept or given or fields_lib.ceilings_part(calibrate(backend))
     flops = ceilings.matmul_flops_per_s
@@ -647,6 +733,7 @@ def _identity(run: _Run, w: WorkloadConfig, variant: VariantConfig, workload) ->
         "overrides": dict(cell.overrides),
         "entry": cell.entry,
         "source_sha256": w.source_sha256,
+        "source_files": _source_files(w),
         "devices": cell.devices,
         "parallelism": cell.parallelism if cell.mesh else None,
         "processes": run.layout.processes,
@@ -701,7 +788,8 @@ def _selected_records(
 ) -> list[CellResult]:
     if not results_path.exists():
         return []
-    latest = {r.cell_id: r for r in records.latest_per_cell(records.load_results(results_path))}
+    # its lines that are no record were said at the start (`run_experiment`)
+    latest = {r.cell_id: r for r in records.latest_per_cell(records.parse_file(results_path)[0])}
     variants = _ordered_variants(config)
     processes = _processes(layout)
     keys = [w.cell.cell_id(v.name, backend, processes) for w in config.workloads for v in variants]
@@ -709,7 +797,19 @@ def _selected_records(
 
 
 def _write_report(results_path: Path, out_dir: Path, say) -> None:
-    if not results_path.exists():
+    """report.md and the plots of the results file (`write_report`); nothing while it holds
+    no record yet."""
+    if not results_path.exists() or not results_path.stat().st_size:
         return
     watch.doing(f"writing the report into {out_dir}")
     say(f"report: {write_report(results_path, out_dir)}")
+
+
+def _report_after_failure(results_path: Path, say) -> None:
+    """The report of a run that is ending on an error or an interrupt: a report that cannot be
+    written is said, so that the run's own error is the one raised."""
+    try:
+        _write_report(results_path, results_path.parent, say)
+    except Exception as err:
+        why = str(err).splitlines()[0] if isinstance(err, XlafuseError) else error_line(err)
+        say(f"report not written: {why}")

@@ -23,9 +23,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from xlafuse.hlo.collectives import CollectiveReport, analyze_collectives
-from xlafuse.hlo.fusion import analyze_module
+from xlafuse.hlo.fusion import FusionReport, analyze_module
 from xlafuse.hlo.ir import HloModule
 from xlafuse.hlo.lineage import Lineage, Trace, trace_module
+from xlafuse.hlo.loops import PER_CALL, PER_ITERATION
 
 
 @dataclass(frozen=True)
@@ -80,12 +81,16 @@ class FusionDiff:
         label_b: what B is.
         reference: "unoptimized" when traced to the unoptimized module, else "A".
         kernels_a, kernels_b, real_fusions_a, real_fusions_b, modeled_bytes_a,
-        modeled_bytes_b: the modules' counts.
+        modeled_bytes_b: the modules' counts (kernels: distinct kernels; bytes as
+        `bytes_basis` says, per call where both modules' trip counts are known).
         groups: every group, largest |bytes_delta| first.
         lineage_a: how the reference was traced to A.
         lineage_b: the same for B.
         collectives_a: A's collectives (`xlafuse.hlo.collectives`).
         collectives_b: B's collectives.
+        bytes_basis: what the bytes count: "per call" (each kernel times its launches per
+            call), or "per iteration, trip count unknown" (one run of each kernel) where either
+            module has a loop of unknown trip count.
     """
 
     label_a: str
@@ -102,6 +107,7 @@ class FusionDiff:
     lineage_b: Lineage
     collectives_a: CollectiveReport = field(default_factory=CollectiveReport)
     collectives_b: CollectiveReport = field(default_factory=CollectiveReport)
+    bytes_basis: str = PER_CALL
 
     @property
     def kernels_delta(self) -> int:
@@ -134,7 +140,12 @@ class FusionDiff:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able dict: labels, a/b/delta of each count, lineage counts, the groups."""
-        out: dict[str, Any] = {"a": self.label_a, "b": self.label_b, "reference": self.reference}
+        out: dict[str, Any] = {
+            "a": self.label_a,
+            "b": self.label_b,
+            "reference": self.reference,
+            "bytes_basis": self.bytes_basis,
+        }
         for key in ("kernels", "real_fusions", "modeled_bytes"):
             a, b = getattr(self, f"{key}_a"), getattr(self, f"{key}_b")
             out[key] = {"a": a, "b": b, "delta": b - a}
@@ -186,8 +197,8 @@ def diff_modules(
     lineage_a = trace_module(reference, a, ref_text, a_text)
     lineage_b = trace_module(reference, b, ref_text, b_text)
     ra, rb = analyze_module(a), analyze_module(b)
-    bytes_a = {k.name: k.bytes_in + k.bytes_out for k in ra.kernel_details}
-    bytes_b = {k.name: k.bytes_in + k.bytes_out for k in rb.kernel_details}
+    per_call = ra.modeled_bytes_per_call is not None and rb.modeled_bytes_per_call is not None
+    bytes_a, bytes_b = _kernel_bytes(ra, per_call), _kernel_bytes(rb, per_call)
     extra = () if reference is a else _direct_links(a, b, a_text, b_text)
     groups = _groups(lineage_a, lineage_b, bytes_a, bytes_b, extra)
     return FusionDiff(
@@ -198,14 +209,22 @@ def diff_modules(
         kernels_b=rb.kernels,
         real_fusions_a=ra.real_fusions,
         real_fusions_b=rb.real_fusions,
-        modeled_bytes_a=ra.modeled_bytes,
-        modeled_bytes_b=rb.modeled_bytes,
+        modeled_bytes_a=sum(bytes_a.values()),
+        modeled_bytes_b=sum(bytes_b.values()),
         groups=groups,
         lineage_a=lineage_a,
         lineage_b=lineage_b,
         collectives_a=analyze_collectives(a),
         collectives_b=analyze_collectives(b),
+        bytes_basis=PER_CALL if per_call else PER_ITERATION,
     )
+
+
+def _kernel_bytes(report: FusionReport, per_call: bool) -> dict[str, int]:
+    """Kernel name -> its modeled bytes: per call (times its launches), or one run."""
+    if not per_call:
+        return {k.name: k.bytes_in + k.bytes_out for k in report.kernel_details}
+    return {k.name: (k.bytes_in + k.bytes_out) * report.runs_of(k) for k in report.kernel_details}
 
 
 def _direct_links(a, b, a_text, b_text) -> list[tuple[str, str]]:

@@ -31,6 +31,7 @@ from typing import Any
 
 from xlafuse.hlo.ir import HloModule
 from xlafuse.hlo.lineage import NOT_TRACED, Lineage, trace_module
+from xlafuse.hlo.loops import runs_per_call
 from xlafuse.hlo.parse import parse_hlo
 from xlafuse.hlo.priority_dump import FusionStep, PriorityDump
 
@@ -52,6 +53,8 @@ class Boundary:
         reason: XLA's reason the producer was not fused, if it gave one.
         us_fused: XLA's cost model, fused (microseconds), if it was asked.
         us_unfused: the same, unfused.
+        runs_per_call: times the consumer kernel runs in one call (a loop body's trip count);
+            None where the trip count is unknown (the boundary is then counted once).
     """
 
     producer: str
@@ -66,11 +69,13 @@ class Boundary:
     reason: str | None = None
     us_fused: float | None = None
     us_unfused: float | None = None
+    runs_per_call: int | None = 1
 
     @property
     def boundary_bytes(self) -> int:
-        """Modeled bytes the boundary costs: the intermediate written once and read back once."""
-        return 2 * self.intermediate_bytes
+        """Modeled bytes the boundary costs per call: the intermediate written once and read
+        back once each time the consumer kernel runs (once where that is unknown)."""
+        return 2 * self.intermediate_bytes * (self.runs_per_call or 1)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able dict of the fields plus `boundary_bytes`."""
@@ -184,6 +189,7 @@ def explain_module(
     lineage = trace_module(unoptimized, optimized, unoptimized_text, optimized_text)
     steps = resolve_steps(unoptimized, unoptimized_text, dump) if dump else ()
     boundaries, unjudged = _boundaries(unoptimized, lineage)
+    boundaries = _per_call(boundaries, optimized)
     if steps:
         by_producer = _steps_by_producer(steps)
         boundaries = [_with_reasons(b, by_producer.get(b.producer, ())) for b in boundaries]
@@ -191,6 +197,17 @@ def explain_module(
     return Explanation(
         optimized.name, lineage, tuple(boundaries), steps, dump is not None, unjudged
     )
+
+
+def _per_call(boundaries: list[Boundary], optimized: HloModule) -> list[Boundary]:
+    """The boundaries with the runs per call of their consumer kernel's computation."""
+    runs = runs_per_call(optimized, branches_taken=True)
+    where = {
+        i.name: c.name for c in optimized.computations if c.name in runs for i in c.instructions
+    }
+    return [
+        replace(b, runs_per_call=runs.get(where.get(b.consumer_kernel, ""), 1)) for b in boundaries
+    ]
 
 
 def removed_boundaries(fused: Explanation, unfused: Explanation) -> tuple[Boundary, ...]:

@@ -5,8 +5,14 @@ What counts (documented here because every number in a report rests on it):
 * Executed computations: the ENTRY computation, and, transitively, while bodies and conditions,
   conditional branches, `call` targets and `async-start` wrapped computations. Fused computations
   (`calls=` of a fusion) and reducers (`to_apply=` of reduce, sort, scatter, all-reduce, ...) are
-  not executed on their own. Each executed computation is counted ONCE (a while body that runs 16
-  times counts once: the report is per execution of the program text, not per iteration).
+  not executed on their own. Each executed computation is counted ONCE in `kernels` (the
+  distinct kernels of the program text: a while body that runs 16 times counts once).
+* Per call (`loops`): `launches_per_call`, `modeled_bytes_per_call` and `flops_per_call` count
+  each kernel as often as its computation runs in one call: a loop body by XLA's known trip
+  count (nested loops multiplied), every branch of a conditional as taken (an upper bound);
+  `per_call_basis` says which. Where a kernel's computation runs an unknown number of times (a
+  loop without a known trip count), the three are None and the basis is "per iteration, trip
+  count unknown": `modeled_bytes` and `flops`, one run of each kernel, are then all there is.
 * Kernels (launches): in executed computations, every `fusion` and `fusion-start` instruction,
   every library custom-call (cuBLAS, cuDNN, YNNPACK, ...; not annotation targets such as
   "Sharding"), and every other instruction that does work (copy, sort, rng, dot/convolution left
@@ -24,8 +30,8 @@ What counts (documented here because every number in a report rests on it):
 * FLOPs (see `flops`): counted per kernel from its shapes and attributes (a fusion: over its
   fused computations); `flops` sums the kernels whose count is known, and a kernel that cannot
   be counted (a sort, an unknown custom-call, a shape of unknown size) is counted in
-  `flops_unknown_kernels` instead, never guessed. Like the kernels, per program text: FLOPs per
-  call, a loop body's times its trip count, are `flops.module_flops` (`loops.runs_per_call`).
+  `flops_unknown_kernels` instead, never guessed. Like `kernels`, one run of each kernel;
+  `flops_per_call` counts them per call (above).
 * XLA's estimate (`KernelInfo.predicted_us`, `xlafuse.hlo.estimates`): a fusion's or library
   call's own, from its backend_config, when compiled with `xla_gpu_collect_cost_model_stats` (a
   text without a filled `reification_cost` is not looked into); None for other ops, for a kernel
@@ -57,9 +63,9 @@ from xlafuse.hlo.flops import (
     kernel_flops,
 )
 from xlafuse.hlo.ir import Computation, HloModule, Instruction, _balanced
-from xlafuse.hlo.loops import runs_per_call
+from xlafuse.hlo.loops import PER_ITERATION, per_call_basis, runs_per_call
 from xlafuse.hlo.parse import parse_hlo
-from xlafuse.hlo.traffic import FREE_OPCODES, kernel_bytes
+from xlafuse.hlo.traffic import FREE_OPCODES, in_place_savings, kernel_bytes
 from xlafuse.kinds import FusionKind
 
 _NOT_LAUNCH = FREE_OPCODES | {
@@ -143,8 +149,17 @@ class FusionReport:
     unsized_kernels: int = 0  # kernels left out of modeled_bytes: a shape of unknown size
     flops: int = 0  # summed over the kernels whose FLOPs are known (`xlafuse.hlo.flops`)
     flops_unknown_kernels: int = 0  # kernels left out of flops: KernelInfo.flops is None
-    # computation -> times it runs per call (`loops.runs_per_call`; None: trip count unknown)
+    launches_per_call: int | None = None  # kernels times their runs per call (None: unknown)
+    modeled_bytes_per_call: int | None = None  # modeled_bytes, each kernel times its runs
+    flops_per_call: int | None = None  # flops, each kernel times its runs
+    per_call_basis: str = "per call"  # what the three count (`loops.per_call_basis`)
+    # computation -> times it runs per call (`loops.runs_per_call`, every conditional branch
+    # counted as taken; None: trip count unknown)
     runs: Mapping[str, int | None] = field(default_factory=dict, hash=False, compare=False)
+
+    def runs_of(self, kernel: KernelInfo) -> int | None:
+        """Times `kernel` launches in one call (None: its loop's trip count is unknown)."""
+        return self.runs.get(kernel.computation, 1)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able dict: mappings become dicts, kernel_details a list of dicts (`runs` left
@@ -175,6 +190,7 @@ def analyze_module(module: HloModule) -> FusionReport:
     fusions = [k for k in kernels if k.opcode == "fusion"]
     custom = [k for k in kernels if k.opcode == "custom-call"]
     flops = list(map(_flops_of, kernels))
+    runs = runs_per_call(module, branches_taken=True)
     return FusionReport(
         module=module.name,
         backend=infer_backend(module),
@@ -191,8 +207,27 @@ def analyze_module(module: HloModule) -> FusionReport:
         unsized_kernels=len(kernels) - sum(map(_sized, kernels)),
         flops=sum(filter(None, flops)),  # None and 0 left out alike, in C
         flops_unknown_kernels=flops.count(None),
-        runs=MappingProxyType(runs_per_call(module)),
+        **_per_call(module, kernels, flops, runs),
+        runs=MappingProxyType(runs),
     )
+
+
+def _per_call(
+    module: HloModule, kernels: list[KernelInfo], flops: list[int | None], runs: dict
+) -> dict[str, Any]:
+    """The per-call fields of a report: each kernel times its computation's runs."""
+    basis = per_call_basis(module, runs, {k.computation for k in kernels})
+    if basis == PER_ITERATION:
+        return {"per_call_basis": basis}
+    times = [runs[k.computation] for k in kernels]
+    return {
+        "launches_per_call": sum(times),
+        "modeled_bytes_per_call": sum(
+            (k.bytes_in + k.bytes_out) * n for k, n in zip(kernels, times, strict=True)
+        ),
+        "flops_per_call": sum(f * n for f, n in zip(flops, times, strict=True) if f),
+        "per_call_basis": basis,
+    }
 
 
 def _kernels(module: HloModule) -> list[KernelInfo]:
@@ -383,6 +418,11 @@ def _fusion_kernel(
         source_lines = (f"{instr.source_file}:{instr.source_line}",) if instr.source_file else ()
     sized = kernel_bytes(instr, comp)
     bytes_in, bytes_out = sized or (0, 0)
+    if sized is not None and len(set(instr.operands)) == len(instr.operands):
+        fused = _lookup(module, instr.called_computations[0]) if instr.called_computations else None
+        if fused is not None:
+            read, written = in_place_savings(fused)
+            bytes_in, bytes_out = bytes_in - read, bytes_out - written
     # a fusion of elementwise and free ops (most) from its ops at hand; the others walked again
     flops = elementwise_flops(compute, opcodes) if inner and complete else None
     if flops is None:

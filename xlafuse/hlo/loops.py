@@ -5,14 +5,17 @@ once, see `fusion`). Work per call, FLOPs above all, needs the other count: how 
 computation runs. XLA writes the trip count it proved into the while's `backend_config`
 (`"known_trip_count":{"n":"500"}`; `lax.scan` and `fori_loop` get one). The ENTRY computation
 runs once; a while body runs its loop's trip count times its caller's runs, the condition one
-more; a `call` or `async-start` target as often as its caller. A conditional's branches, and a
-loop whose trip count XLA did not find, have no count (None), nor has what they call.
+more; a `call` or `async-start` target as often as its caller. A loop whose trip count XLA did
+not find has no count (None), nor has what it calls. A conditional runs one of its branches,
+which the text cannot tell: `runs_per_call` gives its branches no count, and
+`runs_per_call(module, branches_taken=True)` counts every branch as taken each time (an upper
+bound, which `per_call_basis` says).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 
 from xlafuse.hlo.ir import HloModule, Instruction
 
@@ -26,20 +29,53 @@ def trip_count(instr: Instruction) -> int | None:
     return int(match.group(1)) if match else None
 
 
-def runs_per_call(module: HloModule) -> dict[str, int | None]:
+PER_CALL = "per call"
+PER_ITERATION = "per iteration, trip count unknown"
+
+
+def per_call_basis(
+    module: HloModule, runs: Mapping[str, int | None], launching: Iterable[str]
+) -> str:
+    """What a module's per-call figures count, in words: `PER_CALL`, the same with how many
+    conditionals had every branch counted as taken, or `PER_ITERATION` where a computation
+    that launches work runs an unknown number of times (then there are no per-call figures).
+
+    Args:
+        module: the parsed module.
+        runs: `runs_per_call(module, branches_taken=True)`.
+        launching: the computations that hold kernels.
+    """
+    if any(runs.get(name) is None for name in launching):
+        return PER_ITERATION
+    conditionals = sum(
+        1 for name in runs for i in module.computation(name).instructions
+        if i.opcode == "conditional"
+    )  # fmt: skip
+    if not conditionals:
+        return PER_CALL
+    which = "a conditional" if conditionals == 1 else f"{conditionals} conditionals"
+    return f"{PER_CALL}, every branch of {which} counted as taken (an upper bound)"
+
+
+def runs_per_call(module: HloModule, *, branches_taken: bool = False) -> dict[str, int | None]:
     """Computation name -> times it runs in one call of the module (None: not known).
 
     Only computations that run as computations are listed (ENTRY, and what its whiles,
     conditionals, calls and async-starts run, transitively); fused computations and reducers
     run as part of their caller's kernel. A computation called from several places runs the
     sum of their runs.
+
+    Args:
+        module: the parsed module.
+        branches_taken: count each branch of a conditional as run every time the conditional
+            runs (an upper bound); False: a branch's runs are not known (None).
     """
     entry = module.entry.name
     callers: dict[str, list[tuple[str, int | None]]] = {entry: []}
     order = [module.entry]
     for comp in order:  # grows while iterating: a breadth-first walk from ENTRY
         for instr in comp.instructions:
-            for name, factor in _called(instr):
+            for name, factor in _called(instr, branches_taken):
                 callee = _lookup(module, name)
                 if callee is None:
                     continue
@@ -77,7 +113,7 @@ def _lookup(module: HloModule, name: str):
         return None
 
 
-def _called(instr: Instruction) -> Iterator[tuple[str, int | None]]:
+def _called(instr: Instruction, branches_taken: bool) -> Iterator[tuple[str, int | None]]:
     """(computation, runs per run of `instr`'s computation) of what `instr` runs."""
     opcode, attributes = instr.opcode, instr.attributes
     if opcode == "while":
@@ -86,7 +122,7 @@ def _called(instr: Instruction) -> Iterator[tuple[str, int | None]]:
         yield _name(attributes.get("condition")), None if n is None else n + 1
     elif opcode == "conditional":
         for name in instr.called_computations:
-            yield name, None
+            yield name, 1 if branches_taken else None
     elif opcode in ("call", "async-start"):
         for name in instr.called_computations:
             yield name, 1

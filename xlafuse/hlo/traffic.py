@@ -6,10 +6,14 @@ at its own shape: a bitcast or get-tuple-element operand counts as the (sub)buff
 `%x#1` counts tuple element 1 of x only. Bitcast, tuple, get-tuple-element, parameter and constant
 instructions are free: they launch nothing.
 
-It is a model, not a measurement: it ignores caches (L2 can hold small arrays between kernels),
-outputs aliased in place onto an input (dynamic-update-slice, scatter: the model charges the whole
-output), and reads that a kernel skips (a slice or gather reads less than its operand). Library
-calls' scratch workspaces (the `s8[...]`/`u8[...]` leaf of a cuBLAS/cuDNN tuple) are not counted.
+Two patterns of every loop are counted as they run (`in_place_savings`): a fused parameter read
+only by (dynamic-)slices counts as the slices it reads (a scan reading step i of its inputs), and
+a fusion whose root updates a parameter with a dynamic-update-slice, in place, reads nothing of
+that buffer and writes the update only (a scan writing step i of its outputs). Otherwise it is a
+model, not a measurement: it ignores caches (L2 can hold small arrays between kernels), other
+outputs aliased in place (scatter: the model charges the whole output), and other reads that a
+kernel skips (a gather reads less than its operand). Library calls' scratch workspaces (the
+`s8[...]`/`u8[...]` leaf of a cuBLAS/cuDNN tuple) are not counted.
 """
 
 from __future__ import annotations
@@ -114,3 +118,51 @@ def _without_workspace(shape: Shape) -> Shape:
     if not last.is_tuple and last.dtype in ("s8", "u8") and len(last.dims) == 1:
         return Shape(None, tuple_shapes=shape.tuple_shapes[:-1])
     return shape
+
+
+_SLICES = frozenset({"slice", "dynamic-slice"})
+
+
+def in_place_savings(fused: Computation) -> tuple[int, int]:
+    """(read, written) bytes a fusion's whole-operand count overstates, from its fused
+    computation: each parameter read only as operand 0 of (dynamic-)slices is read as those
+    slices; a parameter that only a root dynamic-update-slice (or one in a root tuple) updates
+    is not read, and the update is all that is written of it. The caller subtracts them from
+    `kernel_bytes` where the fusion's operands are distinct (one parameter per operand).
+
+    Args:
+        fused: the fusion's fused computation.
+    """
+    users: dict[str, list[Instruction]] = {}
+    for instr in fused.instructions:
+        for operand in instr.operands:
+            users.setdefault(operand, []).append(instr)
+    root = fused.root
+    if root is None:
+        return 0, 0
+    roots = [fused.by_name.get(n) for n in root.operands] if root.opcode == "tuple" else [root]
+    read = written = 0
+    for param in (i for i in fused.instructions if i.opcode == "parameter"):
+        uses = users.get(param.name, [])
+        if not uses or not param.shape.sized:
+            continue
+        if all(u.opcode in _SLICES and u.operands[0] == param.name for u in uses):
+            sliced = sum(u.shape.byte_size for u in uses)
+            read += max(param.shape.byte_size - sliced, 0)
+        elif len(uses) == 1 and _updates_in_place(uses[0], param, roots, fused):
+            update = fused.by_name.get(uses[0].operands[1])
+            read += param.shape.byte_size
+            written += param.shape.byte_size - (update.shape.byte_size if update else 0)
+    return read, written
+
+
+def _updates_in_place(use: Instruction, param: Instruction, roots, fused: Computation) -> bool:
+    """Whether `use` is a root dynamic-update-slice of `param` (operand 0), the same shape."""
+    return (
+        use.opcode == "dynamic-update-slice"
+        and use.operands[0] == param.name
+        and any(r is not None and r.name == use.name for r in roots)
+        and use.shape.byte_size == param.shape.byte_size
+        and len(use.operands) > 1
+        and use.operands[1] in fused.by_name
+    )

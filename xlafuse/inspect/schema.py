@@ -18,9 +18,17 @@ Every key is always present; values are null where they do not apply::
     custom_call_targets  {custom-call target: count}
     flops                int: FLOPs summed over the kernels whose count is known
     flops_unknown_kernels  int: kernels whose FLOPs cannot be counted (left out of flops)
+    launches_per_call, modeled_bytes_per_call, flops_per_call
+                         int | null: each kernel counted as often as it runs in one call (a
+                         loop body times its trip count); null where a trip count is unknown
+    per_call_basis       str: what the per-call figures count ("per call"; with conditionals,
+                         every branch counted as taken; "per iteration, trip count unknown")
+    kernels, modeled_bytes and flops count each kernel of the program text once.
     kernels_detail  [ {name, computation, opcode, kind, sub_kind, num_ops, ops: [opcode],
-                       is_real_fusion, bytes_in, bytes_out, traffic_share (0..1 of
-                       modeled_bytes), flops (int | null: null where it cannot be counted),
+                       is_real_fusion, bytes_in, bytes_out (one launch), launches_per_call
+                       (int | null), traffic_share (0..1 of modeled_bytes_per_call, or of
+                       modeled_bytes where that is null), flops (int | null: one launch; null
+                       where it cannot be counted),
                        op_names: [str], source_lines: ["file:line"], predicted_us,
                        predicted_model (XLA's own estimate and the model that gave it, from
                        a compile with xla_gpu_collect_cost_model_stats; null without one)} ]
@@ -60,6 +68,10 @@ SUMMARY_KEYS = (
     "modeled_bytes",
     "flops",
     "flops_unknown_kernels",
+    "launches_per_call",
+    "modeled_bytes_per_call",
+    "flops_per_call",
+    "per_call_basis",
 )
 
 
@@ -141,6 +153,7 @@ class InspectResult:
 
 def _kernel_json(kernel: KernelInfo, report: FusionReport) -> dict[str, Any]:
     out = kernel.to_dict()
+    out["launches_per_call"] = report.runs_of(kernel)
     out["traffic_share"] = traffic_share(kernel, report)
     keys = [
         "name",
@@ -153,6 +166,7 @@ def _kernel_json(kernel: KernelInfo, report: FusionReport) -> dict[str, Any]:
         "is_real_fusion",
         "bytes_in",
         "bytes_out",
+        "launches_per_call",
         "traffic_share",
         "flops",
         "op_names",
@@ -164,6 +178,12 @@ def _kernel_json(kernel: KernelInfo, report: FusionReport) -> dict[str, Any]:
 
 
 def traffic_share(kernel: KernelInfo, report: FusionReport) -> float:
-    """The kernel's share (0..1) of the module's modeled bytes; 0 when the module moves none."""
-    total = report.modeled_bytes
-    return (kernel.bytes_in + kernel.bytes_out) / total if total else 0.0
+    """The kernel's share (0..1) of the module's modeled bytes per call (each kernel times its
+    launches per call), or, where a trip count is unknown, of one run of each kernel; 0 when
+    the module moves none."""
+    one_run = kernel.bytes_in + kernel.bytes_out
+    if report.modeled_bytes_per_call is None:
+        total = report.modeled_bytes
+        return one_run / total if total else 0.0
+    total = report.modeled_bytes_per_call
+    return one_run * (report.runs_of(kernel) or 0) / total if total else 0.0

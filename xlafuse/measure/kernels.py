@@ -76,8 +76,10 @@ class KernelTime:
       kind: its kind (`kLoop`, `kInput`, `kCustom`, `custom-call`, ...).
       time_s: seconds per call (all its launches).
       launches_per_call: launches per call (0 when no event was joined to it).
-      modeled_bytes: the traffic model's bytes (inputs + outputs).
-      achieved_bytes_per_s: modeled_bytes / time_s; None without time.
+      modeled_bytes: the traffic model's bytes of one run (inputs + outputs).
+      achieved_bytes_per_s: its bytes per call / time_s; None without time. Its bytes per call
+        are modeled_bytes times the runs of its computation per call (a loop body's trip
+        count), or, where that is unknown, times its launches.
       pct_of_copy_ceiling: achieved bandwidth as % of the measured copy ceiling; None without one.
       source_lines: `file:line` of the Python that made its instructions, without the
         machine's folders (`xlafuse.hlo.ir.portable_source`).
@@ -294,15 +296,16 @@ def _kernel_time(info, time_s, launches, match, ceilings, per_call_s, runs) -> K
     unknown, times its launches (one library call may launch several kernels, e.g. cuBLAS's
     split-K GEMM and its reduction: their launches are not repeated work)."""
     copy, matmul = ceilings
-    modeled = info.bytes_in + info.bytes_out
-    achieved = modeled / time_s if time_s and modeled else None
+    times = launches if runs is None else runs
+    modeled = info.bytes_in + info.bytes_out  # one launch
+    achieved = modeled * times / time_s if time_s and modeled else None
     pct = 100.0 * achieved / copy if achieved and copy else None
     flops = getattr(info, "flops", None)
     bound_s = bound = pct_of_bound = None
     if copy and matmul and flops is not None and launches:
-        memory_s, compute_s = modeled / copy, flops / matmul
+        memory_s, compute_s = modeled * times / copy, flops * times / matmul
         bound = "compute" if compute_s > memory_s else "memory"
-        bound_s = max(memory_s, compute_s) * (launches if runs is None else runs)
+        bound_s = max(memory_s, compute_s)
         pct_of_bound = 100.0 * bound_s / time_s if time_s else None
     return KernelTime(
         info.name, info.kind, time_s, launches, modeled, achieved, pct,

@@ -3,12 +3,17 @@ formats its reading notes from them).
 
 - HOST_BOUND: a cell whose pipelined time per call is above this many times its device time is
   host-bound (`xlafuse.experiment.fields.with_rates`).
+- TRACE_PERTURBED: a cell whose traced kernel time per call is above this many times its
+  untraced pipelined time per call ran another program under the profiler (XLA turns command
+  buffers off while tracing, so every launch of a loop is its own): its device time and kernel
+  times are those of the traced program (`xlafuse.experiment.fields.with_rates`).
 - TOLERANCES: (rtol, atol as a fraction of the reference's largest magnitude) by dtype name, for
   comparing outputs (`xlafuse.measure.numerics.tolerance`); LOW_PRECISION for the f8 and f4
   families.
 """
 
 HOST_BOUND = 1.15
+TRACE_PERTURBED = 1.05
 TOLERANCES = {
     "float64": (1e-9, 1e-12),
     "float32": (1e-4, 1e-5),

@@ -121,13 +121,25 @@ def _load_families() -> None:
 
 
 def source_sha256(name: str) -> str | None:
-    """SHA-256 of the file of the user's that registered workload `name` (imported with
-    `--import` or a config's `imports`); None for the zoo's own."""
+    """SHA-256 of the source of the user's that registered workload `name` (the file imported
+    with `--import` or a config's `imports`, and the modules of the user's it imports:
+    `source_files`, one hash by `user.sources_sha256`); None for the zoo's own."""
+    files = source_files(name)
+    return user.sources_sha256(files) if files else None
+
+
+def source_files(name: str) -> dict[str, str]:
+    """The source files of the user's that registered workload `name` (`user.source_files`:
+    path -> SHA-256); empty for the zoo's own.
+
+    Raises:
+      UnknownNameError: no workload has that name.
+    """
     module = sys.modules.get(spec(name).builder.__module__)
     path = getattr(module, "__file__", None)
     if module is None or module.__name__.startswith("xlafuse.") or path is None:
-        return None
-    return user.file_sha256(path)
+        return {}
+    return user.source_files(path)
 
 
 def choose(kind: str, value: Any, accepted: tuple[str, ...] | list[str], where: str = "") -> Any:

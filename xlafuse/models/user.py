@@ -22,12 +22,18 @@ processes that rebuild a workload import the same (`imported`).
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+import functools
 import hashlib
 import importlib
+import importlib.machinery
 import importlib.util
 import inspect
+import os
+import site
 import sys
+import sysconfig
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import MappingProxyType, ModuleType
@@ -46,6 +52,10 @@ ENTRY_FORMS = (
     "an xlafuse.models.Workload, (fn, args) with fn(*args) jit-able, or "
     "(fn, args, donate_argnums) for a step fn(state, ...) -> (new_state, ...)"
 )
+
+# What the user's code may raise that becomes one line naming it: a `sys.exit(3)` in FUNCTION
+# or at a file's top level is its mistake, not xlafuse's exit status (Ctrl-C still interrupts).
+USER_CODE_ERRORS = (Exception, SystemExit)
 
 # Resolved import target -> module, in import order (what a child process imports again).
 _IMPORTED: dict[str, ModuleType] = {}
@@ -121,7 +131,7 @@ def import_target(target: str | Path, base: str | Path | None = None) -> ModuleT
         module = _import_file(key, target) if is_file_target(key) else _import_module(key)
     except EntryError:
         raise
-    except Exception as err:  # the user's code: anything it raises is reported, in one line
+    except USER_CODE_ERRORS as err:  # the user's code: anything it raises, sys.exit too
         raise EntryError(f"importing {target!r} raised {error_line(err)}") from err
     _IMPORTED[key] = module
     return module
@@ -194,21 +204,157 @@ def load_function(entry: Entry) -> Callable[..., Any]:
 
 
 def source_sha256(entry: Entry) -> str:
-    """SHA-256 (hex) of the file that defines the entry: a changed file is a changed cell.
+    """SHA-256 (hex) of the entry's source (`entry_sources`, one hash: `sources_sha256`): a
+    changed file is a changed cell, an imported module of the user's included.
 
     Raises:
       EntryError: as `load_function` (a module without a source file hashes its name).
+    """
+    files = entry_sources(entry)
+    if not files:
+        return hashlib.sha256(entry.target.encode()).hexdigest()
+    return sources_sha256(files)
+
+
+def entry_sources(entry: Entry) -> dict[str, str]:
+    """The source files of an entry (`source_files`): its file, or its module's; empty for a
+    module without a source file.
+
+    Raises:
+      EntryError: as `load_function` (for a module), or its file cannot be read.
     """
     if entry.is_file:
         path = entry.target
     else:
         path = getattr(import_target(entry.target), "__file__", None)
         if path is None:
-            return hashlib.sha256(entry.target.encode()).hexdigest()
+            return {}
     try:
-        return file_sha256(path)
+        return source_files(path)
     except OSError as err:
         raise EntryError(f"entry {entry.spec!r}: cannot read {path!r}: {err.strerror}") from None
+
+
+def source_files(path: str | Path) -> dict[str, str]:
+    """The source of a program of the user's, file by file: `path` (the file that defines it)
+    and each module of the user's that it imports, directly or through another such module;
+    by path relative to `path`'s folder (`/`-separated) -> SHA-256 (hex).
+
+    A file's imports are its `import` and `from ... import` statements, wherever they are (in
+    a function too), found as Python would find them from there: `path`'s folder first (where
+    `import_target` puts it), then `sys.path`; a relative import from the file's own package.
+    Nothing is imported to find them. A module is the user's when its file lies outside
+    Python's standard library, outside every site-packages and dist-packages folder and outside
+    xlafuse: installed packages are versioned, and the versions that matter are in a run's
+    settings. A module that is not found is left out (importing it would fail).
+
+    Raises:
+      OSError: `path` cannot be read.
+    """
+    start = Path(path).resolve()
+    search = [str(start.parent), *sys.path]
+    hashes = {start: file_sha256(start)}
+    todo = [start]
+    while todo:
+        for found in _imported_files(todo.pop(), search):
+            if found not in hashes:
+                try:
+                    hashes[found] = file_sha256(found)
+                except OSError:  # unreadable: importing it fails, as the run will say
+                    continue
+                todo.append(found)
+    return {Path(os.path.relpath(f, start.parent)).as_posix(): h for f, h in sorted(hashes.items())}
+
+
+def sources_sha256(files: Mapping[str, str]) -> str:
+    """The one hash of a program's source files (`source_files`): the file's own SHA-256 when it
+    imports no module of the user's (as records made before imported modules were hashed),
+    else the SHA-256 of its `SHA256  PATH` lines, sorted by path."""
+    if len(files) == 1:
+        return next(iter(files.values()))
+    lines = "".join(f"{sha}  {name}\n" for name, sha in sorted(files.items()))
+    return hashlib.sha256(lines.encode()).hexdigest()
+
+
+def changed_sources(before: Mapping[str, str], now: Mapping[str, str]) -> str:
+    """Which of a program's source files changed, in words: `physics.py (sha256 1a2b3c4d5e6f
+    in the file, 6f5e4d3c2b1a now)`, `more.py (imported now, not then)`, `old.py (no longer
+    imported)`; "" when none did."""
+    said = []
+    for name in sorted({*before, *now}):
+        old, new = before.get(name), now.get(name)
+        if old == new:
+            continue
+        if old is None:
+            said.append(f"{name} (imported now, not then)")
+        elif new is None:
+            said.append(f"{name} (no longer imported)")
+        else:
+            said.append(f"{name} (sha256 {old[:12]} in the file, {new[:12]} now)")
+    return ", ".join(said)
+
+
+def _imported_files(file: Path, search: list[str]) -> list[Path]:
+    """The files of the user's modules that `file`'s import statements name (`source_files`)."""
+    if file.suffix != ".py":
+        return []
+    try:
+        tree = ast.parse(file.read_bytes())
+    except (OSError, SyntaxError, ValueError):
+        return []
+    found: list[Path] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                found += _module_files(alias.name, search)
+        elif isinstance(node, ast.ImportFrom):
+            where = search if not node.level else [str(file.parents[node.level - 1])]
+            base = node.module or ""
+            if base:
+                found += _module_files(base, where)
+            for alias in node.names:
+                if alias.name != "*":
+                    found += _module_files(f"{base}.{alias.name}".lstrip("."), where)
+    return found
+
+
+def _module_files(name: str, search: list[str]) -> list[Path]:
+    """The files of the user's that `import name` runs from `search` (each package's
+    `__init__.py` on the way, then the module's), found without importing; none once a part is
+    not found or not the user's."""
+    files, locations = [], search
+    parts = name.split(".")
+    for i in range(len(parts)):
+        spec = importlib.machinery.PathFinder.find_spec(".".join(parts[: i + 1]), locations)
+        if spec is None:
+            break
+        if spec.has_location and spec.origin:
+            origin = Path(spec.origin).resolve()
+            if not _is_users(origin):
+                break
+            files.append(origin)
+        locations = spec.submodule_search_locations
+        if locations is None:
+            break
+    return files
+
+
+def _is_users(file: Path) -> bool:
+    """Whether a module's file is the user's own (`source_files`)."""
+    if {"site-packages", "dist-packages"} & set(file.parts):
+        return False
+    return not any(file.is_relative_to(root) for root in _installed_roots())
+
+
+@functools.cache
+def _installed_roots() -> tuple[Path, ...]:
+    """The folders of code that is not the user's: the standard library, installed packages,
+    xlafuse."""
+    paths = sysconfig.get_paths()
+    roots = [paths.get(key) for key in ("stdlib", "platstdlib", "purelib", "platlib")]
+    roots += site.getsitepackages() if hasattr(site, "getsitepackages") else []
+    roots.append(Path(__file__).resolve().parents[1])  # xlafuse, wherever it is installed
+    return tuple(dict.fromkeys(Path(r).resolve() for r in roots if r))
 
 
 def file_sha256(path: str | Path) -> str:
@@ -267,7 +413,7 @@ def build_entry(
     function = load_function(entry)
     try:
         result = function(**overrides)
-    except Exception as err:  # the user's code
+    except USER_CODE_ERRORS as err:  # the user's code
         raise EntryError(f"entry {entry.spec!r} raised {error_line(err)}") from err
     return workload_from(result, entry.function, overrides, entry)
 
@@ -346,7 +492,7 @@ def _trace(where: str, fn: Callable[..., Any], args: tuple) -> Any:
     """The output shapes of `fn(*args)` (`jax.eval_shape`: traced, nothing compiled or run)."""
     try:
         return jax.eval_shape(fn, *args)
-    except Exception as err:
+    except USER_CODE_ERRORS as err:
         raise EntryError(
             f"{where}: fn(*args) cannot be traced by jax.jit: {error_line(err)}"
         ) from (err)

@@ -19,8 +19,8 @@ from xlafuse.results.records import CellResult
 
 _FIGURE_COLUMNS = {"latency": "latency ms", "pipelined": "pipelined ms"}
 _WORK_COLUMNS = (
-    "variant", "kernels", "real fusions", "modeled MB", "GB/s", "% copy ceiling", "TFLOP/s",
-    "compile s", "numerics",
+    "variant", "kernels", "launches/call", "real fusions", "modeled MB/call", "GB/s",
+    "% copy ceiling", "TFLOP/s", "compile s", "numerics",
 )  # fmt: skip
 
 
@@ -59,7 +59,7 @@ def _time_row(r: CellResult, figures: Sequence[str], reference: CellResult | Non
     return [
         r.variant,
         *times,
-        fmt(r.device.time_s, 1e3, ".3g"),
+        fmt(r.device.time_s, 1e3, ".3g") + (" TRACE-PERTURBED" if r.rates.trace_perturbed else ""),
         "1.00x" if is_reference else speedup_text(speedup.vs_reference, speedup.verdict),
         "-" if is_reference else _interval(speedup.ci),
         "reference" if is_reference else _basis(r),
@@ -95,14 +95,30 @@ def _work_row(r: CellResult) -> list[str]:
     return [
         r.variant,
         fmt(r.fusion.kernels),
+        _launches(r),
         fmt(r.fusion.real_fusions),
-        fmt(r.fusion.modeled_bytes, 1e-6),
+        _bytes_per_call(r),
         fmt(r.rates.achieved_bytes_per_s, 1e-9),
         pct,
         fmt(r.rates.tflops, 1, ".3g"),
         fmt(r.compile.compile_s, 1, ".2f"),
         _numerics(r),
     ]
+
+
+def _launches(r: CellResult) -> str:
+    """Launches per call; the kernels where the record predates the figure (or is a torch
+    cell's); "?" where a loop's trip count is unknown."""
+    if r.fusion.per_call_basis is None:
+        return fmt(r.fusion.kernels)
+    return fmt(r.fusion.launches_per_call) if r.fusion.launches_per_call is not None else "?"
+
+
+def _bytes_per_call(r: CellResult) -> str:
+    """Modeled MB per call; where a trip count is unknown, one iteration's, said so."""
+    if r.fusion.per_call_basis is not None and r.fusion.modeled_bytes_per_call is None:
+        return f"{fmt(r.fusion.modeled_bytes, 1e-6)} ({r.fusion.per_call_basis})"
+    return fmt(r.fusion.bytes_per_call, 1e-6)
 
 
 def _interval(ci: Sequence[float] | None) -> str:

@@ -35,7 +35,8 @@ def render_diff(diff: FusionDiff, top: int | None = 10) -> str:
     lines = [f"A: {diff.label_a}", f"B: {diff.label_b}"]
     for key, fmt in (("kernels", str), ("real_fusions", str), ("modeled_bytes", _mb)):
         a, b = getattr(diff, f"{key}_a"), getattr(diff, f"{key}_b")
-        lines.append(f"{key.replace('_', ' ')}: {fmt(a)} -> {fmt(b)} ({_signed(b - a, fmt)})")
+        line = f"{key.replace('_', ' ')}: {fmt(a)} -> {fmt(b)} ({_signed(b - a, fmt)})"
+        lines.append(line + (f" {diff.bytes_basis}" if key == "modeled_bytes" else ""))
     ca, cb = diff.collectives_a, diff.collectives_b
     if ca.count or cb.count:
         lines.append(

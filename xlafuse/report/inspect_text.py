@@ -10,6 +10,7 @@ from xlafuse.errors import XlafuseError
 from xlafuse.hlo import FusionReport, KernelInfo
 from xlafuse.hlo.collectives import CollectiveReport
 from xlafuse.hlo.dump import module_label
+from xlafuse.hlo.loops import PER_CALL
 from xlafuse.inspect.schema import InspectResult, traffic_share
 from xlafuse.report.format import format_bytes, text_table
 
@@ -30,6 +31,8 @@ def render_summary(result: InspectResult) -> str:
         f"module: {report.module}" + (f"  backend: {report.backend}" if report.backend else "")
     )
     kernels = f"kernels: {report.kernels}"
+    if report.launches_per_call is not None and report.launches_per_call != report.kernels:
+        kernels += f"  launches per call: {report.launches_per_call}"
     if result.thunk_launches is not None:
         kernels += f"  (thunk sequence: {result.thunk_launches} launches)"
     lines.append(kernels)
@@ -39,11 +42,22 @@ def render_summary(result: InspectResult) -> str:
     )
     lines.append(f"kinds: {_counts(report.kinds)}")
     lines.append(f"custom-calls: {report.custom_calls}" + _targets(report.custom_call_targets))
-    lines.append(f"modeled traffic: {report.modeled_bytes / 1e6:.2f} MB")
+    lines.append(per_call_traffic(report))
     if result.collectives is not None and result.collectives.count:
         lines.extend(render_collectives(result.collectives))
     lines.extend(f"warning: {w}" for w in result.warnings)
     return "\n".join(lines)
+
+
+def per_call_traffic(report: FusionReport) -> str:
+    """The modeled traffic line: per call, and what that counts (one run of each kernel where
+    a trip count is unknown)."""
+    if report.modeled_bytes_per_call is None:
+        return f"modeled traffic: {report.modeled_bytes / 1e6:.2f} MB {report.per_call_basis}"
+    line = f"modeled traffic: {report.modeled_bytes_per_call / 1e6:.2f} MB per call"
+    if report.per_call_basis != PER_CALL:
+        line += f" ({report.per_call_basis.removeprefix(PER_CALL + ', ')})"
+    return line
 
 
 def render_collectives(report: CollectiveReport, limit: int = 12) -> list[str]:
@@ -80,19 +94,21 @@ def _targets(targets: Mapping[str, int]) -> str:
     return f" ({_counts(targets)})" if targets else ""
 
 
-def sort_kernels(kernels, sort: str = "bytes") -> list[KernelInfo]:
-    """Kernels ordered by `sort`: "bytes" (most traffic first), "ops" (most first) or "name".
+def sort_kernels(report: FusionReport, sort: str = "bytes") -> list[KernelInfo]:
+    """The report's kernels ordered by `sort`: "bytes" (most traffic per call first, as
+    `traffic_share` counts it), "ops" (most first) or "name".
 
     Raises:
         XlafuseError: an unknown sort key.
     """
+    kernels = report.kernel_details
     if sort not in SORT_KEYS:
         raise XlafuseError(f"unknown sort key {sort!r}; accepted: {', '.join(SORT_KEYS)}")
     if sort == "name":
         return sorted(kernels, key=lambda k: k.name)
     if sort == "ops":
         return sorted(kernels, key=lambda k: (-k.num_ops, k.name))
-    return sorted(kernels, key=lambda k: (-(k.bytes_in + k.bytes_out), k.name))
+    return sorted(kernels, key=lambda k: (-traffic_share(k, report), k.name))
 
 
 def main_ops(kernel: KernelInfo, limit: int = 3) -> str:
@@ -132,10 +148,10 @@ def render_kerneltext_table(
     report = result.report
     if report is None:
         return ""
-    kernels = sort_kernels(report.kernel_details, sort)
+    kernels = sort_kernels(report, sort)
     rows = [_row(k, report) for k in kernels[:top]]
-    header = ("kernel", "kind", "ops", "main ops", "in", "out", "traffic", "source")
-    text = text_table(header, rows, right={2, 4, 5, 6})
+    header = ("kernel", "kind", "ops", "main ops", "in", "out", "launches", "traffic", "source")
+    text = text_table(header, rows, right={2, 4, 5, 6, 7})
     if top is not None and len(kernels) > top:
         text += f"\n... {len(kernels) - top} more kernels (--top {len(kernels)} shows all)"
     return text
@@ -149,9 +165,14 @@ def _row(kernel: KernelInfo, report: FusionReport) -> tuple[str, ...]:
         main_ops(kernel),
         format_bytes(kernel.bytes_in),
         format_bytes(kernel.bytes_out),
+        _launches(report.runs_of(kernel)),
         f"{100 * traffic_share(kernel, report):.1f}%",
         _source_label(kernel),
     )
+
+
+def _launches(runs: int | None) -> str:
+    return "?" if runs is None else f"x{runs}"
 
 
 def _clip(text: str, width: int) -> str:

@@ -57,7 +57,10 @@ def kernel_sections(group: Sequence[CellResult]) -> list[str]:
     if any(r.trace.kernel_times.get("basis") == "host thunks" for r in traced):
         lines += ["", f"_{CPU_NOTE}_"]
     for r in traced:
-        lines += ["", f"<details><summary>{r.variant}: top kernels by time</summary>", ""]
+        title = f"{r.variant}: top kernels by time"
+        if r.rates.trace_perturbed:
+            title += " (TRACE-PERTURBED: times of the traced program, not of the one that runs)"
+        lines += ["", f"<details><summary>{title}</summary>", ""]
         lines += top_kernels_table(r.trace.kernel_times)
         lines += ["", "</details>"]
     for r in group:

@@ -104,6 +104,8 @@ def _figures(record: CellResult, reference: CellResult | None) -> list[str]:
         parts.append(f"device {record.device.speedup:.2f}x")
     if record.rates.host_bound:
         parts.append("HOST-BOUND")
+    if record.rates.trace_perturbed:
+        parts.append("TRACE-PERTURBED")
     if record.numerics.within_tolerance is False:
         parts.append("numerics FLAGGED")
     return parts

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from xlafuse.folders import writable_folder
-from xlafuse.measure.rules import HOST_BOUND, TOLERANCES
+from xlafuse.folders import writable_folder, write_atomically
+from xlafuse.measure.rules import HOST_BOUND, TOLERANCES, TRACE_PERTURBED
 from xlafuse.measure.stats import SAME_WITHIN
 from xlafuse.report.cells import cell_tables
 from xlafuse.report.coldstart import (
@@ -69,7 +69,9 @@ def write_report(
     Raises:
       XlafuseError: no such file, or not a results file (`xlafuse.results.records.read_results`), or a
         `roofline_cell` that names no traced cell, or an output folder that cannot be written
-        (`xlafuse.folders.writable_folder`): each before any file is written.
+        (`xlafuse.folders.writable_folder`): each before any file is written; or a file that
+        could not be written (a full disk), named. Each file is written whole or not at all
+        (`xlafuse.folders.write_atomically`): one that fails keeps its earlier version.
     """
     data = read_results(results_path)
     records = latest_per_cell(data.records)
@@ -78,8 +80,9 @@ def write_report(
     plots = write_plots(records, out_dir) + _kernel_plot(records, out_dir, roofline_cell)
     text = render_markdown(records, data.path, plots, data.skipped_note())
     path = out_dir / "report.md"
-    path.write_text(text, encoding="utf-8")
-    return path
+    return write_atomically(
+        path, lambda temp: temp.write_text(text, encoding="utf-8"), noun="report"
+    )
 
 
 def render_markdown(
@@ -222,7 +225,10 @@ READING_NOTES = (
     "`faster` or `slower`. The device speedup compares per-call kernel time. `host ms/call` is "
     "the host time to issue one call of a pipelined burst; a cell marked HOST-BOUND has a "
     "pipelined time above {host:.2f}x its device time: its wall-clock speedup measures the host, "
-    "not the kernels. Numerics (`xlafuse.measure.numerics`): each output element within `atol + "
+    "not the kernels. A cell marked TRACE-PERTURBED has a traced kernel time per call above "
+    "{perturbed:.2f}x its untraced pipelined time: the profiler ran another program (XLA turns "
+    "command buffers off while tracing), so its device time and kernel times are those of the "
+    "traced program, and its rates divide the pipelined time. Numerics (`xlafuse.measure.numerics`): each output element within `atol + "
     "rtol x |ref|` ({tolerances}, atol relative to the output's largest magnitude); a train "
     "step is judged by its loss, gradient, batch statistics and updated parameters."
 )
@@ -234,7 +240,9 @@ def reading_notes() -> str:
         f"{dtype} rtol {_power(rtol)}, atol {_power(atol)}"
         for dtype, (rtol, atol) in TOLERANCES.items()
     )
-    return READING_NOTES.format(same=SAME_WITHIN, host=HOST_BOUND, tolerances=tolerances)
+    return READING_NOTES.format(
+        same=SAME_WITHIN, host=HOST_BOUND, perturbed=TRACE_PERTURBED, tolerances=tolerances
+    )
 
 
 def _power(value: float) -> str:

@@ -156,8 +156,9 @@ def _roofline_notes(rows: Sequence[CellResult], left_out: int) -> str:
 
 
 def intensity(r: CellResult) -> float | None:
-    """Analytic FLOPs per modeled byte; None without both."""
-    flops, modeled = r.model.flops, r.fusion.modeled_bytes
+    """FLOPs per modeled byte of one call (the workload's FLOPs, else the HLO's per call); None
+    without both."""
+    flops, modeled = r.model.flops or r.fusion.flops_per_call, r.fusion.bytes_per_call
     return flops / modeled if flops and modeled else None
 
 

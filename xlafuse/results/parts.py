@@ -16,17 +16,27 @@ the prefix. `Part.flat` and `Part.from_flat` are the one flatten and unflatten, 
 from __future__ import annotations
 
 import dataclasses
+import enum
+import json
+import types
+import typing
 from collections.abc import Mapping, Sequence
 from typing import Any, Self
 
 from xlafuse.kinds import Verdict, member
 
 KEY = "key"  # the field metadata that names a flat key not made of PREFIX + name
+PAIR = "pair"  # the field metadata of a list of two numbers (an interval, a range), or None
 
 
 def keyed(key: str, default: Any = None) -> Any:
     """A field whose flat key is `key` (instead of PREFIX + its name)."""
     return dataclasses.field(default=default, metadata={KEY: key})
+
+
+def pair(key: str | None = None) -> Any:
+    """A field holding two numbers, (low, high), or None; its flat key `key` where given."""
+    return dataclasses.field(default=None, metadata={PAIR: True, **({KEY: key} if key else {})})
 
 
 def mapping() -> Any:
@@ -41,6 +51,77 @@ def plain(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [plain(v) for v in value]
     return value
+
+
+def has_type(value: Any, hint: Any) -> bool:
+    """Whether a value read from JSON has the type a field is annotated with.
+
+    A float takes any number, an int an integer (a bool is neither), a `StrEnum` a string (its
+    member is checked when the record is made), a Mapping an object and a Sequence a list, their
+    items checked against the item type; `Any` takes anything.
+    """
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is Any:
+        return True
+    if origin in (typing.Union, types.UnionType):
+        return any(has_type(value, arg) for arg in args)
+    if origin is not None and issubclass(origin, Mapping):
+        return isinstance(value, Mapping) and all(has_type(v, args[1]) for v in value.values())
+    if origin is not None and issubclass(origin, Sequence):
+        return isinstance(value, list | tuple) and all(has_type(v, args[0]) for v in value)
+    if hint is type(None):
+        return value is None
+    if isinstance(value, bool):
+        return hint is bool
+    if hint is float:
+        return isinstance(value, int | float)
+    if isinstance(hint, type) and issubclass(hint, enum.StrEnum):
+        return isinstance(value, str)
+    return isinstance(value, hint)
+
+
+def wrong_type(key: str, value: Any, hint: Any) -> str:
+    """`KEY is VALUE, not WHAT` for a value that `has_type` refuses (VALUE as JSON writes it)."""
+    return f"{key} is {_shown(value)}, not {_described(hint)}"
+
+
+def wrong_pair(key: str, value: Any) -> str | None:
+    """`KEY is VALUE, not two numbers (low, high) or null` for a `pair` field's list of another
+    length; None for two numbers or None."""
+    if value is None or len(value) == 2:
+        return None
+    return f"{key} is {_shown(value)}, not two numbers (low, high) or null"
+
+
+def _shown(value: Any) -> str:
+    shown = json.dumps(value, default=str)
+    return shown if len(shown) <= 40 else f"{shown[:37]}..."
+
+
+def _described(hint: Any) -> str:
+    """A type in JSON's words: "a number or null", "a list of numbers"."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_described(arg) for arg in args)
+    if origin is not None and issubclass(origin, Mapping):
+        return "an object" if args[1] is Any else f"an object of {_plural(args[1])}"
+    if origin is not None and issubclass(origin, Sequence):
+        return "a list" if args[0] is Any else f"a list of {_plural(args[0])}"
+    if isinstance(hint, type) and issubclass(hint, enum.StrEnum):
+        return f"one of {', '.join(m.value for m in hint)}"
+    names = {float: "a number", int: "an integer", str: "a string", bool: "true or false"}
+    return names.get(hint, "null" if hint is type(None) else getattr(hint, "__name__", str(hint)))
+
+
+def _plural(hint: Any) -> str:
+    """What a list or an object holds: "numbers", "numbers and nulls", "lists"."""
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        return " and ".join(_plural(arg) for arg in typing.get_args(hint))
+    if origin is not None:
+        return "objects" if issubclass(origin, Mapping) else "lists"
+    names = {float: "numbers", int: "integers", str: "strings", bool: "booleans"}
+    return names.get(hint, "nulls" if hint is type(None) else "values")
 
 
 def _verdicts(part: Any, *names: str) -> None:
@@ -66,6 +147,12 @@ class Part:
     def flat_keys(cls) -> dict[str, str]:
         """Field name -> flat key."""
         return {f.name: f.metadata.get(KEY, cls.PREFIX + f.name) for f in dataclasses.fields(cls)}
+
+    @classmethod
+    def flat_pairs(cls) -> set[str]:
+        """The flat keys of the fields that hold two numbers or None (`pair`)."""
+        keys = cls.flat_keys()
+        return {keys[f.name] for f in dataclasses.fields(cls) if f.metadata.get(PAIR)}
 
     def flat(self) -> dict[str, Any]:
         """The part as flat keys, every field included (None where not measured)."""
@@ -131,6 +218,10 @@ class FusionRecord(Part):
     kernels_basis, modeled_bytes_basis, generated_kernels (Inductor's, at compile).
     missed_fusions: for the "default" variant, the largest kernel boundaries of its program
     (`xlafuse.inspect.explain.missed_fusions`: top 5 by modeled bytes).
+    kernels and modeled_bytes count each kernel of the program text once; launches_per_call,
+    modeled_bytes_per_call and flops_per_call count each as often as it runs in one call (a
+    loop body by its trip count), as `per_call_basis` says (None: a record from before these
+    fields, or a torch cell, whose counts are per call already).
     """
 
     NOT_FROM_SOURCE = ("kernels_basis", "modeled_bytes_basis", "generated_kernels")
@@ -145,6 +236,19 @@ class FusionRecord(Part):
     modeled_bytes_basis: str | None = None
     generated_kernels: int | None = None
     missed_fusions: Mapping[str, Any] | None = None
+    launches_per_call: int | None = None
+    modeled_bytes_per_call: int | None = None
+    flops_per_call: int | None = None
+    per_call_basis: str | None = None
+
+    @property
+    def bytes_per_call(self) -> int | None:
+        """The modeled bytes of one call, what bandwidth divides: `modeled_bytes_per_call`
+        (None where a trip count is unknown); `modeled_bytes` where the record has no
+        per-call basis (a torch cell, or a record written before it)."""
+        if self.per_call_basis is None:
+            return self.modeled_bytes
+        return self.modeled_bytes_per_call
 
 
 @dataclasses.dataclass(frozen=True)
@@ -178,17 +282,17 @@ class SpeedupRecord(Part):
 
     PREFIX = "speedup_"
     vs_reference: float | None = None
-    ci: Sequence[float] | None = None
+    ci: Sequence[float] | None = pair()
     verdict: Verdict | None = None
     basis: str | None = None
     lead: str | None = None
     reference_median_s: float | None = keyed("reference_time_median_s")
     reference_pipelined_s: float | None = keyed("reference_pipelined_s_per_call")
     latency: float | None = None
-    latency_ci: Sequence[float] | None = None
+    latency_ci: Sequence[float] | None = pair()
     latency_verdict: Verdict | None = None
     pipelined: float | None = None
-    pipelined_ci: Sequence[float] | None = None
+    pipelined_ci: Sequence[float] | None = pair()
     pipelined_verdict: Verdict | None = None
 
     def __post_init__(self) -> None:
@@ -208,7 +312,7 @@ class DeviceRecord(Part):
     time_s: float | None = None
     kernels_per_call: float | None = None
     speedup: float | None = None
-    speedup_ci: Sequence[float] | None = None
+    speedup_ci: Sequence[float] | None = pair()
     speedup_verdict: Verdict | None = None
     top_kernels: Sequence[Sequence[Any]] | None = keyed("top_kernels")
     input_copy_kernels_per_call: float | None = keyed("input_copy_kernels_per_call")
@@ -242,7 +346,9 @@ class RatesRecord(Part):
     items_per_s per wall median; achieved_bytes_per_s and tflops: modeled bytes or analytic
     flops per second of `basis` (the device time where profiled, else the pipelined time per
     call on a GPU, else the wall median); pct_of_copy_ceiling; host_bound: the pipelined time
-    above 1.15 x the device time (the host sets the pace); cache_resident: the cell's memory
+    above 1.15 x the device time (the host sets the pace); trace_perturbed: the traced kernel
+    time per call above 1.05 x the untraced pipelined time (the traced program is not the one
+    that runs: the rates then divide the pipelined time); cache_resident: the cell's memory
     (XLA's memory analysis) fits in the last-level cache, so no % of the copy ceiling is given.
     """
 
@@ -253,6 +359,7 @@ class RatesRecord(Part):
     tflops: float | None = None
     host_bound: bool | None = None
     cache_resident: bool | None = None
+    trace_perturbed: bool | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -266,7 +373,7 @@ class CeilingsRecord(Part):
     copy_basis: str | None = keyed("copy_ceiling_basis")
     matmul_flops_per_s: float | None = keyed("matmul_ceiling_flops_per_s")
     copy_array_bytes: int | None = keyed("copy_ceiling_array_bytes")
-    copy_range: Sequence[float] | None = keyed("copy_ceiling_range")
+    copy_range: Sequence[float] | None = pair("copy_ceiling_range")
     cache_bytes: int | None = keyed("last_level_cache_bytes")
 
 

@@ -8,10 +8,15 @@ read back with every key kept: those this version does not know stay in `extra`,
 schema 1, as published in `experiments/`.
 
 What keeps one file honest (besides one set of settings per file: `xlafuse.results.settings`):
-- a last line cut short by a crash (no newline) is moved aside, bytes kept, by `repair_tail`,
-  and `append_result` always starts on a new line, so the next record is never swallowed;
+- a last line cut short by a crash (no newline, not JSON) is moved aside, bytes kept, by
+  `repair_tail`, and `append_result` always starts on a new line, so the next record is never
+  swallowed; a write that fails (a full disk, Ctrl-C) is cut back, so the file ends on its last
+  whole record;
 - `lock_folder` keeps a second run out of a folder that a run is writing to;
-- `read_results` says which lines it skipped; a file with no record at all is an error.
+- `check_appendable` keeps records out of a file of another program;
+- a line is a record only if each known field has its type (`FLAT_TYPES`: `"time_median_s":
+  "fast"` is no record); `read_results` says which lines it skipped, `load_results` warns of
+  each (`SkippedLineWarning`); a file with no record at all is an error.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import fcntl
 import json
 import os
 import time
+import typing
 import warnings
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
@@ -53,8 +59,11 @@ class CellResult:
     framework_version, reference (the variant speedups compare with), backend, device_kind;
     `cell_id` joins them (the resume key); experiment names the run. A program of the user's
     also has `entry` (its `FILE.py:FUNCTION` as the config wrote it; None for a registered
-    workload) and `source_sha256` (the hash of the file that defines it: an entry's, or the
-    imported file that registered it; None for the zoo's workloads).
+    workload), `source_sha256` (the hash of its source: the file that defines it, an entry's or
+    the imported file that registered it, and the modules of the user's that file imports;
+    `xlafuse.models.user.source_files`; None for the zoo's workloads) and `source_files` (the
+    files hashed, by path relative to the defining file's folder -> SHA-256; empty where not
+    known), so a resume names the file that changed.
 
     Its parts (`xlafuse.results.parts`, each a frozen record of one source): model, compile,
     fusion, timing, speedup, device, trace, rates, ceilings, numerics, cold_start,
@@ -94,6 +103,7 @@ class CellResult:
     overrides: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     entry: str | None = None
     source_sha256: str | None = None
+    source_files: Mapping[str, str] = dataclasses.field(default_factory=dict)
     devices: int = 1
     parallelism: str | None = None
     processes: int = 1
@@ -152,7 +162,8 @@ class CellResult:
         """From a flat JSON record; keys this version does not know are kept in `extra`.
 
         Raises:
-          TypeError: `data` is not a mapping, or lacks a required key.
+          TypeError: `data` is not a mapping, lacks a required key, or has a known key whose
+            value is of another type (`FLAT_TYPES`; the message names each such key).
           XlafuseError: a schema_version this version cannot read (newer, or not a version).
         """
         if not isinstance(data, Mapping):
@@ -164,6 +175,15 @@ class CellResult:
                 f"has no {', '.join(missing)}"
             )
         check_schema_version(data.get("schema_version", 1))
+        wrong = [
+            parts.wrong_type(key, data[key], hint)
+            for key, hint in FLAT_TYPES.items()
+            if key in data and not parts.has_type(data[key], hint)
+        ]
+        pairs = [k for k in FLAT_PAIRS if k in data and parts.has_type(data[k], FLAT_TYPES[k])]
+        wrong += [problem for key in pairs if (problem := parts.wrong_pair(key, data[key]))]
+        if wrong:
+            raise TypeError("; ".join(wrong))
         fields, unknown = unflatten(data)
         return cls(**fields, extra=unknown)
 
@@ -195,6 +215,26 @@ def _flat_keys() -> dict[str, tuple[str | None, str]]:
 
 
 FLAT_KEYS = _flat_keys()
+
+
+def _flat_types() -> dict[str, Any]:
+    """Flat key -> the type its field is annotated with (what a read record is checked by)."""
+    own = typing.get_type_hints(CellResult)
+    types = {key: own[name] for key, (part, name) in FLAT_KEYS.items() if part is None}
+    for kind in PARTS.values():
+        hints = typing.get_type_hints(kind)
+        types |= {key: hints[name] for name, key in kind.flat_keys().items()}
+    del types["schema_version"]  # `check_schema_version` says what is wrong with it
+    return types
+
+
+# What a read record is checked by, key by key (`parts.has_type`): a record whose
+# "time_median_s" is "fast" is skipped as a line that is no record, never a failed report.
+FLAT_TYPES = _flat_types()
+# The flat keys of intervals and ranges: two numbers or null (`parts.pair`).
+FLAT_PAIRS = tuple(
+    key for key in FLAT_TYPES if any(key in kind.flat_pairs() for kind in PARTS.values())
+)
 
 
 def unflatten(data: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -235,8 +275,23 @@ def latest_per_cell(records: Iterable[CellResult]) -> list[CellResult]:
     return list(latest.values())
 
 
+def _torn_from(data: bytes) -> int:
+    """Where a torn last line starts (a write cut short: no final newline, and not JSON);
+    `len(data)` when there is none. A last line that is whole JSON is kept: only its newline
+    is missing, which `append_result` adds."""
+    keep = data.rfind(b"\n") + 1
+    if keep == len(data):
+        return keep
+    try:
+        json.loads(data[keep:])
+    except ValueError:  # not JSON, or not UTF-8
+        return keep
+    return len(data)
+
+
 def repair_tail(path: str | Path) -> Path | None:
-    """Move a torn last line (a write cut short: no final newline) aside, keeping its bytes.
+    """Move a torn last line (a write cut short: no final newline, not JSON) aside, keeping
+    its bytes.
 
     The file is cut back to its last complete line and the torn bytes go to
     `results.torn-<time>.txt` beside it, so the next record starts on a line of its own.
@@ -248,9 +303,9 @@ def repair_tail(path: str | Path) -> Path | None:
     if not path.exists():
         return None
     data = path.read_bytes()
-    if not data or data.endswith(b"\n"):
+    keep = _torn_from(data)
+    if keep == len(data):
         return None
-    keep = data.rfind(b"\n") + 1
     aside = _free_name(path.with_name(f"{path.stem}.torn-{time.strftime('%Y%m%d-%H%M%S')}.txt"))
     aside.write_bytes(data[keep:])
     with open(path, "r+b") as f:
@@ -323,8 +378,7 @@ def lock_folder(folder: str | Path) -> Iterator[Path]:
             "wait for it to end or pass another --out"
         ) from None
     try:
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        _write_holder(fd, folder)
         yield path
     finally:
         os.ftruncate(fd, 0)
@@ -332,29 +386,63 @@ def lock_folder(folder: str | Path) -> Iterator[Path]:
         os.close(fd)
 
 
+def _write_holder(fd: int, folder: str | Path) -> None:
+    """The lock file's PID, written at once: a full disk is found before any work."""
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    except OSError as err:
+        reason = err.strerror or type(err).__name__
+        raise XlafuseError(f"cannot write to output folder {str(folder)!r}: {reason}") from None
+
+
 def append_result(path: str | Path, record: CellResult | Mapping[str, Any]) -> None:
-    """Append one record as a JSON line; flushed and fsynced before returning.
+    """Append one record as a JSON line; fsynced before returning.
 
     If the file does not end with a newline (a torn write), the record starts on a new line, so
-    it is never glued to the torn bytes.
+    it is never glued to the torn bytes. A write that fails or is interrupted (a full disk,
+    Ctrl-C) is cut back: the file ends as it did before, on its last whole record.
 
     Args:
       path: the JSONL file (created with its folder if missing).
       record: a CellResult or a dict.
+
+    Raises:
+      XlafuseError: the line could not be written (the message names the file and the OS's
+        reason); the records before it are kept.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     data = record.to_dict() if isinstance(record, CellResult) else plain(record)
     line = json.dumps(data, sort_keys=False, default=str, allow_nan=True).encode() + b"\n"
-    with open(path, "a+b") as f:
-        f.seek(0, os.SEEK_END)
-        if f.tell():
-            f.seek(-1, os.SEEK_END)
-            if f.read(1) != b"\n":
-                line = b"\n" + line
-        f.write(line)
-        f.flush()
-        os.fsync(f.fileno())
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        size = os.fstat(fd).st_size
+        if size and os.pread(fd, 1, size - 1) != b"\n":
+            line = b"\n" + line
+        _append_or_cut_back(fd, line, size, path)
+    finally:
+        os.close(fd)
+
+
+def _append_or_cut_back(fd: int, line: bytes, size: int, path: Path) -> None:
+    """Write `line` at the end of the file open as `fd` (of `size` bytes before), whole and
+    synced, or cut the file back to `size` and raise."""
+    try:
+        view = memoryview(line)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    except BaseException as err:
+        with contextlib.suppress(OSError):
+            os.ftruncate(fd, size)
+            os.fsync(fd)
+        if not isinstance(err, OSError):
+            raise
+        reason = err.strerror or type(err).__name__
+        raise XlafuseError(
+            f"cannot append a record to {str(path)!r}: {reason}; the records before it are kept"
+        ) from None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -370,6 +458,10 @@ class ResultsFile:
     path: Path
     records: tuple[CellResult, ...]
     skipped: tuple[tuple[int, str], ...] = ()
+
+    def skipped_lines(self) -> list[str]:
+        """One line per skipped line: `FILE:LINE: skipping a record that is REASON`."""
+        return [skipped_line(self.path, number, reason) for number, reason in self.skipped]
 
     def skipped_note(self) -> str | None:
         """One line saying how many lines were skipped and where; None if none were."""
@@ -416,17 +508,57 @@ def read_results(path: str | Path) -> ResultsFile:
             "the JSON lines of `xlafuse run`, one record per cell"
         )
     if skipped and not records:
-        number, reason = skipped[0]
-        raise XlafuseError(
-            f"{path} is not a results file (JSON lines from `xlafuse run`): none of its "
-            f"{len(skipped)} lines is a record (line {number}: {reason})"
-        )
+        raise XlafuseError(_not_results(path, skipped))
     return ResultsFile(path, tuple(records), tuple(skipped))
 
 
-def parse_file(path: Path) -> tuple[list[CellResult], list[tuple[int, str]]]:
+def _not_results(path: Path, skipped: list[tuple[int, str]]) -> str:
+    number, reason = skipped[0]
+    return (
+        f"{path} is not a results file (JSON lines from `xlafuse run`): none of its "
+        f"{len(skipped)} lines is a record (line {number}: {reason})"
+    )
+
+
+def check_appendable(path: str | Path) -> None:
+    """Refuse to add records to a file that another program wrote.
+
+    A results file takes records when it is absent, holds nothing but blank lines, or holds at
+    least one record (its other lines are skipped on read and said); a torn last line
+    (`repair_tail`) does not count.
+
+    Raises:
+      XlafuseError: not UTF-8 text, or none of its lines is a record; the message names the
+        file, its first line that is no record, and the ways out (--fresh, another --out).
+    """
+    path = Path(path)
+    if not path.is_file():
+        return
+    data = path.read_bytes()
+    way_out = (
+        "; records are added only to a results file of xlafuse's: pass --fresh to move it "
+        "aside and start over, or write to another --out"
+    )
     try:
-        text = path.read_text(encoding="utf-8")
+        records, skipped = _parse_lines(path, data[: _torn_from(data)])
+    except XlafuseError as err:
+        raise XlafuseError(f"{err}{way_out}") from None
+    if skipped and not records:
+        raise XlafuseError(_not_results(path, skipped) + way_out)
+
+
+def parse_file(path: Path) -> tuple[list[CellResult], list[tuple[int, str]]]:
+    """(the records of a results file, (line number, reason) of each other non-blank line).
+
+    Raises:
+      XlafuseError: the file is not UTF-8 text.
+    """
+    return _parse_lines(path, path.read_bytes())
+
+
+def _parse_lines(path: Path, data: bytes) -> tuple[list[CellResult], list[tuple[int, str]]]:
+    try:
+        text = data.decode("utf-8")
     except UnicodeDecodeError as err:
         raise XlafuseError(
             f"{path} is not a results file: not UTF-8 text (byte {err.object[err.start]:#04x} "
@@ -447,10 +579,21 @@ def parse_file(path: Path) -> tuple[list[CellResult], list[tuple[int, str]]]:
     return records, skipped
 
 
+class SkippedLineWarning(RuntimeWarning):
+    """A line of a results file that is not a record, skipped on read; the message is
+    `FILE:LINE: skipping a record that is REASON` (`xlafuse run` prints it as one line)."""
+
+
+def skipped_line(path: str | Path, number: int, reason: str) -> str:
+    """What a skipped line is called, wherever it is said: `FILE:LINE: skipping ...`."""
+    return f"{path}:{number}: skipping a record that is {reason}"
+
+
 def load_results(path: str | Path) -> list[CellResult]:
     """Read every record of a JSONL file.
 
-    A line that is not a record (a write cut short by a crash) is skipped with a warning.
+    A line that is not a record (a write cut short by a crash, a field of the wrong type) is
+    skipped with a `SkippedLineWarning` each, located at the caller.
 
     Raises:
       FileNotFoundError: no such file.
@@ -461,9 +604,7 @@ def load_results(path: str | Path) -> list[CellResult]:
         raise FileNotFoundError(f"results file {str(path)!r} not found")
     records, skipped = parse_file(path)
     for number, reason in skipped:
-        warnings.warn(
-            f"{path}:{number}: skipping a record that is {reason}", RuntimeWarning, stacklevel=2
-        )
+        warnings.warn(skipped_line(path, number, reason), SkippedLineWarning, stacklevel=2)
     return records
 
 
