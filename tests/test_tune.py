@@ -72,9 +72,8 @@ def test_families_apply_where_they_exist():
         families_for("cpu", ["gemm-fusion"])
 
 
-def test_knobs_are_read_as_literals():
-    assert parse_knob("unroll=1,2, 4") == ("unroll", (1, 2, 4))
-    assert parse_knob("remat=True,False") == ("remat", (True, False))
+def test_a_knob_is_its_name_and_each_value_s_text():
+    assert parse_knob("unroll=1,2, 4") == ("unroll", ("1", "2", "4"))
     assert parse_knob("policy=dots,none") == ("policy", ("dots", "none"))
     for bad in ("unroll", "=1,2", "unroll=", "unroll=1,1"):
         with pytest.raises(ValueError, match="--knob"):
@@ -195,7 +194,10 @@ def test_a_confirmed_winner_and_its_best_toml(tmp_path):
     config = tomllib.loads((tmp_path / "best.toml").read_text())
     assert config["experiment"]["variants"] == ["default"]
     programs = [(w["name"], w.get("overrides")) for w in config["workloads"]]
-    assert programs == [("default", {"envs": 16}), ("tuned", {"envs": 16, "unroll": 8})]
+    assert programs == [
+        ("rollout-default", {"envs": 16}),
+        ("rollout-tuned", {"envs": 16, "unroll": 8}),
+    ]  # labels that are not the variants' names
     file, _, function = config["workloads"][0]["entry"].rpartition(":")
     assert function == "rollout" and not Path(file).is_absolute()  # no path of this machine
     assert (tmp_path / file).resolve() == Path("examples/cartpole.py").resolve()
@@ -262,7 +264,9 @@ def test_the_real_evaluator_refuses_a_changed_answer():
     ("argv", "error"),
     [
         (["--knob", "unroll"], "--knob 'unroll': expected NAME=V1,V2,..."),
-        (["--budget-s", "0"], "--budget-s 0: need a number of seconds above 0"),
+        (["--budget-s", "0"], "--budget-s 0: need a finite number of seconds above 0"),
+        (["--budget-s", "inf"], "--budget-s inf: need a finite number of seconds above 0"),
+        (["--budget-s", "nan"], "--budget-s nan: need a finite number of seconds above 0"),
         (["--space", "gemm-fusion"], "option family 'gemm-fusion' applies on gpu only"),
         (["--knob", "envs=2,4", "--overrides", "envs=8"], "envs given both as --knob and"),
         (
@@ -286,7 +290,8 @@ def test_bad_input_is_one_line_and_exit_2(capsys, argv, error):
     ("knob", "error"),
     [
         ("unroll=2,x", "override unroll='x' for workload 'cartpole': need an integer >= 1"),
-        ("learning_rate=0.1,-1", "override learning_rate=-1 for workload 'cartpole': need a"),
+        # typed as the workload's own value, a float
+        ("learning_rate=0.1,-1", "override learning_rate=-1.0 for workload 'cartpole': need a"),
     ],
 )
 def test_a_zoo_knob_value_it_refuses_is_a_usage_error_before_any_compile(capsys, knob, error):
@@ -394,7 +399,7 @@ def test_a_bad_tune_table_lists_every_problem_where_it_is():
         "'tiny'?); accepted: tiny, small, full",
         "  tune.space: unknown option family 'while-loop-double-bufering' (did you mean "
         "'while-loop-double-buffering'?); accepted: " + ", ".join(FAMILIES),
-        "  tune.budget_s: need a number of seconds above 0, not 0",
+        "  tune.budget_s: need a finite number of seconds above 0, not 0",
         "  tune.search: 'grdi' (did you mean 'grid'?); accepted: descent, halving, grid",
         "  tune.rerun: must be true or false, not 'no'",
         "  tune.figure: 'pipelind' (did you mean 'pipelined'?); accepted: latency, pipelined",
@@ -444,7 +449,7 @@ def test_a_bad_tune_table_prints_every_problem_and_exits_2(tmp_path, capsys, com
         "  tune.workload.name: unknown workload 'cartpol' (did you mean 'cartpole'?); accepted: "
         "attention, cartpole, chain, cos_relu, gelu, gpt2, layernorm, lstm, matmul_bias_act, "
         "mlp, mul_add_relu, resnet50, rmsnorm, softmax, transformer_block",
-        "  tune.budget_s: need a number of seconds above 0, not -1",
+        "  tune.budget_s: need a finite number of seconds above 0, not -1",
     ]
 
 
@@ -777,3 +782,104 @@ def test_a_descent_tune_from_the_command_line(capsys):
                          "--space", "none", "--budget-s", "60", "--no-rerun")  # fmt: skip
     assert (code, err) == (0, "")
     assert out.splitlines()[0] == "tune: 2 candidates, budget 60 s"
+
+
+# issue 43 item 3: a knob's values are read as --overrides values are, typed against the
+# target's own values; issue 42 item 16: what a [tune] table's rerun = false says.
+
+
+def test_knob_values_are_read_as_overrides_are():
+    from xlafuse.cli._devices import parse_overrides
+    from xlafuse.cli.tune_cmd import override_value
+
+    for text in ("false", "True", "8", "0.5", "1e-3", "dots", '"quoted"', "-1"):
+        assert override_value(text) == parse_overrides([f"k={text}"])["k"]
+    assert [override_value(t) for t in ("false", "True", "8", "0.5", "dots")] == [
+        False, True, 8, 0.5, "dots"
+    ]  # fmt: skip
+
+
+def test_knob_values_take_the_type_of_the_target_s_own():
+    from xlafuse.experiment.tune.space import typed_knobs
+
+    defaults = {"rate": 0.5, "name": "a", "flag": False, "count": 4}
+    knobs = {"rate": (1, 2.5), "name": (1, "b"), "flag": (False, True), "count": (2, 4)}
+    texts = {"rate": ("1", "2.5"), "name": ("1", "b"), "flag": ("false", "true"),
+             "count": ("2", "4")}  # fmt: skip
+    typed = typed_knobs(knobs, defaults, texts=texts)
+    assert typed == {"rate": (1.0, 2.5), "name": ("1", "b"), "flag": (False, True),
+                     "count": (2, 4)}  # fmt: skip
+    assert [type(v) for v in typed["rate"] + typed["name"]] == [float, float, str, str]
+    with pytest.raises(ValueError, match=r"knob 'rate': a value is given twice \(1.0, 1.0\)"):
+        typed_knobs({"rate": (1, 1.0)}, defaults)
+    # a value equal to the target's own is the default program, measured once
+    for knob, names in (("flag", ["default", "flag=True"]), ("count", ["default", "count=2"])):
+        assert [c.name for c in enumerate_space({knob: typed[knob]}, [], defaults)] == names
+    one = enumerate_space({"flag": (1,)}, [], {"flag": True})  # 1 is not True to a program
+    assert [c.name for c in one] == ["default", "flag=1"]
+
+
+FLAG = f"{Path(__file__).parent / 'data' / 'user' / 'tune_flag.py'}:make"
+
+
+def test_a_boolean_knob_reaches_the_program_as_a_boolean(tmp_path, capsys):
+    code, out, err = run(capsys, "tune", FLAG, "--knob", "flag=false,true", "--space", "none",
+                         "--out", tmp_path)  # fmt: skip
+    assert (code, err) == (0, "")
+    assert "[round 0, effort 1] default (flag=False): " in out
+    assert "[round 0, effort 1] flag=True: " in out
+    trials = [json.loads(line) for line in (tmp_path / "tune.jsonl").read_text().splitlines()]
+    measured = [(t["candidate"]["knobs"], t["status"]) for t in trials if t["kind"] == "trial"]
+    assert ({}, "ok") in measured and ({"flag": True}, "ok") in measured  # numerics pass
+    assert trials[0]["knobs"] == {"flag": [False, True]}
+    assert trials[0]["knob_defaults"] == {"flag": False}
+    text = (tmp_path / "best.toml").read_text()
+    assert "overrides = { flag = true }" in text  # flag=False spins a loop: 10x slower
+    assert tomllib.loads(text)["workloads"][1]["overrides"] == {"flag": True}
+    # its rerun: two workloads whose labels are not the variants' names ("default")
+    quick = "\n[timing]\nwarmup = 1\nmin_time_s = 0\nmin_iters = 2\nmax_iters = 2\nrepeats = 1\n"
+    (tmp_path / "best.toml").write_text(text + quick + "[measure]\ncalibrate = false\n")
+    code, _, err = run(capsys, "run", tmp_path / "best.toml")
+    assert code == 0, err
+    rows = (tmp_path / "run" / "results.jsonl").read_text().splitlines()
+    cells = sorted((r["workload"], r["variant"], r["status"]) for r in map(json.loads, rows))
+    assert cells == [("make-default", "default", "ok"), ("make-tuned", "default", "ok")]
+
+
+def test_a_tune_table_s_rerun_false_is_said_as_the_table_says_it(tmp_path, monkeypatch):
+    from xlafuse.cli import tune_cmd
+    from xlafuse.experiment.tune import tuner
+
+    config = tmp_path / "tune.toml"
+    config.write_text(TABLE.replace("OUT", str(tmp_path / "out")))
+    seen = {}
+    monkeypatch.setattr(tuner, "tune", lambda *a, **k: seen.update(k))
+    assert tune_cmd.run_config(str(config), ["tune", str(config)]) == 0
+    why = f"not rerun ([tune] rerun = false in {config})"
+    assert (seen["prove"], seen["unproved"]) == (False, why)
+    monkeypatch.undo()
+    result = tuned_unproved(why, tmp_path / "lib")
+    assert result.conclusion() == f"fastest in the search: unroll=8; unconfirmed: {why}"
+    assert (
+        tuned_unproved(tune_cmd.UNPROVED_ASKED, tmp_path / "cli")
+        .conclusion()
+        .endswith("unconfirmed: not rerun (--no-rerun)")
+    )
+
+
+def tuned_unproved(why, out):
+    space = enumerate_space({"unroll": (2, 8)}, [])
+    evaluate, _ = fake_evaluate({space[0]: 2.0, space[1]: 1.9, space[2]: 1.0}, FakeClock())
+    target = Target("examples/cartpole.py:rollout", {}, {"envs": 16})
+    return tune(target, {"unroll": (2, 8)}, [], 100, out, False, lambda line: None, evaluate,
+                unproved=why)  # fmt: skip
+
+
+def test_a_tune_table_s_budget_is_finite():
+    from xlafuse.experiment.tune.table import parse_tune_table
+
+    with pytest.raises(XlafuseError) as caught:
+        parse_tune_table(tomllib.loads(TABLE.replace("budget_s = 2", "budget_s = inf")), "cpu")
+    assert str(caught.value).splitlines()[1:] == [
+        "  tune.budget_s: need a finite number of seconds above 0, not inf"
+    ]

@@ -111,27 +111,3 @@ def write_atomically(
             f"cannot write {noun} {str(path)!r}: {reason} (any earlier {path.name} is kept)"
         ) from None
     return path
-
-
-def write_atomic(path: str | os.PathLike, text: str) -> Path:
-    """Write `text` (UTF-8) to `path` whole or not at all: into a temporary file beside it,
-    fsynced, then renamed over it, so a reader never sees half a file and a failure (a full
-    disk) leaves the old file as it was.
-
-    Raises:
-      XlafuseError: the file could not be written; the message names it and the reason.
-    """
-    path = Path(path)
-    temp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        with open(temp, "wb") as f:
-            f.write(text.encode("utf-8"))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(temp, path)
-    except OSError as err:
-        reason = err.strerror or type(err).__name__
-        raise XlafuseError(f"cannot write {str(path)!r}: {reason}") from None
-    finally:  # also on an interrupt: no temporary file left behind
-        temp.unlink(missing_ok=True)
-    return path

@@ -75,15 +75,24 @@ class Target:
 
 
 class Evaluator:
-    """`evaluate(candidate, effort) -> Score` for `successive_halving`, on the running backend.
+    """`evaluate(candidate, effort) -> Score` for the searches, on the running backend.
 
-    The first candidate evaluated must be the default program: its outputs are the answer
-    every other candidate's are judged against.
+    Every candidate's outputs are judged against the default program's (`default`): where the
+    first candidate evaluated is another (a resumed search, whose default was measured by an
+    earlier process), the default program is built, compiled and run once first for its
+    answer. Without `default`, the first candidate evaluated is taken to be it.
     """
 
-    def __init__(self, target: Target, base: timing.TimingSettings = BASE_TIMING):
+    def __init__(
+        self,
+        target: Target,
+        base: timing.TimingSettings = BASE_TIMING,
+        *,
+        default: Candidate | None = None,
+    ):
         self.target = target
         self.base = base
+        self.default = default
         self.backend = jax.default_backend()
         self._compiled: dict[Candidate, tuple[Any, Any]] = {}
         self._answer: Any = None
@@ -95,7 +104,7 @@ class Evaluator:
             try:  # refused knobs or options, or a first call that fails (out of memory)
                 work = self.target.build(candidate)
                 compiled = compile_workload(work, candidate.variant())
-                verdict = self._judge(work, compiled)
+                verdict = self._judge(candidate, work, compiled)
             except (XlafuseError, ValueError, TypeError, RuntimeError) as err:
                 return Score("rejected", detail=error_line(err))
             if verdict is not None:
@@ -130,12 +139,20 @@ class Evaluator:
             repeats=b.repeats * effort,
         )
 
-    def _judge(self, work, compiled) -> Score | None:
+    def _default_answer(self) -> Any:
+        """The default program's outputs (built, compiled and run once; not timed)."""
+        work = self.target.build(self.default)
+        compiled = compile_workload(work, self.default.variant())
+        return host_outputs(work, compiled(*work.fresh_args()))
+
+    def _judge(self, candidate: Candidate, work, compiled) -> Score | None:
         """None when the candidate's answer is the default's (within the one rule)."""
         outputs = host_outputs(work, compiled(*work.fresh_args()))
         if self._answer is None:
-            self._answer = outputs
-            return None
+            if self.default is None or candidate == self.default:
+                self._answer = outputs
+                return None
+            self._answer = self._default_answer()
         try:
             diff = judge_workload(work, self._answer, outputs)
         except (ValueError, TypeError) as err:  # another structure or shape of outputs

@@ -14,7 +14,6 @@ one coordinate at a time.
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 import itertools
 from collections.abc import Mapping, Sequence
@@ -134,27 +133,71 @@ def families_for(backend: str, names: Sequence[str] | None = None) -> list[Famil
     return chosen
 
 
-def parse_knob(text: str) -> tuple[str, tuple[Any, ...]]:
-    """`unroll=1,2,4` -> ("unroll", (1, 2, 4)); each value read as a Python literal where it is
-    one (numbers, True/False, quoted strings), else kept as text.
+def parse_knob(text: str) -> tuple[str, tuple[str, ...]]:
+    """`unroll=1,2,4` -> ("unroll", ("1", "2", "4")): the knob's name and each value's text, to
+    be read as an `--overrides` value is (the command line's one parser of them) and then typed
+    against the target's own value (`typed_knobs`).
 
     Raises:
-      ValueError: not NAME=V1[,V2...].
+      ValueError: not NAME=V1[,V2...], or a value given twice.
     """
     name, sep, values = text.partition("=")
     if not sep or not name.strip() or not values.strip():
         raise ValueError(f"--knob {text!r}: expected NAME=V1,V2,... (e.g. unroll=1,2,4,8)")
-    parsed = tuple(_literal(v.strip()) for v in values.split(",") if v.strip())
-    if len(set(map(repr, parsed))) != len(parsed):
+    texts = tuple(v.strip() for v in values.split(",") if v.strip())
+    if len(set(texts)) != len(texts):
         raise ValueError(f"--knob {text!r}: a value is given twice")
-    return name.strip(), parsed
+    return name.strip(), texts
 
 
-def _literal(text: str) -> Any:
-    try:
-        return ast.literal_eval(text)
-    except (ValueError, SyntaxError):
+def typed_knobs(
+    knobs: Mapping[str, Sequence[Any]],
+    defaults: Mapping[str, Any] | None,
+    *,
+    texts: Mapping[str, Sequence[str]] | None = None,
+) -> dict[str, tuple[Any, ...]]:
+    """Each knob's values of the type of the target's own value where it has one
+    (`as_default_type`).
+
+    Args:
+      knobs: name -> the values to try (read as `--overrides` values are, or from TOML).
+      defaults: the target's own values (`Target.defaults`; None: not known, nothing typed).
+      texts: name -> each value as given on the command line, where it was.
+
+    Raises:
+      ValueError: two values that are one once typed (`x=1,1.0` of a float).
+    """
+    out = {}
+    for name, values in knobs.items():
+        given = (texts or {}).get(name, (None,) * len(values))
+        has_default = defaults is not None and name in defaults
+        typed = tuple(
+            as_default_type(v, defaults[name], text) if has_default else v
+            for v, text in zip(values, given, strict=True)
+        )
+        if len(set(map(value_key, typed))) != len(typed):
+            raise ValueError(
+                f"knob {name!r}: a value is given twice ({', '.join(map(repr, typed))})"
+            )
+        out[name] = typed
+    return out
+
+
+def as_default_type(value: Any, default: Any, text: str | None = None) -> Any:
+    """`value` as the type of the target's own value `default` where that is unambiguous: an
+    integer for a float as a float (2 -> 2.0), and for a string the text as given
+    (`--knob mode=1`: "1", not 1). Anything else is kept as read (a program of the user's is
+    handed it, a zoo workload checks it as its overrides)."""
+    if isinstance(default, float) and type(value) is int:
+        return float(value)
+    if isinstance(default, str) and text is not None and not isinstance(value, str):
         return text
+    return value
+
+
+def value_key(value: Any) -> tuple[str, Any]:
+    """A value with its type, so that True and 1 (equal in Python) are two knob values."""
+    return (type(value).__name__, repr(value))
 
 
 def enumerate_space(
@@ -197,7 +240,7 @@ def _is_default_program(
     if candidate == default:
         return True
     same_knobs = defaults is not None and all(
-        name in defaults and defaults[name] == value for name, value in candidate.knobs
+        name in defaults and same_value(defaults[name], value) for name, value in candidate.knobs
     )
     return same_knobs and candidate.choices == default.choices
 
@@ -254,10 +297,16 @@ def space_grid(
     )
 
 
+def same_value(a: Any, b: Any) -> bool:
+    """Whether a knob value is the target's own: equal, and a bool only to a bool (True is 1 in
+    Python, not to a program that branches on its type)."""
+    return isinstance(a, bool) == isinstance(b, bool) and a == b
+
+
 def _own_value_or_first(name: str, values: Sequence[Any], defaults) -> Any:
     """The knob's value in the default program where it is listed, else its first value."""
     if defaults is not None and name in defaults:
-        listed = [v for v in values if v == defaults[name]]
+        listed = [v for v in values if same_value(v, defaults[name])]
         if listed:
             return listed[0]
     return values[0]

@@ -32,6 +32,7 @@ every problem is reported at once, located under `tune.`.
 from __future__ import annotations
 
 import dataclasses
+import math
 import tomllib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -146,8 +147,9 @@ def parse_tune_table(
 def _how(problems: list[str], table: Mapping[str, Any]) -> tuple[float, str, bool]:
     """(budget_s, search, rerun), each checked."""
     budget_s = table.get("budget_s", DEFAULT_BUDGET_S)
-    if isinstance(budget_s, bool) or not isinstance(budget_s, int | float) or not budget_s > 0:
-        problems.append(f"tune.budget_s: need a number of seconds above 0, not {budget_s!r}")
+    finite = isinstance(budget_s, int | float) and math.isfinite(budget_s)
+    if isinstance(budget_s, bool) or not finite or not budget_s > 0:
+        problems.append(f"tune.budget_s: need a finite number of seconds above 0, not {budget_s!r}")
         budget_s = DEFAULT_BUDGET_S
     search = table.get("search", DEFAULT_SEARCH)
     if search not in SEARCHES:

@@ -2,28 +2,40 @@
 
 target -> space (`space`) -> a search (`search`: coordinate descent, successive halving or
 the grid; each candidate measured by `evaluate`) -> the fastest candidate re-measured against
-the default program in a fresh process (`rerun`) -> `tune.jsonl` (every trial), `best.toml` (a
-config `xlafuse run` reruns the two with) and the lines printed.
+the default program in a fresh process (`rerun`) -> the lines printed; with an output folder,
+`tune.jsonl` (every trial as it ends, the proof, the conclusion: `journal`, which also resumes
+an interrupted tuning) and `best.toml` (a config `xlafuse run` reruns the two with: `best`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
-import os
 import random
+import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from xlafuse.distributed import lockstep
-from xlafuse.errors import UnknownNameError, XlafuseError, did_you_mean
+from xlafuse.distributed import lockstep, messages, runtime
+from xlafuse.errors import UnknownNameError, XlafuseError, did_you_mean, error_line
+from xlafuse.experiment.tune import journal as journal_lib
 from xlafuse.experiment.tune import search as search_lib
+from xlafuse.experiment.tune.best import best_toml, portable_name, toml_value
 from xlafuse.experiment.tune.evaluate import Evaluator, Target
 from xlafuse.experiment.tune.rerun import Rerun, rerun
-from xlafuse.experiment.tune.space import Candidate, Family, SpaceGrid, enumerate_space, space_grid
+from xlafuse.experiment.tune.space import (
+    Candidate,
+    Family,
+    SpaceGrid,
+    enumerate_space,
+    space_grid,
+    typed_knobs,
+)
+from xlafuse.folders import write_atomically
 from xlafuse.measure import timing
 from xlafuse.models import registry, user
 
@@ -75,7 +87,7 @@ class TuneResult:
         if self.best == self.space[0]:
             return "nothing beats the default program: it ranked first"
         if self.proof is None:
-            why = self.proof_error or "not rerun (--no-rerun)"
+            why = self.proof_error or "not rerun"
             return f"fastest in the search: {self.best.name}; unconfirmed: {why}"
         p = self.proof
         line = (
@@ -100,13 +112,21 @@ def tune(
     prover: Callable[[dict[str, Any]], Rerun] = rerun,
     unproved: str = "",
     search: str = DEFAULT_SEARCH,
+    *,
+    imports: Sequence[str] | None = None,
 ) -> TuneResult:
     """Searches the space of `knobs` x `families` for `target` within `budget_s` seconds,
     then proves the fastest candidate against the default program in a fresh process.
 
+    With `out`, every trial is appended to `out/tune.jsonl` as it ends, the proof and the
+    conclusion after it, and `out/best.toml` is written last (`journal`): the folder is taken
+    (checked, locked) before anything compiles, and a tune of the same tuning into it resumes,
+    measuring no recorded trial again and running no recorded proof again.
+
     Args:
       target: the zoo workload or user program, with its fixed settings.
-      knobs: override or keyword -> the values to try.
+      knobs: override or keyword -> the values to try (typed against the target's own values:
+        `space.typed_knobs`).
       families: XLA option families (`space.families_for`).
       budget_s: seconds the search may take (the proof comes on top).
       out: a folder for `tune.jsonl` and `best.toml` (None: nothing written).
@@ -117,38 +137,168 @@ def tune(
       search: "descent" (coordinate descent within the budget, then a short halving of the
         fastest), "halving" (successive halving within the budget) or "grid" (every candidate
         at effort `GRID_EFFORT`, no budget: what a search is judged against).
-      unproved: why the proof is not run, when `prove` is False ("" for --no-rerun).
+      unproved: why the proof is not run, when `prove` is False ("not rerun (--no-rerun)").
+      imports: the user's files (absolute) and modules the target needs imported, for
+        best.toml (None: the file that registered a zoo name of the user's, if it is one).
 
     Raises:
-      XlafuseError: the default program itself could not be built, compiled or run.
+      XlafuseError: a knob the target does not take or a value it refuses; an output folder
+        that cannot be written, is held by another process, or holds another tuning or other
+        files (`journal.open_journal`); the default program itself could not be built,
+        compiled or run; a file that could not be written (it is named).
     """
-    space, grid = _space(target, knobs, families)
-    evaluator = evaluate or Evaluator(target)
-    plural = "s" if len(space) != 1 else ""
+    defaults = knob_defaults(target)
+    knobs = _checked_knobs(knobs, defaults, target.name)
+    space, grid = _space(knobs, families, defaults)
+    layout = runtime.layout()
     budget = budget_s if search != "grid" else None
-    how = f"budget {budget_s:g} s" if budget is not None else "the whole grid, no budget"
-    say(f"tune: {len(space)} candidate{plural}, {how}")
-    result = _search(search, space, evaluator, budget_s, _Leaderboard(say), grid)
-    _check_default_ran(result)
-    best = result.ranked[0] if result.ranked else None
-    proof, error = None, unproved
-    if prove and best is not None and best != space[0]:
-        proof, error = _prove(prover, _spec(target, space[0], best), say)
-    lead = getattr(evaluator, "lead", None)
-    found = TuneResult(target, space, result, best, proof, error, lead, search, budget)
-    _report(found, out, say)
+    imports = tuple(imports) if imports is not None else _imports(target)
+    _check_toml(out)
+    head = _header(target, knobs, families, search, budget, defaults, imports, layout)
+    with contextlib.ExitStack() as held:
+        journal, history = _history(out, head, layout, held, say)
+        evaluator = evaluate or Evaluator(target, default=space[0])
+        board = _Leaderboard(say, _default_label(knobs, defaults))
+        replay = journal_lib.Replay(
+            history, evaluator, clock=_shared_clock, write=_writer(journal), show=board.add
+        )
+        plural = "s" if len(space) != 1 else ""
+        how = f"budget {budget_s:g} s" if budget is not None else "the whole grid, no budget"
+        say(f"tune: {len(space)} candidate{plural}, {how}")
+        result = _search(search, space, replay, budget_s, replay, grid, clock=replay.clock)
+        _check_default_ran(result)
+        best = result.ranked[0] if result.ranked else None
+        proof, error = None, unproved or ("" if prove else "not rerun")
+        if prove and best is not None and best != space[0]:
+            spec = _spec(target, space[0], best)
+            proof, error = _recorded_proof(history, best, say) or _prove(prover, spec, say)
+            _record_proof(journal, history, space[0], best, proof)
+        found = TuneResult(target, space, result, best, proof, error, replay.lead, search, budget)
+        _report(found, journal, history, say, imports=imports, processes=layout.processes)
     return found
 
 
-def _report(found: TuneResult, out: Path | None, say) -> None:
+def knob_defaults(target: Target) -> dict[str, Any] | None:
+    """The target's own knob values (`Target.defaults`), or None where they cannot be read
+    (nothing is then typed or left out)."""
+    try:
+        return target.defaults()
+    except (XlafuseError, ValueError, TypeError, KeyError):
+        return None
+
+
+def _history(out, head, layout: runtime.Layout, held, say):
+    """(the journal of `out`, or None; the tuning's history there). Under `jax.distributed`
+    process 0 alone reads and writes the folder: what it read, or why it refused it, reaches
+    the other processes (`messages.share`), so every one replays the same trials."""
+    journal, message = None, {"lines": []}
+    if out is not None:
+        try:
+            journal = held.enter_context(journal_lib.open_journal(out, head))
+        except Exception as err:
+            messages.share({"error": error_line(err)}, layout.processes)
+            raise
+        message = {"lines": journal.lines}
+    message = messages.share(message, layout.processes)
+    if "error" in message:
+        raise XlafuseError(message["error"])
+    history = journal_lib.History.of(message["lines"])
+    if journal is not None:
+        _say_resumed(journal, history, say)
+    return journal, history
+
+
+def _say_resumed(journal: journal_lib.Journal, history: journal_lib.History, say) -> None:
+    if journal.torn is not None:
+        say(f"tune: a torn last line of {journal.path} was moved aside to {journal.torn}")
+    for note in history.skipped:
+        say(f"tune: {journal.path} {note}: skipped")
+    if journal.resumed:
+        count = len(history.trials)
+        trials = f"{count} trial{'s' if count != 1 else ''}"
+        proved = " and the proof" if history.proofs else ""
+        say(f"tune: resuming {journal.path}: {trials}{proved} measured before, not measured again")
+
+
+def _writer(journal: journal_lib.Journal | None):
+    return journal.append if journal is not None else None
+
+
+def _recorded_proof(history: journal_lib.History, best: Candidate, say):
+    """(the proof of `best` recorded by an earlier process, "") or None."""
+    recorded = history.proofs.get(best)
+    if recorded is None:
+        return None
+    try:
+        proof = Rerun.from_dict(recorded)
+    except (TypeError, ValueError, KeyError):
+        return None
+    say(f"rerun: {best.name} against the default: recorded, not run again")
+    return proof, ""
+
+
+def _record_proof(journal, history, default: Candidate, best: Candidate, proof) -> None:
+    if journal is None or proof is None or best in history.proofs:
+        return
+    journal.append({
+        "kind": journal_lib.PROOF, "default": default.to_dict(), "winner": best.to_dict(),
+        "proof": proof.to_dict(),
+    })  # fmt: skip
+
+
+def _report(
+    found: TuneResult,
+    journal: journal_lib.Journal | None,
+    history: journal_lib.History,
+    say,
+    *,
+    imports: Sequence[str],
+    processes: int,
+) -> None:
     """The conclusion, where the time went (on a GPU), and the files written."""
     say(found.conclusion())
     if found.proof is not None and found.proof.evidence is not None:
         for line in found.proof.evidence.lines():
             say(line)
-    if out is not None:
-        write(found, Path(out))
-        say(f"wrote {Path(out) / 'tune.jsonl'} and {Path(out) / 'best.toml'}")
+    if journal is None:
+        return
+    summary = _summary(found)
+    if not _same_conclusion(history.conclusion, summary):
+        journal.append(summary)
+    folder = journal.path.parent
+    best = folder / journal_lib.BEST_FILE
+    text = best_toml(found, folder, imports=imports, processes=processes)
+    write_atomically(best, lambda temp: temp.write_text(text, encoding="utf-8"), noun="config")
+    say(f"wrote {journal.path} and {best}")
+
+
+def _summary(result: TuneResult) -> dict[str, Any]:
+    return {
+        "kind": journal_lib.CONCLUSION,
+        "conclusion": result.conclusion(),
+        "best": result.best.to_dict() if result.best else None,
+        "confirmed": result.confirmed,
+        "proof": result.proof.to_dict() if result.proof else None,
+        "proof_error": result.proof_error,
+        "figure": result.lead,
+        "search": result.search_kind,
+        "budget_s": result.budget_s,
+        "budget_spent": result.search.budget_spent,
+        "search_s": result.search.seconds,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
+    }
+
+
+_CONCLUDED = ("conclusion", "best", "confirmed", "proof", "proof_error")
+
+
+def _same_conclusion(recorded: Mapping[str, Any] | None, summary: Mapping[str, Any]) -> bool:
+    """Whether the file's last conclusion says what this one says (a rerun of a finished
+    tuning then writes none)."""
+    if recorded is None:
+        return False
+    now = json.loads(json.dumps({k: summary[k] for k in _CONCLUDED}, default=str))
+    return all(recorded.get(k) == now[k] for k in _CONCLUDED)
 
 
 def _check_default_ran(result: search_lib.SearchResult) -> None:
@@ -157,11 +307,26 @@ def _check_default_ran(result: search_lib.SearchResult) -> None:
         raise XlafuseError(f"the default program did not run: {first.detail if first else '-'}")
 
 
-def _space(target: Target, knobs, families) -> tuple[tuple[Candidate, ...], SpaceGrid]:
-    """The candidates, the default program first, and the same as a grid; a knob the target
-    does not take, or a zoo workload's knob value of the wrong kind, refused."""
-    defaults = _defaults(target)
-    _check_knobs(knobs, defaults, target.name)
+def _checked_knobs(knobs, defaults: Mapping[str, Any] | None, name: str) -> dict[str, tuple]:
+    """The knobs typed against the target's own values (`typed_knobs`) and checked: a knob
+    the target does not take, a value a zoo workload refuses, or one best.toml could not hold
+    is a usage error, found before any compile."""
+    try:
+        typed = typed_knobs(knobs, defaults)
+    except ValueError as err:
+        raise XlafuseError(str(err)) from None
+    _check_knobs(typed, defaults, name)
+    for key, values in typed.items():
+        for value in values:
+            try:
+                toml_value(value)
+            except TypeError as err:
+                raise XlafuseError(f"knob {key}={value!r}: {err}") from None
+    return typed
+
+
+def _space(knobs, families, defaults) -> tuple[tuple[Candidate, ...], SpaceGrid]:
+    """The candidates, the default program first, and the same as a grid."""
     return tuple(enumerate_space(knobs, families, defaults)), space_grid(knobs, families, defaults)
 
 
@@ -185,23 +350,82 @@ def _check_knobs(knobs, defaults: Mapping[str, Any] | None, name: str) -> None:
                 registry.check_override(name, key, value, defaults[key])
 
 
-def _defaults(target: Target) -> dict[str, Any] | None:
-    """The target's own knob values, or None where they cannot be read (nothing is left out)."""
+def _default_label(knobs, defaults: Mapping[str, Any] | None) -> str:
+    """How the default program is shown: with its own values of the knobs searched."""
+    own = [f"{k}={defaults[k]}" for k in knobs if defaults is not None and k in defaults]
+    return f"default ({' '.join(own)})" if own else "default"
+
+
+def _imports(target: Target) -> tuple[str, ...]:
+    """The file whose import registered the target, a zoo name of the user's (`--import`);
+    () for the zoo's own and an entry (its own file is in best.toml)."""
+    if user.is_entry(target.name):
+        return ()
     try:
-        return target.defaults()
-    except (XlafuseError, ValueError, TypeError, KeyError):
+        module = sys.modules.get(registry.spec(target.name).builder.__module__)
+    except XlafuseError:
+        return ()
+    path = getattr(module, "__file__", None)
+    if module is None or module.__name__.startswith("xlafuse.") or path is None:
+        return ()
+    return (str(Path(path).resolve()),)
+
+
+def _check_toml(out: Path | None) -> None:
+    """An output folder whose name best.toml could not hold is refused before the search."""
+    try:
+        toml_value(str(out or ""))
+    except TypeError as err:
+        raise XlafuseError(f"output folder {str(out)!r}: {err}") from None
+
+
+def _header(target, knobs, families, search, budget, defaults, imports, layout) -> dict:
+    """The tuning, as tune.jsonl's first line names it (`journal.check_header` compares)."""
+    return {
+        "kind": journal_lib.HEADER,
+        "format": journal_lib.FORMAT,
+        "target": portable_name(target.name),
+        "source_sha256": _source_sha256(target.name),
+        "settings": dict(target.settings),
+        "overrides": dict(target.overrides),
+        "figure": target.figure,
+        "knobs": {k: list(v) for k, v in knobs.items()},
+        "knob_defaults": {k: defaults[k] for k in knobs if defaults and k in defaults},
+        "space": [f.name for f in families],
+        "search": search,
+        "budget_s": budget,
+        "imports": list(imports),
+        "processes": layout.processes,
+        "process_devices": layout.process_devices,
+        **journal_lib.environment(),
+    }
+
+
+def _source_sha256(name: str) -> str | None:
+    """The hash of the file that defines a program of the user's (None for the zoo's)."""
+    try:
+        if user.is_entry(name):
+            return user.source_sha256(user.parse_entry(portable_name(name)))
+        return registry.source_sha256(name)
+    except (XlafuseError, OSError, KeyError):
         return None
 
 
 def _search(
-    search: str, space, evaluator, budget_s: float, board, grid: SpaceGrid | None = None
+    search: str,
+    space,
+    evaluator,
+    budget_s: float,
+    board,
+    grid: SpaceGrid | None = None,
+    *,
+    clock: Callable[[], float] | None = None,
 ) -> search_lib.SearchResult:
     """The search named (`SEARCHES`) over `space` (`grid`: the same as coordinates, for the
-    descent), on the shared clock."""
+    descent), each trial handed to `board.add`, on `clock` (the shared clock when None)."""
+    clock = clock or _shared_clock
     if search == "grid":
-        return search_lib.grid(
-            space, evaluator, GRID_EFFORT, on_trial=board.add, clock=_shared_clock
-        )
+        return search_lib.grid(space, evaluator, GRID_EFFORT, on_trial=board.add, clock=clock)
     keep = getattr(evaluator, "keep", None)
     if search == "descent":
         if grid is None:
@@ -210,14 +434,14 @@ def _search(
             grid,
             evaluator,
             budget_s,
-            clock=_shared_clock,
+            clock=clock,
             on_trial=board.add,
             keep=keep,
             finish_effort=FINISH_EFFORT,
         )
     order = halving_order(space)
     return search_lib.successive_halving(
-        order, evaluator, budget_s, on_trial=board.add, keep=keep, clock=_shared_clock
+        order, evaluator, budget_s, on_trial=board.add, keep=keep, clock=clock
     )
 
 
@@ -249,23 +473,31 @@ def _prove(prover, spec: dict[str, Any], say) -> tuple[Rerun | None, str]:
 
 
 class _Leaderboard:
-    """Prints each trial, and the three fastest so far after each round."""
+    """Prints each trial (one given back from tune.jsonl marked so), and the three fastest so
+    far after each round."""
 
-    def __init__(self, say: Callable[[str], None]):
+    def __init__(self, say: Callable[[str], None], default_label: str = "default"):
         self.say = say
+        self.default_label = default_label
         self.best: dict[Candidate, float] = {}
         self.round = 0
 
-    def add(self, trial: search_lib.Trial) -> None:
+    def add(self, trial: search_lib.Trial, recorded: bool = False) -> None:
         if trial.round != self.round:
             self.round = trial.round
             top = sorted(self.best.items(), key=lambda kv: kv[1])[:3]
-            self.say("  leaders: " + "; ".join(f"{c.name} {_ms(t)} ms" for c, t in top))
+            self.say("  leaders: " + "; ".join(f"{self._name(c)} {_ms(t)} ms" for c, t in top))
         s = trial.score
         shown = f"{_ms(s.time_s)} ms" if s.ok else f"{s.status}: {s.detail}"
-        self.say(f"  [round {trial.round}, effort {trial.effort}] {trial.candidate.name}: {shown}")
+        mark = " (recorded)" if recorded else ""
+        name = self._name(trial.candidate)
+        self.say(f"  [round {trial.round}, effort {trial.effort}] {name}: {shown}{mark}")
         if s.ok:
             self.best[trial.candidate] = s.time_s
+
+    def _name(self, candidate: Candidate) -> str:
+        name = candidate.name
+        return self.default_label if name == "default" else name
 
 
 def _ms(seconds: float | None) -> str:
@@ -274,7 +506,7 @@ def _ms(seconds: float | None) -> str:
 
 def _spec(target: Target, default: Candidate, winner: Candidate) -> dict[str, Any]:
     return {
-        "target": _portable_name(target.name),
+        "target": portable_name(target.name),
         "settings": dict(target.settings),
         "overrides": dict(target.overrides),
         "figure": target.figure,
@@ -282,110 +514,3 @@ def _spec(target: Target, default: Candidate, winner: Candidate) -> dict[str, An
         "default": default.to_dict(),
         "winner": winner.to_dict(),
     }
-
-
-def _portable_name(name: str) -> str:
-    """An entry resolved to its absolute file, so a child in any folder finds it."""
-    if ":" in name and user.is_file_target(name.rpartition(":")[0]):
-        return user.parse_entry(name).resolved
-    return name
-
-
-def write(result: TuneResult, folder: Path) -> None:
-    """`tune.jsonl` (one line per trial, then the conclusion) and `best.toml`."""
-    folder.mkdir(parents=True, exist_ok=True)
-    lines = [
-        json.dumps(
-            {
-                "candidate": t.candidate.to_dict(),
-                "round": t.round,
-                "effort": t.effort,
-                **dataclasses.asdict(t.score),
-            }
-        )
-        for t in result.search.trials
-    ]
-    summary = {
-        "conclusion": result.conclusion(),
-        "best": result.best.to_dict() if result.best else None,
-        "confirmed": result.confirmed,
-        "proof": result.proof.to_dict() if result.proof else None,
-        "proof_error": result.proof_error,
-        "figure": result.lead,
-        "search": result.search_kind,
-        "budget_s": result.budget_s,
-        "budget_spent": result.search.budget_spent,
-        "search_s": result.search.seconds,
-        "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
-    }
-    (folder / "tune.jsonl").write_text("\n".join([*lines, json.dumps(summary)]) + "\n")
-    (folder / "best.toml").write_text(best_toml(result, folder))
-
-
-def best_toml(result: TuneResult, folder: Path | None = None) -> str:
-    """A config that runs the default program and the best candidate with `xlafuse run`: one
-    workload with both as variants when only XLA options differ, else the target twice (as
-    `default` and `tuned`, its knobs as overrides) under both variants."""
-    target, best = result.target, result.best or result.space[0]
-    winner = best.options()
-    variants = '"default"' + (f", {_inline({'name': 'tuned', **winner})}" if winner else "")
-    tuned_for = (
-        [f"# tuned for {target.figure} time: the run's records hold both speedups"]
-        if target.figure
-        else []
-    )
-    lines = [
-        f"# xlafuse tune: {result.conclusion()}",
-        *tuned_for,
-        "#   xlafuse run best.toml",
-        "",
-        "[experiment]",
-        'name = "tune"',
-        'output = "results/tune"',
-        f"variants = [{variants}]",
-        'reference = "default"',
-    ]
-    programs = [("default", {})] + ([("tuned", dict(best.knobs))] if best.knobs else [])
-    for label, knobs in programs:
-        lines += ["", "[[workloads]]", *_workload_lines(target, label, knobs, folder)]
-    return "\n".join(lines) + "\n"
-
-
-def _workload_lines(
-    target: Target, label: str, knobs: Mapping[str, Any], folder: Path | None
-) -> list[str]:
-    is_entry = ":" in target.name
-    lines = [
-        f'entry = "{_entry_from(target.name, folder)}"' if is_entry else f'name = "{target.name}"'
-    ]
-    if is_entry:
-        lines.append(f'name = "{label}"')
-    for key in ("size", "mode", "dtype"):
-        if target.settings.get(key) is not None and not (is_entry and key != "mode"):
-            lines.append(f"{key} = {_value(target.settings[key])}")
-    overrides = {**target.overrides, **knobs}
-    if overrides:
-        lines.append(f"overrides = {_inline(overrides)}")
-    return lines
-
-
-def _entry_from(name: str, folder: Path | None) -> str:
-    """An entry as a config in `folder` names it: a file relative to that folder (a config's
-    relative FILE is found from its own folder), so best.toml holds no path of this machine."""
-    entry = _portable_name(name)
-    file, sep, function = entry.rpartition(":")
-    if folder is None or not sep or not Path(file).is_absolute():
-        return entry
-    return f"{os.path.relpath(file, Path(folder).resolve())}:{function}"
-
-
-def _inline(table: Mapping[str, Any]) -> str:
-    return "{ " + ", ".join(f"{k} = {_value(v)}" for k, v in table.items()) + " }"
-
-
-def _value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return repr(value)
-    return json.dumps(str(value))
