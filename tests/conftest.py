@@ -1,16 +1,24 @@
 """Shared test fixtures: sample paths, a strict JAX configuration, GPU skipping, the recorded
 GPT-2 train step."""
 
+import os
 from pathlib import Path
 
 import jax
 import pytest
 from helpers import GPT2_TRAIN, recorded_hlo
 
+from xlafuse.compile.cache import NO_CACHE_ENV
+
 SAMPLES = Path(__file__).parent / "data" / "h200-jax0.11.2"
 DUMP_FOLDER = SAMPLES / "dump_block_fwd"
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
+
+# The suite never writes the user's compilation cache (~/.cache/xlafuse/jax): xlafuse's commands,
+# here and in the processes the tests start, compile without it; tests/test_compile_cache.py
+# turns it on in temporary folders.
+os.environ[NO_CACHE_ENV] = "1"
 
 
 def _has_gpu() -> bool:

@@ -27,7 +27,7 @@ JSON_KEYS = {
     "warnings", "kernels", "fusions", "real_fusions", "custom_calls", "custom_call_targets",
     "kinds", "entry_fusions", "modeled_bytes", "flops", "flops_unknown_kernels",
     "launches_per_call", "modeled_bytes_per_call", "flops_per_call", "per_call_basis",
-    "kernels_detail", "modules", "devices", "parallelism", "collectives",
+    "kernels_detail", "modules", "devices", "parallelism", "collectives", "static_leaves",
 }  # fmt: skip
 KERNEL_KEYS = {
     "name", "computation", "opcode", "kind", "sub_kind", "num_ops", "ops", "is_real_fusion",
@@ -256,7 +256,7 @@ def _binary(tmp_path, samples):
         ),
         (
             ["inspect", "{samples}/softmax.default.hlo.txt", "--top", "0"],
-            "--top must be 1 or more, got 0",
+            "--top must be 1 or more, got 0 (--all shows every kernel)",
         ),
     ],
 )

@@ -11,15 +11,36 @@ from xlafuse.hlo.loops import PER_CALL
 pytestmark = pytest.mark.gpu
 
 
-def test_cartpole_full_counts_its_scan_body_500_times():
-    report = compile_workload(models.build("cartpole", size="full"), "default").report
-    assert report.per_call_basis == PER_CALL
-    body = [k for k in report.kernel_details if report.runs_of(k) == 500]
-    assert body, "the scan body's kernels run 500 times per call"
-    once = sum(k.bytes_in + k.bytes_out for k in report.kernel_details if report.runs_of(k) == 1)
-    per_step = sum(k.bytes_in + k.bytes_out for k in body)
-    assert report.modeled_bytes_per_call == once + 500 * per_step
-    assert report.launches_per_call == len(report.kernel_details) - len(body) + 500 * len(body)
+def _loop_bytes(report):
+    """(bytes per call of the kernels that run once, of those inside the scan)."""
+    once = looped = 0
+    for k in report.kernel_details:
+        runs = report.runs_of(k)
+        if runs == 1:
+            once += k.bytes_in + k.bytes_out
+        else:
+            looped += (k.bytes_in + k.bytes_out) * runs
+    return once, looped
+
+
+def test_cartpole_full_counts_its_scan_body_by_the_trip_count():
+    reports = {
+        steps: compile_workload(
+            models.build("cartpole", size="full", steps=steps), "default"
+        ).report
+        for steps in (250, 500)
+    }
+    full = reports[500]
+    assert full.per_call_basis == PER_CALL
+    assert 500 in {full.runs_of(k) for k in full.kernel_details}  # the scan body
+    once, looped = _loop_bytes(full)
+    assert full.modeled_bytes_per_call == once + looped
+    assert full.launches_per_call == sum(full.runs_of(k) for k in full.kernel_details)
+    # one iteration's bytes (the body's, and the loops nested in it, by their trip counts)
+    # times the trip count: half the steps, half the loop's bytes (but the condition's one
+    # extra run: a few bytes)
+    half_once, half_looped = _loop_bytes(reports[250])
+    assert half_once == once and half_looped * 2 == pytest.approx(looped, rel=1e-6)
 
 
 def test_cartpole_full_device_figure_is_the_programs_or_marked(tmp_path):

@@ -73,6 +73,8 @@ def test_each_part_maps_its_fields_to_the_published_keys():
     }  # fmt: skip
     since_quickstart = {
         "entry", "source_sha256", "source_files", "cost_model", *since_distributed, *since_loops,
+        "numerics_precision",  # issue 44: the precision that judged the numerics
+        "compile_cached",  # issue 44: a compile that a cache served
     }  # fmt: skip
     assert since_quickstart <= set(FLAT_KEYS)
     assert all(set(line) == set(FLAT_KEYS) - since_quickstart for line in _lines(QUICKSTART))
@@ -216,7 +218,8 @@ PER_CALL_FIELDS = (
     "flops_per_call",
     "per_call_basis",
 )
-SINCE_LOOPS = {*PER_CALL_FIELDS, "tflops", "trace_perturbed"}
+# And issue 44's: the precision that judged the numerics, a compile that a cache served.
+SINCE_LOOPS = {*PER_CALL_FIELDS, "tflops", "trace_perturbed", "precision", "compile_cached"}
 
 
 def _measured(record):

@@ -1,7 +1,5 @@
 """`python -m xlafuse` runs the command line."""
 
-import sys
+from xlafuse.cli import console_main
 
-from xlafuse.cli import main
-
-sys.exit(main())
+console_main()

@@ -9,10 +9,13 @@ from __future__ import annotations
 from xlafuse.errors import XlafuseError
 
 
-def at_least_one(option: str, value: int | None) -> None:
-    """Refuse a count option below 1 (`--calls 0`); None (not given) passes."""
+def at_least_one(option: str, value: int | None, *, hint: str = "") -> None:
+    """Refuse a count option below 1 (`--calls 0`); None (not given) passes. `hint` ends the
+    message in brackets (`--all shows every kernel`)."""
     if value is not None and value < 1:
-        raise XlafuseError(f"{option} must be 1 or more, got {value}")
+        raise XlafuseError(
+            f"{option} must be 1 or more, got {value}" + (f" ({hint})" if hint else "")
+        )
 
 
 def comma_separated(text: str) -> list[str]:

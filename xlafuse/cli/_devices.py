@@ -41,8 +41,45 @@ def add_workload_arguments(
         "e.g. batch=8",
     )
     add_import_argument(parser)
+    add_items_arguments(parser)
     if mesh:
         add_mesh_arguments(parser)
+
+
+def add_items_arguments(parser) -> None:
+    """Adds --items N and --items-unit UNIT: the work one call does, for throughput."""
+    parser.add_argument(
+        "--items",
+        type=int,
+        metavar="N",
+        help="items one call processes, for throughput in items/s (default: the workload's "
+        "own; a program of yours: 1 call)",
+    )
+    parser.add_argument(
+        "--items-unit", metavar="UNIT", help="what an item is, e.g. env-steps (default: items)"
+    )
+
+
+def items_of(args):
+    """The `xlafuse.models.Items` that --items and --items-unit name (None without --items).
+
+    Raises:
+      XlafuseError: --items-unit without --items, a count below 1 or a unit that is no word.
+    """
+    count, unit = getattr(args, "items", None), getattr(args, "items_unit", None)
+    if count is None:
+        if unit is not None:
+            raise XlafuseError(
+                f"--items-unit {unit} goes with --items N (items one call processes)"
+            )
+        return None
+    from xlafuse.models.workload import ITEMS_UNIT, Items, items_problem  # JAX: builds next
+
+    unit = ITEMS_UNIT if unit is None else unit
+    problem = items_problem(count, unit)
+    if problem:
+        raise XlafuseError(f"--items {count} --items-unit {unit}: {problem}")
+    return Items(count, unit)
 
 
 def add_mesh_arguments(parser) -> None:
@@ -127,6 +164,7 @@ def cell_of(args) -> Cell | None:
         overrides(args),
         getattr(args, "devices", 1),
         getattr(args, "parallelism", "data"),
+        items=items_of(args),
     )
 
 

@@ -1,12 +1,15 @@
 """Compile one workload under several variants, call each once, and tabulate kernels, fusions,
-modeled bytes, compile seconds and whether the outputs agree."""
+modeled bytes, compile seconds and whether the outputs agree.
+
+The workload is given as WORKLOAD or as --workload W, as the other commands take it."""
 
 from __future__ import annotations
 
 import json
 
 from xlafuse.cli import _progress
-from xlafuse.cli._devices import add_workload_arguments, cell_of, rerun_if_needed
+from xlafuse.cli._devices import WORKLOAD_HELP, add_workload_arguments, cell_of, rerun_if_needed
+from xlafuse.errors import XlafuseError
 from xlafuse.report.format import fit
 
 HELP = "one workload under several variants, one table"
@@ -14,7 +17,8 @@ HELP = "one workload under several variants, one table"
 
 def add_arguments(p) -> None:
     """The options of `xlafuse compare`."""
-    add_workload_arguments(p, positional=True, mesh=True)
+    p.add_argument("named", nargs="?", metavar="WORKLOAD", help=f"{WORKLOAD_HELP}; or --workload")
+    add_workload_arguments(p, mesh=True)
     p.add_argument(
         "--variants",
         default="default,no-fusion",
@@ -29,6 +33,7 @@ def run(args) -> int:
     from xlafuse.compile.variants import get as get_variant
     from xlafuse.experiment.compare import compare_workload
 
+    args.workload = _workload(args.named, args.workload)
     names = variant_names(args.variants)
     for name in names:  # an unknown variant is refused before the workload is built
         get_variant(name)
@@ -38,6 +43,24 @@ def run(args) -> int:
     with _progress.steps("compare", total=1 + len(names)) as step:
         step(f"building {cell.label}")
         workload = cell.build()
-        table = compare_workload(workload, variants=names, on_step=step)
+        table = compare_workload(workload, variants=names, on_step=step, cell=cell)
     print(json.dumps(table.to_dict(), indent=1) if args.json else fit(str(table)))
     return 0
+
+
+def _workload(named: str | None, option: str | None) -> str:
+    """The workload, given as WORKLOAD or as --workload (once).
+
+    Raises:
+      XlafuseError: neither, or both naming different workloads.
+    """
+    if named and option and named != option:
+        raise XlafuseError(
+            f"WORKLOAD {named!r} and --workload {option!r} name two workloads; give one"
+        )
+    if not (named or option):
+        raise XlafuseError(
+            "no workload: give WORKLOAD or --workload W (a zoo workload, `xlafuse workloads`, "
+            "or FILE.py:FUNCTION)"
+        )
+    return named or option

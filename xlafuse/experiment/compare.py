@@ -12,7 +12,13 @@ from xlafuse.compile.jit import compile_variant, compile_workload
 from xlafuse.compile.variants import get as get_variant
 from xlafuse.hlo.loops import PER_CALL
 from xlafuse.kinds import Framework
-from xlafuse.measure.numerics import compare_outputs, host_outputs, judge_workload
+from xlafuse.measure.numerics import (
+    compare_outputs,
+    computed_precision,
+    host_outputs,
+    judge_workload,
+)
+from xlafuse.models.names import Cell
 from xlafuse.report.format import text_table
 
 
@@ -31,7 +37,7 @@ class VariantRow:
         Inductor's count or eager's op operands, None where unknown).
       lower_s: seconds to trace and lower (None for a torch variant).
       compile_s: seconds to compile (a torch variant: the first call under torch.compile,
-        Inductor's cache empty; None when eager).
+        Inductor's cache empty; None when eager, and when `compile_cached`).
       max_abs_diff: largest absolute difference of its outputs from the first variant's.
       max_rel_diff: largest relative difference from the first variant's.
       within_tolerance: whether every output agrees within its dtype's tolerance.
@@ -44,6 +50,8 @@ class VariantRow:
         None for a torch variant.
       bytes_per_iteration: one run of each kernel's modeled bytes, where a trip count is
         unknown (else None).
+      compile_cached: whether a cache served the executable (the persistent cache, or JAX's
+        in-memory one: `CompiledVariant.compile_cached`); the table says "cached".
     """
 
     variant: str
@@ -62,6 +70,7 @@ class VariantRow:
     launches_per_call: int | None = None
     per_call_basis: str | None = None
     bytes_per_iteration: int | None = None
+    compile_cached: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -112,7 +121,7 @@ class Comparison:
                 _text(r.launches_per_call if r.per_call_basis else r.kernels),
                 _text(r.real_fusions),
                 _text(r.modeled_bytes, 1e-6, ".3f"),
-                _text(r.compile_s, spec=".3f"),
+                "cached" if r.compile_cached else _text(r.compile_s, spec=".3f"),
                 f"{r.max_abs_diff:.2e}",
                 "yes" if r.within_tolerance else "NO",
             )
@@ -178,13 +187,18 @@ def compare(
         compiled = compile_variant(fn, args, {}, variant, jit_kwargs)
         outputs = jax.block_until_ready(compiled(*args))
         reference = outputs if reference is None else reference
-        rows.append(_row(compiled, compare_outputs(reference, outputs)))
+        diff = compare_outputs(reference, outputs, compute_dtype=computed_precision(compiled))
+        rows.append(_row(compiled, diff))
     label = label or getattr(fn, "__name__", type(fn).__name__)
     return Comparison(label, backend, tuple(rows))
 
 
 def compare_workload(
-    workload, variants: Sequence = ("default", "no-fusion"), on_step: Callable | None = None
+    workload,
+    variants: Sequence = ("default", "no-fusion"),
+    on_step: Callable | None = None,
+    *,
+    cell: Cell | None = None,
 ) -> Comparison:
     """`compare` for an `xlafuse.models.Workload`, on the same program and rule as `xlafuse run`.
 
@@ -196,6 +210,9 @@ def compare_workload(
       workload: the workload.
       variants: preset names, Variants or option dicts; the first is the reference.
       on_step: called with a line of progress before each compile (e.g. for a TTY).
+      cell: the cell the workload was built from (`Cell.build`): the table is headed with its
+        label, overrides included (`rollout[envs=64]/custom/train`), in the mode the workload
+        has; None: the workload's own cell, which knows no overrides.
     """
     if not variants:
         raise ValueError("compare needs at least one variant")
@@ -205,7 +222,8 @@ def compare_workload(
             f"the first variant is the reference and must be an XLA one, not "
             f"{resolved[0].name!r} (e.g. default,{resolved[0].name})"
         )
-    name = workload.cell.label
+    cell = workload.cell if cell is None else dataclasses.replace(cell, mode=workload.mode)
+    name = cell.label
     rows, reference = [], None
     for spec, variant in zip(variants, resolved, strict=True):
         if on_step is not None:
@@ -219,9 +237,8 @@ def compare_workload(
             workload, raw if raw is not None else compiled(*workload.fresh_args())
         )
         reference = outputs if reference is None else reference
-        diff = judge_workload(workload, reference, outputs)
+        diff = judge_workload(workload, reference, outputs, precision=computed_precision(compiled))
         rows.append(_row(compiled, diff))
-    cell = workload.cell
     label = f"{cell.short_label} ({cell.on_devices})" if cell.on_devices else cell.short_label
     return Comparison(label, jax.default_backend(), tuple(rows))
 
@@ -263,7 +280,8 @@ def _row(compiled, diff) -> VariantRow:
             report.modeled_bytes if report.modeled_bytes_per_call is None else None
         ),
         lower_s=compiled.lower_s,
-        compile_s=compiled.compile_s,
+        compile_s=None if compiled.compile_cached else compiled.compile_s,
+        compile_cached=compiled.compile_cached,
         max_abs_diff=diff.max_abs_diff,
         max_rel_diff=diff.max_rel_diff,
         within_tolerance=diff.within_tolerance,

@@ -26,6 +26,7 @@ A config names the workloads, the fusion variants and how to measure them::
     entry = "my_models.py:rollout"          # a program of the user's (xlafuse.models.user):
     name = "my_cartpole"                     # its label (default: the function's name)
     overrides = { steps = 50 }              # FUNCTION's keyword arguments
+                                            # mode: what FUNCTION returns (a step: "train")
 
     [timing]
     warmup = 2
@@ -42,10 +43,10 @@ A config names the workloads, the fusion variants and how to measure them::
 
 Validation collects every problem (unknown keys with "did you mean", wrong types, unknown
 workloads, sizes, modes, dtypes, overrides and variants, override values the workload's builder
-rejects, GPU-only things on a CPU backend, a workload or a variant listed twice, variant options
-of the wrong type or that the running XLA rejects: each variant is compiled once on a trivial
-function) and raises one `XlafuseError` that lists them one per line, each prefixed with its
-TOML location. It is one pass: a field with a problem does not hide the problems of the others
+rejects, an entry's mode that is not what its FUNCTION returns, GPU-only things on a CPU
+backend, a workload or a variant listed twice, variant options of the wrong type or that the
+running XLA rejects: each variant is compiled once on a trivial function) and raises one
+`XlafuseError` that lists them one per line, each prefixed with its TOML location. It is one pass: a field with a problem does not hide the problems of the others
 (a field of the wrong type is checked as its default meanwhile); only what depends on a wrong
 value (the overrides of an unknown workload, the builder's check of a bad size) waits for it.
 """
@@ -74,11 +75,13 @@ from xlafuse.measure.timing import TimingSettings
 from xlafuse.models import registry, user
 from xlafuse.models.names import Cell, cell_fields
 from xlafuse.models.sharding import MODEL_PARALLEL_WORKLOADS, PARALLELISMS
+from xlafuse.models.workload import ITEMS_UNIT, Items, Workload, items_problem
 
 _TOP_KEYS = ("imports", "experiment", "workloads", "timing", "measure")
 _EXPERIMENT_KEYS = ("name", "output", "reference", "variants")
 _WORKLOAD_KEYS = (
     "name", "entry", "size", "mode", "dtype", "overrides", "backends", "devices", "parallelism",
+    "items", "items_unit",
 )  # fmt: skip
 # What a user entry cannot be given: FUNCTION decides its size and dtype, on one device.
 _NOT_FOR_ENTRIES = ("size", "dtype", "devices", "parallelism")
@@ -122,12 +125,14 @@ class WorkloadConfig:
 
     A program of the user's has an `entry` (`FILE.py:FUNCTION` relative to the config's
     folder, or `MODULE:FUNCTION`; `xlafuse.models.user`) and `name` is its label; its size is
-    "custom", and its mode says what FUNCTION returns: "forward" for (fn, args), "train" for a
-    step (fn, args, donate_argnums) (checked when the run builds it). `source_sha256` is the hash of
+    "custom", and its mode is what FUNCTION returns: "forward" for (fn, args), "train" for a
+    step (fn, args, donate_argnums) (learned when the config is checked, as the command line
+    learns it when it builds; a `mode` given is checked against it). `source_sha256` is the hash of
     the file that defines a program of the user's (an entry's, or the imported file that
     registered the workload; for a function given to `xlafuse.measure`, its file and its code:
     `measure_fn.program_sha256`): a changed file is a changed cell. `base` is the config's
-    folder.
+    folder. `items` (the table's `items` and `items_unit`, an `xlafuse.models.Items`) is what
+    one call processes, for throughput, in place of the workload's own; None keeps its own.
     """
 
     name: str
@@ -141,6 +146,7 @@ class WorkloadConfig:
     entry: str | None = None
     source_sha256: str | None = None
     base: Path | None = dataclasses.field(default=None, compare=False)
+    items: Items | None = dataclasses.field(default=None, compare=False)
 
     def __post_init__(self):
         object.__setattr__(self, "overrides", MappingProxyType(dict(self.overrides)))
@@ -159,6 +165,7 @@ class WorkloadConfig:
             self.parallelism,
             self.entry,
             self.base,
+            items=self.items,
         )
 
     def applies_to(self, backend: str) -> bool:
@@ -453,7 +460,9 @@ def _parse_workloads(problems, value, backend, base) -> list[WorkloadConfig]:
     cells: dict[tuple[str, str], str] = {}  # (cell, backend) -> where it was given
     for i, item in enumerate(value):
         where = f"workloads[{i}]"
-        workload = _parse_workload(problems, where, item, backend, base)
+        workload = _with_items(
+            problems, where, item, _parse_workload(problems, where, item, backend, base)
+        )
         if workload is None:
             continue
         earlier = named.setdefault(workload.name, (workload.entry, where))
@@ -465,6 +474,29 @@ def _parse_workloads(problems, value, backend, base) -> list[WorkloadConfig]:
             continue
         out.append(workload)
     return out
+
+
+# --- items per call (issue 44): a workload table's `items` and `items_unit` ---------------
+
+
+def _with_items(problems, where, item, workload: WorkloadConfig | None) -> WorkloadConfig | None:
+    """`workload` counting the table's `items = N` (`items_unit = "env-steps"`, "items" when
+    left out) per call; unchanged without `items`; None with a problem (added to `problems`)."""
+    if not isinstance(item, Mapping) or ("items" not in item and "items_unit" not in item):
+        return workload
+    count, unit = item.get("items"), item.get("items_unit", ITEMS_UNIT)
+    if count is None:
+        problems.add(f"{where}.items_unit", "goes with items = N (items one call processes)")
+        return None
+    problem = items_problem(count, unit)
+    if problem:
+        key = "items" if items_problem(count, ITEMS_UNIT) else "items_unit"
+        problems.add(f"{where}.{key}", problem)
+        return None
+    return workload and dataclasses.replace(workload, items=Items(count, unit))
+
+
+# ----------------------------------------------------------------------------------------
 
 
 def _check_listed_once(problems, where, workload: WorkloadConfig, cells) -> bool:
@@ -491,7 +523,7 @@ def _parse_workload(problems, where, item, backend, base) -> WorkloadConfig | No
         return None
     _check_keys(problems, f"{where}.", item, _WORKLOAD_KEYS)
     if "entry" in item:
-        return _parse_entry(problems, where, item, base)
+        return _parse_entry(problems, where, item, base, backend)
     start = len(problems.items)
     name = _typed(problems, f"{where}.name", item.get("name"), str)
     size = _typed(problems, f"{where}.size", item.get("size", "tiny"), str)
@@ -520,11 +552,16 @@ def _parse_workload(problems, where, item, backend, base) -> WorkloadConfig | No
     )
 
 
-def _parse_entry(problems, where, item, base) -> WorkloadConfig | None:
+def _parse_entry(problems, where, item, base, backend) -> WorkloadConfig | None:
     """A `[[workloads]]` table with `entry`: a program of the user's (`xlafuse.models.user`).
 
-    Its function is found and its overrides checked against its parameters; it is called (it
-    makes arrays) only when the run builds it, where what it returns is checked.
+    Its function is found and its overrides checked against its parameters. Where it runs
+    (`backend` is this process's and one of its `backends`), FUNCTION is called once to learn
+    its mode (`_returned_mode`): a `mode` left out is that mode, one given that differs is a
+    problem. The call makes FUNCTION's arrays and drops them; nothing is traced or compiled,
+    and what it returns is checked when the run builds it. A FUNCTION that raises here, or that
+    does not run here, keeps the given mode ("forward" when none), and the run records its
+    error.
     """
     start = len(problems.items)
     spec = _typed(problems, f"{where}.entry", item.get("entry"), str)
@@ -535,8 +572,8 @@ def _parse_entry(problems, where, item, base) -> WorkloadConfig | None:
                 "not for an entry: FUNCTION's overrides decide a program of the user's "
                 "(its size and dtype), on one device",
             )
-    mode = _typed(problems, f"{where}.mode", item.get("mode", "forward"), str)
-    _check_choice(problems, f"{where}.mode", mode, registry.MODES, "mode")
+    given = _typed(problems, f"{where}.mode", item.get("mode"), str, optional=True)
+    _check_choice(problems, f"{where}.mode", given, registry.MODES, "mode")
     overrides = dict(_table(problems, f"{where}.overrides", item.get("overrides", {})))
     backends = _parse_backends(problems, f"{where}.backends", item.get("backends", list(BACKENDS)))
     entry, source_sha256 = None, None
@@ -553,16 +590,50 @@ def _parse_entry(problems, where, item, base) -> WorkloadConfig | None:
         _check_entry_name(problems, f"{where}.name", name, function or name)
     if len(problems.items) != start or name is None:
         return None
+    runs_here = backend in backends and backend == jax.default_backend()
+    returned = _returned(entry, overrides) if runs_here else None
+    if given is not None and returned is not None and given != returned[0]:
+        mode, what = returned
+        problems.add(
+            f"{where}.mode",
+            f"{given!r}, but entry {spec!r} returns {what}, measured as mode {mode!r}: leave "
+            f'mode out (it is what FUNCTION returns) or set mode = "{mode}"',
+        )
+        return None
     return WorkloadConfig(
         name,
         size=user.ENTRY_SIZE,
-        mode=mode,
+        mode=given or (returned[0] if returned else "forward"),
         overrides=overrides,
         backends=backends,
         entry=spec,
         source_sha256=source_sha256,
         base=base,
     )
+
+
+def _returned(entry: user.Entry, overrides: Mapping[str, Any]) -> tuple[str, str] | None:
+    """The mode of what `entry`'s FUNCTION returns with `overrides`, as the command line infers
+    it (`xlafuse.models.user.workload_from`), and that return in words: a Workload's own mode,
+    "train" for a step `(fn, args, donate_argnums)` that donates, else "forward". None when
+    FUNCTION raises or returns another shape: the run's build says what is wrong.
+
+    FUNCTION is called (it makes its arrays, which are dropped); nothing is traced.
+    """
+    try:
+        result = user.load_function(entry)(**overrides)
+    except user.USER_CODE_ERRORS:
+        return None
+    if isinstance(result, Workload):
+        return result.mode, f"a Workload in mode {result.mode!r}"
+    result, _ = user.without_items(result)  # an Items at the end says nothing of the mode
+    if not isinstance(result, tuple | list) or len(result) not in (2, 3):
+        return None
+    donate = result[2] if len(result) == 3 else ()
+    one = isinstance(donate, int) and not isinstance(donate, bool)
+    if one or (isinstance(donate, tuple | list) and donate):
+        return "train", "a step (fn, args, donate_argnums)"
+    return "forward", "a forward program (fn, args)"
 
 
 def _check_entry_name(problems, where, name, function) -> None:

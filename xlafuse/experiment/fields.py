@@ -46,6 +46,7 @@ def compile_part(compiled: Any) -> parts.CompileRecord:
         peak = total - int(getattr(memory, "alias_size_in_bytes", 0) or 0)
     return parts.CompileRecord.of(
         compiled,
+        compile_s=None if compiled.compile_cached else compiled.compile_s,  # a cache read
         cost_flops=cost.get("flops"),
         cost_bytes_accessed=cost.get("bytes accessed"),
         peak_memory_bytes=peak,
@@ -73,6 +74,7 @@ def numerics_part(diff: NumericDiff | None, reference_error: str | None) -> part
         within_tolerance=diff.within_tolerance,
         worst_part=diff.worst_part,
         reference_error=reference_error,
+        precision=diff.precision,
     )
 
 

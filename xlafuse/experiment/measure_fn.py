@@ -30,6 +30,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from xlafuse.compile import static
 from xlafuse.errors import XlafuseError
 from xlafuse.experiment.config import (
     ExperimentConfig,
@@ -45,7 +46,7 @@ from xlafuse.kinds import Framework
 from xlafuse.measure.calibrate import calibrate as calibrate_ceilings
 from xlafuse.measure.timing import TimingSettings
 from xlafuse.models import user
-from xlafuse.models.workload import Workload
+from xlafuse.models.workload import Items, Workload
 from xlafuse.report.cells import cell_tables
 from xlafuse.report.lines import cell_label, cell_line
 from xlafuse.results import records as records_lib
@@ -126,6 +127,7 @@ def measure(
     fresh: bool = False,
     calibrate: bool = True,
     verbose: bool = False,
+    items: Items | None = None,
 ) -> Measurement:
     """Measure `fn(*args)` under each variant as `xlafuse run` measures a cell.
 
@@ -153,6 +155,9 @@ def measure(
         cells (None: nothing is written).
       fresh: with `out`, move earlier results aside. verbose: print each cell's line (stderr).
       calibrate: measure the copy ceiling once per process (a results folder keeps its own).
+      items: what one call processes (`xlafuse.models.Items(51200, "env-steps")`), for its
+        throughput in the tables and plots; None: a function is one item per call, in
+        "calls", a Workload counts its own.
 
     Returns:
       A Measurement: print it; `.records` are CellResults.
@@ -165,7 +170,12 @@ def measure(
         records of `name` are of other code (all checked before any compile).
     """
     _check_parameters(profile=profile, name=name, out=out, flags=(fresh, calibrate, verbose))
-    workload = _workload(fn, args, donate_argnums, name)
+    if items is not None and not isinstance(items, Items):
+        raise XlafuseError(
+            f"measure: items={items!r} is not accepted; accepted: an xlafuse.models.Items "
+            '(e.g. Items(51200, "env-steps")) or None'
+        )
+    workload = _workload(fn, args, donate_argnums, name).with_items(items)
     sha256 = _source_sha256(fn) if isinstance(fn, Workload) else program_sha256(fn)
     config = _config(workload, sha256, variants, timing, profile, out, calibrate)
     if out is not None and not fresh:
@@ -275,22 +285,31 @@ def _workload(fn, args, donate_argnums, name) -> Workload:
     if not _is_label(label):  # a lambda's "<lambda>" is no label
         label = "function"
     workload = user.workload_from((fn, args, donate_argnums), label)
-    return dataclasses.replace(workload, size=arguments_label(workload.args))
+    return dataclasses.replace(workload, size=arguments_label(args))
 
 
 def arguments_label(args: tuple) -> str:
     """The size of a function's cells: its arguments' types as jax writes them, e.g.
-    `f32[256]` or `bf16[8,8],~f32[]` (`~`: a weak type, a Python scalar's); `no-args`; or
-    `args-` and a hash of their tree structure and types where that list would not say it all
-    (a nested structure) or be long."""
+    `f32[256]` or `bf16[8,8],~f32[]` (`~`: a weak type, e.g. `jnp.asarray(2.0)`'s), a static
+    leaf (not an array: `xlafuse.compile.static`) by its value (`f32[8],3,'same'`); `no-args`;
+    or `args-` and a hash of their tree structure, types and static values where that list
+    would not say it all (a nested structure) or be long."""
     leaves, tree = jax.tree.flatten(args)
     if not leaves and tree == jax.tree.structure(()):
         return "no-args"
-    typed = [jax.typeof(leaf) for leaf in leaves]
-    shown = ",".join(("~" if t.weak_type else "") + t.str_short(short_dtypes=True) for t in typed)
+    shown = ",".join(_leaf_label(leaf) for leaf in leaves)
     if tree == jax.tree.structure(tuple(leaves)) and len(shown) <= _LABEL_CHARS:
         return shown
-    return f"args-{hashlib.sha256(f'{tree}|{shown}'.encode()).hexdigest()[:10]}"
+    statics = "|".join(_code_text(x, set(), 0) for x in leaves if not static.is_array(x))
+    return f"args-{hashlib.sha256(f'{tree}|{shown}|{statics}'.encode()).hexdigest()[:10]}"
+
+
+def _leaf_label(leaf: Any) -> str:
+    """An array leaf's type (`f32[8]`), a static leaf's value (`static.describe`: `3`)."""
+    if not static.is_array(leaf):
+        return static.describe(leaf)
+    typed = jax.typeof(leaf)
+    return ("~" if typed.weak_type else "") + typed.str_short(short_dtypes=True)
 
 
 _LABEL_CHARS = 48  # a longer list of argument types is named by its hash

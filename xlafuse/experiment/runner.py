@@ -564,7 +564,7 @@ def _measure(
     request = _measure_request(run, workload, trace_dir)
     compiled = compile_workload(workload, resolved, request)
     outputs = _first_outputs(compiled, workload)
-    diff = judge_against(reference, workload, outputs)
+    diff = judge_against(reference, workload, outputs, compiled=compiled)
     timed, comparison, profile = _time(run, compiled, workload, reference, request)
     kernels, baseline = _kernel_fields(run, compiled, workload, trace_dir, reference, variant.name)
     mine = Reference(compiled, workload.fresh_args, outputs, timed, profile, None, baseline)

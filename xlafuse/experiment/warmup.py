@@ -21,18 +21,11 @@ from typing import Any
 
 import jax
 
+from xlafuse.compile.cache import CACHE_HITS, cache_entry_count, cache_events, persistent_cache
 from xlafuse.compile.jit import compile_lowered, lower_workload
 from xlafuse.compile.variants import get
 from xlafuse.kinds import Framework
-from xlafuse.measure.coldstart import (
-    CACHE_HITS,
-    build_workload,
-    cache_entry_count,
-    cache_events,
-    check_cache_dir,
-    persistent_cache,
-    workload_spec,
-)
+from xlafuse.measure.coldstart import build_workload, check_cache_dir, workload_spec
 from xlafuse.models.names import Cell
 from xlafuse.models.workload import Workload
 

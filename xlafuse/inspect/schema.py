@@ -42,6 +42,10 @@ Every key is always present; values are null where they do not apply::
                      collectives: [ {name, kind, is_async, operand_bytes, logical, group_size,
                      ring_bytes, operand_shapes, computation, op_name} ]} | null (folder listing)
                     see `xlafuse.hlo.collectives` for what counts
+    static_leaves   [ {path, name} ] | null: the leaves of a program of the user's arguments
+                    that are not arrays, made static (`xlafuse.compile.static`): where each is
+                    in the arguments ("[0].activation") and what it is ("relu", "3", "'same'");
+                    [] for a workload without any, null for HLO files
 
 Bytes are modeled HBM bytes (see `xlafuse.hlo.traffic`), not measurements; FLOPs are counted
 from the optimized HLO's shapes by the table of `xlafuse.hlo.flops`.
@@ -51,10 +55,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from xlafuse.hlo import FusionReport, HloModule, KernelInfo
 from xlafuse.hlo.collectives import CollectiveReport
+
+if TYPE_CHECKING:  # JAX: `inspect FILE` starts without it
+    from xlafuse.compile.static import StaticLeaf
 
 SCHEMA = "xlafuse.inspect/1"
 SUMMARY_KEYS = (
@@ -109,6 +116,8 @@ class InspectResult:
         collectives: the module's collectives (`xlafuse.hlo.collectives`); None for a folder.
         devices: devices a workload was compiled for (1 unless sharded); None for HLO files.
         parallelism: "data" or "model" for a sharded workload, else None.
+        static_leaves: a workload's static leaves (`xlafuse.compile.static.StaticLeaf`: path
+            and name); None for HLO files.
     """
 
     target: str
@@ -123,6 +132,7 @@ class InspectResult:
     collectives: CollectiveReport | None = None
     devices: int | None = None
     parallelism: str | None = None
+    static_leaves: tuple[StaticLeaf, ...] | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The result in the stable schema of the module docstring (JSON-able)."""
@@ -148,6 +158,8 @@ class InspectResult:
         out["devices"] = self.devices
         out["parallelism"] = self.parallelism
         out["collectives"] = self.collectives.to_dict() if self.collectives else None
+        leaves = self.static_leaves
+        out["static_leaves"] = None if leaves is None else [x.to_dict() for x in leaves]
         return out
 
 

@@ -219,6 +219,7 @@ def _inspect_workload(cell: Cell, variant, on_step=None) -> InspectResult:
         collectives=analyze_collectives(hlo),
         devices=work.devices,
         parallelism=work.parallelism,
+        static_leaves=tuple(work.static),
     )
 
 

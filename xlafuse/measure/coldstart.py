@@ -16,7 +16,10 @@ lookup. Three children make one `ColdStartResult`:
 3. AOT: a new process, no cache: deserialize the export, compile it, make the first call.
 
 Cache hits are counted, not guessed from times: the child listens to JAX's monitoring events
-('/jax/compilation_cache/cache_hits' and 'cache_misses') during the measured compile only.
+('/jax/compilation_cache/cache_hits' and 'cache_misses', `xlafuse.compile.cache.cache_events`)
+during the measured compile only. Each child sets its own cache (`cache.apply_settings`): the
+folder it is given, or none, whatever the environment or xlafuse's commands use; never the
+commands' cache folder.
 
 The parent compiles nothing: a program of the user's is built in it once, on the host, only to
 check it before a child starts (`check_user_program`).
@@ -24,19 +27,17 @@ check it before a child starts (`check_user_program`).
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import os
 import sys
 import tempfile
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import jax
-from jax._src import monitoring  # the only place the persistent-cache events are published
-from jax.experimental.compilation_cache import compilation_cache
 
+from xlafuse.compile.cache import cache_entry_count
 from xlafuse.compile.devices import HOST_DEVICES_FLAG
 from xlafuse.compile.protocol import run_child
 from xlafuse.compile.variants import get as get_variant
@@ -57,10 +58,6 @@ from xlafuse.measure.coldstart_child import main
 main(sys.argv[1], import_s)
 """
 
-CACHE_HITS = "/jax/compilation_cache/cache_hits"
-CACHE_MISSES = "/jax/compilation_cache/cache_misses"
-
-CACHE_ENTRY_SUFFIX = "-cache"  # jax's LRU file cache writes KEY-cache (and KEY-atime) files
 DEFAULT_STEADY_CALLS = 10
 
 
@@ -164,69 +161,6 @@ class ColdStartResult:
         out["cache_speedup"] = self.cache_speedup
         out["compile_to_steady"] = self.compile_to_steady
         return out
-
-
-def cache_entry_count(cache_dir: str | os.PathLike | None) -> int:
-    """Number of executables stored in a persistent-cache folder (0 if it does not exist)."""
-    if cache_dir is None or not Path(cache_dir).is_dir():
-        return 0
-    return sum(1 for p in Path(cache_dir).iterdir() if p.name.endswith(CACHE_ENTRY_SUFFIX))
-
-
-def cache_settings(cache_dir: str | os.PathLike) -> dict[str, Any]:
-    """The JAX config values that make every compiled executable go to `cache_dir`.
-
-    Defaults skip entries that compiled in under 1 s or are small; a server warm-up wants all.
-    """
-    return {
-        "jax_compilation_cache_dir": str(cache_dir),
-        "jax_persistent_cache_min_compile_time_secs": 0.0,
-        "jax_persistent_cache_min_entry_size_bytes": -1,
-    }
-
-
-@contextlib.contextmanager
-def persistent_cache(cache_dir: str | os.PathLike) -> Iterator[Path]:
-    """Point this process's persistent compilation cache at `cache_dir` for the `with` block.
-
-    JAX decides once per process whether the cache is used (at the first compile), so the cache
-    is reset on entry and on exit, and the in-memory caches are cleared on entry: a function
-    compiled earlier in this process would otherwise never reach the disk. The previous settings
-    are restored on exit.
-
-    Yields:
-      The cache folder (created if missing).
-    """
-    folder = Path(cache_dir)
-    folder.mkdir(parents=True, exist_ok=True)
-    settings = cache_settings(folder)
-    before = {key: getattr(jax.config, key) for key in settings}
-    compilation_cache.reset_cache()
-    for key, value in settings.items():
-        jax.config.update(key, value)
-    jax.clear_caches()
-    try:
-        yield folder
-    finally:
-        compilation_cache.reset_cache()
-        for key, value in before.items():
-            jax.config.update(key, value)
-
-
-@contextlib.contextmanager
-def cache_events() -> Iterator[dict[str, int]]:
-    """Counts of persistent-cache hits and misses (CACHE_HITS, CACHE_MISSES) in the block."""
-    counts = {CACHE_HITS: 0, CACHE_MISSES: 0}
-
-    def on_event(event: str, **kwargs) -> None:
-        if event in counts:
-            counts[event] += 1
-
-    monitoring.register_event_listener(on_event)
-    try:
-        yield counts
-    finally:
-        monitoring.unregister_event_listener(on_event)
 
 
 def build_workload(spec: Mapping[str, Any]):

@@ -5,7 +5,8 @@ writes FOLDER/result.json. `import_s` is timed by BOOTSTRAP in a bare interprete
 `import jax` to after `import flax`, `xlafuse` and its models: `python -m` on this module would
 import the `xlafuse` package (hence JAX) before any code here could start a clock. Phases:
 
-- "jit": [cache settings] -> build -> lower -> compile -> first call -> steady calls [-> export];
+- before either: the request's cache folder, or no cache (`xlafuse.compile.cache.apply_settings`);
+- "jit": build -> lower -> compile -> first call -> steady calls [-> export];
 - "aot": build (for the inputs only) -> deserialize + compile + first call of an export.
 """
 
@@ -20,17 +21,17 @@ from typing import Any
 import jax
 import numpy as np
 
+from xlafuse.compile.cache import (
+    CACHE_HITS,
+    CACHE_MISSES,
+    apply_settings,
+    cache_entry_count,
+    cache_events,
+)
 from xlafuse.compile.jit import lower_workload
 from xlafuse.compile.protocol import read_request, write_result
 from xlafuse.compile.variants import Variant
-from xlafuse.measure.coldstart import (
-    CACHE_HITS,
-    CACHE_MISSES,
-    build_workload,
-    cache_entry_count,
-    cache_events,
-    cache_settings,
-)
+from xlafuse.measure.coldstart import build_workload
 
 
 def per_call_seconds(compiled, args, calls: int, on_first=None, train=False) -> list[float]:
@@ -73,9 +74,6 @@ def _save_outputs(path: str | None, out) -> None:
 
 
 def _phase_jit(request: dict[str, Any], import_s: float) -> dict[str, Any]:
-    if request["cache_dir"]:
-        for key, value in cache_settings(request["cache_dir"]).items():
-            jax.config.update(key, value)
     start = time.perf_counter()
     workload = build_workload(request["workload"])
     build_s = time.perf_counter() - start
@@ -154,6 +152,8 @@ def main(folder: str, import_s: float) -> None:
       import_s: seconds the bootstrap spent importing jax, flax and xlafuse.
     """
     request = read_request(folder)
+    # Its own cache folder or none, whatever this process inherited (JAX_COMPILATION_CACHE_DIR).
+    apply_settings(request.get("cache_dir"))
     phase = {"jit": _phase_jit, "aot": _phase_aot}[request["phase"]]
     result = phase(request, import_s)
     write_result(folder, result)

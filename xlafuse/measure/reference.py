@@ -22,7 +22,7 @@ from typing import Any
 
 from xlafuse.measure import timing
 from xlafuse.measure.cell_kernels import Baseline
-from xlafuse.measure.numerics import NumericDiff, judge_workload
+from xlafuse.measure.numerics import NumericDiff, computed_precision, judge_workload
 from xlafuse.measure.profile import DeviceProfile
 
 
@@ -99,9 +99,22 @@ def compared_apart(
     return timing.compare_apart(own, measured)
 
 
-def judge_against(reference: Reference | None, workload: Any, outputs: Any) -> NumericDiff | None:
+def judge_against(
+    reference: Reference | None, workload: Any, outputs: Any, *, compiled: Any = None
+) -> NumericDiff | None:
     """The numerics of a cell's first call against the reference's (`judge_workload`); None
-    for the reference cell itself, or when the reference's outputs are not known."""
+    for the reference cell itself, or when the reference's outputs are not known.
+
+    Args:
+      reference: the workload's Reference.
+      workload: the workload.
+      outputs: the cell's first outputs (`numerics.host_outputs`).
+      compiled: the cell's own compiled program (a `CompiledVariant`), None for a PyTorch
+        twin: judged at the lowest precision the float32 dots of it or the reference's
+        program ran at (`numerics.computed_precision`: TF32 on an NVIDIA GPU at default
+        precision). Without it, the reference's program alone says.
+    """
     if reference is None or reference.outputs is None:
         return None
-    return judge_workload(workload, reference.outputs, outputs)
+    precision = computed_precision(reference.compiled, compiled)
+    return judge_workload(workload, reference.outputs, outputs, precision=precision)

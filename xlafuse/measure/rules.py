@@ -10,6 +10,10 @@ formats its reading notes from them).
 - TOLERANCES: (rtol, atol as a fraction of the reference's largest magnitude) by dtype name, for
   comparing outputs (`xlafuse.measure.numerics.tolerance`); LOW_PRECISION for the f8 and f4
   families.
+- TF32: the same pair for a float32 program whose dots and convolutions ran in TF32 (an NVIDIA
+  GPU at default precision): TF32 keeps float16's 10-bit mantissa, so float16's tolerance
+  (`xlafuse.measure.numerics.dot_precision`). TF32_MIN_COMPUTE_CAPABILITY: the first NVIDIA
+  compute capability (Ampere, 8.0) whose tensor cores run float32 dots in TF32.
 """
 
 HOST_BOUND = 1.15
@@ -21,3 +25,5 @@ TOLERANCES = {
     "bfloat16": (5e-2, 1e-2),
 }
 LOW_PRECISION = (2.5e-1, 5e-2)
+TF32 = (1e-2, 1e-3)
+TF32_MIN_COMPUTE_CAPABILITY = 8.0

@@ -28,10 +28,11 @@ from typing import Any
 import jax
 from jax.profiler import ProfileData
 
+from xlafuse.compile.cache import CACHE_HITS, cache_events, cache_settings
 from xlafuse.compile.jit import compile_workload
 from xlafuse.compile.protocol import read_request, write_result
 from xlafuse.compile.variants import Variant
-from xlafuse.measure.coldstart import CACHE_HITS, build_workload, cache_events, cache_settings
+from xlafuse.measure.coldstart import build_workload
 from xlafuse.measure.profile import gpu_kernel_events
 from xlafuse.measure.timing import same_args, thread_state, warm_up
 

@@ -25,6 +25,7 @@ _EXPORTS = {
     "param_count": "registry",
     "register": "registry",
     "BuildContext": "workload",
+    "Items": "workload",
     "Recipe": "workload",
     "Workload": "workload",
 }
@@ -44,7 +45,7 @@ if TYPE_CHECKING:
         param_count,
         register,
     )
-    from xlafuse.models.workload import BuildContext, Recipe, Workload
+    from xlafuse.models.workload import BuildContext, Items, Recipe, Workload
 
 
 def __getattr__(name: str):
@@ -67,6 +68,7 @@ __all__ = [
     "MODES",
     "SIZES",
     "BuildContext",
+    "Items",
     "Recipe",
     "Workload",
     "available",

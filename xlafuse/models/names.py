@@ -72,6 +72,9 @@ class Cell:
       devices, parallelism: the mesh; on one device parallelism is "data" whatever was given.
       entry: a config's entry as written (`name` is then its label); None otherwise.
       base: the folder an entry's relative FILE is found from (not part of the name).
+      items: a `xlafuse.models.Items` that the built workload counts per call in place of its
+        own (`--items`, a config's `items`), for throughput; None keeps its own (not part of
+        the name: the program is the same).
     """
 
     name: str
@@ -83,6 +86,7 @@ class Cell:
     parallelism: str = "data"
     entry: str | None = None
     base: Path | None = dataclasses.field(default=None, compare=False)
+    items: Any = dataclasses.field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "overrides", MappingProxyType(dict(self.overrides or {})))
@@ -163,7 +167,7 @@ class Cell:
                 f"entry {self.entry!r} returned {returned}, and the config says mode = "
                 f"{self.mode!r}: set mode = {workload.mode!r}"
             )
-        return workload
+        return workload.with_items(self.items)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form (what a child process rebuilds the cell from: `from_dict`); the

@@ -9,6 +9,17 @@ arguments (`FUNCTION(**overrides)`) and returns one of:
   must be donated (0 in `donate_argnums`), and `fn(*args)` returns `(new_state, ...)` with
   `new_state` shaped like `args[0]`: each timed call gets the previous call's new state.
 
+Either tuple may end with `xlafuse.models.Items(count, unit)`: the work one call does, for
+throughput in the user's unit (`(fn, args, Items(51200, "env-steps"))`); without it, one item
+per call, in "calls".
+
+The arguments' leaves that are not arrays (a module's functions, ints, strings) are static, as
+`eqx.filter_jit` has them (`xlafuse.compile.static`): the Workload's `fn` and `args` are then
+the program jax.jit traces, and its `static` lists them.
+
+What the user's code writes to stdout while it is imported, called or traced goes to stderr
+(`stdout_to_stderr`: `print` and C libraries alike), so that a command's stdout is its own.
+
 The workload built from a tuple is named after FUNCTION, has the size "custom" (a user program
 has no zoo sizes: its overrides size it), the mode "forward" or "train" (a step), and the dtype
 of its least precise floating-point input (the numerics tolerance follows it).
@@ -23,6 +34,8 @@ processes that rebuild a workload import the same (`imported`).
 from __future__ import annotations
 
 import ast
+import contextlib
+import ctypes
 import dataclasses
 import functools
 import hashlib
@@ -34,7 +47,8 @@ import os
 import site
 import sys
 import sysconfig
-from collections.abc import Callable, Mapping
+import threading
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from types import MappingProxyType, ModuleType
 from typing import Any
@@ -43,9 +57,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from xlafuse.compile import static
 from xlafuse.errors import XlafuseError, did_you_mean, error_line
 from xlafuse.models.names import display_name, is_entry  # noqa: F401 - part of this module's API
-from xlafuse.models.workload import Workload
+from xlafuse.models.workload import Items, Workload
 
 ENTRY_SIZE = "custom"  # the size of a workload built from (fn, args): it has no zoo sizes
 ENTRY_FORMS = (
@@ -128,7 +143,8 @@ def import_target(target: str | Path, base: str | Path | None = None) -> ModuleT
     if key in _IMPORTED:
         return _IMPORTED[key]
     try:
-        module = _import_file(key, target) if is_file_target(key) else _import_module(key)
+        with stdout_to_stderr():
+            module = _import_file(key, target) if is_file_target(key) else _import_module(key)
     except EntryError:
         raise
     except USER_CODE_ERRORS as err:  # the user's code: anything it raises, sys.exit too
@@ -363,10 +379,16 @@ def file_sha256(path: str | Path) -> str:
 
 
 def check_overrides(entry: Entry, overrides: Mapping[str, Any]) -> None:
-    """Refuse overrides that FUNCTION does not take as keyword arguments (before calling it).
+    """Refuse overrides that FUNCTION does not take as keyword arguments, or of another type
+    than their parameter's default (before calling it).
+
+    A default that is a bool takes a bool; an int, an int; a float, a number; any other default
+    (or none) takes any value.
 
     Raises:
-      EntryError: as `load_function`, or a keyword FUNCTION has no parameter for.
+      EntryError: as `load_function`, a keyword FUNCTION has no parameter for, or a value of
+        another type than its default (`override envs='abc' of FILE.py:FUNCTION must be an
+        int (its default is 256)`).
     """
     function = load_function(entry)
     try:
@@ -380,6 +402,82 @@ def check_overrides(entry: Entry, overrides: Mapping[str, Any]) -> None:
         raise EntryError(
             f"entry {entry.spec!r}: {err} (its parameters: {', '.join(names) or 'none'})"
         ) from None
+    for key, value in overrides.items():
+        parameter = signature.parameters.get(key)
+        default = parameter.default if parameter is not None else inspect.Parameter.empty
+        wanted = _default_kind(default)
+        if wanted is not None and not _is_kind(value, wanted[0]):
+            raise EntryError(
+                f"override {key}={value!r} of {entry.spec} must be {wanted[1]} (its default is "
+                f"{default!r})"
+            )
+
+
+# A default's type -> what an override of it must be, and that in words (`check_overrides`).
+_OVERRIDE_KINDS = ((bool, "a bool (true or false)"), (int, "an int"), (float, "a number"))
+
+
+def _default_kind(default: Any) -> tuple[type, str] | None:
+    for kind in _OVERRIDE_KINDS:
+        if type(default) is kind[0]:
+            return kind
+    return None
+
+
+def _is_kind(value: Any, kind: type) -> bool:
+    if kind is bool:
+        return isinstance(value, bool)
+    if isinstance(value, bool):
+        return False
+    return isinstance(value, int) if kind is int else isinstance(value, int | float)
+
+
+_STDOUT_LOCK = threading.Lock()
+_STDOUT_SAVED: list[int | None] = []  # fd 1 as it was, per `stdout_to_stderr` entered
+
+
+@contextlib.contextmanager
+def stdout_to_stderr() -> Iterator[None]:
+    """While the user's code runs here (imported, called, traced), what it writes to stdout
+    goes to stderr: `print` (`sys.stdout`) and C libraries (file descriptor 1) alike; both are
+    restored after, C's buffered output flushed first. Nested uses redirect once."""
+    with _STDOUT_LOCK:
+        _STDOUT_SAVED.append(_fd1_to_stderr() if not _STDOUT_SAVED else None)
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        with _STDOUT_LOCK:
+            _restore_fd1(_STDOUT_SAVED.pop())
+
+
+def _fd1_to_stderr() -> int | None:
+    """Points file descriptor 1 at stderr's; returns a copy of what it was (None: no fd 1)."""
+    try:
+        sys.stdout.flush()
+        saved = os.dup(1)
+    except (OSError, ValueError, AttributeError):  # closed or no descriptor: nothing to move
+        return None
+    try:
+        os.dup2(2, 1)
+    except OSError:
+        os.close(saved)
+        return None
+    return saved
+
+
+@functools.cache
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(None)
+
+
+def _restore_fd1(saved: int | None) -> None:
+    if saved is None:
+        return
+    with contextlib.suppress(Exception):  # no C library here to flush
+        _libc().fflush(None)  # what C printed into its buffer goes to stderr too
+    os.dup2(saved, 1)
+    os.close(saved)
 
 
 def build_entry(
@@ -412,7 +510,8 @@ def build_entry(
     check_overrides(entry, overrides)
     function = load_function(entry)
     try:
-        result = function(**overrides)
+        with stdout_to_stderr():
+            result = function(**overrides)
     except USER_CODE_ERRORS as err:  # the user's code
         raise EntryError(f"entry {entry.spec!r} raised {error_line(err)}") from err
     return workload_from(result, entry.function, overrides, entry)
@@ -427,7 +526,8 @@ def workload_from(
     """A Workload from what an entry returned (see the module docstring), checked by tracing.
 
     Args:
-      result: a Workload, `(fn, args)` or `(fn, args, donate_argnums)`.
+      result: a Workload, `(fn, args)` or `(fn, args, donate_argnums)`, either tuple maybe
+        ending with `Items`.
       name: the workload's name (FUNCTION's, or a function's given from Python).
       overrides: the keyword arguments it was made with (the workload's `config`).
       entry: the entry it came from, or None for a function given from Python.
@@ -439,6 +539,7 @@ def workload_from(
     resolved = entry.resolved if entry is not None else None
     if isinstance(result, Workload):
         return dataclasses.replace(result, entry=resolved)
+    result, items = without_items(result)
     if not isinstance(result, tuple | list) or len(result) not in (2, 3):
         raise EntryError(f"{where} returned {_shape_of(result)}; accepted: {ENTRY_FORMS}")
     fn, args, *donate = result
@@ -447,18 +548,18 @@ def workload_from(
             f"{where} returned ({_shape_of(fn)}, {_shape_of(args)}"
             f"{', ...' if donate else ''}); accepted: {ENTRY_FORMS}"
         )
-    args = tuple(args)
     donate_argnums = _donate_argnums(where, donate[0] if donate else (), len(args))
-    out = _trace(where, fn, args)
+    program = static.split(_quiet(fn) if entry is not None else fn, tuple(args))
+    out = _trace(where, program.fn, program.args)
     if donate_argnums:
-        _check_step(where, out, args)
-    return Workload(
+        _check_step(where, out, program)
+    workload = Workload(
         name=name,
         size=ENTRY_SIZE,
         mode="train" if donate_argnums else "forward",
-        dtype=_inputs_dtype(args),
-        fn=fn,
-        args=args,
+        dtype=_inputs_dtype(program.args),
+        fn=program.fn,
+        args=program.args,
         num_params=0,
         items_per_call=1,
         items_unit="calls",
@@ -466,7 +567,27 @@ def workload_from(
         config=MappingProxyType(dict(overrides or {})),
         donate_argnums=donate_argnums,
         entry=resolved,
+        static=program.static,
     )
+    return workload.with_items(items)
+
+
+def without_items(result: Any) -> tuple[Any, Items | None]:
+    """What an entry returned, less an `Items` at its end, and that Items (None without)."""
+    if isinstance(result, tuple | list) and result and isinstance(result[-1], Items):
+        return tuple(result[:-1]), result[-1]
+    return result, None
+
+
+def _quiet(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """`fn`, its stdout sent to stderr while it runs (`stdout_to_stderr`): when jax traces it."""
+
+    @functools.wraps(fn)
+    def traced(*args, **kwargs):
+        with stdout_to_stderr():
+            return fn(*args, **kwargs)
+
+    return traced
 
 
 def _donate_argnums(where: str, donate: Any, count: int) -> tuple[int, ...]:
@@ -498,8 +619,10 @@ def _trace(where: str, fn: Callable[..., Any], args: tuple) -> Any:
         ) from (err)
 
 
-def _check_step(where: str, out: Any, args: tuple) -> None:
-    """A step returns (new_state, ...) with new_state shaped like its state, args[0]."""
+def _check_step(where: str, out: Any, program: static.Split) -> None:
+    """A step returns (new_state, ...) with new_state shaped like its state, args[0], and
+    with the same static leaves (the next call takes it in place of args[0])."""
+    args = program.args
     shapes = jax.eval_shape(lambda state: state, args[0])
     if not isinstance(out, tuple | list) or not out:
         raise EntryError(
@@ -512,6 +635,11 @@ def _check_step(where: str, out: Any, args: tuple) -> None:
         raise EntryError(
             f"{where}: a step's first output must be its new state, shaped like args[0] "
             "(the next call takes it in place of args[0])"
+        )
+    if not program.state_kept():
+        raise EntryError(
+            f"{where}: a step's new state must hold the static leaves (not arrays) of its "
+            "state, args[0], unchanged (the next call is traced with those of args[0])"
         )
 
 

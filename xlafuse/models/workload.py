@@ -16,8 +16,47 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from xlafuse.errors import XlafuseError
 from xlafuse.models.names import Cell, cell_fields
 from xlafuse.models.train import mean_squared_error
+
+ITEMS_UNIT = "items"  # the unit of `Items` when none is given
+
+
+@dataclasses.dataclass(frozen=True)
+class Items:
+    """How much work one call of a program does, for its throughput (`count` / s, in `unit`).
+
+    A program of the user's returns it as the last element of what FUNCTION returns,
+    `(fn, args, Items(51200, "env-steps"))` or `(fn, args, donate_argnums, Items(...))`; a
+    config's workload table says `items = 51200` and `items_unit = "env-steps"`, the command
+    line `--items 51200 --items-unit env-steps`. Without it a program of the user's is one
+    item per call, in "calls".
+
+    Attributes:
+        count: items one call processes (an int above 0).
+        unit: what an item is, e.g. "env-steps", "tokens", "images" (not empty).
+
+    Raises:
+        XlafuseError: a count that is not an int above 0, or a unit that is not a word.
+    """
+
+    count: int
+    unit: str = ITEMS_UNIT
+
+    def __post_init__(self) -> None:
+        problem = items_problem(self.count, self.unit)
+        if problem:
+            raise XlafuseError(f"Items({self.count!r}, {self.unit!r}): {problem}")
+
+
+def items_problem(count: Any, unit: Any) -> str | None:
+    """What is wrong with an items count and unit, in words (None: nothing)."""
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        return f"the count {count!r} must be an int above 0 (items one call processes)"
+    if not isinstance(unit, str) or not unit.strip() or unit != unit.strip():
+        return f"the unit {unit!r} must be a word such as 'env-steps' or 'tokens'"
+    return None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,6 +136,9 @@ class Workload:
         entry: for a program of the user's, its entry resolved (`/abs/path.py:FUNCTION` or
             `module:FUNCTION`, `xlafuse.models.user`), from which a child process builds it
             again; None for a zoo workload.
+        static: the leaves of a user's program's arguments that are not arrays, made static
+            (`xlafuse.compile.static`: `fn` and `args` are then the program jax.jit traces,
+            which puts them back); empty for a zoo workload.
     """
 
     name: str
@@ -115,6 +157,7 @@ class Workload:
     plan: Any = None
     out_shardings: Any = None
     entry: str | None = None
+    static: tuple[Any, ...] = ()
 
     @property
     def devices(self) -> int:
@@ -176,6 +219,12 @@ class Workload:
             jax.tree.map(jnp.copy, a) if i in self.donate_argnums else a
             for i, a in enumerate(self.args)
         )
+
+    def with_items(self, items: Items | None) -> Workload:
+        """This workload counting `items` per call (unchanged when None)."""
+        if items is None:
+            return self
+        return dataclasses.replace(self, items_per_call=items.count, items_unit=items.unit)
 
     def to_dict(self) -> dict[str, Any]:
         """Returns the description the experiment runner records: JSON-able, no arrays."""

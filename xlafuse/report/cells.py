@@ -5,7 +5,9 @@ pipelined the median seconds per call of back-to-back bursts, device the profile
 per call. A variant's time cell also shows, in brackets, the reference's time over the same
 rounds: its speedup is exactly the one over the other, so a row never shows a time and a
 speedup that disagree. A train step, and every cell on a CPU, leads with the pipelined figure,
-a forward call on a GPU with latency (`xlafuse.measure.timing.leading_figure`).
+a forward call on a GPU with latency (`xlafuse.measure.timing.leading_figure`): the columns
+are in the same order in every table (latency, pipelined), and the figure a cell leads with is
+in bold (`**0.187**`).
 """
 
 from __future__ import annotations
@@ -17,16 +19,17 @@ from xlafuse.report.format import markdown_table
 from xlafuse.report.lines import lead, lead_time, reference_time, speedup_text
 from xlafuse.results.records import CellResult
 
+# One order in every table, whatever a workload's cells lead with (the lead is in bold).
 _FIGURE_COLUMNS = {"latency": "latency ms", "pipelined": "pipelined ms"}
 _WORK_COLUMNS = (
     "variant", "kernels", "launches/call", "real fusions", "modeled MB/call", "GB/s",
-    "% copy ceiling", "TFLOP/s", "compile s", "numerics",
+    "% copy ceiling", "TFLOP/s", "throughput", "compile s", "numerics",
 )  # fmt: skip
 
 
 def cell_tables(group: Sequence[CellResult]) -> list[str]:
     """The time table and the work table of one workload's cells."""
-    figures = _figure_order(group)
+    figures = tuple(_FIGURE_COLUMNS)
     time_columns = (
         "variant",
         *(_FIGURE_COLUMNS[f] for f in figures),
@@ -41,13 +44,6 @@ def cell_tables(group: Sequence[CellResult]) -> list[str]:
     rows = [_time_row(r, figures, reference) for r in group]
     work = [_work_row(r) for r in group]
     return [*markdown_table(time_columns, rows), "", *markdown_table(_WORK_COLUMNS, work)]
-
-
-def _figure_order(group: Sequence[CellResult]) -> tuple[str, str]:
-    """Pipelined first when the workload's cells lead with it (train steps), else latency."""
-    leads = [lead(r) for r in group if r.ok]
-    first = "pipelined" if leads and leads.count("pipelined") * 2 >= len(leads) else "latency"
-    return (first, "pipelined" if first == "latency" else "latency")
 
 
 def _time_row(r: CellResult, figures: Sequence[str], reference: CellResult | None) -> list[str]:
@@ -70,10 +66,11 @@ def _time_row(r: CellResult, figures: Sequence[str], reference: CellResult | Non
 
 def _time(r: CellResult, figure: str, reference: CellResult | None) -> str:
     """`0.0353 (ref 0.0244)`: the cell's time, and the reference's over the same rounds (no
-    reference: the reference's own row)."""
+    reference: the reference's own row); in bold when it is the figure the cell leads with."""
     own = fmt(lead_time(r, figure), 1e3, ".3g")
     ref = None if reference is None else reference_time(r, figure, reference)
-    return own if ref is None or own == "-" else f"{own} (ref {ref * 1e3:.3g})"
+    text = own if ref is None or own == "-" else f"{own} (ref {ref * 1e3:.3g})"
+    return f"**{text}**" if figure == lead(r) and own != "-" else text
 
 
 def _basis(r: CellResult) -> str:
@@ -101,7 +98,8 @@ def _work_row(r: CellResult) -> list[str]:
         fmt(r.rates.achieved_bytes_per_s, 1e-9),
         pct,
         fmt(r.rates.tflops, 1, ".3g"),
-        fmt(r.compile.compile_s, 1, ".2f"),
+        throughput_text(r.rates.items_per_s, r.model.items_unit),
+        "cached" if r.compile.compile_cached else fmt(r.compile.compile_s, 1, ".2f"),
         _numerics(r),
     ]
 
@@ -126,16 +124,31 @@ def _interval(ci: Sequence[float] | None) -> str:
 
 
 def _numerics(r: CellResult) -> str:
+    """The numerics verdict, with the precision that judged it ("ok at tf32", "FLAGGED at
+    float32 (5.2e-05 in params)"; a record from before precisions were recorded: "ok")."""
     if r.variant == r.reference:
         return "reference"
     if r.numerics.reference_error:
         return f"not checked: {r.numerics.reference_error}"
     if r.numerics.within_tolerance is None:
         return "-"
+    judged = f" at {r.numerics.precision}" if r.numerics.precision else ""
     if r.numerics.within_tolerance:
-        return "ok"
+        return f"ok{judged}"
     part = f" in {r.numerics.worst_part}" if r.numerics.worst_part else ""
-    return f"FLAGGED ({r.numerics.max_abs_diff:.2g}{part})"
+    return f"FLAGGED{judged} ({r.numerics.max_abs_diff:.2g}{part})"
+
+
+def throughput_text(items_per_s: float | None, unit: str | None) -> str:
+    """`51.2M env-steps/s`: items per second in the workload's unit (`-` when unknown)."""
+    if not items_per_s:
+        return "-"
+    scaled, prefix = items_per_s, ""
+    for step in ("k", "M", "G", "T"):
+        if scaled < 1000:
+            break
+        scaled, prefix = scaled / 1000, step
+    return f"{scaled:.3g}{prefix} {unit or 'items'}/s"
 
 
 def fmt(value: Any, scale: float = 1, spec: str = "", suffix: str = "") -> str:

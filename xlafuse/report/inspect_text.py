@@ -41,12 +41,20 @@ def render_summary(result: InspectResult) -> str:
         f"entry fusions: {report.entry_fusions}"
     )
     lines.append(f"kinds: {_counts(report.kinds)}")
+    if result.static_leaves:
+        lines.append(static_line(result.static_leaves))
     lines.append(f"custom-calls: {report.custom_calls}" + _targets(report.custom_call_targets))
     lines.append(per_call_traffic(report))
     if result.collectives is not None and result.collectives.count:
         lines.extend(render_collectives(result.collectives))
     lines.extend(f"warning: {w}" for w in result.warnings)
     return "\n".join(lines)
+
+
+def static_line(leaves, shown: int = 8) -> str:
+    """`static: 3 leaves (relu, ravel, 3)`: a program's arguments' leaves made static."""
+    names = [leaf.name for leaf in leaves[:shown]] + (["..."] if len(leaves) > shown else [])
+    return f"static: {len(leaves)} {'leaf' if len(leaves) == 1 else 'leaves'} ({', '.join(names)})"
 
 
 def per_call_traffic(report: FusionReport) -> str:

@@ -11,7 +11,13 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from xlafuse.folders import writable_folder, write_atomically
-from xlafuse.measure.rules import HOST_BOUND, TOLERANCES, TRACE_PERTURBED
+from xlafuse.measure.rules import (
+    HOST_BOUND,
+    TF32,
+    TF32_MIN_COMPUTE_CAPABILITY,
+    TOLERANCES,
+    TRACE_PERTURBED,
+)
 from xlafuse.measure.stats import SAME_WITHIN
 from xlafuse.report.cells import cell_tables
 from xlafuse.report.coldstart import (
@@ -39,10 +45,12 @@ from xlafuse.report.plots import (
     KERNELS_PNG,
     ROOFLINE_PNG,
     SPEEDUP_PNG,
+    THROUGHPUT_PNG,
     above_note,
     plot_kernels,
     plot_roofline,
     plot_speedup,
+    plot_throughput,
     roofline_points_above,
 )
 from xlafuse.report.sharded import processes_section, sharded_section
@@ -198,13 +206,19 @@ def _calibration_line(r: CellResult) -> str:
 
 
 def _by_workload(records: Sequence[CellResult]) -> dict[str, list[CellResult]]:
+    """The records by their section's header, `mlp[batch=8] / tiny / train / float32` (and
+    `/ data-parallel on 2 devices` when sharded). A cell that failed before it was built has no
+    dtype: it goes under its cell's dtype where another record of the cell has one, else its
+    header leaves the dtype out."""
+    built = {}
+    for r in records:
+        if r.dtype:
+            built.setdefault(record_cell(r), r.dtype)
     groups: dict[str, list[CellResult]] = {}
     for r in records:
         cell = record_cell(r)
-        key = f"{cell.head} / {r.size} / {r.mode} / {r.dtype}"
-        if cell.on_devices:
-            key += f" / {cell.on_devices}"
-        groups.setdefault(key, []).append(r)
+        parts = (cell.head, r.size, r.mode, r.dtype or built.get(cell), cell.on_devices)
+        groups.setdefault(" / ".join(str(p) for p in parts if p), []).append(r)
     return groups
 
 
@@ -213,9 +227,9 @@ READING_NOTES = (
     "latency, a synchronized call (dispatch, the kernels and the sync); pipelined, the seconds "
     "per call of calls issued back to back with one sync (what a training loop sees); device, "
     "the profiled kernel time per call (GPU). A speedup is the reference's median over the "
-    "variant's on the figure the cell leads with (pipelined for a train step and on a CPU, "
-    "where a synchronized call mostly times the wake-up of the runtime's threads; latency for a "
-    "forward call on a GPU), over the same rounds: `(ref ...)` beside a variant's time is the reference's "
+    "variant's on the figure the cell leads with, in bold (pipelined for a train step and on a "
+    "CPU, where a synchronized call mostly times the wake-up of the runtime's threads; latency "
+    "for a forward call on a GPU), over the same rounds: `(ref ...)` beside a variant's time is the reference's "
     "figure in those rounds, so the speedup is exactly the one over the other. In-process "
     "variants are timed in rounds alternating with the reference (paired), so a drift of the "
     "machine affects both; `apart` marks a variant timed on its own. The 95% interval is the "
@@ -229,8 +243,13 @@ READING_NOTES = (
     "{perturbed:.2f}x its untraced pipelined time: the profiler ran another program (XLA turns "
     "command buffers off while tracing), so its device time and kernel times are those of the "
     "traced program, and its rates divide the pipelined time. Numerics (`xlafuse.measure.numerics`): each output element within `atol + "
-    "rtol x |ref|` ({tolerances}, atol relative to the output's largest magnitude); a train "
-    "step is judged by its loss, gradient, batch statistics and updated parameters."
+    "rtol x |ref|` ({tolerances}, atol relative to the output's largest magnitude), at the "
+    "precision the program computed in, which the numerics column names: a float32 program "
+    "whose dots and convolutions ran in TF32 (an NVIDIA GPU of compute capability "
+    "{tf32_capability:.1f} or above, below HIGHEST precision: JAX's default) is judged at tf32 "
+    "({tf32}). A train step is judged by its loss, gradient, batch statistics and updated "
+    "parameters; a parameter whose gradient is zero within tolerance may take Adam's first "
+    "step (+-lr) either way."
 )
 
 
@@ -241,7 +260,12 @@ def reading_notes() -> str:
         for dtype, (rtol, atol) in TOLERANCES.items()
     )
     return READING_NOTES.format(
-        same=SAME_WITHIN, host=HOST_BOUND, perturbed=TRACE_PERTURBED, tolerances=tolerances
+        same=SAME_WITHIN,
+        host=HOST_BOUND,
+        perturbed=TRACE_PERTURBED,
+        tolerances=tolerances,
+        tf32=f"rtol {_power(TF32[0])}, atol {_power(TF32[1])}",
+        tf32_capability=TF32_MIN_COMPUTE_CAPABILITY,
     )
 
 
@@ -283,6 +307,7 @@ def write_plots(records: Sequence[CellResult], out_dir: Path) -> list[str]:
         (SPEEDUP_PNG, plot_speedup),
         (KERNELS_PNG, plot_kernels),
         (ROOFLINE_PNG, plot_roofline),
+        (THROUGHPUT_PNG, plot_throughput),
         (COLD_START_PNG, coldstart_plot),
         (FRAMEWORKS_PNG, frameworks_plot),
         (COST_MODEL_PNG, cost_model_plot),

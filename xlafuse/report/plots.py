@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from xlafuse.report.cells import throughput_text
 from xlafuse.report.figure import new_figure, save
 from xlafuse.report.lines import cell_label, lead, lead_time
 from xlafuse.results.records import CellResult
@@ -21,6 +22,7 @@ from xlafuse.results.records import CellResult
 SPEEDUP_PNG = "speedup.png"
 KERNELS_PNG = "kernels_vs_time.png"
 ROOFLINE_PNG = "roofline.png"
+THROUGHPUT_PNG = "throughput.png"
 _NOTE = {"fontsize": 7, "xytext": (4, 3), "textcoords": "offset points"}
 _OUTSIDE = {"loc": "upper left", "bbox_to_anchor": (1.01, 1)}  # a legend right of the axes
 
@@ -62,6 +64,37 @@ def plot_speedup(records: Sequence[CellResult], path: Path) -> bool:
         f"Speedup over {reference} = {reference}'s median / the variant's median, same rounds\n"
         f"on {_figures(rows)} ({_device(rows)})",
         fontsize=10,
+    )
+    ax.legend(title="variant", **_OUTSIDE)
+    return save(fig, path)
+
+
+def plot_throughput(records: Sequence[CellResult], path: Path) -> bool:
+    """Bars of each variant's items per second, per workload, each in its own unit (the
+    record's `items_per_s`: items per call over the median call); drawn when some workload
+    counts its items in a unit other than calls."""
+    rows = [r for r in records if r.rates.items_per_s]
+    if not any(r.model.items_unit not in (None, "calls") for r in rows):
+        return False
+    workloads = list(dict.fromkeys(cell_label(r) for r in rows))
+    units = {cell_label(r): r.model.items_unit or "items" for r in rows}
+    variants = list(dict.fromkeys(r.variant for r in rows))
+    width = 0.8 / len(variants)
+    fig, ax = new_figure((max(6.5, 0.9 * len(workloads) * len(variants) / 2 + 2), 5))
+    x = np.arange(len(workloads))
+    for i, variant in enumerate(variants):
+        values = {cell_label(r): r.rates.items_per_s for r in rows if r.variant == variant}
+        shown = [values.get(w, 0.0) for w in workloads]
+        bars = ax.bar(x + i * width, shown, width, label=variant)
+        ax.bar_label(bars, [throughput_text(v, None).split()[0] if v else "" for v in shown],
+                     fontsize=7)  # fmt: skip
+    labels = [f"{w}\n({units[w]}/s)" for w in workloads]
+    ax.set_xticks(x + width * (len(variants) - 1) / 2, labels, rotation=30, ha="right")
+    ax.set_yscale("log")
+    ax.set_xlabel("workload / size / mode (its unit)")
+    ax.set_ylabel("items per second (each workload's unit, log scale)")
+    ax.set_title(
+        f"Throughput: items per call / median time per call ({_device(rows)})", fontsize=10
     )
     ax.legend(title="variant", **_OUTSIDE)
     return save(fig, path)

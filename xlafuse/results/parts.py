@@ -201,13 +201,17 @@ class ModelRecord(Part):
 @dataclasses.dataclass(frozen=True)
 class CompileRecord(Part):
     """The compile (`CompiledVariant`): seconds to lower and compile, XLA's cost analysis
-    (flops, bytes accessed) and memory analysis (argument + output + temp - alias bytes)."""
+    (flops, bytes accessed) and memory analysis (argument + output + temp - alias bytes).
+    compile_cached: a cache served the executable (`CompiledVariant.compile_cached`): then
+    compile_s is None, no compile was timed (None: a record from before this field, or a torch
+    cell)."""
 
     lower_s: float | None = None
     compile_s: float | None = None
     cost_flops: float | None = None
     cost_bytes_accessed: float | None = None
     peak_memory_bytes: int | None = None
+    compile_cached: bool | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -381,13 +385,15 @@ class CeilingsRecord(Part):
 class NumericsRecord(Part):
     """The outputs against the reference's (`xlafuse.measure.numerics.NumericDiff`): forward
     outputs, or a train step's loss, gradient, batch statistics and updated parameters.
-    reference_error: why the reference could not be compiled again on resume (then no check)."""
+    reference_error: why the reference could not be compiled again on resume (then no check).
+    precision: the precision whose tolerance judged them ("float32", "tf32", "bfloat16")."""
 
     max_abs_diff: float | None = None
     max_rel_diff: float | None = None
     within_tolerance: bool | None = None
     worst_part: str | None = keyed("numerics_worst_part")
     reference_error: str | None = None
+    precision: str | None = keyed("numerics_precision")
 
 
 @dataclasses.dataclass(frozen=True)

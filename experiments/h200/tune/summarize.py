@@ -13,7 +13,12 @@ from pathlib import Path
 
 
 def read(folder: Path) -> tuple[list[dict], dict]:
+    """(trials, summary) of a tune.jsonl: the journal of today's tune (a header, trials, the
+    proof, a conclusion, each with its `kind`), or the older file (trials, then the summary)."""
     lines = [json.loads(line) for line in (folder / "tune.jsonl").read_text().splitlines()]
+    if lines and lines[0].get("kind") == "tune":
+        trials = [line for line in lines if line.get("kind") == "trial"]
+        return trials, [line for line in lines if line.get("kind") == "conclusion"][-1]
     return lines[:-1], lines[-1]
 
 

@@ -22,7 +22,7 @@ from xlafuse.errors import XlafuseError, error_line
 from xlafuse.experiment.tune.search import OK, Score
 from xlafuse.experiment.tune.space import Candidate
 from xlafuse.measure import timing
-from xlafuse.measure.numerics import host_outputs, judge_workload
+from xlafuse.measure.numerics import computed_precision, host_outputs, judge_workload
 from xlafuse.models import registry, user
 
 BASE_TIMING = timing.TimingSettings(
@@ -154,7 +154,8 @@ class Evaluator:
                 return None
             self._answer = self._default_answer()
         try:
-            diff = judge_workload(work, self._answer, outputs)
+            precision = computed_precision(compiled)  # TF32 on a GPU at default precision
+            diff = judge_workload(work, self._answer, outputs, precision=precision)
         except (ValueError, TypeError) as err:  # another structure or shape of outputs
             return Score("numerics", detail=f"outputs unlike the default's: {error_line(err)}")
         if not diff.within_tolerance:
