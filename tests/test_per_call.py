@@ -169,3 +169,19 @@ def test_a_traced_time_above_the_untraced_one_is_trace_perturbed(device_s, pipel
     assert record.rates.basis == ("pipelined_s_per_call" if perturbed else "device_time_s")
     assert ("TRACE-PERTURBED" in cell_line(record)) is perturbed
     assert ("TRACE-PERTURBED" in "\n".join(cell_tables([record]))) is perturbed
+
+
+def test_a_gpu_scan_writes_one_step_of_its_outputs_per_iteration(samples):
+    """The H200's scan: its async dynamic-update-slice fusion (`fusion-start`) carries its
+    operands in its output tuple, and updates the stacked f32[16] in place: per iteration it
+    reads the index and the new element and writes that element, not 2 x 64 B and the tuple."""
+    report = xlafuse.analyze_hlo(samples / "scan_rnn.default.hlo.txt")
+    (start,) = [k for k in report.kernel_details if k.opcode == "fusion-start"]
+    assert (start.bytes_in, start.bytes_out, report.runs_of(start)) == (8, 4, 16)
+    # x[i] of the scan's f32[16,8,256] input read by a dynamic-slice: one f32[8,256] step
+    # (8,192 B of 131,072), beside the dot's f32[8,256] and the s32 index
+    tanh = next(k for k in report.kernel_details if k.name == "loop_tanh_fusion")
+    assert "dynamic-slice" in tanh.ops and tanh.bytes_in == 8_192 + 8_192 + 4
+    assert report.modeled_bytes_per_call == sum(
+        (k.bytes_in + k.bytes_out) * report.runs_of(k) for k in report.kernel_details
+    )

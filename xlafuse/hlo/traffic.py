@@ -13,7 +13,9 @@ that buffer and writes the update only (a scan writing step i of its outputs). O
 model, not a measurement: it ignores caches (L2 can hold small arrays between kernels), other
 outputs aliased in place (scatter: the model charges the whole output), and other reads that a
 kernel skips (a gather reads less than its operand). Library calls' scratch workspaces (the
-`s8[...]`/`u8[...]` leaf of a cuBLAS/cuDNN tuple) are not counted.
+`s8[...]`/`u8[...]` leaf of a cuBLAS/cuDNN tuple) are not counted, nor the operands an async
+`fusion-start` carries in its output tuple (`((operands...), result, context)`: aliases of its
+inputs, not writes).
 """
 
 from __future__ import annotations
@@ -72,7 +74,7 @@ def kernel_bytes(instr: Instruction, computation: Computation) -> tuple[int, int
                 if not operand_shape.sized:
                     return None
                 bytes_in += operand_shape.byte_size
-        if opcode == "custom-call":
+        if opcode in _OWN_OUTPUT_RULES:
             return bytes_in, _output_bytes(instr)
         return bytes_in, shape.byte_size  # as _output_bytes: a launch's whole output
     bytes_in = 0
@@ -105,11 +107,22 @@ def _operand_shape(operand: Instruction | None, index: int | None) -> Shape:
     return shape
 
 
+_OWN_OUTPUT_RULES = frozenset({"custom-call", "fusion-start"})
+
+
 def _output_bytes(instr: Instruction) -> int:
     shape = instr.shape
     if instr.opcode == "custom-call" and shape.is_tuple and len(shape.tuple_shapes) > 1:
         return _without_workspace(shape).byte_size
+    if instr.opcode == "fusion-start" and _is_async_tuple(shape):
+        # ((operands...), result, context): the operands are its inputs' buffers, not written
+        return shape.tuple_shapes[1].byte_size
     return shape.byte_size
+
+
+def _is_async_tuple(shape: Shape) -> bool:
+    """An async start's shape, ((operands...), result, ...)."""
+    return shape.is_tuple and len(shape.tuple_shapes) >= 2 and shape.tuple_shapes[0].is_tuple
 
 
 def _without_workspace(shape: Shape) -> Shape:
