@@ -69,3 +69,14 @@ def gpt2_train_diffs(gpt2_train):
         text_b, other = gpt2_train[b]
         diffs[b] = diff_modules(a, other, ("default", b), ref, (ref_text, text_a, text_b))
     return diffs
+
+
+@pytest.fixture
+def fresh_registry(monkeypatch):
+    """The user's imports and the workloads they register restored after the test (a copy of
+    a file at another path, imported by a later test, registers its names again)."""
+    from xlafuse.models import registry, user
+
+    registry.available()  # the zoo registered first, as in any process
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+    monkeypatch.setattr(user, "_IMPORTED", dict(user._IMPORTED))

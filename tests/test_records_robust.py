@@ -466,3 +466,64 @@ def test_the_zoo_and_its_examples_hash_their_own_file_alone():
     assert registry.source_sha256("mlp") is None
     example = REPO / "examples" / "cartpole.py"  # imports jax and xlafuse only
     assert user.source_files(example) == {"cartpole.py": user.file_sha256(example)}
+
+
+@pytest.mark.parametrize(
+    ("field", "cut"),
+    [("kernel_times", "time_s"), ("kernel_diff", "groups"), ("missed_fusions", "top")],
+)
+def test_a_malformed_trace_object_is_one_line_and_the_report_is_written(
+    tmp_path, capsys, field, cut
+):
+    """A record's own fields are typed on read; the objects nested in them (a hand-edited or
+    cut-short trace) are not: the sections made from them say so, and the rest is written."""
+    lines = (REPO / "experiments" / "h200" / "kernels" / "results.jsonl").read_text().splitlines()
+    broken = []
+    for line in lines:
+        data = json.loads(line)
+        if isinstance(data.get(field), dict) and cut in data[field]:
+            del data[field][cut]
+        broken.append(json.dumps(data))
+    (tmp_path / "results.jsonl").write_text("\n".join(broken) + "\n")
+    assert main(["report", str(tmp_path)]) == 0
+    text = (tmp_path / "report.md").read_text()
+    assert "traced sections are not shown: a record's trace or missed fusions are malformed" in text
+    assert "| variant | latency ms | pipelined ms |" in text  # every cell's time table is there
+
+
+class _InterruptedAt:
+    """`os` with a Ctrl-C at one point of appending: "write" halfway through the line, or
+    "fsync" once the whole line is written."""
+
+    def __init__(self, where: str):
+        self.where = where
+
+    def __getattr__(self, name):
+        return getattr(os, name)
+
+    def write(self, fd, data):
+        if self.where == "write":
+            os.write(fd, bytes(data[: len(data) // 2]))
+            raise KeyboardInterrupt
+        return os.write(fd, data)
+
+    def fsync(self, fd):
+        if self.where == "fsync":
+            self.where = None
+            raise KeyboardInterrupt
+        return os.fsync(fd)
+
+
+@pytest.mark.parametrize(("where", "kept"), [("write", 1), ("fsync", 2)])
+def test_a_ctrl_c_while_appending_keeps_a_whole_line_and_cuts_a_half_one(
+    tmp_path, monkeypatch, where, kept
+):
+    path = tmp_path / "results.jsonl"
+    record = CellResult("mlp", "tiny", "forward", "float32", "default", "cpu", "cpu")
+    append_result(path, record)
+    monkeypatch.setattr(records, "os", _InterruptedAt(where))
+    with pytest.raises(KeyboardInterrupt):
+        append_result(path, record)
+    monkeypatch.undo()
+    assert path.read_bytes().endswith(b"\n")
+    assert len(read_results(path).records) == kept

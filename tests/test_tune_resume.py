@@ -352,6 +352,7 @@ def test_best_toml_reruns_a_sharded_target_with_its_mesh_into_its_own_folder(tmp
     assert f"#   xlafuse launch --processes 2 -- run {tmp_path}/t/best.toml" in text
 
 
+@pytest.mark.usefixtures("fresh_registry")
 def test_best_toml_of_a_tune_with_imports_runs(tmp_path, capsys):
     folder = tmp_path / "t"
     code, _, err = run(capsys, "tune", "gated_mlp", "--import", "examples/my_models.py",

@@ -35,14 +35,8 @@ FORMS = {
 
 
 @pytest.fixture(autouse=True)
-def own_imports(monkeypatch):
-    """Each test imports and registers the user's code afresh: the registry and the import
-    table are restored after it (a copy of a file at another path registers its names again)."""
-    from xlafuse.models import registry
-
-    registry.available()  # the zoo registered first, as in any process
-    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
-    monkeypatch.setattr(user, "_IMPORTED", dict(user._IMPORTED))
+def own_imports(fresh_registry):
+    """Each test imports and registers the user's code afresh (conftest's `fresh_registry`)."""
 
 
 @pytest.fixture

@@ -259,7 +259,7 @@ def choose_roofline_cell(records: Sequence[CellResult], wanted: str | None) -> C
     traced = [r for r in records if r.trace.kernel_times]
     if wanted is None:
         ref = [r for r in traced if r.variant == r.reference] or traced
-        return max(ref, key=lambda r: r.trace.kernel_times["time_s"], default=None)
+        return max(ref, key=lambda r: r.trace.kernel_times.get("time_s") or 0.0, default=None)
     for r in traced:
         if wanted in (r.cell_id, cell_name(r)):
             return r

@@ -109,7 +109,7 @@ def render_markdown(
     lines += traces_section(records)
     for key, group in _by_workload(records).items():
         lines += [f"## {key}", "", *cell_tables(group), ""]
-        lines += [*kernel_sections(group), *cost_model_section(group), *_missed(group)]
+        lines += _traced_sections(group)
     lines += _errors(records)
     lines += study_section(records)
     lines += sharded_section(records)
@@ -136,14 +136,36 @@ def _roofline_lines(records: Sequence[CellResult], plots: Iterable[str]) -> list
     return [f"Roofline: {above_note(len(above))} ({names})", ""]
 
 
+# What a record's nested objects (a trace's kernel times and groups, the missed fusions) raise
+# when a hand-edited or cut-short file lacks a key or holds a value of another type: the record
+# reads (its own fields are checked), the sections made from those objects say so instead.
+_MALFORMED = (KeyError, TypeError, ValueError, IndexError, AttributeError)
+
+
+def _traced_sections(group: Sequence[CellResult]) -> list[str]:
+    """A workload's kernel times, cost model and missed fusions; one line where a record's
+    nested objects are malformed, so the rest of the report is still written."""
+    try:
+        return [*kernel_sections(group), *cost_model_section(group), *_missed(group)]
+    except _MALFORMED as err:
+        return [
+            "_This workload's traced sections are not shown: a record's trace or missed "
+            f"fusions are malformed ({type(err).__name__}: {err})._",
+            "",
+        ]
+
+
 def _kernel_plot(records: Sequence[CellResult], out_dir: Path, wanted: str | None) -> list[str]:
-    """The per-kernel roofline of one traced cell (`xlafuse.report.kernels`), if any."""
+    """The per-kernel roofline of one traced cell (`xlafuse.report.kernels`), if any; none
+    where that cell's kernel times are malformed."""
     cell = choose_roofline_cell([r for r in records if r.ok], wanted)
     if cell is None:
         return []
-    return (
-        [KERNEL_ROOFLINE_PNG] if plot_kernel_roofline(cell, out_dir / KERNEL_ROOFLINE_PNG) else []
-    )
+    try:
+        drawn = plot_kernel_roofline(cell, out_dir / KERNEL_ROOFLINE_PNG)
+    except _MALFORMED:
+        return []
+    return [KERNEL_ROOFLINE_PNG] if drawn else []
 
 
 def _study_sections(records: Sequence[CellResult]) -> list[str]:

@@ -425,15 +425,27 @@ def append_result(path: str | Path, record: CellResult | Mapping[str, Any]) -> N
         os.close(fd)
 
 
+def _holds(fd: int, size: int) -> bool:
+    """Whether the file open as `fd` is at least `size` bytes long (False where it cannot be
+    read)."""
+    try:
+        return os.fstat(fd).st_size >= size
+    except OSError:
+        return False
+
+
 def _append_or_cut_back(fd: int, line: bytes, size: int, path: Path) -> None:
     """Write `line` at the end of the file open as `fd` (of `size` bytes before), whole and
-    synced, or cut the file back to `size` and raise."""
+    synced, or cut the file back to `size` and raise. An interrupt (Ctrl-C) that lands once
+    the whole line is in the file keeps it: the record was measured, and is whole."""
     try:
         view = memoryview(line)
         while view:
             view = view[os.write(fd, view) :]
         os.fsync(fd)
     except BaseException as err:
+        if not isinstance(err, OSError) and _holds(fd, size + len(line)):
+            raise
         with contextlib.suppress(OSError):
             os.ftruncate(fd, size)
             os.fsync(fd)
