@@ -7,6 +7,7 @@ The file starts three child processes (two commands and a cold-start child), abo
 """
 
 import json
+import shutil
 import subprocess
 import sys
 
@@ -55,6 +56,7 @@ def _fresh_process(argv):
 
 def test_the_second_command_in_a_fresh_process_is_served_from_the_cache(user_cache):
     first = _fresh_process(INSPECT)
+    shutil.rmtree(user_cache.parent / cache.RESULTS_FOLDER)  # inspect's own cache: not this one
     second = _fresh_process(INSPECT)
 
     assert first["code"] == second["code"] == 0

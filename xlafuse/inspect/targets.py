@@ -14,14 +14,20 @@ launch count is reported next to the modeled kernel count, with a warning when t
 
 The result and its JSON schema are `xlafuse.inspect.schema`; the text is `xlafuse.report.inspect_text`.
 
+A workload's compile can be kept and read again (`xlafuse inspect`'s cache,
+`xlafuse.compile.cache`): `on_compiled` gets the optimized HLO text, `stored_fields` what the
+result holds besides it, and `inspect_stored` makes the same result again from the two.
+
 Bytes are modeled HBM bytes (see `xlafuse.hlo.traffic`), not measurements.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import hashlib
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from xlafuse.errors import REGULAR_FILE, HloParseError, XlafuseError, check_path_kind
 from xlafuse.hlo import (
@@ -50,6 +56,7 @@ def inspect_target(
     cell: Cell | None = None,
     variant: str = "default",
     on_step: Callable[[str], None] | None = None,
+    on_compiled: Callable[[InspectResult, str], None] | None = None,
 ) -> InspectResult:
     """Inspects an HLO file, a dump folder (or one module of it), or a compiled cell.
 
@@ -60,6 +67,8 @@ def inspect_target(
             size, mode, overrides, and the devices it is sharded over).
         variant: the fusion variant to compile the cell under.
         on_step: called with a line ("compiling mlp/tiny/forward @ default") before a compile.
+        on_compiled: called after a workload's compile with the result and the optimized HLO
+            text it was read from (what `inspect_stored` reads again).
 
     Returns:
         The InspectResult.
@@ -75,7 +84,7 @@ def inspect_target(
     if cell is not None:
         if module is not None:
             raise XlafuseError("--module picks a module of a dump folder, not of a workload")
-        return _inspect_workload(cell, variant, on_step)
+        return _inspect_workload(cell, variant, on_step, on_compiled)
     target = Path(path)
     check_path_kind(target, "a regular file or a folder", ACCEPTED)
     if target.is_dir():
@@ -196,7 +205,7 @@ def _summarize(path: Path) -> ModuleSummary:
     )
 
 
-def _inspect_workload(cell: Cell, variant, on_step=None) -> InspectResult:
+def _inspect_workload(cell: Cell, variant, on_step=None, on_compiled=None) -> InspectResult:
     from xlafuse.compile.jit import compile_workload  # JAX: only a workload needs it
     from xlafuse.compile.variants import get as get_variant
 
@@ -210,7 +219,7 @@ def _inspect_workload(cell: Cell, variant, on_step=None) -> InspectResult:
     if report.backend is None:
         report = _with_backend(report, compiled.backend)
     on = f", {cell.on_devices}" if cell.on_devices else ""
-    return InspectResult(
+    result = InspectResult(
         target=f"workload {cell.name} ({work.size}, {work.mode}{on})",
         target_kind="workload",
         report=report,
@@ -221,6 +230,64 @@ def _inspect_workload(cell: Cell, variant, on_step=None) -> InspectResult:
         parallelism=work.parallelism,
         static_leaves=tuple(work.static),
     )
+    if on_compiled is not None:
+        on_compiled(result, compiled.hlo_text)
+    return result
+
+
+def stored_fields(result: InspectResult) -> dict[str, Any]:
+    """What a workload's result holds besides its optimized HLO (JSON-able): its target line,
+    variant, backend, devices, parallelism and static leaves (`inspect_stored` takes them)."""
+    return {
+        "target": result.target,
+        "variant": result.variant,
+        "backend": result.report.backend if result.report else None,
+        "devices": result.devices,
+        "parallelism": result.parallelism,
+        "static_leaves": [leaf.to_dict() for leaf in result.static_leaves or ()],
+    }
+
+
+def inspect_stored(
+    hlo_path: Path, hlo_sha256: str, fields: Mapping[str, Any], *, name: str
+) -> InspectResult | None:
+    """A workload's result again, from the optimized HLO text its compile gave
+    (`on_compiled`) and its `stored_fields`: what `_inspect_workload` returned then.
+
+    Args:
+        hlo_path: the file of the HLO text.
+        hlo_sha256: SHA-256 (hex) of the text as it was written.
+        fields: `stored_fields` of the result.
+        name: the workload's name (the parsed module's source, as a compile names it).
+
+    Returns:
+        The result; None when the file cannot be read or parsed, is not the text that was
+        written, or `fields` lack a value (the entry is not used: compile again).
+    """
+    from xlafuse.compile.static import StaticLeaf  # JAX: only a workload needs it
+
+    try:
+        text, _ = read_hlo(hlo_path)
+        if hashlib.sha256(text.encode()).hexdigest() != hlo_sha256:
+            return None
+        hlo = parse_hlo(text, f"workload {name}")
+        leaves = tuple(StaticLeaf(x["path"], x["name"]) for x in fields["static_leaves"])
+        report = analyze_module(hlo)
+        if report.backend is None:
+            report = _with_backend(report, fields["backend"])
+        return InspectResult(
+            target=fields["target"],
+            target_kind="workload",
+            report=report,
+            hlo=hlo,
+            variant=fields["variant"],
+            collectives=analyze_collectives(hlo),
+            devices=fields["devices"],
+            parallelism=fields["parallelism"],
+            static_leaves=leaves,
+        )
+    except (XlafuseError, KeyError, TypeError):  # HloParseError is an XlafuseError
+        return None
 
 
 def _with_backend(report: FusionReport, backend: str) -> FusionReport:
