@@ -27,6 +27,7 @@ from collections.abc import Iterator
 
 from xlafuse.cli._user_output import user_output  # stdlib only: no JAX for --help
 from xlafuse.errors import XlafuseError
+from xlafuse.experiment import interrupts  # stdlib only
 
 # Subcommand modules, in the order `xlafuse --help` lists them.
 _COMMANDS = (
@@ -115,7 +116,12 @@ def main(argv: list[str] | None = None) -> int:
         parser.commands[args.command].error(f"unrecognized arguments: {' '.join(extra)}")
     args.argv = argv  # kept for a command that must run again in a child (N host devices)
     try:
-        with _gc_pause(args), _compile_cache(args), user_output(args.command, debug=args.debug):
+        with (
+            interrupts.sticky(),
+            _gc_pause(args),
+            _compile_cache(args),
+            user_output(args.command, debug=args.debug),
+        ):
             return int(args.func(args) or 0)
     except KeyboardInterrupt:
         print("xlafuse: interrupted", file=sys.stderr)

@@ -45,6 +45,7 @@ from xlafuse.distributed import lockstep, messages, runtime, watch
 from xlafuse.errors import XlafuseError, check_selected, error_line
 from xlafuse.experiment import environment as run_environment
 from xlafuse.experiment import fields as fields_lib
+from xlafuse.experiment import interrupts
 from xlafuse.experiment.config import ExperimentConfig, VariantConfig, WorkloadConfig, load_config
 from xlafuse.experiment.progress import Reporter
 from xlafuse.inspect.explain import missed_fusions
@@ -781,6 +782,7 @@ def _finish(run: _Run, record: CellResult, reference: CellResult | None, advance
     append_result(run.results_path, record)
     run.say(cell_line(record, reference))
     advance()
+    interrupts.check()  # a Ctrl-C that Python swallowed stops the run here
 
 
 def _selected_records(

@@ -32,6 +32,7 @@ import jaxlib
 
 from xlafuse import __version__ as XLAFUSE_VERSION
 from xlafuse.errors import XlafuseError
+from xlafuse.experiment import interrupts
 from xlafuse.experiment.tune.rerun import candidate_from
 from xlafuse.experiment.tune.search import Score, Trial
 from xlafuse.experiment.tune.space import Candidate
@@ -187,6 +188,7 @@ class Journal:
             raise XlafuseError(
                 f"cannot write to {str(self.path)!r}: {reason} (the lines written before are kept)"
             ) from None
+        interrupts.check()  # a Ctrl-C that Python swallowed stops the tune here
 
 
 @contextlib.contextmanager
