@@ -40,22 +40,32 @@ def _figures(records: Sequence[CellResult]) -> str:
     return "latency (forward calls on a GPU) or pipelined time (the others)"
 
 
-def plot_speedup(records: Sequence[CellResult], path: Path) -> bool:
-    """Bars of each variant's speedup over the reference, per workload."""
-    rows = [r for r in records if r.speedup.vs_reference is not None]
-    if not rows:
-        return False
+def _grouped_bars(rows: Sequence[CellResult], value, labels):
+    """A figure of bars per workload, one per variant, each bar `value(record)` and labelled
+    by `labels(values)`: (figure, axes, the workloads in order, their tick positions)."""
     workloads = list(dict.fromkeys(cell_label(r) for r in rows))
     variants = list(dict.fromkeys(r.variant for r in rows))
     width = 0.8 / len(variants)
     fig, ax = new_figure((max(6.5, 0.9 * len(workloads) * len(variants) / 2 + 2), 5))
     x = np.arange(len(workloads))
     for i, variant in enumerate(variants):
-        values = {cell_label(r): r.speedup.vs_reference for r in rows if r.variant == variant}
-        bars = ax.bar(x + i * width, [values.get(w, 0.0) for w in workloads], width, label=variant)
-        ax.bar_label(bars, fmt="%.2f", fontsize=7)
+        values = {cell_label(r): value(r) for r in rows if r.variant == variant}
+        shown = [values.get(w, 0.0) for w in workloads]
+        bars = ax.bar(x + i * width, shown, width, label=variant)
+        ax.bar_label(bars, labels(shown), fontsize=7)
+    return fig, ax, workloads, x + width * (len(variants) - 1) / 2
+
+
+def plot_speedup(records: Sequence[CellResult], path: Path) -> bool:
+    """Bars of each variant's speedup over the reference, per workload."""
+    rows = [r for r in records if r.speedup.vs_reference is not None]
+    if not rows:
+        return False
+    fig, ax, workloads, ticks = _grouped_bars(
+        rows, lambda r: r.speedup.vs_reference, lambda values: [f"{v:.2f}" for v in values]
+    )
     ax.axhline(1.0, color="black", linewidth=0.8)
-    ax.set_xticks(x + width * (len(variants) - 1) / 2, workloads, rotation=30, ha="right")
+    ax.set_xticks(ticks, workloads, rotation=30, ha="right")
     reference = rows[0].reference
     ax.set_ylim(0, max(r.speedup.vs_reference for r in rows) * 1.12)
     ax.set_xlabel("workload / size / mode")
@@ -76,20 +86,14 @@ def plot_throughput(records: Sequence[CellResult], path: Path) -> bool:
     rows = [r for r in records if r.rates.items_per_s]
     if not any(r.model.items_unit not in (None, "calls") for r in rows):
         return False
-    workloads = list(dict.fromkeys(cell_label(r) for r in rows))
     units = {cell_label(r): r.model.items_unit or "items" for r in rows}
-    variants = list(dict.fromkeys(r.variant for r in rows))
-    width = 0.8 / len(variants)
-    fig, ax = new_figure((max(6.5, 0.9 * len(workloads) * len(variants) / 2 + 2), 5))
-    x = np.arange(len(workloads))
-    for i, variant in enumerate(variants):
-        values = {cell_label(r): r.rates.items_per_s for r in rows if r.variant == variant}
-        shown = [values.get(w, 0.0) for w in workloads]
-        bars = ax.bar(x + i * width, shown, width, label=variant)
-        ax.bar_label(bars, [throughput_text(v, None).split()[0] if v else "" for v in shown],
-                     fontsize=7)  # fmt: skip
+    fig, ax, workloads, ticks = _grouped_bars(
+        rows,
+        lambda r: r.rates.items_per_s,
+        lambda values: [throughput_text(v, None).split()[0] if v else "" for v in values],
+    )
     labels = [f"{w}\n({units[w]}/s)" for w in workloads]
-    ax.set_xticks(x + width * (len(variants) - 1) / 2, labels, rotation=30, ha="right")
+    ax.set_xticks(ticks, labels, rotation=30, ha="right")
     ax.set_yscale("log")
     ax.set_xlabel("workload / size / mode (its unit)")
     ax.set_ylabel("items per second (each workload's unit, log scale)")

@@ -10,12 +10,18 @@ are never mixed or reused.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from xlafuse.errors import XlafuseError
 from xlafuse.results.records import CellResult, parse_file, plain
+
+
+def shown_differences(differences: Sequence[str], most: int = 3) -> str:
+    """The first `most` differences, `; `-joined, and how many more there are."""
+    more = f" and {len(differences) - most} more" if len(differences) > most else ""
+    return "; ".join(differences[:most]) + more
 
 
 def check_resumable(
@@ -44,10 +50,9 @@ def check_resumable(
     for record in parse_file(path)[0]:
         differences = _differences(record, settings, variants or {}, sources or {})
         if differences:
-            shown = "; ".join(differences[:3])
-            more = f" and {len(differences) - 3} more" if len(differences) > 3 else ""
             raise XlafuseError(
-                f"{path} holds results measured under other settings ({shown}{more}): "
+                f"{path} holds results measured under other settings "
+                f"({shown_differences(differences)}): "
                 "resuming would mix them; pass --fresh to move that file aside and start over, "
                 "or write to another --out"
             )

@@ -38,6 +38,7 @@ from xlafuse.experiment.tune.search import Score, Trial
 from xlafuse.experiment.tune.space import Candidate
 from xlafuse.folders import writable_folder
 from xlafuse.results import records
+from xlafuse.results.settings import shown_differences
 
 TUNE_FILE = "tune.jsonl"
 BEST_FILE = "best.toml"
@@ -274,10 +275,9 @@ def check_header(path: Path, first: Mapping[str, Any], header: Mapping[str, Any]
         )
     differences = _differences(first, header)
     if differences:
-        shown = "; ".join(differences[:3])
-        more = f" and {len(differences) - 3} more" if len(differences) > 3 else ""
         raise XlafuseError(
-            f"{path} holds another tuning ({shown}{more}): resuming would mix them; pass "
+            f"{path} holds another tuning ({shown_differences(differences)}): resuming would "
+            "mix them; pass "
             "another --out"
         )
 
