@@ -153,14 +153,18 @@ def test_every_module_is_traced_to_its_reprint(corpus, ours):
     # dimensions by its layout is a transpose: where a module's text has no layouts and XLA's
     # re-print has them (01900, 05618), the two differ, and 2 more are lost than when every
     # bitcast was a view.
+    from lineage_digests import assert_digest, digest, lineage_digest
+
     from xlafuse.hlo.lineage import trace_module
 
-    counts, modules = Counter(), 0
+    counts, digests = Counter(), []
     for r in corpus:
         text, printed = ours[r["id"], "text"], ours[r["id"], "canonical"]
         if isinstance(text, HloParseError) or isinstance(printed, HloParseError):
             continue
-        counts.update(trace_module(text, printed, r["text"], r["canonical"]).counts())
-        modules += 1
-    assert modules == 5870
+        lineage = trace_module(text, printed, r["text"], r["canonical"])
+        counts.update(lineage.counts())
+        digests.append(lineage_digest(lineage))
+    assert len(digests) == 5870
     assert sum(counts.values()) == 148_702 and counts["lost"] == 2_099
+    assert_digest("corpus", digest(digests))  # every trace of every module as it was

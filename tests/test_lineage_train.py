@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 from helpers import GPT2_FORWARD, GPT2_SMALL_TRAIN, RESNET50_TRAIN, recorded_hlo
+from lineage_digests import assert_digest, digest, lineage_digest
 
 from xlafuse.hlo.diff import diff_modules
 from xlafuse.hlo.lineage import LAYOUT_ONLY, lost_summary, trace_module
@@ -28,6 +29,7 @@ def test_gpt2_train_is_traced_but_for_a_few_index_ops(gpt2_train_diffs, variant)
     lineage = diff.lineage_a if variant == "default" else diff.lineage_b
     counts, besides_layout = GPT2_COUNTS[variant]
     assert lineage.counts() == counts
+    assert_digest(f"trace-gpt2-train/{variant}", lineage_digest(lineage))  # every trace as it was
     lost = lineage.lost_by_opcode()
     assert sum(n for op, n in lost.items() if op not in LAYOUT_ONLY) == besides_layout
     assert besides_layout / len(lineage.traces) < 0.05
@@ -44,6 +46,7 @@ def test_gpt2_train_diff_leaves_no_dot_alone(gpt2_train_diffs, b):
     diff = gpt2_train_diffs[b]
     assert diff.unlinked_dots == ()
     assert sum(g.bytes_delta for g in diff.groups) == diff.modeled_bytes_delta
+    assert_digest(f"trace-gpt2-train/groups default-{b}", digest(diff.to_dict()))
 
 
 @pytest.fixture(scope="module")
@@ -61,8 +64,10 @@ def test_resnet50_train_follows_every_convolution_into_a_cudnn_call(resnet50_tra
     texts = {n: resnet50_train[n][0] for n in ("default", "no-gemm-fusion")}
     diff = diff_modules(resnet50_train["default"][1], resnet50_train["no-gemm-fusion"][1],
                         ("default", "no-gemm-fusion"), ref, (ref_text, *texts.values()))  # fmt: skip
-    for lineage in (diff.lineage_a, diff.lineage_b):  # each side traced to the unoptimized one
+    for side, lineage in zip(texts, (diff.lineage_a, diff.lineage_b), strict=True):
+        # each side traced to the unoptimized one
         assert lineage.counts() == {"kernel": 7654, "outside": 427, "lost": 17}
+        assert_digest(f"trace-resnet50-train/{side}", lineage_digest(lineage))
         lost = lineage.lost_by_opcode()
         assert "convolution" not in lost and "dot" not in lost
         assert not {"divide", "multiply"} & set(lost) and lost["add"] == 1
@@ -75,6 +80,7 @@ def test_resnet50_train_follows_every_convolution_into_a_cudnn_call(resnet50_tra
         assert all(t.kernel.startswith("cudnn-conv") for t in convolutions)
     assert diff.unlinked_dots == ()
     assert all(g.kernels_a and g.kernels_b for g in diff.groups)  # nothing on one side alone
+    assert_digest("trace-resnet50-train/groups default-no-gemm-fusion", digest(diff.to_dict()))
 
 
 # GPT-2 full forward (batch 8 x 1024): (counts, lost besides reshapes and bitcasts). Before the
@@ -103,6 +109,7 @@ def test_gpt2_forward_traces_each_softmax_and_each_cublas_epilogue(gpt2_forward,
     lineage = trace_module(ref, module, ref_text, text)
     counts, besides_layout = GPT2_FORWARD_COUNTS[variant]
     assert lineage.counts() == counts
+    assert_digest(f"trace-gpt2-fwd/{variant}", lineage_digest(lineage))
     lost = lineage.lost_by_opcode()
     assert sum(n for op, n in lost.items() if op not in LAYOUT_ONLY) == besides_layout
     assert not {"dot", "reduce", "exponential", "subtract", "multiply"} & set(lost)
@@ -129,6 +136,7 @@ def test_gpt2_forward_diff_leaves_no_dot_alone(gpt2_forward, b):
     diff = diff_modules(a, other, ("default", b), ref, (ref_text, text_a, text_b))
     assert diff.unlinked_dots == ()
     assert sum(g.bytes_delta for g in diff.groups) == diff.modeled_bytes_delta
+    assert_digest(f"trace-gpt2-fwd/groups default-{b}", digest(diff.to_dict()))
 
 
 @pytest.mark.parametrize(("variant", "counts"), [
@@ -148,6 +156,7 @@ def test_gpt2_small_train_follows_transposes_xla_made_bitcasts(variant, counts):
     (ref_text, ref), (text, module) = hlo["unoptimized"], hlo[variant]
     lineage = trace_module(ref, module, ref_text, text)
     assert lineage.counts() == counts
+    assert_digest(f"trace-gpt2-small-train/{variant}", lineage_digest(lineage))
     lost = lineage.lost_by_opcode()
     assert not {"dot", "negate", "reduce", "convert"} & set(lost) and lost["transpose"] == 1
     dots = [t for t in lineage.traces if t.opcode == "dot"]
