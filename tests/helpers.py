@@ -26,6 +26,8 @@ GPT2_TRAIN = REPO / "tests" / "data" / "trace-gpt2-train"
 GPT2_FORWARD = REPO / "tests" / "data" / "trace-gpt2-fwd"
 GPT2_SMALL_TRAIN = REPO / "tests" / "data" / "trace-gpt2-small-train"
 RESNET50_TRAIN = REPO / "tests" / "data" / "trace-resnet50-train"
+# A loop program recorded on an H100 (jax 0.11.2): the zoo's cart-pole at full size, one call.
+CARTPOLE_FULL = REPO / "tests" / "data" / "trace-cartpole-full"
 
 
 def recorded_hlo(folder: Path, names) -> dict:

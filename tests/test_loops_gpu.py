@@ -37,8 +37,8 @@ def test_cartpole_full_counts_its_scan_body_by_the_trip_count():
     assert full.modeled_bytes_per_call == once + looped
     assert full.launches_per_call == sum(full.runs_of(k) for k in full.kernel_details)
     # one iteration's bytes (the body's, and the loops nested in it, by their trip counts)
-    # times the trip count: half the steps, half the loop's bytes (but the condition's one
-    # extra run: a few bytes)
+    # times the trip count: half the steps, half the loop's bytes (a counted loop's condition
+    # does not run)
     half_once, half_looped = _loop_bytes(reports[250])
     assert half_once == once and half_looped * 2 == pytest.approx(looped, rel=1e-6)
 

@@ -4,9 +4,12 @@ The kernel counts of a report are per program text (a while body that runs 500 t
 once, see `fusion`). Work per call, FLOPs above all, needs the other count: how often each
 computation runs. XLA writes the trip count it proved into the while's `backend_config`
 (`"known_trip_count":{"n":"500"}`; `lax.scan` and `fori_loop` get one). The ENTRY computation
-runs once; a while body runs its loop's trip count times its caller's runs, the condition one
-more; a `call` or `async-start` target as often as its caller. A loop whose trip count XLA did
-not find has no count (None), nor has what it calls. A conditional runs one of its branches,
+runs once; a while body runs its loop's trip count times its caller's runs, and the condition
+not at all: given a trip count, XLA's while thunk (GPU and CPU) runs the body that many times
+without evaluating the condition (the recorded cart-pole trace, tests/data/trace-cartpole-full:
+5,006 launches a call, none of them the condition's `loop_compare_fusion`). A `call` or
+`async-start` target runs as often as its caller. A loop whose trip count XLA did not find has
+no count (None), nor has what it calls, its condition included. A conditional runs one of its branches,
 which the text cannot tell: `runs_per_call` gives its branches no count, and
 `runs_per_call(module, branches_taken=True)` counts every branch as taken each time (an upper
 bound, which `per_call_basis` says).
@@ -119,7 +122,7 @@ def _called(instr: Instruction, branches_taken: bool) -> Iterator[tuple[str, int
     if opcode == "while":
         n = trip_count(instr)
         yield _name(attributes.get("body")), n
-        yield _name(attributes.get("condition")), None if n is None else n + 1
+        yield _name(attributes.get("condition")), None if n is None else 0
     elif opcode == "conditional":
         for name in instr.called_computations:
             yield name, 1 if branches_taken else None
