@@ -1,4 +1,5 @@
-"""A results JSONL -> `report.md` (environment, ceilings, two tables per workload) and PNG plots.
+"""A results JSONL -> `report.md` (environment, ceilings, two tables per workload), PNG plots and
+`report.html` (the same report to explore in a browser: `xlafuse.report.html`).
 
 The tables are `xlafuse.report.cells`'s, the plots `xlafuse.report.plots`' (speedup per workload
 and variant, kernels vs time, a roofline) and the study sections' (cold start, PyTorch, kernels).
@@ -33,6 +34,7 @@ from xlafuse.report.costmodel import (
     study_section,
 )
 from xlafuse.report.explain_text import missed_fusions_markdown
+from xlafuse.report.html import MARKDOWN_TITLE, REPORT_HTML, write_html
 from xlafuse.report.kernels import (
     KERNEL_ROOFLINE_PNG,
     choose_roofline_cell,
@@ -63,7 +65,8 @@ COLD_START_PNG = "cold_start.png"
 def write_report(
     results_path: str | Path, out_dir: str | Path | None = None, roofline_cell: str | None = None
 ) -> Path:
-    """Write `report.md` and its PNG plots for a results file.
+    """Write `report.md`, its PNG plots and `report.html` (`xlafuse.report.html`) for a
+    results file.
 
     Args:
       results_path: the JSONL file of cell records, or a folder holding results.jsonl.
@@ -88,9 +91,10 @@ def write_report(
     plots = write_plots(records, out_dir) + _kernel_plot(records, out_dir, roofline_cell)
     text = render_markdown(records, data.path, plots, data.skipped_note())
     path = out_dir / "report.md"
-    return write_atomically(
-        path, lambda temp: temp.write_text(text, encoding="utf-8"), noun="report"
-    )
+    write_atomically(path, lambda temp: temp.write_text(text, encoding="utf-8"), noun="report")
+    groups = by_workload(records)
+    write_html(out_dir / REPORT_HTML, records, groups, markdown=text, title=str(data.path))
+    return path
 
 
 def render_markdown(
@@ -100,14 +104,14 @@ def render_markdown(
     skipped: str | None = None,
 ) -> str:
     """The report as markdown text (`skipped`: a note on lines of the file that were skipped)."""
-    lines = ["# xlafuse report", ""]
+    lines = [MARKDOWN_TITLE, ""]
     if source is not None:
         lines += [f"Results: `{source}` ({len(records)} cells)", ""]
     if skipped:
         lines += [f"_{skipped}_", ""]
     lines += _environment(records) + _ceilings(records) + [reading_notes(), ""]
     lines += traces_section(records)
-    for key, group in _by_workload(records).items():
+    for key, group in by_workload(records).items():
         lines += [f"## {key}", "", *cell_tables(group), ""]
         lines += _traced_sections(group)
     lines += _errors(records)
@@ -227,7 +231,7 @@ def _calibration_line(r: CellResult) -> str:
     return line
 
 
-def _by_workload(records: Sequence[CellResult]) -> dict[str, list[CellResult]]:
+def by_workload(records: Sequence[CellResult]) -> dict[str, list[CellResult]]:
     """The records by their section's header, `mlp[batch=8] / tiny / train / float32` (and
     `/ data-parallel on 2 devices` when sharded). A cell that failed before it was built has no
     dtype: it goes under its cell's dtype where another record of the cell has one, else its
