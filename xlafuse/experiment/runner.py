@@ -414,7 +414,11 @@ def _move_aside(path: Path) -> None:
     if aside is None:
         return
     stem = aside.name.removesuffix(".jsonl.old")  # results.<time>
-    for made in [path.parent / "report.md", *sorted(path.parent.glob("*.png"))]:
+    for made in [
+        path.parent / "report.md",
+        path.parent / "report.html",
+        *sorted(path.parent.glob("*.png")),
+    ]:
         if made.is_file():
             made.rename(path.parent / f"{stem}.{made.name}.old")
 

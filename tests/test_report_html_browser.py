@@ -1,0 +1,173 @@
+"""report.html in a real browser (issue 47): headless Chromium (Debian's `chromium`) driven by
+Playwright (the test extra) opens a report written from the published GPT-2 records, sorts
+the kernel table by time, filters it by a kernel's name, reads the kernel groups' sums and
+opens a kernel's graph; each figure read back from the page's DOM is the records'. No request
+leaves the file, and the console holds no error.
+
+Skips itself, saying why, where Playwright or a Chromium binary is missing (`.ci/run` installs
+both). The page's load time is printed, never asserted.
+"""
+
+import os
+import pathlib
+import shutil
+
+import pytest
+
+from xlafuse.report.html import REPORT_HTML
+from xlafuse.report.markdown import write_report
+from xlafuse.results.records import latest_per_cell, read_results
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+TRANSFORMER = ROOT / "experiments" / "h200" / "transformer" / "results.jsonl"
+CHROMIUM_ENV = "XLAFUSE_CHROMIUM"  # a Chromium binary elsewhere than on PATH
+DEFAULT, NO_FUSION = "gpt2/full/train @ default", "gpt2/full/train @ no-fusion"
+
+
+def _chromium() -> str | None:
+    named = os.environ.get(CHROMIUM_ENV)
+    if named:
+        return named
+    return next(
+        (
+            shutil.which(n)
+            for n in ("chromium", "chromium-browser", "google-chrome")
+            if shutil.which(n)
+        ),
+        None,
+    )
+
+
+@pytest.fixture(scope="module")
+def browser():
+    sync_api = pytest.importorskip(
+        "playwright.sync_api", reason="Playwright is not installed (pip install -e '.[test]')"
+    )
+    binary = _chromium()
+    if binary is None:
+        pytest.skip(f"no Chromium binary on PATH or in ${CHROMIUM_ENV} (apt-get install chromium)")
+    with sync_api.sync_playwright() as p:
+        # --no-sandbox: CI runs as root, where Chromium's sandbox refuses to start
+        chromium = p.chromium.launch(executable_path=binary, args=["--no-sandbox"])
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    """report.html of the published GPT-2 (and transformer block) records, plots included."""
+    out = tmp_path_factory.mktemp("report")
+    write_report(TRANSFORMER, out)
+    return out / REPORT_HTML
+
+
+@pytest.fixture(scope="module")
+def records():
+    found = latest_per_cell(read_results(TRANSFORMER).records)
+    return {f"{r.workload}/{r.size}/{r.mode} @ {r.variant}": r for r in found}
+
+
+@pytest.fixture(scope="module")
+def page(browser, report):
+    """The page, loaded once; its console errors and the requests it made kept."""
+    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    page = context.new_page()
+    page.errors, page.requests = [], []
+    page.on("console", lambda m: page.errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda err: page.errors.append(str(err)))
+    page.on("request", lambda request: page.requests.append(request.url))
+    page.goto(report.as_uri())
+    page.wait_for_selector("body[data-ready]", state="attached")
+    timing = page.evaluate(
+        "(() => { const t = performance.getEntriesByType('navigation')[0];"
+        " return [t.domContentLoadedEventEnd, t.loadEventEnd]; })()"
+    )
+    size = report.stat().st_size / 1e6
+    print(
+        f"\nreport.html ({size:.2f} MB): DOM content loaded {timing[0]:.0f} ms, load {timing[1]:.0f} ms"
+    )
+    yield page
+    context.close()
+
+
+def _select_cell(page, select: str, label: str) -> None:
+    value = page.eval_on_selector_all(
+        f"{select} option", "(os, label) => os.find(o => o.textContent === label).value", label
+    )
+    page.select_option(select, value)
+
+
+def _value(page, selector: str) -> float:
+    return float(page.get_attribute(selector, "data-v"))
+
+
+def test_the_page_loads_from_disk_alone(page):
+    assert page.get_attribute("body", "data-ready") == "1"
+    assert {url.split(":", 1)[0] for url in page.requests} <= {"file", "data"}
+    assert page.errors == []
+
+
+def test_sorted_by_time_the_first_kernel_is_the_longest(page, records):
+    page.click("nav button[data-tab=kernels]")
+    _select_cell(page, "#kcell", DEFAULT)
+    kt = records[DEFAULT].trace.kernel_times
+    times = {p[0]: p[4] for p in records[DEFAULT].trace.cost_model["pairs"]}
+    page.click("#ktable thead th:text-is('kernel')")  # by name first: the order is the click's
+    assert page.inner_text("#ktable tbody tr:first-child td:first-child") == min(times)
+    page.click("#ktable thead th:text-is('µs/call')")
+    first = page.inner_text("#ktable tbody tr:first-child td:first-child")
+    assert first == max(times, key=times.get) == max(kt["top"], key=lambda k: k["time_s"])["name"]
+    assert _value(page, "#ktable tbody tr:first-child td:nth-child(4)") == times[first]
+    # the cell's figures, read back from the DOM
+    assert _value(page, "#ktime") == kt["time_s"]
+    assert _value(page, "#kran") == kt["kernels"] == 864
+    assert page.get_attribute("#kcount", "data-n") == "864"
+    assert page.errors == []
+
+
+def test_filtered_by_name_the_rows_are_those_kernels(page, records):
+    page.click("nav button[data-tab=kernels]")
+    _select_cell(page, "#kcell", DEFAULT)
+    names = [p[0] for p in records[DEFAULT].trace.cost_model["pairs"]]
+    page.fill("#kfilter", "GEMM_fusion_dot")
+    expected = sorted(n for n in names if "gemm_fusion_dot" in n)
+    assert len(expected) == 87
+    shown = page.eval_on_selector_all(
+        "#ktable tbody tr:not(.more) td:first-child", "tds => tds.map(td => td.textContent)"
+    )
+    assert sorted(shown) == expected
+    assert page.inner_text("#kcount") == "87 of 864 kernels"
+    page.fill("#kfilter", "")
+    assert page.get_attribute("#kcount", "data-n") == "864"
+    assert page.errors == []
+
+
+def test_the_groups_sums_are_the_diffs(page, records):
+    page.click("nav button[data-tab=groups]")
+    _select_cell(page, "#gcell", NO_FUSION)
+    diff = records[NO_FUSION].trace.kernel_diff
+    assert _value(page, "#gcount") == diff["groups"] == 830
+    assert _value(page, "#gtime-a") == diff["time_a_s"]
+    assert _value(page, "#gtime-b") == diff["time_b_s"]
+    for verdict in ("faster", "slower", "same"):
+        assert _value(page, f"#g{verdict}") == diff["changed_s"][verdict]
+        assert _value(page, f"#g{verdict}-n") == diff["changed_groups"][verdict]
+    heads = page.eval_on_selector_all("#ginfo h3", "hs => hs.map(h => h.textContent)")
+    assert heads == [
+        f"Where no-fusion gains (faster): {len(diff['gains'])} groups",
+        f"Where no-fusion loses (slower): {len(diff['losses'])} groups",
+    ]
+    assert page.errors == []
+
+
+def test_a_kernels_graph_opens_around_it(page, records):
+    page.click("nav button[data-tab=groups]")
+    _select_cell(page, "#gcell", NO_FUSION)
+    kernel = records[NO_FUSION].trace.kernel_diff["losses"][0]["kernels_a"][0]
+    page.click(f"#ginfo .kernel-link[data-graph='default:{kernel}'] >> nth=0")
+    assert page.is_visible("#tab-graph")
+    node = page.locator(f"#gview svg g.node.center[data-id='default:{kernel}']")
+    assert node.count() == 1 and node.locator("text").first.text_content() == kernel
+    group = page.locator("#gview svg g.node.group text").first.text_content()
+    assert group == "split: no-fusion - default 3208 µs (slower)"
+    assert page.errors == []
