@@ -71,6 +71,14 @@ def test_the_page_data_are_the_records():
         assert row[key] == longest[key]
     assert row["headroom_s"] == kt["headroom_top"][0]["headroom_s"]
     assert row["predicted_s"] == _predicted(train, "gemm_fusion_dot.169")
+    names = {k["name"] for k in [*kt["top"], *kt["headroom_top"]]}
+    assert sum(row[4] is not None for row in page["kernels"]) == len(names) == 12
+    assert page["kernels_note"] == (
+        "All 864 kernels of the trace, their times from the cost model's join "
+        "(`cost_model.pairs`). The record keeps every figure (launches, bytes, FLOPs, bound, "
+        "headroom, source) for 12 of them, the top ones by time and by headroom, and FLOPs and "
+        "source for XLA's largest mispredictions: `-` where it holds none."
+    )
     # the groups of the diff against no-fusion, with their sums
     other = cells[_cell(records, "gpt2/full/train@no-fusion").cell_id]
     diff = _cell(records, "gpt2/full/train@no-fusion").trace.kernel_diff

@@ -78,13 +78,11 @@ def page(browser, report):
     page.on("request", lambda request: page.requests.append(request.url))
     page.goto(report.as_uri())
     page.wait_for_selector("body[data-ready]", state="attached")
-    timing = page.evaluate(
-        "(() => { const t = performance.getEntriesByType('navigation')[0];"
-        " return [t.domContentLoadedEventEnd, t.loadEventEnd]; })()"
-    )
+    loaded = page.evaluate("performance.getEntriesByType('navigation')[0].domContentLoadedEventEnd")
+    ready = page.get_attribute("body", "data-ready")
     size = report.stat().st_size / 1e6
     print(
-        f"\nreport.html ({size:.2f} MB): DOM content loaded {timing[0]:.0f} ms, load {timing[1]:.0f} ms"
+        f"\nreport.html ({size:.2f} MB): DOM content loaded {loaded:.0f} ms, tabs drawn {ready} ms"
     )
     yield page
     context.close()
@@ -102,7 +100,7 @@ def _value(page, selector: str) -> float:
 
 
 def test_the_page_loads_from_disk_alone(page):
-    assert page.get_attribute("body", "data-ready") == "1"
+    assert page.get_attribute("body", "data-ready").isdigit()  # ms to the tabs drawn
     assert {url.split(":", 1)[0] for url in page.requests} <= {"file", "data"}
     assert page.errors == []
 

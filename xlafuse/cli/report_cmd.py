@@ -1,11 +1,11 @@
-"""Render a results JSONL (from `xlafuse run`) as markdown tables and plots."""
+"""Render a results JSONL (from `xlafuse run`) as markdown tables and plots, and as report.html."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
-HELP = "write report.md and PNG plots from a results file"
+HELP = "write report.md, report.html and PNG plots from a results file"
 
 
 def add_arguments(parser) -> None:

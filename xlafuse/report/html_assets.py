@@ -6,7 +6,8 @@ The script reads the page's data (`<script type="application/json" id="data">`,
 cell's diff, the missed fusions and XLA's scored decisions, and the graph around a kernel (an
 SVG laid out in layers: each edge points down a layer where the links allow). It formats
 numbers only; every figure it shows is the data's. Each number cell carries its value in
-`data-v`, so a test reads back what the page holds.
+`data-v`, so a test reads back what the page holds; once the tabs are drawn, `<body>` carries
+`data-ready`: the milliseconds since the page was asked for.
 """
 
 CSS = """
@@ -40,6 +41,9 @@ td.absent { color: #9aa3ab; }
 code, .mono { font-family: ui-monospace, SFMono-Regular, Menlo, monospace; font-size: 12px; }
 .scroll { max-height: 70vh; overflow: auto; border: 1px solid var(--line); }
 .scroll table { margin: 0; }
+/* the summary's blocks below the fold are laid out when scrolled to: the page is usable sooner */
+#tab-summary > table, #tab-summary > details, #tab-summary > figure, #tab-summary > ul {
+  content-visibility: auto; contain-intrinsic-size: auto 300px; }
 img.plot { max-width: 100%; border: 1px solid var(--line); margin: 6px 0; }
 figure { margin: 10px 0; }
 figcaption { color: var(--mute); font-size: 12px; }
@@ -464,6 +468,6 @@ if (!diffs.length) $("ginfo").innerHTML = '<p class="banner">No record of this f
   "come from traced cells of a variant beside a traced reference (<code>configs/kernels.toml</code>).</p>";
 else showGroups();
 showMissed();
-document.body.dataset.ready = "1";
+document.body.dataset.ready = String(Math.round(performance.now()));  // ms since the page was asked for
 })();
 """

@@ -141,9 +141,10 @@ def kernels_note(record: CellResult, rows: Sequence[Mapping[str, Any]]) -> str:
     if detailed < len(rows):
         return (
             f"All {len(rows)} kernels of the trace, their times from the cost model's join "
-            f"(`cost_model.pairs`). Launches, bytes, FLOPs, bound, headroom and source are in the "
-            f"record for {detailed} of them (the top ones by time and by headroom): `-` where the "
-            f"record does not hold a figure; the rest are in {where}."
+            f"(`cost_model.pairs`). The record keeps every figure (launches, bytes, FLOPs, "
+            f"bound, headroom, source) for {detailed} of them, the top ones by time and by "
+            "headroom, and FLOPs and source for XLA's largest mispredictions: `-` where it "
+            "holds none."
         )
     return f"All {len(rows)} kernels of the trace, each with its figures."
 
