@@ -18,6 +18,7 @@ from xlafuse.report.html_data import KERNEL_COLUMNS, kernel_rows
 from xlafuse.report.html_graph import workload_graph
 from xlafuse.report.html_markdown import markdown_html
 from xlafuse.report.markdown import by_workload, write_report
+from xlafuse.results.parts import TraceRecord
 from xlafuse.results.records import CellResult, append_result, latest_per_cell, read_results
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -229,3 +230,16 @@ def test_the_gpt2_full_train_report_is_under_five_megabytes(tmp_path):
     size = (tmp_path / REPORT_HTML).stat().st_size
     print(f"report.html of {TRANSFORMER.parent.name}: {size / 1e6:.2f} MB")
     assert size < FIVE_MB
+
+
+def test_a_malformed_trace_is_said_and_the_rest_of_the_page_kept():
+    cell = {"workload": "chain", "size": "tiny", "mode": "forward", "dtype": "float32"}
+    trace = TraceRecord(kernel_times={"top": 5}, kernel_diff={"a": "default", "gains": []})
+    bad = CellResult(**cell, variant="no-fusion", backend="cpu", device_kind="cpu",
+                     reference="default", trace=trace)  # fmt: skip
+    good = CellResult(**cell, variant="default", backend="cpu", device_kind="cpu")
+    data = page_json(_page([good, bad]))
+    assert data["cells"][1]["malformed"].startswith("TypeError: ")  # Python words the rest
+    assert "malformed" not in data["cells"][0]
+    graph = data["graphs"]["chain / tiny / forward / float32"]
+    assert graph == {"nodes": {}, "edges": [], "malformed": "KeyError: 'b'"}

@@ -14,12 +14,13 @@ import shutil
 
 import pytest
 
-from xlafuse.report.html import REPORT_HTML
-from xlafuse.report.markdown import write_report
-from xlafuse.results.records import latest_per_cell, read_results
+from xlafuse.report.html import ALL_FAILED, NO_CELLS, REPORT_HTML, render_html
+from xlafuse.report.markdown import by_workload, write_report
+from xlafuse.results.records import CellResult, latest_per_cell, read_results
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 TRANSFORMER = ROOT / "experiments" / "h200" / "transformer" / "results.jsonl"
+QUICKSTART = ROOT / "experiments" / "cpu" / "quickstart" / "results.jsonl"
 CHROMIUM_ENV = "XLAFUSE_CHROMIUM"  # a Chromium binary elsewhere than on PATH
 DEFAULT, NO_FUSION = "gpt2/full/train @ default", "gpt2/full/train @ no-fusion"
 
@@ -169,3 +170,60 @@ def test_a_kernels_graph_opens_around_it(page, records):
     group = page.locator("#gview svg g.node.group text").first.text_content()
     assert group == "split: no-fusion - default 3208 µs (slower)"
     assert page.errors == []
+
+
+def _small_page(browser, path, records):
+    """A page of `records` (no plots) loaded in a new tab; (page, its console errors)."""
+    path.write_text(
+        render_html(records, by_workload(records), markdown="# xlafuse report\n", title="t"),
+        encoding="utf-8",
+    )
+    page = browser.new_page()
+    errors = []
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda err: errors.append(str(err)))
+    page.goto(path.as_uri())
+    page.wait_for_selector("body[data-ready]", state="attached")
+    return page, errors
+
+
+def test_untraced_cells_say_what_they_have(browser, tmp_path):
+    records = latest_per_cell(read_results(QUICKSTART).records)
+    page, errors = _small_page(browser, tmp_path / "q.html", records)
+    page.click("nav button[data-tab=kernels]")
+    first = records[0]
+    assert page.inner_text("#kinfo p.banner").startswith(
+        f"{first.workload}/{first.size}/{first.mode} @ {first.variant} was not traced: its "
+        "record holds no kernel times"
+    )
+    assert "What the record has: 1 kernel in the program (kLoop 1)." in page.inner_text("#kinfo")
+    page.click("nav button[data-tab=groups]")
+    assert page.inner_text("#ginfo").startswith("No record of this file holds a kernel diff")
+    page.click("nav button[data-tab=graph]")
+    page.fill("#gkernel", "default:fusion")
+    page.dispatch_event("#gkernel", "change")
+    assert page.locator("#gview svg g.node.center[data-id='default:fusion']").count() == 1
+    assert page.inner_text("#gview p.banner").startswith("No record of this workload links fusion")
+    assert errors == []
+    page.close()
+
+
+@pytest.mark.parametrize("failed", [0, 2])
+def test_no_cell_or_only_failed_cells_give_a_page_that_says_so(browser, tmp_path, failed):
+    cell = {"workload": "chain", "size": "tiny", "mode": "forward", "dtype": "float32"}
+    records = [
+        CellResult(**cell, variant=v, backend="cpu", device_kind="cpu", status="error",
+                   error="out of memory", error_type="RuntimeError")
+        for v in ("default", "no-fusion")[:failed]
+    ]  # fmt: skip
+    page, errors = _small_page(browser, tmp_path / "e.html", records)
+    shown = ALL_FAILED.format(count=failed) if failed else NO_CELLS
+    assert page.inner_text("#banner") == shown
+    page.click("nav button[data-tab=kernels]")
+    assert (
+        page.inner_text("#kinfo") == "No cell of this file measured anything: no kernels to show."
+    )
+    page.click("nav button[data-tab=missed]")
+    assert page.inner_text("#minfo").startswith("No record of this file holds missed fusions")
+    assert errors == []
+    page.close()

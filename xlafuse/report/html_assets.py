@@ -175,7 +175,7 @@ function untraced(c) {
   let text = `<p class="banner">${esc(c.label)} @ ${esc(c.variant)} was not traced: its record holds no ` +
     "kernel times (a run with <code>[measure] profile = true</code> on a GPU keeps them, as " +
     "<code>configs/kernels.toml</code> does).</p><p>What the record has: " +
-    `${absent(c.kernels_in_program) ? "no kernel count" : c.kernels_in_program + " kernels in the program"}` +
+    `${absent(c.kernels_in_program) ? "no kernel count" : c.kernels_in_program + (c.kernels_in_program === 1 ? " kernel" : " kernels") + " in the program"}` +
     `${kinds ? " (" + esc(kinds) + ")" : ""}.</p>`;
   if (c.device_top && c.device_top.length) {
     text += "<p>The device profile's longest kernels (names as the profiler gives them):</p><table>" +
@@ -358,60 +358,63 @@ function nodeFill(node, kinds) {
   if (node.type === "decision") return "#fdf6e3";
   return FILL[kinds[node.variant + ":" + node.label]] || "var(--other)";
 }
-function drawGraph(workload, center, hops) {
-  const g = D.graphs[workload];
-  const view = $("gview");
-  if (!g) { view.innerHTML = ""; return; }
+function kindsOf(workload) {  // "variant:kernel" -> its kind, from the workload's kernel tables
   const kinds = {};
   for (const i of (D.workloads.find((w) => w.key === workload) || {cells: []}).cells) {
     const c = D.cells[i];
     for (const r of c.kernels || []) kinds[c.variant + ":" + r[COL.name]] = r[COL.kind];
   }
-  const known = g.nodes[center];
-  const nodes = Object.assign({}, g.nodes);
-  if (!known) nodes[center] = {label: center.slice(center.indexOf(":") + 1), type: "kernel", variant: center.split(":")[0]};
-  const nb = neighbourhood(g, center, hops);
-  const layer = layers(nb.ids, nb.edges);
-  const rows = [];
+  return kinds;
+}
+function place(nb, nodes) {  // each node's centre and width: a row per layer, rows centred
+  const layer = layers(nb.ids, nb.edges), rows = [], pos = {};
   for (const id of nb.ids) (rows[layer[id]] = rows[layer[id]] || []).push(id);
-  const pos = {}, W = (id) => Math.max(90, 7 * Math.max(nodes[id].label.length, nodes[id].variant.length + 2) + 18);
+  const W = (id) => Math.max(90, 7 * Math.max(nodes[id].label.length, nodes[id].variant.length + 2) + 18);
+  const above = (id) => {  // the mean x of the nodes above that link to it
+    const xs = nb.edges.filter((e) => e[1] === id && pos[e[0]]).map((e) => pos[e[0]].x);
+    return xs.length ? xs.reduce((a, b) => a + b) / xs.length : 1e9;
+  };
   let width = 0;
   rows.forEach((row, y) => {
-    if (y > 0) {  // order by the mean x of the nodes above that link to it
-      const above = (id) => { const xs = nb.edges.filter((e) => e[1] === id && pos[e[0]]).map((e) => pos[e[0]].x);
-        return xs.length ? xs.reduce((a, b) => a + b) / xs.length : 1e9; };
-      row.sort((a, b) => above(a) - above(b));
-    }
+    if (y > 0) row.sort((a, b) => above(a) - above(b));
     let x = 20;
     for (const id of row) { pos[id] = {x: x + W(id) / 2, y: 30 + 95 * y, w: W(id)}; x += W(id) + 26; }
     width = Math.max(width, x);
   });
-  rows.forEach((row) => {  // centre each layer
+  rows.forEach((row) => {
     const right = Math.max(...row.map((id) => pos[id].x + pos[id].w / 2)) + 20;
     for (const id of row) pos[id].x += (width - right) / 2;
   });
-  const height = 95 * rows.length - 20;
-  let svg = `<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}" data-center="${esc(center)}">` +
+  return {pos, width, height: 95 * rows.length - 20};
+}
+function edgeSvg([s, t, kind, label, detail], pos) {
+  const a = pos[s], b = pos[t];
+  const y1 = a.y + 17, y2 = b.y - 17, mid = (y1 + y2) / 2;
+  const d = b.y > a.y ? `M${a.x},${y1} C${a.x},${mid} ${b.x},${mid} ${b.x},${y2}`
+    : `M${a.x},${y1} C${a.x},${a.y + 70} ${b.x},${b.y - 70} ${b.x},${y2}`;
+  return `<path class="edge ${esc(kind)}" d="${d}" marker-end="url(#arrow)"><title>${esc(detail || kind)}</title></path>` +
+    (label ? `<text class="elabel" x="${(a.x + b.x) / 2 + 4}" y="${mid - 3}">${esc(label)}<title>${esc(detail)}</title></text>` : "");
+}
+function nodeSvg(id, n, p, center, kinds) {
+  const sub = n.type === "group" ? "kernel group" : n.type === "decision" ? "fusion steps of " + n.variant : n.variant;
+  return `<g class="node ${n.type}${id === center ? " center" : ""}" data-id="${esc(id)}">` +
+    `<rect x="${p.x - p.w / 2}" y="${p.y - 17}" width="${p.w}" height="34" fill="${nodeFill(n, kinds)}"/>` +
+    `<text x="${p.x}" y="${p.y - 2}" text-anchor="middle">${esc(n.label)}</text>` +
+    `<text class="sub" x="${p.x}" y="${p.y + 11}" text-anchor="middle">${esc(sub)}</text>` +
+    `<title>${esc(id)}</title></g>`;
+}
+function drawGraph(workload, center, hops) {
+  const g = D.graphs[workload], view = $("gview");
+  if (!g) { view.innerHTML = ""; return; }
+  const nodes = Object.assign({}, g.nodes);
+  if (!nodes[center]) nodes[center] = {label: center.slice(center.indexOf(":") + 1), type: "kernel", variant: center.split(":")[0]};
+  const nb = neighbourhood(g, center, hops), kinds = kindsOf(workload);
+  const {pos, width, height} = place(nb, nodes);
+  const svg = `<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}" data-center="${esc(center)}">` +
     '<defs><marker id="arrow" viewBox="0 0 10 10" refX="10" refY="5" markerWidth="7" markerHeight="7" orient="auto">' +
-    '<path d="M0,0 L10,5 L0,10 z" fill="#7d8590"/></marker></defs>';
-  for (const [s, t, kind, label, detail] of nb.edges) {
-    const a = pos[s], b = pos[t];
-    const y1 = a.y + 17, y2 = b.y - 17, mid = (y1 + y2) / 2;
-    const d = b.y > a.y ? `M${a.x},${y1} C${a.x},${mid} ${b.x},${mid} ${b.x},${y2}`
-      : `M${a.x},${a.y + 17} C${a.x},${a.y + 70} ${b.x},${b.y - 70} ${b.x},${y2}`;
-    svg += `<path class="edge ${esc(kind)}" d="${d}" marker-end="url(#arrow)"><title>${esc(detail || kind)}</title></path>`;
-    if (label) svg += `<text class="elabel" x="${(a.x + b.x) / 2 + 4}" y="${mid - 3}">${esc(label)}<title>${esc(detail)}</title></text>`;
-  }
-  for (const id of nb.ids) {
-    const n = nodes[id], p = pos[id];
-    const sub = n.type === "group" ? "kernel group" : n.type === "decision" ? "fusion steps of " + n.variant : n.variant;
-    svg += `<g class="node ${n.type}${id === center ? " center" : ""}" data-id="${esc(id)}">` +
-      `<rect x="${p.x - p.w / 2}" y="${p.y - 17}" width="${p.w}" height="34" fill="${nodeFill(n, kinds)}"/>` +
-      `<text x="${p.x}" y="${p.y - 2}" text-anchor="middle">${esc(n.label)}</text>` +
-      `<text class="sub" x="${p.x}" y="${p.y + 11}" text-anchor="middle">${esc(sub)}</text>` +
-      `<title>${esc(id)}</title></g>`;
-  }
-  svg += "</svg>";
+    '<path d="M0,0 L10,5 L0,10 z" fill="#7d8590"/></marker></defs>' +
+    nb.edges.map((e) => edgeSvg(e, pos)).join("") +
+    nb.ids.map((id) => nodeSvg(id, nodes[id], pos[id], center, kinds)).join("") + "</svg>";
   let note = nb.total > nb.ids.length ? `<p class="note">Showing the ${nb.ids.length} nearest of ${nb.total} nodes within ${hops} hops.</p>` : "";
   if (nb.edges.length === 0) note += `<p class="banner">No record of this workload links <code>${esc(nodes[center].label)}</code> ` +
     "to another kernel: the records keep the largest groups of each diff, the largest missed fusions and the " +
