@@ -78,7 +78,7 @@ const F3 = new Intl.NumberFormat("en-US", {maximumSignificantDigits: 3});
 const absent = (v) => v === null || v === undefined;
 const show = (v, scale, f) => absent(v) ? "-" : (f || F4).format(v * scale);
 const numCell = (v, scale, f) => absent(v) ? '<td class="n absent" data-v="">-</td>'
-  : `<td class="n" data-v="${v}">${show(v, scale, f)}</td>`;
+  : `<td class="n" data-v="${esc(v)}">${show(v, scale, f)}</td>`;
 const textCell = (t) => absent(t) || t === "" ? '<td class="absent">-</td>' : `<td>${esc(t)}</td>`;
 const kernelCell = (variant, name, workload) =>
   `<td><span class="kernel-link mono" data-graph="${esc(variant + ":" + name)}" ` +
@@ -196,9 +196,9 @@ function showKernels() {
   if (c.malformed) { $("kinfo").innerHTML = `<p class="banner">This cell's trace is malformed (${esc(c.malformed)}).</p>`; return; }
   if (!c.totals) { $("kinfo").innerHTML = untraced(c); $("kcount").textContent = ""; return; }
   const t = c.totals;
-  $("kinfo").innerHTML = `<p id="ktotals">${esc(t.basis)}: <span data-v="${t.time_s}" id="ktime">` +
-    `${show(t.time_s, 1e6)}</span> µs per call over ${t.calls} traced calls; ` +
-    `<span id="kran" data-v="${t.kernels}">${t.kernels}</span> kernels, ${show(t.launches_per_call, 1)} launches ` +
+  $("kinfo").innerHTML = `<p id="ktotals">${esc(t.basis)}: <span data-v="${esc(t.time_s)}" id="ktime">` +
+    `${show(t.time_s, 1e6)}</span> µs per call over ${esc(t.calls)} traced calls; ` +
+    `<span id="kran" data-v="${esc(t.kernels)}">${esc(t.kernels)}</span> kernels, ${show(t.launches_per_call, 1)} launches ` +
     `per call; unattributed ${show(t.unattributed_share, 100, F3)}%.</p><p class="note">${md(c.kernels_note)}</p>`;
   table.hidden = false;
   const draw = liveTable(table, KCOLS, c.kernels, kernelRow(c, t.time_s));
@@ -226,7 +226,7 @@ function groupTable(title, rows, d, c, interval) {
     {name: d.b + " kernels", text: true, sort: (g) => g.kernels_b[0]},
     {name: d.a + " µs", sort: (g) => g.time_a_s},
     {name: d.b + " µs", sort: (g) => g.time_b_s},
-    {name: `${d.b} - ${d.a} µs`, sort: (g) => g.saved_s},
+    {name: `${esc(d.b)} - ${esc(d.a)} µs`, sort: (g) => g.saved_s},
   ];
   if (interval) cols.push({name: "95% CI µs", sort: (g) => g.ci_s && g.ci_s[0]}, {name: "verdict", text: true, sort: (g) => g.verdict});
   cols.push({name: d.a + " MB", sort: (g) => g.bytes_a}, {name: d.b + " MB", sort: (g) => g.bytes_b});
@@ -236,7 +236,7 @@ function groupTable(title, rows, d, c, interval) {
   liveTable(wrap.querySelector("table"), cols, rows, (g) => "<tr>" + textCell(PAIRING[g.kind] || g.kind) +
     names(g.kernels_a, g.n_a, d.a, c.workload) + names(g.kernels_b, g.n_b, d.b, c.workload) +
     numCell(g.time_a_s, 1e6) + numCell(g.time_b_s, 1e6) + numCell(g.saved_s, 1e6) +
-    (interval ? (g.ci_s ? `<td class="n" data-v="${g.ci_s[0]},${g.ci_s[1]}">${show(g.ci_s[0], 1e6)} to ${show(g.ci_s[1], 1e6)}</td>`
+    (interval ? (g.ci_s ? `<td class="n" data-v="${esc(g.ci_s[0])},${esc(g.ci_s[1])}">${show(g.ci_s[0], 1e6)} to ${show(g.ci_s[1], 1e6)}</td>`
       : numCell(null)) + textCell(g.verdict) : "") +
     numCell(g.bytes_a, 1e-6) + numCell(g.bytes_b, 1e-6) + "</tr>");
   return wrap;
@@ -250,25 +250,25 @@ function showGroups() {
   if (d.error) { out.innerHTML = `<p class="banner">Kernel diff not available: ${esc(d.error)}</p>`; return; }
   let head = `<p id="gtotals">Each row is a group of <code>xlafuse diff</code>: the kernels of ${esc(d.a)} and of ` +
     `${esc(d.b)} that hold the same instructions, with their traced time per call. All ` +
-    `<span id="gcount" data-v="${d.groups}">${d.groups}</span> groups plus the unattributed time add up to ` +
-    `<span id="gtime-a" data-v="${d.time_a_s}">${show(d.time_a_s, 1e6)}</span> µs (${esc(d.a)}) and ` +
-    `<span id="gtime-b" data-v="${d.time_b_s}">${show(d.time_b_s, 1e6)}</span> µs (${esc(d.b)}).`;
+    `<span id="gcount" data-v="${esc(d.groups)}">${esc(d.groups)}</span> groups plus the unattributed time add up to ` +
+    `<span id="gtime-a" data-v="${esc(d.time_a_s)}">${show(d.time_a_s, 1e6)}</span> µs (${esc(d.a)}) and ` +
+    `<span id="gtime-b" data-v="${esc(d.time_b_s)}">${show(d.time_b_s, 1e6)}</span> µs (${esc(d.b)}).`;
   if (d.changed_s) {
     const s = d.changed_s, n = d.changed_groups;
-    head += ` ${esc(d.b)} gains <span id="gfaster" data-v="${s.faster}">${show(-s.faster, 1e6)}</span> µs in ` +
-      `<span id="gfaster-n" data-v="${n.faster}">${n.faster}</span> groups, loses ` +
-      `<span id="gslower" data-v="${s.slower}">${show(s.slower, 1e6)}</span> µs in ` +
-      `<span id="gslower-n" data-v="${n.slower}">${n.slower}</span>, and ` +
-      `<span id="gsame" data-v="${s.same}">${show(s.same, 1e6)}</span> µs is in ` +
-      `<span id="gsame-n" data-v="${n.same}">${n.same}</span> groups judged the same. The record keeps the ` +
+    head += ` ${esc(d.b)} gains <span id="gfaster" data-v="${esc(s.faster)}">${show(-s.faster, 1e6)}</span> µs in ` +
+      `<span id="gfaster-n" data-v="${esc(n.faster)}">${esc(n.faster)}</span> groups, loses ` +
+      `<span id="gslower" data-v="${esc(s.slower)}">${show(s.slower, 1e6)}</span> µs in ` +
+      `<span id="gslower-n" data-v="${esc(n.slower)}">${esc(n.slower)}</span>, and ` +
+      `<span id="gsame" data-v="${esc(s.same)}">${show(s.same, 1e6)}</span> µs is in ` +
+      `<span id="gsame-n" data-v="${esc(n.same)}">${esc(n.same)}</span> groups judged the same. The record keeps the ` +
       "largest groups each way; all groups are in the kept traces (<code>xlafuse diff --measure</code>).";
   }
   out.innerHTML = head + "</p>";
   if (d.gains) {
-    out.append(groupTable(`Where ${d.b} gains (faster)`, d.gains, d, c, true));
-    out.append(groupTable(`Where ${d.b} loses (slower)`, d.losses, d, c, true));
+    out.append(groupTable(`Where ${esc(d.b)} gains (faster)`, d.gains, d, c, true));
+    out.append(groupTable(`Where ${esc(d.b)} loses (slower)`, d.losses, d, c, true));
   } else {
-    out.append(groupTable(`Top groups by time saved (${d.b} - ${d.a})`, d.top, d, c, false));
+    out.append(groupTable(`Top groups by time saved (${esc(d.b)} - ${esc(d.a)})`, d.top, d, c, false));
   }
 }
 
@@ -289,9 +289,9 @@ function missedHtml(c) {
   const title = `<h3>${esc(c.label)} @ ${esc(c.variant)}</h3>`;
   if (m.error) return title + `<p>Missed fusions could not be traced: ${esc(m.error)}</p>`;
   const reasons = m.top.some((r) => REASONS(r));
-  let text = title + `<p>${m.boundaries} kernel boundaries (missed fusions) in all, ` +
-    `<span data-v="${m.boundary_bytes}">${show(m.boundary_bytes, 1e-6)}</span> MB written and read back; ` +
-    `${m.lost} of ${m.instructions} instructions not traced. The record keeps the largest ${m.top.length}.</p>`;
+  let text = title + `<p>${esc(m.boundaries)} kernel boundaries (missed fusions) in all, ` +
+    `<span data-v="${esc(m.boundary_bytes)}">${show(m.boundary_bytes, 1e-6)}</span> MB written and read back; ` +
+    `${esc(m.lost)} of ${esc(m.instructions)} instructions not traced. The record keeps the largest ${esc(m.top.length)}.</p>`;
   if (!m.top.length) return text;
   text += "<table><thead><tr><th>MB</th><th>producer</th><th>its kernel</th><th>source</th><th>consumer</th>" +
     "<th>its kernel</th><th>source</th><th>readers</th>" + (reasons ? "<th>XLA's reasons</th>" : "") +
@@ -308,9 +308,9 @@ function decisionsHtml(c) {
   const d = c.decisions;
   const title = `<h3>${esc(c.label)} @ ${esc(c.variant)}: XLA's fusion decisions against the measured groups</h3>`;
   if (d.error) return title + `<p>Fusion decisions not scored: ${esc(d.error)}</p>`;
-  let text = title + `<p>${d.decisions} fusion steps in XLA's priority-fusion dump (${esc(d.a)}), ` +
-    `${d.with_estimate} with a predicted gain, ${d.measured} in a timed group; the sign of the predicted gain ` +
-    `agrees with the measured one in ${d.agree} of ${d.decided} decisions judged.</p>`;
+  let text = title + `<p>${esc(d.decisions)} fusion steps in XLA's priority-fusion dump (${esc(d.a)}), ` +
+    `${esc(d.with_estimate)} with a predicted gain, ${esc(d.measured)} in a timed group; the sign of the predicted gain ` +
+    `agrees with the measured one in ${esc(d.agree)} of ${esc(d.decided)} decisions judged.</p>`;
   for (const [key, head] of [["predicted_gain_measured_loss", "Predicted a gain, measured a loss"],
                              ["predicted_loss_measured_gain", "Predicted a loss, measured a gain"]]) {
     const rows = d[key];
