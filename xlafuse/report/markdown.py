@@ -34,7 +34,7 @@ from xlafuse.report.costmodel import (
     study_section,
 )
 from xlafuse.report.explain_text import missed_fusions_markdown
-from xlafuse.report.html import MARKDOWN_TITLE, REPORT_HTML, write_html
+from xlafuse.report.html import MARKDOWN_TITLE, NO_CELLS, REPORT_HTML, write_html
 from xlafuse.report.kernels import (
     KERNEL_ROOFLINE_PNG,
     choose_roofline_cell,
@@ -75,7 +75,8 @@ def write_report(
         `label@variant`); None: the traced reference cell with the longest time per call.
 
     Returns:
-      The path of report.md.
+      The path of report.md. An empty results file gives a report of no cell that says so
+      (`xlafuse.report.html.NO_CELLS`), report.html too.
 
     Raises:
       XlafuseError: no such file, or not a results file (`xlafuse.results.records.read_results`), or a
@@ -84,7 +85,7 @@ def write_report(
         could not be written (a full disk), named. Each file is written whole or not at all
         (`xlafuse.folders.write_atomically`): one that fails keeps its earlier version.
     """
-    data = read_results(results_path)
+    data = read_results(results_path, empty_ok=True)
     records = latest_per_cell(data.records)
     choose_roofline_cell([r for r in records if r.ok], roofline_cell)
     out_dir = writable_folder(data.path.parent if out_dir is None else out_dir, "output folder")
@@ -109,6 +110,8 @@ def render_markdown(
         lines += [f"Results: `{source}` ({len(records)} cells)", ""]
     if skipped:
         lines += [f"_{skipped}_", ""]
+    if not records:
+        return "\n".join([*lines, NO_CELLS, ""])
     lines += _environment(records) + _ceilings(records) + [reading_notes(), ""]
     lines += traces_section(records)
     for key, group in by_workload(records).items():
