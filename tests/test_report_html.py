@@ -10,15 +10,18 @@ import pathlib
 import re
 
 import pytest
+from helpers import GPT2_TRAIN, recorded_kernel_times, with_recorded_table
 
 from xlafuse.cli import main
 from xlafuse.experiment import runner
+from xlafuse.hlo.dataflow import producer_names
+from xlafuse.measure.kernels import hlo_kernel_table, read_kernel_table
 from xlafuse.report.html import ALL_FAILED, NO_CELLS, REPORT_HTML, render_html
 from xlafuse.report.html_data import KERNEL_COLUMNS, kernel_rows
 from xlafuse.report.html_graph import workload_graph
 from xlafuse.report.html_markdown import markdown_html
 from xlafuse.report.markdown import by_workload, write_report
-from xlafuse.results.parts import TraceRecord
+from xlafuse.results.parts import FusionRecord, TraceRecord
 from xlafuse.results.records import CellResult, append_result, latest_per_cell, read_results
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -26,6 +29,11 @@ TRANSFORMER = ROOT / "experiments" / "h200" / "transformer" / "results.jsonl"
 TRAIN_KERNELS = ROOT / "experiments" / "h200" / "train_kernels" / "results.jsonl"
 QUICKSTART = ROOT / "experiments" / "cpu" / "quickstart" / "results.jsonl"
 FIVE_MB = 5 * 1024 * 1024
+# What the note of a record from before the kernel table adds.
+OLDER = (
+    " The record predates `xlafuse.kernel_times/2`, which keeps every kernel and the kernels "
+    "each reads."
+)
 _DATA = re.compile(r'<script type="application/json" id="data">(.*?)</script>', re.S)
 
 
@@ -78,7 +86,7 @@ def test_the_page_data_are_the_records():
         "All 864 kernels of the trace, their times from the cost model's join "
         "(`cost_model.pairs`). The record keeps every figure (launches, bytes, FLOPs, bound, "
         "headroom, source) for 12 of them, the top ones by time and by headroom, and FLOPs and "
-        "source for XLA's largest mispredictions: `-` where it holds none."
+        "source for XLA's largest mispredictions: `-` where it holds none." + OLDER
     )
     # the groups of the diff against no-fusion, with their sums
     other = cells[_cell(records, "gpt2/full/train@no-fusion").cell_id]
@@ -106,12 +114,68 @@ def test_a_record_of_top_kernels_says_which_are_absent():
     assert page["kernels_note"] == (
         f"The record keeps {len(names)} of the 840 kernels the trace joined to the HLO (the top "
         f"ones by time and by headroom); the other {840 - len(names)} are in the kept trace, "
-        "`traces/gpt2_full_train_auto_default_gpu` of the results folder."
+        "`traces/gpt2_full_train_auto_default_gpu` of the results folder." + OLDER
     )
 
 
 def _time(kt, name):
     return next(k["time_s"] for k in [*kt["top"], *kt["headroom_top"]] if k["name"] == name)
+
+
+def test_a_record_with_a_kernel_table_shows_every_kernel():
+    records = with_recorded_table(_records(TRAIN_KERNELS))
+    train = _cell(records, "gpt2/full/train@default")
+    table = read_kernel_table(train.trace.kernel_times)
+    page = {c["id"]: c for c in page_json(_page(records))["cells"]}[train.cell_id]
+    rows = [dict(zip(KERNEL_COLUMNS, row, strict=True)) for row in page["kernels"]]
+    assert len(rows) == len(table) == train.trace.kernel_times["kernels"] == 840
+    assert sum(r["time_s"] for r in rows) == train.trace.kernel_times["attributed_s"]
+    # a kernel far from the top ten, with every figure of its row and the rows it reads
+    far = next(i for i, r in enumerate(table) if i > 100 and len(r["producers"]) > 1)
+    row, kept = rows[far], table[far]
+    for key in ("name", "kind", "launches_per_call", "time_s", "modeled_bytes", "flops", "bound",
+                "pct_of_bound", "headroom_s", "producers"):  # fmt: skip
+        assert row[key] == kept[key], key
+    assert row["source_lines"] == [kept["source"]]
+    assert page["kernels_note"] == (
+        "All 840 kernels of the trace, each with its figures and the kernels whose outputs it "
+        "reads (the Graph tab draws them)."
+    )
+    # its neighbours too: a cell of a record before the table keeps its named kernels
+    other = {c["id"]: c for c in page_json(_page(records))["cells"]}
+    older = other[_cell(records, "gpt2/full/train@no-fusion").cell_id]
+    assert len(older["kernels"]) == 20 and {r[-1] for r in older["kernels"]} == {None}
+
+
+def test_an_untraced_cell_with_its_hlo_table_shows_every_kernel_without_times():
+    _, _, report, text = recorded_kernel_times(GPT2_TRAIN, "default")
+    table = hlo_kernel_table(report, producer_names(text, report.kernel_details))
+    cell = {"workload": "gpt2", "size": "full", "mode": "train", "dtype": "bfloat16"}
+    record = CellResult(**cell, variant="default", backend="gpu", device_kind="H200",
+                        fusion=FusionRecord(kernels=840, kernel_table=table))  # fmt: skip
+    page = page_json(_page([record]))["cells"][0]
+    rows = [dict(zip(KERNEL_COLUMNS, row, strict=True)) for row in page["kernels"]]
+    assert [r["name"] for r in rows] == [k.name for k in report.kernel_details]
+    assert page["totals"] is None
+    assert {r["time_s"] for r in rows} == {r["headroom_s"] for r in rows} == {None}
+    assert sum(r["modeled_bytes"] for r in rows) == report.modeled_bytes
+    gemm = next(r for r in rows if r["name"] == "gemm_fusion_dot.169")
+    assert sorted(rows[p]["name"] for p in gemm["producers"]) == [
+        "wrapped_convert", "wrapped_convert.61",
+    ]  # fmt: skip
+    assert page["kernels_note"].startswith(
+        "Not traced: all 840 kernels of the program from its HLO"
+    )
+
+
+def test_a_kernel_table_of_a_newer_schema_is_said_on_its_cell():
+    cell = {"workload": "chain", "size": "tiny", "mode": "forward", "dtype": "float32"}
+    trace = TraceRecord(kernel_times={"schema": "xlafuse.kernel_times/3", "time_s": 1.0})
+    record = CellResult(**cell, variant="default", backend="gpu", device_kind="H200", trace=trace)
+    assert page_json(_page([record]))["cells"][0]["malformed"] == (
+        "ValueError: kernel_times schema 'xlafuse.kernel_times/3' is not one this xlafuse reads "
+        "(xlafuse.kernel_times/1, xlafuse.kernel_times/2)"
+    )
 
 
 def test_the_graph_holds_the_links_of_the_records():

@@ -13,14 +13,19 @@ import pathlib
 import shutil
 
 import pytest
+from helpers import GPT2_TRAIN, recorded_kernel_times, with_recorded_table
 
+from xlafuse.hlo.dataflow import producer_names
+from xlafuse.measure.kernels import hlo_kernel_table, read_kernel_table, table_rows
 from xlafuse.report.html import ALL_FAILED, NO_CELLS, REPORT_HTML, render_html
 from xlafuse.report.markdown import by_workload, write_report
+from xlafuse.results.parts import FusionRecord
 from xlafuse.results.records import CellResult, latest_per_cell, read_results
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 TRANSFORMER = ROOT / "experiments" / "h200" / "transformer" / "results.jsonl"
 QUICKSTART = ROOT / "experiments" / "cpu" / "quickstart" / "results.jsonl"
+TRAIN_KERNELS = ROOT / "experiments" / "h200" / "train_kernels" / "results.jsonl"
 CHROMIUM_ENV = "XLAFUSE_CHROMIUM"  # a Chromium binary elsewhere than on PATH
 DEFAULT, NO_FUSION = "gpt2/full/train @ default", "gpt2/full/train @ no-fusion"
 
@@ -225,5 +230,100 @@ def test_no_cell_or_only_failed_cells_give_a_page_that_says_so(browser, tmp_path
     )
     page.click("nav button[data-tab=missed]")
     assert page.inner_text("#minfo").startswith("No record of this file holds missed fusions")
+    assert errors == []
+    page.close()
+
+
+def _rows_shown(page) -> list[str]:
+    return page.eval_on_selector_all(
+        "#ktable tbody tr:not(.more) td:first-child", "tds => tds.map(td => td.textContent)"
+    )
+
+
+@pytest.fixture(scope="module")
+def table_records():
+    """The published GPT-2 train records, the default cell's with every kernel in its table."""
+    return with_recorded_table(latest_per_cell(read_results(TRAIN_KERNELS).records))
+
+
+def test_every_kernel_of_a_table_is_shown_sorted_and_filtered(browser, tmp_path, table_records):
+    page, errors = _small_page(browser, tmp_path / "t.html", table_records)
+    train = next(r for r in table_records if r.trace.kernel_times.get("kernel_table"))
+    table = read_kernel_table(train.trace.kernel_times)
+    page.click("nav button[data-tab=kernels]")
+    _select_cell(page, "#kcell", DEFAULT)
+    assert page.inner_text("#kcount") == "840 of 840 kernels"
+    assert len(_rows_shown(page)) == 400  # the first 400, then a button
+    page.click("#ktable tr.more button")
+    assert _rows_shown(page) == [r["name"] for r in table]  # longest first, all 840
+    page.click("#ktable thead th:text-is('µs/call')")  # the longest first
+    page.click("#ktable thead th:text-is('µs/call')")  # then the shortest
+    shortest = min(table, key=lambda r: r["time_s"])
+    assert _rows_shown(page)[0] == shortest["name"]
+    assert _value(page, "#ktable tbody tr:first-child td:nth-child(4)") == shortest["time_s"]
+    page.fill("#kfilter", "loop_add_fusion")
+    expected = sorted(r["name"] for r in table if "loop_add_fusion" in r["name"])
+    assert sorted(_rows_shown(page)) == expected and len(expected) > 10
+    assert page.inner_text("#kcount") == f"{len(expected)} of 840 kernels"
+    assert errors == []
+    page.close()
+
+
+@pytest.mark.parametrize("hops", [1, 2])
+def test_the_graph_of_a_kernel_outside_the_top_ten_holds_its_buffers(
+    browser, tmp_path, table_records, hops
+):
+    page, errors = _small_page(browser, tmp_path / "g.html", table_records)
+    train = next(r for r in table_records if r.trace.kernel_times.get("kernel_table"))
+    table = read_kernel_table(train.trace.kernel_times)
+    far = next(i for i, r in enumerate(table) if i > 100 and len(r["producers"]) > 1)
+    name = table[far]["name"]
+    producers = {f"default:{table[p]['name']}" for p in table[far]["producers"]}
+    consumers = {f"default:{r['name']}" for r in table if far in r["producers"]}
+    assert producers and consumers
+    page.click("nav button[data-tab=graph]")
+    page.select_option("#ghops", str(hops))
+    page.click("nav button[data-tab=kernels]")
+    _select_cell(page, "#kcell", DEFAULT)
+    page.fill("#kfilter", name)
+    page.click(f"#ktable .kernel-link[data-graph='default:{name}']")
+    assert page.is_visible("#tab-graph")
+    assert page.locator(f"#gview svg g.node.center[data-id='default:{name}']").count() == 1
+    ids = set(page.eval_on_selector_all("#gview svg g.node", "gs => gs.map(g => g.dataset.id)"))
+    assert producers | consumers <= ids
+    drawn = page.eval_on_selector_all(
+        "#gview svg path.edge.data title", "ts => ts.map(t => t.textContent)"
+    )
+    for p in producers:
+        assert f"{p.split(':', 1)[1]} -> {name}: reads the buffer it writes" in drawn
+    if hops == 1:  # one hop: the kernel, what it reads, what reads it, and the records' links
+        kernels = {i for i in ids if not i.startswith(("group:", "decision:"))}
+        assert kernels == producers | consumers | {f"default:{name}"}
+    assert errors == []
+    page.close()
+
+
+def test_an_untraced_cells_kernels_are_all_shown_without_times(browser, tmp_path):
+    _, _, report, text = recorded_kernel_times(GPT2_TRAIN, "default")
+    table = hlo_kernel_table(report, producer_names(text, report.kernel_details))
+    cell = {"workload": "gpt2", "size": "full", "mode": "train", "dtype": "bfloat16"}
+    record = CellResult(**cell, variant="default", backend="gpu", device_kind="H200",
+                        fusion=FusionRecord(kernels=840, kernel_table=table))  # fmt: skip
+    page, errors = _small_page(browser, tmp_path / "u.html", [record])
+    page.click("nav button[data-tab=kernels]")
+    assert page.inner_text("#kuntraced") == (
+        "gpt2/full/train @ default was not traced: the times, shares, bounds and headroom "
+        "columns are empty."
+    )
+    assert page.inner_text("#kcount") == "840 of 840 kernels"
+    page.click("#ktable tr.more button")
+    assert _rows_shown(page) == [r["name"] for r in table_rows(table)]
+    times = page.eval_on_selector_all(
+        "#ktable tbody td:nth-child(4)", "tds => tds.map(td => td.textContent)"
+    )
+    assert set(times) == {"-"}
+    page.click("#ktable .kernel-link[data-graph='default:gemm_fusion_dot.169']")
+    ids = set(page.eval_on_selector_all("#gview svg g.node", "gs => gs.map(g => g.dataset.id)"))
+    assert {"default:wrapped_convert", "default:wrapped_convert.61"} <= ids
     assert errors == []
     page.close()

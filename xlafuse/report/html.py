@@ -7,11 +7,13 @@ one JSON value in a `<script type="application/json" id="data">` (`xlafuse.repor
 its plots the PNGs written beside it, embedded as base64.
 
 Tabs: Summary (report.md's text as HTML: every cell's times with their intervals and verdicts,
-the work tables, every section, the plots), Kernels (every kernel a cell's record names,
+the work tables, every section, the plots), Kernels (every kernel of a cell where its record
+keeps a kernel table, an untraced cell's without times; else every kernel the record names;
 sortable and filterable), Groups (a diff's kernel groups where the variant gains and where it
 loses, with their intervals), Missed fusions (with XLA's reasons where a record holds them, and
 XLA's fusion decisions scored against the measurement), Graph (the links the records hold
-around a chosen kernel, as SVG).
+around a chosen kernel, 1 to 3 hops, as SVG: the buffers between kernels that the kernel tables
+keep, the diffs' groups, the missed fusions, XLA's contradicted decisions).
 """
 
 from __future__ import annotations
@@ -182,9 +184,10 @@ _PAGE = """<!DOCTYPE html>
 <datalist id="gnodes"></datalist>
 <label>hops <select id="ghops"><option>1</option><option selected>2</option><option>3</option>
 </select></label></div>
-<p class="note">The links the records hold around a kernel: a kernel group of a diff (the
-reference's kernels, the group with its measured change, the variant's kernels that hold the same
-instructions), a missed fusion (dashed red: the producer's kernel to the consumer's, with the bytes
+<p class="note">The links the records hold around a kernel: a buffer one kernel writes and
+another reads (blue: the producers a cell's kernel table keeps, for every kernel), a kernel group
+of a diff (the reference's kernels, the group with its measured change, the variant's kernels
+that hold the same instructions), a missed fusion (dashed red: the producer's kernel to the consumer's, with the bytes
 between them) and XLA's fusion steps whose predicted gain the measurement contradicts (dotted:
 the steps to the kernel they built; point at an edge for its detail). Click a kernel anywhere on the page, or a node
 here, to centre the graph on it.</p>

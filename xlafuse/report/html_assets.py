@@ -4,7 +4,8 @@ The script reads the page's data (`<script type="application/json" id="data">`,
 `xlafuse.report.html_data.page_data`) and draws the tabs from it: the kernel table of a cell
 (sorted by a click on a column's head, filtered by a kernel's name), the kernel groups of a
 cell's diff, the missed fusions and XLA's scored decisions, and the graph around a kernel (an
-SVG laid out in layers: each edge points down a layer where the links allow). It formats
+SVG laid out in layers: each edge points down a layer where the links allow; the buffers
+between kernels drawn from the producers of the cells' kernel tables). It formats
 numbers only; every figure it shows is the data's. Each number cell carries its value in
 `data-v`, so a test reads back what the page holds; once the tabs are drawn, `<body>` carries
 `data-ready`: the milliseconds since the page was asked for.
@@ -56,6 +57,7 @@ details { margin: 6px 0; }
 #gview .node text.sub { font-size: 9.5px; fill: var(--mute); }
 #gview .node { cursor: pointer; }
 #gview .edge { fill: none; stroke: #7d8590; stroke-width: 1.2; }
+#gview .edge.data { stroke: #4f7fc0; }
 #gview .edge.missed { stroke: #d1242f; stroke-dasharray: 5 3; }
 #gview .edge.decision { stroke: #9a6700; stroke-dasharray: 2 2; }
 #gview .elabel { font: 9.5px system-ui, sans-serif; fill: #57606a; }
@@ -194,14 +196,16 @@ function showKernels() {
   drawKernels = null;
   if (!c) return;
   if (c.malformed) { $("kinfo").innerHTML = `<p class="banner">This cell's trace is malformed (${esc(c.malformed)}).</p>`; return; }
-  if (!c.totals) { $("kinfo").innerHTML = untraced(c); $("kcount").textContent = ""; return; }
+  if (!c.totals && !c.kernels.length) { $("kinfo").innerHTML = untraced(c); $("kcount").textContent = ""; return; }
   const t = c.totals;
-  $("kinfo").innerHTML = `<p id="ktotals">${esc(t.basis)}: <span data-v="${esc(t.time_s)}" id="ktime">` +
+  $("kinfo").innerHTML = (t ? `<p id="ktotals">${esc(t.basis)}: <span data-v="${esc(t.time_s)}" id="ktime">` +
     `${show(t.time_s, 1e6)}</span> µs per call over ${esc(t.calls)} traced calls; ` +
     `<span id="kran" data-v="${esc(t.kernels)}">${esc(t.kernels)}</span> kernels, ${show(t.launches_per_call, 1)} launches ` +
-    `per call; unattributed ${show(t.unattributed_share, 100, F3)}%.</p><p class="note">${md(c.kernels_note)}</p>`;
+    `per call; unattributed ${show(t.unattributed_share, 100, F3)}%.</p>` :
+    `<p class="banner" id="kuntraced">${esc(c.label)} @ ${esc(c.variant)} was not traced: the times, ` +
+    "shares, bounds and headroom columns are empty.</p>") + `<p class="note" id="knote">${md(c.kernels_note)}</p>`;
   table.hidden = false;
-  const draw = liveTable(table, KCOLS, c.kernels, kernelRow(c, t.time_s));
+  const draw = liveTable(table, KCOLS, c.kernels, kernelRow(c, t ? t.time_s : null));
   drawKernels = () => {
     const q = filter.value.trim().toLowerCase();
     const rows = q ? c.kernels.filter((r) => String(r[COL.name]).toLowerCase().includes(q)) : c.kernels;
@@ -403,9 +407,29 @@ function nodeSvg(id, n, p, center, kinds) {
     `<text class="sub" x="${p.x}" y="${p.y + 11}" text-anchor="middle">${esc(sub)}</text>` +
     `<title>${esc(id)}</title></g>`;
 }
+const FLOWS = {};
+function withFlow(workload) {  // the workload's graph, with the buffers its kernel tables name
+  if (FLOWS[workload]) return FLOWS[workload];
+  const g = D.graphs[workload], nodes = Object.assign({}, g.nodes), edges = g.edges.slice();
+  let tables = 0;
+  for (const i of (D.workloads.find((w) => w.key === workload) || {cells: []}).cells) {
+    const c = D.cells[i], rows = c.kernels || [];
+    if (!rows.some((r) => r[COL.producers])) continue;
+    tables++;
+    const id = (r) => c.variant + ":" + r[COL.name];
+    for (const r of rows) {
+      if (!nodes[id(r)]) nodes[id(r)] = {label: r[COL.name], type: "kernel", variant: c.variant};
+      for (const p of r[COL.producers] || []) {
+        edges.push([id(rows[p]), id(r), "data", "", `${rows[p][COL.name]} -> ${r[COL.name]}: reads the buffer it writes`]);
+      }
+    }
+  }
+  return (FLOWS[workload] = {nodes, edges, tables});
+}
 function drawGraph(workload, center, hops) {
-  const g = D.graphs[workload], view = $("gview");
-  if (!g) { view.innerHTML = ""; return; }
+  const view = $("gview");
+  if (!D.graphs[workload]) { view.innerHTML = ""; return; }
+  const g = withFlow(workload);
   const nodes = Object.assign({}, g.nodes);
   if (!nodes[center]) nodes[center] = {label: center.slice(center.indexOf(":") + 1), type: "kernel", variant: center.split(":")[0]};
   const nb = neighbourhood(g, center, hops), kinds = kindsOf(workload);
@@ -418,9 +442,13 @@ function drawGraph(workload, center, hops) {
   let note = nb.total > nb.ids.length ? `<p class="note">Showing the ${nb.ids.length} nearest of ${nb.total} nodes within ${hops} hops.</p>` : "";
   if (nb.edges.length === 0) note += `<p class="banner">No record of this workload links <code>${esc(nodes[center].label)}</code> ` +
     "to another kernel: the records keep the largest groups of each diff, the largest missed fusions and the " +
-    "fusion decisions that the measurement contradicts. The program's whole buffer graph is " +
+    "fusion decisions that the measurement contradicts" + (g.tables ? ", and each kernel's producers (none read or " +
+    "written by this one)." : ". They keep no kernel table (records from before <code>xlafuse.kernel_times/2</code>), " +
+    "so no buffer between kernels.") + " The program's whole buffer graph is " +
     "<code>xlafuse inspect --workload ... --svg</code>, drawn from its HLO.</p>";
   view.innerHTML = note + '<div class="graph">' + svg + "</div>";
+  const box = view.querySelector(".graph");  // the chosen kernel in sight
+  box.scrollLeft = Math.max(0, pos[center].x - box.clientWidth / 2);
 }
 function graphFromInputs() {
   const w = $("gworkload").value, k = $("gkernel").value.trim();
@@ -431,7 +459,7 @@ function firstVariant(w) {
   return ws && ws.cells.length ? D.cells[ws.cells[0]].variant : "";
 }
 function fillGraphNodes() {
-  const g = D.graphs[$("gworkload").value] || {nodes: {}};
+  const w = $("gworkload").value, g = D.graphs[w] ? withFlow(w) : {nodes: {}};
   $("gnodes").innerHTML = Object.entries(g.nodes).filter(([, n]) => n.type === "kernel")
     .map(([id]) => `<option value="${esc(id)}"></option>`).join("");
 }

@@ -2,9 +2,12 @@
 
 Every figure is a record's own (`CellResult` and the objects its trace part keeps: kernel
 times, the kernel diff, the cost model, the missed fusions); nothing is derived here but the
-order of rows and which record a row came from. Where a record does not hold a figure, the value
-is None and the page shows `-`; where it holds fewer kernels than the cell ran, the cell's
-`kernels_note` says which are absent and where they are.
+order of rows and which record a row came from. A record's kernel table (`kernel_times/2`'s
+`kernel_table`, or an untraced cell's `hlo_kernel_table`: `xlafuse.measure.kernels`) gives every
+kernel of the cell and, in each row's `producers`, the rows of the kernels whose outputs it
+reads, which the page's graph draws. Where a record does not hold a figure, the value is None and
+the page shows `-`; where it holds fewer kernels than the cell ran (a record from before the
+table), the cell's `kernels_note` says which are absent and where they are.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from xlafuse.measure.kernels import read_kernel_table, table_rows
 from xlafuse.report.html_graph import workload_graph
 from xlafuse.report.lines import cell_label
 from xlafuse.results.records import CellResult
@@ -20,7 +24,7 @@ SCHEMA = "xlafuse.report_html/1"
 # One kernel row of the page, in this order (the script names the columns by these keys).
 KERNEL_COLUMNS = (
     "name", "kind", "launches_per_call", "time_s", "modeled_bytes", "flops", "pct_of_bound",
-    "bound", "headroom_s", "source_lines", "predicted_s",
+    "bound", "headroom_s", "source_lines", "predicted_s", "producers",
 )  # fmt: skip
 _TOTALS = (
     "basis", "calls", "time_s", "attributed_s", "unattributed_s", "unattributed_share",
@@ -91,11 +95,11 @@ def _traced(record: CellResult) -> dict[str, Any]:
     cost = record.trace.cost_model or {}
     diff = record.trace.kernel_diff
     decisions = cost.get("decisions")
-    rows = kernel_rows(record) if kt else []
+    rows = kernel_rows(record)
     return {
         "totals": {k: kt.get(k) for k in _TOTALS} if kt else None,
         "kernels": [[row.get(c) for c in KERNEL_COLUMNS] for row in rows],
-        "kernels_note": kernels_note(record, rows) if kt else None,
+        "kernels_note": kernels_note(record, rows) if rows or kt else None,
         "diff": {k: diff[k] for k in _DIFF_KEYS if k in diff} if diff else None,
         "missed": _missed(record.fusion.missed_fusions),
         "decisions": _decisions(decisions) if decisions else None,
@@ -103,9 +107,26 @@ def _traced(record: CellResult) -> dict[str, Any]:
 
 
 def kernel_rows(record: CellResult) -> list[dict[str, Any]]:
-    """Every kernel a traced record names, longest time first: the top kernels by time and by
-    headroom with all their figures, then each kernel of the cost model's join (name, kind,
-    measured and predicted time) and its largest mispredictions (source lines, FLOPs)."""
+    """Every kernel a record names: its kernel table's rows (a traced cell's longest first, an
+    untraced cell's from its HLO in program order), with XLA's predicted time where the cost
+    model has one; a record without a table, the kernels it names (`named_kernel_rows`)."""
+    table = read_kernel_table(record.trace.kernel_times)
+    if table is None and not record.trace.kernel_times:
+        table = table_rows(record.fusion.kernel_table)
+    if table is None:
+        return named_kernel_rows(record) if record.trace.kernel_times else []
+    predicted = {p[0]: p[3] for p in (record.trace.cost_model or {}).get("pairs", [])}
+    for row in table:
+        row["source_lines"] = [row["source"]] if row.get("source") else []
+        row["predicted_s"] = predicted.get(row["name"])
+    return table
+
+
+def named_kernel_rows(record: CellResult) -> list[dict[str, Any]]:
+    """The kernels a traced record without a kernel table names, longest time first: the top
+    kernels by time and by headroom with all their figures, then each kernel of the cost
+    model's join (name, kind, measured and predicted time) and its largest mispredictions
+    (source lines, FLOPs)."""
     kt = record.trace.kernel_times or {}
     cost = record.trace.cost_model or {}
     rows: dict[str, dict[str, Any]] = {}
@@ -126,17 +147,39 @@ def kernel_rows(record: CellResult) -> list[dict[str, Any]]:
 def kernels_note(record: CellResult, rows: Sequence[Mapping[str, Any]]) -> str:
     """What the kernel table holds of the cell's kernels, and where the rest are."""
     kt = record.trace.kernel_times or {}
-    ran = kt.get("kernels")
+    if not kt:
+        return (
+            f"Not traced: all {len(rows)} kernels of the program from its HLO, each with its "
+            "modeled bytes, FLOPs, first source line and the kernels whose outputs it reads; "
+            "launches per call are the HLO's (the runs of the kernel's computation per call). "
+            "No time, share, bound or headroom: a run with `[measure] profile = true` keeps them."
+        )
+    if kt.get("kernel_table"):
+        return (
+            f"All {len(rows)} kernels of the trace, each with its figures and the kernels whose "
+            "outputs it reads (the Graph tab draws them)."
+        )
+    return _older_note(record, rows)
+
+
+def _older_note(record: CellResult, rows: Sequence[Mapping[str, Any]]) -> str:
+    """The note of a record without a kernel table (`xlafuse.kernel_times/1`)."""
+    ran = (record.trace.kernel_times or {}).get("kernels")
     detailed = sum(1 for r in rows if r.get("modeled_bytes") is not None)
     where = (
         f"the kept trace, `{record.trace.path}` of the results folder"
         if record.trace.path
         else "no file: the trace was not kept"
     )
+    older = (
+        " The record predates `xlafuse.kernel_times/2`, which keeps every kernel and the "
+        "kernels each reads."
+    )
     if len(rows) < (ran or 0):
         return (
             f"The record keeps {len(rows)} of the {ran} kernels the trace joined to the HLO "
-            f"(the top ones by time and by headroom); the other {ran - len(rows)} are in {where}."
+            f"(the top ones by time and by headroom); the other {ran - len(rows)} are in "
+            f"{where}.{older}"
         )
     if detailed < len(rows):
         return (
@@ -144,9 +187,9 @@ def kernels_note(record: CellResult, rows: Sequence[Mapping[str, Any]]) -> str:
             f"(`cost_model.pairs`). The record keeps every figure (launches, bytes, FLOPs, "
             f"bound, headroom, source) for {detailed} of them, the top ones by time and by "
             "headroom, and FLOPs and source for XLA's largest mispredictions: `-` where it "
-            "holds none."
+            f"holds none.{older}"
         )
-    return f"All {len(rows)} kernels of the trace, each with its figures."
+    return f"All {len(rows)} kernels of the trace, each with its figures.{older}"
 
 
 def _missed(summary: Mapping[str, Any] | None) -> dict[str, Any] | None:
