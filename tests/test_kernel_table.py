@@ -28,7 +28,7 @@ LAYERNORM = {"name": "layernorm", "size": "tiny"}
 _DATA = re.compile(r'<script type="application/json" id="data">(.*?)</script>', re.S)
 
 
-def _config(profile: bool):
+def _config(profile: bool, backend: str = "cpu", workload=LAYERNORM):
     def config(out):
         return parse_config(
             {
@@ -37,11 +37,11 @@ def _config(profile: bool):
                     "output": str(out),
                     "variants": ["default", "no-fusion"],
                 },
-                "workloads": [LAYERNORM],
+                "workloads": [workload],
                 "timing": FAST_TIMING,
                 "measure": {"profile": profile, "keep_traces": False},
             },
-            backend="cpu",
+            backend=backend,
         )
 
     return config
@@ -143,3 +143,20 @@ def test_the_page_shows_every_kernel_of_both(untraced, traced):
         f"All {len(cells[3]['kernels'])} kernels of the trace, each with its figures and the "
         "kernels whose outputs it reads (the Graph tab draws them)."
     )
+
+
+@pytest.mark.gpu
+def test_a_profiled_gpu_run_records_every_kernel_and_what_it_reads(tmp_path_factory):
+    config = _config(True, "gpu", {"name": "gpt2", "size": "tiny", "mode": "train"})
+    _, records = run_in_new_folder(tmp_path_factory, "gpu", config)
+    for record in records:
+        kt = record.trace.kernel_times
+        rows = read_kernel_table(kt)
+        assert record.ok and record.fusion.kernel_table is None
+        assert len(rows) == kt["kernels"] == record.fusion.kernels
+        assert sum(r["time_s"] for r in rows) == kt["attributed_s"]
+        seen = [r for r in rows if r["launches_per_call"] and r["flops"] is not None]
+        assert seen and all(r["bound_s"] is not None for r in seen)
+        assert sum(len(r["producers"]) for r in rows) > len(rows) / 2
+        size = len(json.dumps(kt["kernel_table"]))
+        print(f"{record.cell_id}: {len(rows)} kernels, kernel_table {size / 1e3:.1f} KB")
