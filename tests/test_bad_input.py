@@ -20,6 +20,7 @@ from xlafuse.experiment import runner
 from xlafuse.experiment.config import parse_config
 from xlafuse.models import registry
 from xlafuse.models.memory import WorkloadTooLargeError
+from xlafuse.report.html import NO_CELLS, REPORT_HTML
 from xlafuse.results.records import CellResult, append_result, load_results
 
 HLO = os.path.join(os.path.dirname(__file__), "data", "trace-chain4", "no-fusion.hlo.txt")
@@ -228,13 +229,18 @@ def test_report_roofline_cell_is_checked_before_any_plot(tmp_path, capsys):
     assert not out.exists()
 
 
-def test_report_of_an_empty_results_file(tmp_path, capsys):
+def test_report_of_an_empty_results_file_is_a_report_of_no_cell(tmp_path, capsys):
+    # issue 47: a results file with no cells still gives a page that says so (it was exit 2)
     path = tmp_path / "results.jsonl"
-    path.write_text("")
-    assert _error(capsys, ["report", str(path)]) == (
-        f"xlafuse report: error: results file '{path}' holds no record (it is empty); a results "
-        "file holds the JSON lines of `xlafuse run`, one record per cell"
-    )
+    path.write_text("\n")
+    assert main(["report", str(path)]) == 0
+    out, err = capsys.readouterr()
+    assert out == f"{tmp_path / 'report.md'}\n"
+    assert err.splitlines() == [
+        f"results file '{path}' holds no cell (it is empty): report.md and report.html say so"
+    ]
+    assert (tmp_path / "report.md").read_text().endswith(f"(0 cells)\n\n{NO_CELLS}\n")
+    assert f'<p class="banner" id="banner">{NO_CELLS}</p>' in (tmp_path / REPORT_HTML).read_text()
 
 
 def test_a_line_that_is_json_but_no_record_is_named(tmp_path, capsys):

@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import GPT2_TRAIN, RESNET50_TRAIN
+from helpers import GPT2_TRAIN, RESNET50_TRAIN, recorded_kernel_times
 
 import xlafuse
 from xlafuse.hlo import analyze_hlo
@@ -26,8 +26,10 @@ from xlafuse.measure.kernels import (
     CPU_BASIS,
     GPU_BASIS,
     REPEATED,
+    TABLE_COLUMNS,
     Event,
     join_trace,
+    read_kernel_table,
     trace_events,
 )
 from xlafuse.measure.profile import read_trace, trace_calls
@@ -95,7 +97,7 @@ def test_recorded_trace_rows_carry_bytes_bandwidth_kind_source_and_match():
 
 def test_summary_keeps_totals_and_the_top_kernels():
     summary = _joined("no-fusion").summary(top=3)
-    assert summary["schema"] == "xlafuse.kernel_times/1"
+    assert summary["schema"] == "xlafuse.kernel_times/2" and "kernel_table" not in summary
     assert (summary["kernels"], summary["kernels_seen"], summary["launches_per_call"]) == (8, 8, 8)
     assert [r["name"] for r in summary["top"]] == [
         "wrapped_add.1",
@@ -103,6 +105,51 @@ def test_summary_keeps_totals_and_the_top_kernels():
         "wrapped_maximum",
     ]
     assert summary["unattributed_share"] == 0.0 and summary["unattributed_top"] == []
+
+
+def test_the_record_keeps_every_traced_kernel_and_the_kernels_it_reads():
+    # GPT-2 full train on the H200: 840 kernels, every one seen in the trace
+    times, summary, report, _ = recorded_kernel_times(GPT2_TRAIN, "default")
+    assert summary["schema"] == "xlafuse.kernel_times/2"
+    assert summary["kernel_table"]["columns"] == list(TABLE_COLUMNS)
+    rows = read_kernel_table(summary)
+    assert len(rows) == summary["kernels_seen"] == len(report.kernel_details) == 840
+    assert [r["name"] for r in rows] == [k.name for k in times.kernels]  # longest first
+    # the sums are the totals
+    assert sum(r["time_s"] for r in rows) == summary["attributed_s"]
+    assert summary["attributed_s"] == pytest.approx(summary["time_s"], rel=1e-12)
+    assert sum(r["launches_per_call"] for r in rows) == summary["launches_per_call"] == 912
+    assert sum(r["modeled_bytes"] for r in rows) == report.modeled_bytes
+    assert sum(r["flops"] or 0 for r in rows) == report.flops
+    # every figure of a kernel is its KernelTime's, the derived ones included
+    for row, k in zip(rows, times.kernels, strict=True):
+        assert (row["kind"], row["bound"], row["bound_s"], row["match"]) == (
+            k.kind, k.bound, k.bound_s, k.match,
+        )  # fmt: skip
+        assert (row["pct_of_bound"], row["headroom_s"]) == (k.pct_of_bound, k.headroom_s)
+        assert row["source"] == (k.source_lines[0] if k.source_lines else None)
+    # producers: row indices, none its own; the GEMM reads the logits' convert through a bitcast
+    assert all(0 <= p < len(rows) and p != i for i, r in enumerate(rows) for p in r["producers"])
+    by_name = {r["name"]: r for r in rows}
+    gemm = by_name["gemm_fusion_dot.169"]  # fusion(%bitcast.2445.0, %wrapped_convert)
+    assert [rows[p]["name"] for p in gemm["producers"]] == sorted(
+        ["wrapped_convert", "wrapped_convert.61"], key=lambda n: by_name[n]["time_s"], reverse=True
+    )
+    assert sum(map(len, (r["producers"] for r in rows))) == 1643
+    size = len(json.dumps(summary["kernel_table"]))
+    print(f"kernel_table of GPT-2 full train: {len(rows)} kernels, {size / 1e3:.1f} KB")
+    assert size < 150_000
+
+
+def test_a_kernel_times_1_record_has_no_table_and_a_newer_one_is_refused():
+    assert read_kernel_table({"schema": "xlafuse.kernel_times/1", "top": []}) is None
+    assert read_kernel_table(None) is None
+    with pytest.raises(ValueError) as info:
+        read_kernel_table({"schema": "xlafuse.kernel_times/3"})
+    assert str(info.value) == (
+        "kernel_times schema 'xlafuse.kernel_times/3' is not one this xlafuse reads "
+        "(xlafuse.kernel_times/1, xlafuse.kernel_times/2)"
+    )
 
 
 def test_recorded_before_after_measures_the_fusion_saving():

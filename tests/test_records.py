@@ -75,6 +75,7 @@ def test_each_part_maps_its_fields_to_the_published_keys():
         "entry", "source_sha256", "source_files", "cost_model", *since_distributed, *since_loops,
         "numerics_precision",  # issue 44: the precision that judged the numerics
         "compile_cached",  # issue 44: a compile that a cache served
+        "hlo_kernel_table",  # issue 47: an untraced cell's every kernel, from its HLO
     }  # fmt: skip
     assert since_quickstart <= set(FLAT_KEYS)
     assert all(set(line) == set(FLAT_KEYS) - since_quickstart for line in _lines(QUICKSTART))
@@ -218,8 +219,11 @@ PER_CALL_FIELDS = (
     "flops_per_call",
     "per_call_basis",
 )
-# And issue 44's: the precision that judged the numerics, a compile that a cache served.
-SINCE_LOOPS = {*PER_CALL_FIELDS, "tflops", "trace_perturbed", "precision", "compile_cached"}
+# And issue 44's: the precision that judged the numerics, a compile that a cache served; and
+# issue 47's: an untraced cell's every kernel from its HLO.
+SINCE_LOOPS = {
+    *PER_CALL_FIELDS, "tflops", "trace_perturbed", "precision", "compile_cached", "kernel_table",
+}  # fmt: skip
 
 
 def _measured(record):
@@ -255,8 +259,11 @@ def test_a_published_record_has_the_counts_of_a_fresh_one_under_its_jax(fresh_ru
     if then != now:
         pytest.skip(f"published under jax/backend {then}, measured now under {now}: XLA differs")
     for old, fresh in pairs:
-        # missed fusions name source lines, which move; the per-call figures came later
-        no_missed = {"missed_fusions": None, **dict.fromkeys(PER_CALL_FIELDS)}
+        # missed fusions name source lines, which move; the per-call figures and the kernel
+        # table came later
+        no_missed = {
+            "missed_fusions": None, "kernel_table": None, **dict.fromkeys(PER_CALL_FIELDS)
+        }  # fmt: skip
         assert dataclasses.replace(fresh.fusion, **no_missed) == dataclasses.replace(
             old.fusion, **no_missed
         )

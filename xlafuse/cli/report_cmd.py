@@ -1,11 +1,11 @@
-"""Render a results JSONL (from `xlafuse run`) as markdown tables and plots."""
+"""Render a results JSONL (from `xlafuse run`) as markdown tables and plots, and as report.html."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
-HELP = "write report.md and PNG plots from a results file"
+HELP = "write report.md, report.html and PNG plots from a results file"
 
 
 def add_arguments(parser) -> None:
@@ -22,13 +22,21 @@ def add_arguments(parser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Write the report and print its path; say on stderr which lines were not records."""
+    """Write the report and print its path; say on stderr which lines were not records, or
+    that the file holds no cell (its report says so too)."""
     # on use, not at the top: `xlafuse --help` imports no report code (see xlafuse.cli)
     from xlafuse.report.markdown import write_report
     from xlafuse.results.records import read_results
 
-    note = read_results(args.results).skipped_note()
+    data = read_results(args.results, empty_ok=True)
+    note = data.skipped_note()
     if note:
         print(note, file=sys.stderr)
+    if not data.records and not data.skipped:
+        print(
+            f"results file '{data.path}' holds no cell (it is empty): report.md and "
+            "report.html say so",
+            file=sys.stderr,
+        )
     print(write_report(args.results, args.out, args.roofline_cell))
     return 0

@@ -13,10 +13,12 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from xlafuse.hlo.dataflow import producer_names
 from xlafuse.measure import timing as timing_lib
 from xlafuse.measure.calibrate import Ceilings
 from xlafuse.measure.coldstart import measure_cold_start
 from xlafuse.measure.collectives import CommProfile
+from xlafuse.measure.kernels import hlo_kernel_table
 from xlafuse.measure.numerics import NumericDiff
 from xlafuse.measure.profile import DeviceProfile, device_speedup
 from xlafuse.measure.rules import HOST_BOUND, TRACE_PERTURBED
@@ -53,9 +55,16 @@ def compile_part(compiled: Any) -> parts.CompileRecord:
     )
 
 
-def fusion_part(report: Any, missed_fusions: Any = None) -> parts.FusionRecord:
-    """The FusionReport's counts and modeled bytes (and the default program's missed fusions)."""
-    return parts.FusionRecord.of(report, missed_fusions=missed_fusions)
+def fusion_part(
+    report: Any, missed_fusions: Any = None, *, hlo_text: str | None = None
+) -> parts.FusionRecord:
+    """The FusionReport's counts and modeled bytes (and the default program's missed fusions);
+    given the program's `hlo_text` (a cell whose trace keeps no kernel table), also every
+    kernel from the HLO alone (`kernel_table`: `xlafuse.measure.kernels.hlo_kernel_table`)."""
+    table = None
+    if hlo_text is not None:
+        table = hlo_kernel_table(report, producer_names(hlo_text, report.kernel_details))
+    return parts.FusionRecord.of(report, missed_fusions=missed_fusions, kernel_table=table)
 
 
 def collectives_part(report: Any) -> parts.CollectivesRecord:

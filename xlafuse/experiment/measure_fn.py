@@ -85,8 +85,8 @@ class Measurement:
         return [r.to_dict() for r in self.records]
 
     def write(self, folder: str | Path) -> Path:
-        """Appends the records to `folder`/results.jsonl and writes report.md and the plots
-        there (`xlafuse.write_report`); returns the report's path.
+        """Appends the records to `folder`/results.jsonl and writes report.md, report.html and
+        the plots there (`xlafuse.write_report`); returns report.md's path.
 
         Raises:
           XlafuseError: the folder's results were measured under other settings, or hold a

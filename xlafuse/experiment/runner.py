@@ -414,7 +414,11 @@ def _move_aside(path: Path) -> None:
     if aside is None:
         return
     stem = aside.name.removesuffix(".jsonl.old")  # results.<time>
-    for made in [path.parent / "report.md", *sorted(path.parent.glob("*.png"))]:
+    for made in [
+        path.parent / "report.md",
+        path.parent / "report.html",
+        *sorted(path.parent.glob("*.png")),
+    ]:
         if made.is_file():
             made.rename(path.parent / f"{stem}.{made.name}.old")
 
@@ -576,7 +580,11 @@ def _measure(
         "per_process": _per_process(run, timed, comparison, request, profile),
         "speedup": _speedup_part(run, request, comparison, reference),
         "trace": parts.TraceRecord.from_flat(kernels),
-        "fusion": fields_lib.fusion_part(compiled.report, _missed(variant, workload, compiled)),
+        "fusion": fields_lib.fusion_part(
+            compiled.report,
+            _missed(variant, workload, compiled),
+            hlo_text=None if "kernel_times" in kernels else compiled.hlo_text,
+        ),
     }
     if workload.devices > 1:
         measured["collectives"] = fields_lib.collectives_part(compiled.collectives)

@@ -3,8 +3,9 @@
 Per profiled cell the runner gets a trace folder (`new_trace_dir`: `traces/<cell>/` of the
 results folder, or a temporary one when `measure.keep_traces` is false) and, after the cell is
 traced, asks `kernel_fields` for the record's `trace_path`, `kernel_times` (its `trace` part, as
-flat keys; every kernel joined
-to its HLO kernel, `xlafuse.measure.kernels`; totals and the top kernels kept) and, for a
+flat keys; every kernel joined to its HLO kernel, `xlafuse.measure.kernels`; totals, the top
+kernels, and every kernel in its `kernel_table` with the kernels whose outputs it reads,
+`xlafuse.hlo.dataflow`) and, for a
 variant other than the reference, `kernel_diff` (the reference vs this variant, kernel group by
 kernel group with measured times, `xlafuse.measure.kernel_diff`). The diff is computed here,
 while both programs' HLO and full kernel times are in memory, so the report needs neither the
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from xlafuse.compile.jit import unoptimized_hlo
+from xlafuse.hlo.dataflow import producer_names
 from xlafuse.hlo.diff import diff_modules
 from xlafuse.hlo.parse import parse_hlo
 from xlafuse.measure.costmodel import cost_model_record, join_costs
@@ -113,7 +115,8 @@ def kernel_fields(
         return fields, None
     ceilings = ceilings_bytes_flops if basis == GPU_BASIS else (None, None)
     times = join_trace(compiled.report, events, calls, basis, *ceilings)
-    fields["kernel_times"] = times.summary()
+    producers = producer_names(compiled.hlo_text, compiled.report.kernel_details)
+    fields["kernel_times"] = times.summary(producers=producers)
     decisions = None
     if labels[0] != labels[1] and baseline is not None:
         fields["kernel_diff"], decisions = _diff(baseline, compiled, workload, times, labels)

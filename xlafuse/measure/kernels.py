@@ -47,7 +47,17 @@ from xlafuse.measure.align import align_launches, fits
 from xlafuse.measure.profile import event_stat, gpu_kernel_events
 from xlafuse.measure.validate import BY_OP, ModeledKernel, join_kernels
 
-SCHEMA = "xlafuse.kernel_times/1"
+SCHEMA = "xlafuse.kernel_times/2"
+# What `read_kernel_table` reads: /1 records keep the top kernels only (no `kernel_table`).
+READ_SCHEMAS = ("xlafuse.kernel_times/1", SCHEMA)
+TABLE_SCHEMA = "xlafuse.kernel_table/1"
+# A kernel table's columns, in order (`kernel_table`): `source` an index into the table's
+# `sources`, `producers` row indices. `read_kernel_table` adds `pct_of_bound` and `headroom_s`,
+# derived from `time_s` and `bound_s` as `KernelTime`'s are, to each row it reads.
+TABLE_COLUMNS = (
+    "name", "kind", "launches_per_call", "time_s", "modeled_bytes", "flops", "bound", "bound_s",
+    "source", "match", "producers",
+)  # fmt: skip
 GPU_BASIS = "device kernels"
 CPU_BASIS = "host thunks"
 TOP = 10
@@ -181,9 +191,14 @@ class KernelTimes:
         zeros = (0.0,) * self.calls
         return {k.name: k.per_call_s or zeros for k in self.kernels}
 
-    def summary(self, top: int = TOP) -> dict[str, Any]:
-        """The compact record of a cell (`CellResult.trace.kernel_times`): totals and the top kernels."""
-        return {
+    def summary(
+        self, top: int = TOP, *, producers: Mapping[str, Sequence[str]] | None = None
+    ) -> dict[str, Any]:
+        """The compact record of a cell (`CellResult.trace.kernel_times`): totals and the top
+        kernels; given each kernel's producers (kernel name -> the names of the kernels whose
+        outputs it reads, `xlafuse.hlo.dataflow.producer_names`), also every kernel, longest
+        first, as its `kernel_table` (`kernel_table`)."""
+        out = {
             "schema": SCHEMA,
             "basis": self.basis,
             "calls": self.calls,
@@ -202,6 +217,104 @@ class KernelTimes:
             ],
             "unattributed_top": [[n, t] for n, t in self.unattributed[:5]],
         }
+        if producers is not None:
+            out["kernel_table"] = kernel_table([_traced_row(k, producers) for k in self.kernels])
+        return out
+
+
+def kernel_table(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Every kernel of a cell as one compact table: the column names once, a list per kernel.
+
+    Args:
+      rows: one mapping per kernel with TABLE_COLUMNS' keys (a missing key is None): its
+        `source` the first source line, its `producers` the names of the kernels whose outputs
+        it reads.
+
+    Returns:
+      {"schema": TABLE_SCHEMA, "columns": TABLE_COLUMNS, "sources": each source line once,
+      "rows": [[value per column]]}: a row's `source` the index of its line in `sources`, its
+      `producers` the indices of those kernels' rows (names not among the rows dropped).
+    """
+    index = {row["name"]: i for i, row in enumerate(rows)}
+    sources = list(dict.fromkeys(row["source"] for row in rows if row.get("source")))
+    source_index = {line: i for i, line in enumerate(sources)}
+    out = []
+    for row in rows:
+        values = {**row, "source": source_index.get(row.get("source"))}
+        values["producers"] = sorted({index[p] for p in row.get("producers", ()) if p in index})
+        out.append([values.get(c) for c in TABLE_COLUMNS])
+    return {"schema": TABLE_SCHEMA, "columns": list(TABLE_COLUMNS), "sources": sources,
+            "rows": out}  # fmt: skip
+
+
+def hlo_kernel_table(report: Any, producers: Mapping[str, Sequence[str]]) -> dict[str, Any]:
+    """The kernel table of an untraced program, from its HLO alone (program order): no time,
+    bound, headroom or match; launches per call the runs of the kernel's computation per call
+    (a loop body's trip count; None where unknown)."""
+    return kernel_table([
+        {"name": k.name, "kind": k.kind, "launches_per_call": report.runs_of(k),
+         "modeled_bytes": k.bytes_in + k.bytes_out, "flops": k.flops,
+         "source": _first_source(k.source_lines), "producers": producers.get(k.name, ())}
+        for k in report.kernel_details
+    ])  # fmt: skip
+
+
+def read_kernel_table(kernel_times: Mapping[str, Any] | None) -> list[dict[str, Any]] | None:
+    """The rows of a record's kernel table as mappings by column (`producers`: row indices);
+    None where the record keeps none (a `kernel_times/1` record, or no kernel times).
+
+    Raises:
+      ValueError: a schema this xlafuse does not read (a newer record's), its own or its
+        table's.
+    """
+    if not kernel_times:
+        return None
+    schema = kernel_times.get("schema", READ_SCHEMAS[0])
+    if schema not in READ_SCHEMAS:
+        raise ValueError(
+            f"kernel_times schema {schema!r} is not one this xlafuse reads "
+            f"({', '.join(READ_SCHEMAS)})"
+        )
+    return table_rows(kernel_times.get("kernel_table"))
+
+
+def table_rows(table: Mapping[str, Any] | None) -> list[dict[str, Any]] | None:
+    """A kernel table's rows as mappings by column, each `source` its line, with `pct_of_bound`
+    and `headroom_s` (None without a time and a bound); None for no table.
+
+    Raises:
+      ValueError: a schema other than TABLE_SCHEMA.
+    """
+    if table is None:
+        return None
+    if table.get("schema") != TABLE_SCHEMA:
+        raise ValueError(
+            f"kernel table schema {table.get('schema')!r} is not {TABLE_SCHEMA!r}, the one "
+            "this xlafuse reads"
+        )
+    columns, sources = table["columns"], table.get("sources") or []
+    rows = []
+    for values in table["rows"]:
+        row = dict(zip(columns, values, strict=True))
+        row["source"] = None if row.get("source") is None else sources[row["source"]]
+        time_s, bound_s = row.get("time_s"), row.get("bound_s")
+        known = time_s is not None and bound_s is not None
+        row["pct_of_bound"] = 100.0 * bound_s / time_s if known and time_s else None
+        row["headroom_s"] = max(0.0, time_s - bound_s) if known else None
+        rows.append(row)
+    return rows
+
+
+def _traced_row(k: KernelTime, producers: Mapping[str, Sequence[str]]) -> dict[str, Any]:
+    return {
+        **{c: getattr(k, c) for c in TABLE_COLUMNS if c not in ("source", "producers")},
+        "source": _first_source(k.source_lines),
+        "producers": producers.get(k.name, ()),
+    }
+
+
+def _first_source(lines: Sequence[str]) -> str | None:
+    return portable_source(lines[0]) if lines else None
 
 
 def trace_events(path: str | Path) -> tuple[str, list[Event]]:

@@ -20,13 +20,13 @@ from collections import Counter
 from pathlib import Path
 
 from xlafuse.errors import XlafuseError
+from xlafuse.hlo.dataflow import buffer_producers
 from xlafuse.hlo.fusion import FusionReport, KernelInfo, analyze_module
 from xlafuse.hlo.ir import Computation, HloModule, Instruction
 from xlafuse.kinds import FusionKind
 from xlafuse.report.format import format_bytes
 
 _LAYOUT = re.compile(r"\{[^{}]*\}")
-_LOOK_THROUGH = frozenset({"bitcast", "get-tuple-element", "copy-done"})
 _KIND_COLORS = {
     FusionKind.LOOP: "#cfe2f3",
     FusionKind.INPUT: "#d9ead3",
@@ -83,7 +83,7 @@ class _Graph:
             if (name, index) in seen:
                 continue
             seen.add((name, index))
-            for producer, element in _producers(comp, comp.by_name[name], index):
+            for producer, element in buffer_producers(comp, comp.by_name[name], index):
                 src = self.node_for(comp, producer)
                 if src != dst:
                     self.edges[(src, dst)] += _buffer_bytes(producer, element)
@@ -96,7 +96,7 @@ class _Graph:
         for i, name in enumerate(outputs):
             label = f"output {i}" if root.opcode == "tuple" else "output"
             dst = self.add_node(f"out:{i}", f'shape=doubleoctagon, label="{label}"', comp)
-            for producer, element in _producers(comp, comp.by_name[name], None):
+            for producer, element in buffer_producers(comp, comp.by_name[name], None):
                 src = self.node_for(comp, producer)
                 self.edges[(src, dst)] += _buffer_bytes(producer, element)
 
@@ -185,36 +185,11 @@ def _control_attrs(instr: Instruction) -> str:
     return f'shape=diamond, label="{_esc(instr.name)}\\n{_esc(instr.opcode)}"'
 
 
-def _producers(
-    comp: Computation, instr: Instruction, index: int | None
-) -> list[tuple[Instruction, int | None]]:
-    """What wrote the buffer `instr` names, with the tuple element read (None: all of it).
-
-    Free ops are looked through, tuples expanded and constants dropped.
-    """
-    while instr.opcode in _LOOK_THROUGH or instr.opcode.endswith("-done"):
-        if instr.opcode == "get-tuple-element" and index is None:
-            index = _int(instr.attr("index"))
-        elif instr.opcode != "get-tuple-element":
-            index = None
-        if not instr.operands:
-            break
-        instr = comp.by_name[instr.operands[0]]
-    if instr.opcode == "tuple":
-        picked = instr.operands if index is None else instr.operands[index : index + 1]
-        return [p for name in picked for p in _producers(comp, comp.by_name[name], None)]
-    return [] if instr.opcode == "constant" else [(instr, index)]
-
-
 def _buffer_bytes(producer: Instruction, index: int | None) -> int:
     shape = producer.shape
     if index is not None and shape.is_tuple and index < len(shape.tuple_shapes):
         shape = shape.tuple_shapes[index]
     return shape.byte_size
-
-
-def _int(text: str | None) -> int | None:
-    return int(text) if text and text.strip().isdigit() else None
 
 
 def _esc(text: str) -> str:

@@ -1,4 +1,5 @@
-"""A results JSONL -> `report.md` (environment, ceilings, two tables per workload) and PNG plots.
+"""A results JSONL -> `report.md` (environment, ceilings, two tables per workload), PNG plots and
+`report.html` (the same report to explore in a browser: `xlafuse.report.html`).
 
 The tables are `xlafuse.report.cells`'s, the plots `xlafuse.report.plots`' (speedup per workload
 and variant, kernels vs time, a roofline) and the study sections' (cold start, PyTorch, kernels).
@@ -33,6 +34,7 @@ from xlafuse.report.costmodel import (
     study_section,
 )
 from xlafuse.report.explain_text import missed_fusions_markdown
+from xlafuse.report.html import MARKDOWN_TITLE, NO_CELLS, REPORT_HTML, write_html
 from xlafuse.report.kernels import (
     KERNEL_ROOFLINE_PNG,
     choose_roofline_cell,
@@ -63,7 +65,8 @@ COLD_START_PNG = "cold_start.png"
 def write_report(
     results_path: str | Path, out_dir: str | Path | None = None, roofline_cell: str | None = None
 ) -> Path:
-    """Write `report.md` and its PNG plots for a results file.
+    """Write `report.md`, its PNG plots and `report.html` (`xlafuse.report.html`) for a
+    results file.
 
     Args:
       results_path: the JSONL file of cell records, or a folder holding results.jsonl.
@@ -72,7 +75,8 @@ def write_report(
         `label@variant`); None: the traced reference cell with the longest time per call.
 
     Returns:
-      The path of report.md.
+      The path of report.md. An empty results file gives a report of no cell that says so
+      (`xlafuse.report.html.NO_CELLS`), report.html too.
 
     Raises:
       XlafuseError: no such file, or not a results file (`xlafuse.results.records.read_results`), or a
@@ -81,16 +85,17 @@ def write_report(
         could not be written (a full disk), named. Each file is written whole or not at all
         (`xlafuse.folders.write_atomically`): one that fails keeps its earlier version.
     """
-    data = read_results(results_path)
+    data = read_results(results_path, empty_ok=True)
     records = latest_per_cell(data.records)
     choose_roofline_cell([r for r in records if r.ok], roofline_cell)
     out_dir = writable_folder(data.path.parent if out_dir is None else out_dir, "output folder")
     plots = write_plots(records, out_dir) + _kernel_plot(records, out_dir, roofline_cell)
     text = render_markdown(records, data.path, plots, data.skipped_note())
     path = out_dir / "report.md"
-    return write_atomically(
-        path, lambda temp: temp.write_text(text, encoding="utf-8"), noun="report"
-    )
+    write_atomically(path, lambda temp: temp.write_text(text, encoding="utf-8"), noun="report")
+    groups = by_workload(records)
+    write_html(out_dir / REPORT_HTML, records, groups, markdown=text, title=str(data.path))
+    return path
 
 
 def render_markdown(
@@ -100,14 +105,16 @@ def render_markdown(
     skipped: str | None = None,
 ) -> str:
     """The report as markdown text (`skipped`: a note on lines of the file that were skipped)."""
-    lines = ["# xlafuse report", ""]
+    lines = [MARKDOWN_TITLE, ""]
     if source is not None:
         lines += [f"Results: `{source}` ({len(records)} cells)", ""]
     if skipped:
         lines += [f"_{skipped}_", ""]
+    if not records:
+        return "\n".join([*lines, NO_CELLS, ""])
     lines += _environment(records) + _ceilings(records) + [reading_notes(), ""]
     lines += traces_section(records)
-    for key, group in _by_workload(records).items():
+    for key, group in by_workload(records).items():
         lines += [f"## {key}", "", *cell_tables(group), ""]
         lines += _traced_sections(group)
     lines += _errors(records)
@@ -227,7 +234,7 @@ def _calibration_line(r: CellResult) -> str:
     return line
 
 
-def _by_workload(records: Sequence[CellResult]) -> dict[str, list[CellResult]]:
+def by_workload(records: Sequence[CellResult]) -> dict[str, list[CellResult]]:
     """The records by their section's header, `mlp[batch=8] / tiny / train / float32` (and
     `/ data-parallel on 2 devices` when sharded). A cell that failed before it was built has no
     dtype: it goes under its cell's dtype where another record of the cell has one, else its

@@ -222,13 +222,16 @@ class FusionRecord(Part):
     kernels_basis, modeled_bytes_basis, generated_kernels (Inductor's, at compile).
     missed_fusions: for the "default" variant, the largest kernel boundaries of its program
     (`xlafuse.inspect.explain.missed_fusions`: top 5 by modeled bytes).
+    kernel_table: a cell whose trace keeps no kernel table (untraced: a CPU run, or no profile)
+    keeps every kernel of its program from the HLO alone, without times
+    (`xlafuse.measure.kernels.hlo_kernel_table`; flat key `hlo_kernel_table`).
     kernels and modeled_bytes count each kernel of the program text once; launches_per_call,
     modeled_bytes_per_call and flops_per_call count each as often as it runs in one call (a
     loop body by its trip count), as `per_call_basis` says (None: a record from before these
     fields, or a torch cell, whose counts are per call already).
     """
 
-    NOT_FROM_SOURCE = ("kernels_basis", "modeled_bytes_basis", "generated_kernels")
+    NOT_FROM_SOURCE = ("kernels_basis", "modeled_bytes_basis", "generated_kernels", "kernel_table")
     kernels: int | None = None
     fusions: int | None = None
     real_fusions: int | None = None
@@ -244,6 +247,7 @@ class FusionRecord(Part):
     modeled_bytes_per_call: int | None = None
     flops_per_call: int | None = None
     per_call_basis: str | None = None
+    kernel_table: Mapping[str, Any] | None = keyed("hlo_kernel_table")
 
     @property
     def bytes_per_call(self) -> int | None:

@@ -506,15 +506,20 @@ def results_file(path: str | Path) -> Path:
     return path
 
 
-def read_results(path: str | Path) -> ResultsFile:
+def read_results(path: str | Path, *, empty_ok: bool = False) -> ResultsFile:
     """Read a results file (or a folder's results.jsonl), saying which lines were skipped.
 
+    Args:
+      path: the file, or its folder.
+      empty_ok: an empty file (no line but blank ones) is read as one of no record.
+
     Raises:
-      XlafuseError: not a results file: not UTF-8 text, empty, or no line of it is a record.
+      XlafuseError: not a results file: not UTF-8 text, empty (unless `empty_ok`), or no line
+        of it is a record.
     """
     path = results_file(path)
     records, skipped = parse_file(path)
-    if not records and not skipped:
+    if not records and not skipped and not empty_ok:
         raise XlafuseError(
             f"results file {str(path)!r} holds no record (it is empty); a results file holds "
             "the JSON lines of `xlafuse run`, one record per cell"
