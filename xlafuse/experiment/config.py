@@ -547,13 +547,13 @@ def _parse_workload(problems, where, item, backend, base) -> WorkloadConfig | No
     _check_keys(problems, f"{where}.", item, _WORKLOAD_KEYS)
     if "entry" in item:
         return _parse_entry(problems, where, item, base, backend)
+    start = len(problems.items)
     if "implementations" in item:
         problems.add(
             f"{where}.implementations",
             "is for an entry (FILE.py:FUNCTION); a zoo workload's implementations come with it "
             "(`xlafuse workloads`): list them as variants, impl=NAME",
         )
-    start = len(problems.items)
     name = _typed(problems, f"{where}.name", item.get("name"), str)
     size = _typed(problems, f"{where}.size", item.get("size", "tiny"), str)
     mode = _typed(problems, f"{where}.mode", item.get("mode", "forward"), str)

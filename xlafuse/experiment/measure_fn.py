@@ -47,6 +47,7 @@ from xlafuse.kinds import Framework
 from xlafuse.measure.calibrate import calibrate as calibrate_ceilings
 from xlafuse.measure.timing import TimingSettings
 from xlafuse.models import implementations, user
+from xlafuse.models.registry import built_implementation_problem
 from xlafuse.models.workload import Items, Workload
 from xlafuse.report.cells import cell_tables
 from xlafuse.report.lines import cell_label, cell_line
@@ -174,8 +175,10 @@ def measure(
       XlafuseError: no variant, a variant twice, a variant that does not apply here, that
         XLA rejects or whose option has the wrong type, a PyTorch variant (it runs a zoo
         workload's twin), bad timing settings, a parameter of the wrong type (`profile="yes"`,
-        `timing=5`), a program that jax cannot trace with its arguments, or an `out` whose
-        records of `name` are of other code (all checked before any compile).
+        `timing=5`), a program that jax cannot trace with its arguments, an implementation
+        the program does not have or the device cannot run, one whose outputs differ from the
+        first's in structure, shape or dtype, or an `out` whose records of `name` are of other
+        code (all checked before any compile).
     """
     _check_parameters(profile=profile, name=name, out=out, flags=(fresh, calibrate, verbose))
     if items is not None and not isinstance(items, Items):
@@ -260,7 +263,7 @@ def _short(sha256: str | None) -> str:
 def _config(workload, source_sha256, variants, timing, profile, out, calibrate):
     """The one-workload ExperimentConfig a run of `measure`'s cells takes (validated here)."""
     backend = jax.default_backend()
-    chosen = _variants(variants, backend)
+    chosen = _variants(variants, backend, workload=workload)
     cell = WorkloadConfig(workload.name, workload.size, workload.mode, source_sha256=source_sha256)
     return ExperimentConfig(
         name="measure",
@@ -386,7 +389,7 @@ def _leaf_label(leaf: Any) -> str:
 _LABEL_CHARS = 48  # a longer list of argument types is named by its hash
 
 
-def _variants(given: Sequence[Any], backend: str) -> list[VariantConfig]:
+def _variants(given: Sequence[Any], backend: str, *, workload: Workload) -> list[VariantConfig]:
     if isinstance(given, str | Mapping) or not given:
         raise XlafuseError(
             f"variants must be a non-empty list of presets, option dicts or Variants, not "
@@ -406,6 +409,10 @@ def _variants(given: Sequence[Any], backend: str) -> list[VariantConfig]:
                 "none (use xlafuse run or compare on a zoo workload)"
             )
         problem = variant_problem(config, backend)
+        implementation = config.resolve().implementation
+        if problem is None and implementation:
+            problem = built_implementation_problem(workload, implementation)
+            problem = problem and f"variant {config.name!r}: {problem}"
         if problem:
             raise XlafuseError(problem)
     return chosen

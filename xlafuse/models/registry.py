@@ -308,6 +308,23 @@ def implementation_problem(
     )  # fmt: skip
 
 
+def built_implementation_problem(workload: Workload, implementation: str) -> str | None:
+    """Why a built workload cannot run `implementation` (one line saying what is accepted;
+    None when it can): one it does not have, or, for a zoo workload, one the device or the
+    installed tokamax cannot run (`implementation_problem`)."""
+    accepted = (workload.implementation, *workload.implementations)
+    if implementation not in accepted:
+        shown = ", ".join(f"impl={n}" for n in accepted)
+        return f"workload {workload.name!r} has no implementation {implementation!r}; accepted: {shown}"
+    registered = _REGISTRY.get(workload.name)
+    if workload.entry is not None or registered is None or registered.op is None:
+        return None
+    return implementation_problem(
+        workload.name, implementation,
+        mode=workload.mode, dtype=workload.dtype, devices=workload.devices,
+    )  # fmt: skip
+
+
 def check_build(
     name: str,
     size: str = "tiny",
