@@ -46,7 +46,7 @@ calibrate = false
 ZOO = {
     "attention": ("xla", "tokamax_xla", "xla_chunked", "cudnn", "mosaic", "triton"),
     "layernorm": ("xla", "tokamax_xla", "triton"),
-    "gated_mlp": ("xla", "tokamax_xla", "mosaic", "triton"),
+    "swiglu": ("xla", "tokamax_xla", "mosaic", "triton"),
     "gpt2": ("xla", "tokamax_xla", "xla_chunked"),
     "mlp": ("xla",),
 }
@@ -175,7 +175,7 @@ def test_each_implementation_the_device_cannot_run_is_refused_in_one_line(monkey
     )
     assert problem("attention", "triton", dtype="bfloat16") is None
     _fake_gpu(monkeypatch, "9.0", "NVIDIA H100 80GB HBM3")
-    assert problem("gated_mlp", "mosaic", dtype="bfloat16") is None
+    assert problem("swiglu", "mosaic", dtype="bfloat16") is None
 
 
 def test_an_implementation_tokamax_does_not_offer_here_is_refused(monkeypatch):
@@ -505,3 +505,19 @@ def test_a_record_keeps_its_implementation_and_interpreted():
     flat = record.to_dict()
     assert (flat["implementation"], flat["interpreted"]) == ("mine", True)
     assert CellResult.from_dict(flat) == record
+
+
+def test_tunes_implementation_family_is_searched_only_when_named():
+    from xlafuse.experiment.tune.space import Candidate, families_for, restricted
+
+    assert "implementation" not in [f.name for f in families_for("cpu")]
+    (family,) = restricted(families_for("cpu", ["implementation"]), ("xla", "tokamax_xla"))
+    assert list(family.choices) == ["xla", "tokamax_xla"]
+    candidate = Candidate((), (("implementation", "tokamax_xla"),))
+    assert (candidate.name, candidate.options(), candidate.implementation) == (
+        "implementation=tokamax_xla",
+        {},
+        "tokamax_xla",
+    )
+    assert candidate.variant().implementation == "tokamax_xla"
+    assert Candidate((), (("implementation", "xla"),)).variant().implementation is None

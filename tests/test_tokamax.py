@@ -9,6 +9,7 @@ import sys
 
 import jax
 import pytest
+from helpers import run_cli
 
 tokamax = pytest.importorskip("tokamax", reason='needs tokamax (the optional extra ".[tokamax]")')
 
@@ -27,8 +28,8 @@ ON_CPU = [
     ("attention", "train", "xla_chunked"),
     ("layernorm", "forward", "tokamax_xla"),
     ("layernorm", "train", "tokamax_xla"),
-    ("gated_mlp", "forward", "tokamax_xla"),
-    ("gated_mlp", "train", "tokamax_xla"),
+    ("swiglu", "forward", "tokamax_xla"),
+    ("swiglu", "train", "tokamax_xla"),
     ("gpt2", "train", "tokamax_xla"),
 ]
 
@@ -94,7 +95,7 @@ def test_tokamax_reads_no_flag_of_xlafuses_command_line(monkeypatch):
     [
         ("attention", "triton", "impl=xla, impl=tokamax_xla, impl=xla_chunked"),
         ("layernorm", "triton", "impl=xla, impl=tokamax_xla"),
-        ("gated_mlp", "mosaic", "impl=xla, impl=tokamax_xla"),
+        ("swiglu", "mosaic", "impl=xla, impl=tokamax_xla"),
     ],
 )
 def test_tokamax_gpu_kernels_are_refused_on_a_cpu(name, implementation, here):
@@ -114,3 +115,30 @@ def test_the_chunked_lm_head_loss_is_there_where_tokamax_offers_it():
         "offer 'xla_chunked' for linear_softmax_cross_entropy_loss here; it offers: "
         "impl=tokamax_xla"
     )
+
+
+def test_tune_searches_the_targets_implementations_that_run_here(tmp_path, capsys):
+    code, out, _ = run_cli(
+        capsys, "tune", "attention", "--space", "implementation", "--search", "grid",
+        "--no-rerun", "--budget-s", "30", "--out", str(tmp_path),
+    )  # fmt: skip
+    assert code == 0
+    assert "implementation=xla_chunked" in out and "implementation=triton" not in out
+    assert "implementation=tokamax_xla" in out
+
+
+def test_a_tuned_variant_keeps_its_implementation_in_a_config():
+    config = parse_config(
+        {
+            "experiment": {
+                "variants": ["default", {"name": "tuned", "implementation": "xla_chunked"}]
+            },
+            "workloads": [{"name": "attention"}],
+        },
+        backend="cpu",
+    )
+    tuned = config.variant("tuned")
+    assert tuned.resolve().implementation == "xla_chunked"
+    assert tuned.to_dict() == {
+        "name": "tuned", "spec": None, "options": {}, "implementation": "xla_chunked"
+    }  # fmt: skip

@@ -85,7 +85,7 @@ _WORKLOAD_KEYS = (
 )  # fmt: skip
 # What a user entry cannot be given: FUNCTION decides its size and dtype, on one device.
 _NOT_FOR_ENTRIES = ("size", "dtype", "devices", "parallelism")
-_INLINE_VARIANT_META = ("name", "description")
+_INLINE_VARIANT_META = ("name", "description", "implementation")
 # The accepted range of each [timing] setting: a warmup of 10**9 calls is a hang, not a setting.
 TIMING_RANGES = {
     "warmup": (1, 1000),
@@ -219,11 +219,14 @@ class VariantConfig:
       name: what results call it.
       spec: the preset name (or "a+b") it resolves through `xlafuse.variants.get`, or None.
       options: inline XLA options (when `spec` is None).
+      implementation: with inline options, the implementation it compiles (an inline table's
+        `implementation = "cudnn"`, as `impl=cudnn` names it in a spec); None: the own.
     """
 
     name: str
     spec: str | None = None
     options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    implementation: str | None = None
 
     def __post_init__(self):
         object.__setattr__(self, "options", MappingProxyType(dict(self.options)))
@@ -245,10 +248,10 @@ class VariantConfig:
             if not isinstance(name, str) or not name:
                 raise ValueError(f"a variant's name must be a non-empty string, not {name!r}")
             options = {k: v for k, v in spec.items() if k not in _INLINE_VARIANT_META}
-            config = cls(name, None, options)
+            config = cls(name, None, options, spec.get("implementation"))
         else:
             resolved = variants.get(spec)  # a Variant: its own name, resolved already
-            config = cls(resolved.name, None, resolved.options)
+            config = cls(resolved.name, None, resolved.options, resolved.implementation)
             object.__setattr__(config, "_resolved", resolved)
         config.resolve()
         return config
@@ -266,12 +269,20 @@ class VariantConfig:
                 resolved = variants.get(self.spec)
             else:
                 resolved = variants.from_options(self.options, name=self.name)
+                if self.implementation is not None:
+                    resolved = dataclasses.replace(resolved, implementation=self.implementation)
             object.__setattr__(self, "_resolved", resolved)  # a cache, not a field
         return resolved
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form."""
-        return {"name": self.name, "spec": self.spec, "options": dict(self.options)}
+        implementation = {"implementation": self.implementation} if self.implementation else {}
+        return {
+            "name": self.name,
+            "spec": self.spec,
+            "options": dict(self.options),
+            **implementation,
+        }
 
 
 @dataclasses.dataclass(frozen=True)
@@ -865,8 +876,9 @@ def _parse_inline_variant(problems, where, item, backend) -> VariantConfig | Non
     problem: every problem comes out in one pass."""
     name = _typed(problems, f"{where}.name", item.get("name"), str)
     _typed(problems, f"{where}.description", item.get("description"), str, optional=True)
+    implementation = _inline_implementation(problems, where, item)
     options = {k: v for k, v in item.items() if k not in _INLINE_VARIANT_META}
-    if not options:
+    if not options and implementation is None:
         problems.add(where, "an inline variant needs at least one XLA option besides its name")
     typed = {}
     for key, value in options.items():
@@ -875,13 +887,25 @@ def _parse_inline_variant(problems, where, item, backend) -> VariantConfig | Non
             problems.add(f"{where}.{key}", problem)
         else:
             typed[key] = value
-    if not typed:
+    if not typed and implementation is None:
         return None
-    config = VariantConfig(name or "unnamed", None, typed)
+    config = VariantConfig(name or "unnamed", None, typed, implementation)
     if name and typed == options:
         return config  # checked against the backend by the caller, as a preset is
     _check_variant_applies(problems, where, config, backend)
     return None
+
+
+def _inline_implementation(problems, where, item) -> str | None:
+    """An inline variant's `implementation` (what `impl=NAME` names), None without one."""
+    name = _typed(
+        problems, f"{where}.implementation", item.get("implementation"), str, optional=True
+    )
+    problem = name is not None and variants.implementation_problem(name)
+    if problem:
+        problems.add(f"{where}.implementation", problem)
+        return None
+    return name
 
 
 def _parse_reference(problems, value, variants, listed) -> str:

@@ -4,7 +4,7 @@ A workload's own program (`OWN`, "xla": the plain JAX program, fused by XLA) is 
 compile unless a variant names another implementation (`impl=NAME`,
 `xlafuse.compile.variants`). A zoo workload declares the operation that tokamax implements
 (`register(..., op=...)`): `attention` (`dot_product_attention`), `layernorm` (`layer_norm`),
-`gated_mlp` (`gated_linear_unit`) and GPT-2's train step (its LM head and loss,
+`swiglu` (`gated_linear_unit`) and GPT-2's train step (its LM head and loss,
 `linear_softmax_cross_entropy_loss`). Its other implementations are tokamax's, by the names
 `OPS` lists: `tokamax_xla` (tokamax's own XLA program), `xla_chunked`, `cudnn`, `mosaic` (Pallas
 Mosaic GPU), `triton`, as tokamax offers them for that operation on the device.

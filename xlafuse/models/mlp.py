@@ -1,9 +1,9 @@
 """Matmul workloads: `matmul_bias_act` (epilogue fusion), `mlp` (a pre-LN feed-forward block)
-and `gated_mlp` (a SwiGLU feed-forward block).
+and `swiglu` (a SwiGLU feed-forward block).
 
 `matmul_bias_act` is x @ W + b followed by GELU: with fusion the bias and activation ride in the
 GEMM's epilogue (a Triton GEMM fusion or cuBLASLt epilogue on GPU); without, each is its own pass.
-`MlpBlock` is also the feed-forward half of the GPT block in `transformer.py`. `gated_mlp`
+`MlpBlock` is also the feed-forward half of the GPT block in `transformer.py`. `swiglu`
 declares the op "gated_linear_unit": a variant `impl=NAME` runs tokamax's `gated_linear_unit`
 with NAME for its gate and up projections (`xlafuse.models.implementations`).
 """
@@ -131,8 +131,8 @@ def mlp(cfg: Mapping[str, Any], ctx: BuildContext) -> Recipe:
     )
 
 
-@register("gated_mlp", sizes=GATED_SIZES, op="gated_linear_unit")
-def gated_mlp(cfg: Mapping[str, Any], ctx: BuildContext) -> Recipe:
+@register("swiglu", sizes=GATED_SIZES, op="gated_linear_unit")
+def swiglu(cfg: Mapping[str, Any], ctx: BuildContext) -> Recipe:
     """SwiGLU feed-forward (gate, up, down; no biases) on a (batch, seq_len, d_model) input."""
     batch, seq_len, d_model, d_hidden = (
         cfg[k] for k in ("batch", "seq_len", "d_model", "d_hidden")
