@@ -521,3 +521,12 @@ def test_tunes_implementation_family_is_searched_only_when_named():
     )
     assert candidate.variant().implementation == "tokamax_xla"
     assert Candidate((), (("implementation", "xla"),)).variant().implementation is None
+
+
+def test_the_commands_that_list_variants_and_workloads_name_the_implementations(capsys):
+    code, out, _ = run_cli(capsys, "variants")
+    assert code == 0 and "\nimpl=NAME  (composes: no-fusion+impl=NAME)\n" in out
+    code, out, _ = run_cli(capsys, "workloads", "layernorm", "mlp")
+    assert code == 0
+    assert out.splitlines()[1] == "  implementations: impl=xla, impl=tokamax_xla, impl=triton"
+    assert "implementations" not in out.split("\n\n")[1]  # mlp has its own only
