@@ -105,7 +105,9 @@ def test_each_zoo_workload_declares_its_implementations(name):
     assert registry.implementation_names(name) == ZOO[name]
 
 
-def test_a_built_zoo_workload_carries_its_implementations_over_the_same_arguments():
+def test_a_built_zoo_workload_carries_its_implementations_over_the_same_arguments(monkeypatch):
+    monkeypatch.setattr(implementations, "tokamax_installed", lambda: True)  # nothing is traced
+    monkeypatch.setattr(implementations, "offered", lambda op: ("tokamax_xla",))
     workload = registry.build("layernorm", "tiny")
     assert (workload.implementation, list(workload.implementations)) == (
         "xla",
@@ -121,6 +123,9 @@ def test_a_built_zoo_workload_carries_its_implementations_over_the_same_argument
         "workload 'layernorm' has no implementation 'cudnn'; accepted: impl=xla, "
         "impl=tokamax_xla, impl=triton"
     )
+    with pytest.raises(XlafuseError) as info:  # refused before anything is traced
+        workload.with_implementation("triton")
+    assert str(info.value).startswith("implementation 'triton' of 'layernorm' is a GPU kernel")
 
 
 def test_gpt2_has_its_lm_head_loss_implementations_in_train_mode_only():
@@ -530,3 +535,16 @@ def test_the_commands_that_list_variants_and_workloads_name_the_implementations(
     assert code == 0
     assert out.splitlines()[1] == "  implementations: impl=xla, impl=tokamax_xla, impl=triton"
     assert "implementations" not in out.split("\n\n")[1]  # mlp has its own only
+
+
+def test_a_function_named_as_a_zoo_workload_keeps_its_own_implementations():
+    def attention(x):  # the zoo's name: its implementations are still the dict's
+        return _own(x)
+
+    m = xlafuse.measure(
+        {"xla": attention, "mine": _mine}, jnp.ones(8), calibrate=False, timing=FAST
+    )
+    assert [(r.workload, r.implementation, r.ok) for r in m.records] == [
+        ("attention", "xla", True),
+        ("attention", "mine", True),
+    ]

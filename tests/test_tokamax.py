@@ -142,3 +142,19 @@ def test_a_tuned_variant_keeps_its_implementation_in_a_config():
     assert tuned.to_dict() == {
         "name": "tuned", "spec": None, "options": {}, "implementation": "xla_chunked"
     }  # fmt: skip
+
+
+def test_measure_of_a_zoo_workload_takes_its_implementations_as_variants():
+    import xlafuse
+
+    m = xlafuse.measure(
+        registry.build("layernorm", "tiny"),
+        variants=["default", "impl=tokamax_xla"],
+        calibrate=False,
+        timing={"warmup": 1, "min_time_s": 0.01, "min_iters": 3, "repeats": 1},
+    )
+    assert [(r.variant, r.implementation, r.ok) for r in m.records] == [
+        ("default", "xla", True),
+        ("impl=tokamax_xla", "tokamax_xla", True),
+    ]
+    assert m.records[1].numerics.within_tolerance

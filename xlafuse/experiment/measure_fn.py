@@ -190,7 +190,8 @@ def measure(
     sha256 = _source_sha256(fn) if isinstance(fn, Workload) else program_sha256(fn)
     if variants is None:
         variants = ("default",) if isinstance(fn, Mapping) else ("default", "no-fusion")
-    variants = crossed(variants, tuple(workload.implementations))
+    if isinstance(fn, Mapping):  # each implementation under each variant
+        variants = crossed(variants, tuple(workload.implementations))
     config = _config(workload, sha256, variants, timing, profile, out, calibrate)
     if out is not None and not fresh:
         _check_same_program(Path(out) / records_lib.RESULTS_FILE, workload.name, sha256)

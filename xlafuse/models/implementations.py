@@ -54,10 +54,13 @@ class Implementation:
       interpreted: it holds a Pallas kernel run in interpret mode (`pallas_call(...,
         interpret=True)`, `interpreted`): its times are not compiled kernels' and are never
         compared with theirs.
+      op: the zoo's op it routes to tokamax (`OPS`; what `problem` checks); None for a
+        function of the user's.
     """
 
     fn: Callable[..., Any]
     interpreted: bool = False
+    op: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)

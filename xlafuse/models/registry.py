@@ -259,7 +259,8 @@ def _implementations(fn, op: str | None, mode: str) -> dict[str, Implementation]
     if op is None or mode not in implementations.OPS[op].modes:
         return {}
     return {
-        n: Implementation(implementations.routed(fn, op, n)) for n in implementations.names(op)[1:]
+        n: Implementation(implementations.routed(fn, op, n), op=op)
+        for n in implementations.names(op)[1:]
     }
 
 
@@ -310,17 +311,20 @@ def implementation_problem(
 
 def built_implementation_problem(workload: Workload, implementation: str) -> str | None:
     """Why a built workload cannot run `implementation` (one line saying what is accepted;
-    None when it can): one it does not have, or, for a zoo workload, one the device or the
-    installed tokamax cannot run (`implementation_problem`)."""
+    None when it can): one it does not have, or one of tokamax's that the device or the
+    installed tokamax cannot run (`implementations.problem`)."""
     accepted = (workload.implementation, *workload.implementations)
     if implementation not in accepted:
         shown = ", ".join(f"impl={n}" for n in accepted)
-        return f"workload {workload.name!r} has no implementation {implementation!r}; accepted: {shown}"
-    registered = _REGISTRY.get(workload.name)
-    if workload.entry is not None or registered is None or registered.op is None:
+        return (
+            f"workload {workload.name!r} has no implementation {implementation!r}; "
+            f"accepted: {shown}"
+        )
+    chosen = workload.implementations.get(implementation)
+    if chosen is None or chosen.op is None:  # its own, or a function of the user's
         return None
-    return implementation_problem(
-        workload.name, implementation,
+    return implementations.problem(
+        workload.name, chosen.op, implementation,
         mode=workload.mode, dtype=workload.dtype, devices=workload.devices,
     )  # fmt: skip
 

@@ -235,16 +235,18 @@ class Workload:
         runs): the same arguments, another `fn`; its own kept among `implementations`.
 
         Raises:
-          XlafuseError: it has no implementation `name` (the message lists those it has).
+          XlafuseError: it has no implementation `name` (the message lists those it has), or
+            cannot run it here (`registry.built_implementation_problem`: tokamax missing, a GPU
+            kernel on a CPU, ...), before anything is traced.
         """
         if name is None or name == self.implementation:
             return self
-        chosen = self.implementations.get(name)
-        if chosen is None:
-            accepted = ", ".join(f"impl={n}" for n in (self.implementation, *self.implementations))
-            raise XlafuseError(
-                f"workload {self.name!r} has no implementation {name!r}; accepted: {accepted}"
-            )
+        from xlafuse.models import registry  # the registry builds Workloads: a cycle at the top
+
+        problem = registry.built_implementation_problem(self, name)
+        if problem:
+            raise XlafuseError(problem)
+        chosen = self.implementations[name]
         own = Implementation(self.fn, self.interpreted)
         others = {**self.implementations, self.implementation: own}
         del others[name]
