@@ -548,3 +548,15 @@ def test_a_function_named_as_a_zoo_workload_keeps_its_own_implementations():
         ("attention", "xla", True),
         ("attention", "mine", True),
     ]
+
+
+def test_a_tokamax_that_cannot_be_imported_is_one_line(monkeypatch):
+    def broken(op):
+        raise ModuleNotFoundError("No module named 'xprof'")
+
+    monkeypatch.setattr(implementations, "tokamax_installed", lambda: True)
+    monkeypatch.setattr(implementations, "offered", broken)
+    assert registry.implementation_problem("layernorm", "tokamax_xla") == (
+        "implementation 'tokamax_xla' of 'layernorm' is tokamax's, which cannot be imported "
+        "here: ModuleNotFoundError: No module named 'xprof'"
+    )

@@ -261,7 +261,10 @@ def _device_problem(
     device_problem = gpu_problem(op, name, where)
     if device_problem:
         return device_problem
-    found = offered(op)
+    try:
+        found = offered(op)
+    except ImportError as err:  # installed, but a dependency of its import is missing
+        return f"{where} is tokamax's, which cannot be imported here: {error_line(err)}"
     if name not in found:
         return (
             f"{where}: tokamax {tokamax_version()} does not offer {name!r} for "
