@@ -159,7 +159,7 @@ def test_every_config_problem_comes_out_in_one_pass(tmp_path):
     unknown = (
         "unknown workload 'chian' (did you mean 'chain'?); accepted: attention, cartpole, "
         "chain, cos_relu, gelu, gpt2, layernorm, lstm, matmul_bias_act, mlp, mul_add_relu, "
-        "resnet50, rmsnorm, softmax, transformer_block"
+        "resnet50, rmsnorm, softmax, swiglu, transformer_block"
     )
     no_pass = (
         "unknown HLO pass 'fusoin' (did you mean 'fusion'?) for backend 'cpu' with jaxlib "

@@ -33,6 +33,7 @@ TINY_OUTPUT_SHAPES = {
     "resnet50": (2, 10),
     "rmsnorm": (2, 16, 64),
     "softmax": (2, 2, 16, 16),
+    "swiglu": (2, 16, 64),
     "transformer_block": (2, 16, 64),
 }
 
@@ -46,6 +47,7 @@ TINY_PARAMS = {
     "mlp": 33_216,
     "resnet50": 130_962,
     "rmsnorm": 64,
+    "swiglu": 24_576,  # gate and up (64, 2, 128), down (128, 64), no biases
     "transformer_block": 49_984,
 }
 

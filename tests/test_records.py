@@ -60,7 +60,7 @@ def test_each_part_maps_its_fields_to_the_published_keys():
     # older H200 files (`cold_start/`) also predate the named figures of a speedup (issue 26),
     # the copy ceiling's array, range and cache, and cache residency. `source_files` (each file
     # hashed into `source_sha256`) is of issue 42; the per-call figures and the trace
-    # perturbation of a loop program, of issue 43.
+    # perturbation of a loop program, of issue 43; the implementation of issue 46.
     assert parts.ProcessesRecord.flat_keys()["slowest_s"] == "process_slowest_s"
     since_distributed = {
         "processes",
@@ -76,6 +76,7 @@ def test_each_part_maps_its_fields_to_the_published_keys():
         "numerics_precision",  # issue 44: the precision that judged the numerics
         "compile_cached",  # issue 44: a compile that a cache served
         "hlo_kernel_table",  # issue 47: an untraced cell's every kernel, from its HLO
+        "implementation", "interpreted",  # issue 46: what computed the cell, interpreted or not
     }  # fmt: skip
     assert since_quickstart <= set(FLAT_KEYS)
     assert all(set(line) == set(FLAT_KEYS) - since_quickstart for line in _lines(QUICKSTART))

@@ -57,7 +57,9 @@ def test_the_space_is_every_combination_with_the_default_first():
 
 def test_families_apply_where_they_exist():
     assert [f.name for f in families_for("cpu")] == ["fusion"]
-    assert [f.name for f in families_for("gpu")] == [n for n in FAMILIES if n != "fusion"]
+    # the implementation family (issue 46) is searched when named only
+    unnamed = ("fusion", "implementation")
+    assert [f.name for f in families_for("gpu")] == [n for n in FAMILIES if n not in unnamed]
     # the CPU's fusion off is the no-fusion variant's passes, validated as variants are
     (off,) = [c for c in enumerate_space({}, families_for("cpu")) if c.name == "fusion=off"]
     assert off.options() == {"xla_disable_hlo_passes": "fusion,dot-library-rewriter"}
@@ -448,7 +450,7 @@ def test_a_bad_tune_table_prints_every_problem_and_exits_2(tmp_path, capsys, com
         f"xlafuse {command}: error: {config}: 2 problems in the config:",
         "  tune.workload.name: unknown workload 'cartpol' (did you mean 'cartpole'?); accepted: "
         "attention, cartpole, chain, cos_relu, gelu, gpt2, layernorm, lstm, matmul_bias_act, "
-        "mlp, mul_add_relu, resnet50, rmsnorm, softmax, transformer_block",
+        "mlp, mul_add_relu, resnet50, rmsnorm, softmax, swiglu, transformer_block",
         "  tune.budget_s: need a finite number of seconds above 0, not -1",
     ]
 

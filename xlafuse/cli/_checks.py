@@ -53,3 +53,34 @@ def add_measure_arguments(parser, measures: str, calls: str) -> None:
         help=f"with --workload: {measures} (GPU: device kernels; CPU: host thunks)",
     )
     parser.add_argument("--calls", type=int, default=10, help=f"calls traced {calls} (10)")
+
+
+def check_implementations(cell, variants: list) -> None:
+    """Refuse a variant's implementation (`impl=NAME`) that the cell's workload does not have
+    or this device cannot run, before the workload is built (issue 46). A program of the
+    user's given on the command line has only its own: its others come in a config's
+    `implementations` table.
+
+    Args:
+      cell: the command's `Cell`. variants: the resolved variants.
+
+    Raises:
+      XlafuseError: the one line of the first refused, naming the variant.
+    """
+    from xlafuse.models import registry, user  # on use: JAX (see xlafuse.cli)
+
+    for variant in variants:
+        name = variant.implementation
+        if name is None:
+            continue
+        if cell.entry is not None or user.is_entry(cell.name):
+            raise XlafuseError(
+                f"variant {variant.name!r}: a program of the user's has no implementation "
+                f"{name!r} on the command line; give its implementations in a config's "
+                'workload table (implementations = {NAME = "FILE.py:FUNCTION"})'
+            )
+        problem = registry.implementation_problem(
+            cell.name, name, mode=cell.mode, dtype=cell.dtype, devices=cell.devices
+        )
+        if problem:
+            raise XlafuseError(f"variant {variant.name!r}: {problem}")

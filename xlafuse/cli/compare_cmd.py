@@ -29,17 +29,18 @@ def add_arguments(p) -> None:
 
 def run(args) -> int:
     # on use, not at the top: `xlafuse --help` imports no JAX (see xlafuse.cli)
-    from xlafuse.cli._checks import variant_names
+    from xlafuse.cli._checks import check_implementations, variant_names
     from xlafuse.compile.variants import get as get_variant
     from xlafuse.experiment.compare import compare_workload
 
     args.workload = _workload(args.named, args.workload)
     names = variant_names(args.variants)
-    for name in names:  # an unknown variant is refused before the workload is built
-        get_variant(name)
+    # an unknown variant, or implementation, is refused before the workload is built
+    resolved = [get_variant(name) for name in names]
     if (status := rerun_if_needed(args)) is not None:
         return status
     cell = cell_of(args)
+    check_implementations(cell, resolved)
     with _progress.steps("compare", total=1 + len(names)) as step:
         step(f"building {cell.label}")
         workload = cell.build()

@@ -97,7 +97,13 @@ def _run(args) -> int:
 
     from xlafuse.cli._devices import cell_of, rerun_if_needed
     from xlafuse.experiment.tune.evaluate import Target
-    from xlafuse.experiment.tune.space import families_for, parse_knob, typed_knobs
+    from xlafuse.experiment.tune.space import (
+        IMPLEMENTATION,
+        families_for,
+        parse_knob,
+        restricted,
+        typed_knobs,
+    )
     from xlafuse.experiment.tune.tuner import knob_defaults, tune
 
     check_budget(args.budget_s)
@@ -119,6 +125,8 @@ def _run(args) -> int:
     knobs = typed_knobs(values, knob_defaults(target), texts=texts)
     spaces = None if args.space is None else [s for s in args.space.split(",") if s.strip()]
     families = [] if spaces == ["none"] else families_for(jax.default_backend(), spaces)
+    if any(f.name == IMPLEMENTATION for f in families):  # the target's, that run here
+        families = restricted(families, target.implementations())
     tune(
         target,
         knobs,

@@ -40,7 +40,16 @@ def run(args) -> int:
             print("  (no options: XLA as shipped)")
         if row["remains"]:
             print(fit(f"  cannot be switched off: {row['remains']}"))
+    print(fit(f"\n{IMPLEMENTATION_LINE}"))
     return 0
+
+
+# Not a preset: a part any variant may end with (`xlafuse.compile.variants.implementation_variant`).
+IMPLEMENTATION_LINE = (
+    "impl=NAME  (composes: no-fusion+impl=NAME)\n  another implementation of the workload's "
+    "computation, its own being xla: tokamax's kernels (`xlafuse workloads` lists each "
+    "workload's) or the user's (docs/implementations.md)"
+)
 
 
 def _torch_line(row: dict) -> str:

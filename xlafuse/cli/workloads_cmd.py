@@ -1,5 +1,6 @@
-"""List every registered workload with its sizes, modes and dtypes, and the overrides it accepts
-(--overrides K=V, a config's overrides): name, type and default at each size."""
+"""List every registered workload with its sizes, modes and dtypes, the overrides it accepts
+(--overrides K=V, a config's overrides): name, type and default at each size, and its
+implementations (a variant's impl=NAME: docs/implementations.md)."""
 
 from __future__ import annotations
 
@@ -34,7 +35,8 @@ def run(args) -> int:
 
 def _describe(spec) -> dict:
     """A workload's declarations as JSON-able values; an override's default at every size."""
-    from xlafuse.models.registry import DTYPES, SIZES  # on use, as in `run`
+    from xlafuse.models import implementations  # on use, as in `run`
+    from xlafuse.models.registry import DTYPES, SIZES
 
     configs = {size: spec.config(size) for size in SIZES}
     overrides = [
@@ -52,6 +54,7 @@ def _describe(spec) -> dict:
         "dtypes": list(DTYPES),
         "default_dtype": spec.default_dtype,
         "overrides": overrides,
+        "implementations": list(implementations.names(spec.op)),
     }
 
 
@@ -64,6 +67,8 @@ def _block(row: dict) -> str:
         f"{row['name']}  modes: {', '.join(row['modes'])}  "
         f"dtypes: {', '.join(row['dtypes'])} (default: {dtype})"
     )
+    if len(row["implementations"]) > 1:
+        head += "\n  implementations: " + ", ".join(f"impl={n}" for n in row["implementations"])
     table = text_table(
         ["  override", "type", *row["sizes"]],
         [

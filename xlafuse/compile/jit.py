@@ -177,14 +177,19 @@ def compile_workload(workload, variant, measure: MeasureRequest | None = None) -
     with the same donated arguments.
 
     Args:
-      workload: an `xlafuse.models.Workload`.
+      workload: an `xlafuse.models.Workload`; compiled by the implementation the variant names
+        (`Workload.with_implementation`), its own program when it names none.
       variant: a preset name, a Variant or a dict of XLA options.
       measure: for a variant with process flags (compiled in a child process), what the child
         measures too, so the cell costs one child; ignored in-process.
 
     Raises:
-      UnknownPassError, ValueError: as `compile_variant`.
+      UnknownPassError, ValueError: as `compile_variant`; XlafuseError: the workload has no
+        implementation of the variant's name.
     """
+    # The implementation the variant names (`impl=NAME`, issue 46): the same arguments, its fn.
+    variant = get_variant(variant)
+    workload = workload.with_implementation(variant.implementation)
     # Donation, and for a sharded workload its output layout (`Workload.jit_kwargs`); the input
     # shardings travel with the arguments (committed, sharded arrays).
     return compile_variant(workload.fn, workload.args, {}, variant, workload.jit_kwargs(), measure)

@@ -35,6 +35,7 @@ from xlafuse.kinds import Framework
 DISABLE_PASSES = "xla_disable_hlo_passes"
 BACKENDS = ("cpu", "gpu")
 TORCH_INSTALL = 'pip install -e ".[torch]" (docs/torch.md: the CPU-only wheel)'
+IMPLEMENTATION_PREFIX = "impl="  # a variant part naming an implementation (docs/implementations.md)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,6 +56,9 @@ class Variant:
         `xlafuse.torch`; no XLA options).
       torch_compile: for a torch variant, the keyword arguments of `torch.compile` (`{}`: the
         default Inductor), or None to run eagerly.
+      implementation: the implementation of the workload's computation to compile (`impl=NAME`
+        in a spec: a hand-fused kernel of tokamax's, or a function of the user's; issue 46,
+        `xlafuse.models.implementations`), or None for the workload's own program.
 
     Making one with a field of the wrong type (`disable_passes="fusion"`, an option given a
     list: `option_problem`) raises ValueError naming the variant, the field and its value.
@@ -71,6 +75,7 @@ class Variant:
     remains: str = ""
     framework: Framework = Framework.JAX
     torch_compile: Mapping[str, Any] | None = None
+    implementation: str | None = None
 
     def __post_init__(self):
         problem = _fields_problem(self)
@@ -157,6 +162,7 @@ class Variant:
             "remains": self.remains,
             "framework": self.framework,
             "torch_compile": None if self.torch_compile is None else dict(self.torch_compile),
+            **({"implementation": self.implementation} if self.implementation else {}),
         }
 
     @classmethod
@@ -212,6 +218,8 @@ def _fields_problem(variant: Variant) -> str | None:
     for backend, passes in variant.backend_passes.items():
         if not _strings(passes):
             return f"backend_passes[{backend!r}] must be a tuple of strings, not {_shown(passes)}"
+    if variant.implementation is not None:
+        return implementation_problem(variant.implementation)
     return None
 
 
@@ -315,6 +323,7 @@ def compose(*parts: str | Variant, name: str | None = None) -> Variant:
             f"variants {', '.join(torch_parts)} run PyTorch and cannot be composed with others; "
             "list them as variants of their own"
         )
+    implementation = _one_implementation(variants, name)
     options: dict[str, Any] = {}
     backend_options: dict[str, dict[str, Any]] = {}
     for v in variants:
@@ -334,6 +343,48 @@ def compose(*parts: str | Variant, name: str | None = None) -> Variant:
         },
         backend_options=backend_options,
         remains="; ".join(v.remains for v in variants if v.remains),
+        implementation=implementation,
+    )
+
+
+def _one_implementation(variants: list[Variant], name: str | None) -> str | None:
+    """The one implementation the composed variants name (None: none names one).
+
+    Raises:
+      ValueError: two parts name different implementations (a cell runs one program).
+    """
+    named = list(dict.fromkeys(v.implementation for v in variants if v.implementation))
+    if len(named) > 1:
+        shown = name or "+".join(v.name for v in variants)
+        raise ValueError(
+            f"variant {shown!r} names {len(named)} implementations ({', '.join(named)}); a cell "
+            f"runs one: compose XLA options with one {IMPLEMENTATION_PREFIX}NAME"
+        )
+    return named[0] if named else None
+
+
+def implementation_variant(spec: str) -> Variant:
+    """The variant of a spec `impl=NAME`: XLA as shipped, compiling the workload's
+    implementation NAME (`xlafuse.models.implementations` says which a workload has).
+
+    Raises:
+      ValueError: NAME is empty or not a name (letters, digits, '_', '-', '.').
+    """
+    name = spec.removeprefix(IMPLEMENTATION_PREFIX)
+    return Variant(
+        spec,
+        f"the workload's implementation {name!r}, under XLA's default options",
+        implementation=name,
+    )
+
+
+def implementation_problem(name: Any) -> str | None:
+    """Why `name` cannot name an implementation (None: it can)."""
+    if isinstance(name, str) and name and all(c.isalnum() or c in "_-." for c in name):
+        return None
+    return (
+        f"implementation {name!r} is not a name; accepted: letters, digits, '_', '-', '.' "
+        f"(e.g. {IMPLEMENTATION_PREFIX}cudnn)"
     )
 
 
@@ -363,7 +414,8 @@ def from_options(options: Mapping[str, Any], name: str = "custom") -> Variant:
 
 
 def get(spec: str | Variant | Mapping[str, Any]) -> Variant:
-    """Resolve a preset name, a "a+b" composition, a Variant or a dict of XLA options.
+    """Resolve a preset name, a "a+b" composition, an implementation (`impl=NAME`, composable:
+    `no-fusion+impl=cudnn`), a Variant or a dict of XLA options.
 
     Raises:
       UnknownNameError: a name that is not a preset (with the presets and a "did you mean").
@@ -378,10 +430,12 @@ def get(spec: str | Variant | Mapping[str, Any]) -> Variant:
         )
     if "+" in spec and spec not in _PRESETS:
         return compose(*spec.split("+"))
+    if spec.startswith(IMPLEMENTATION_PREFIX):
+        return implementation_variant(spec)
     if spec not in _PRESETS:
         raise UnknownNameError(
             f"unknown variant {spec!r}{did_you_mean(spec, _PRESETS)}; presets: {', '.join(_PRESETS)}; "
-            "or pass a dict of XLA options"
+            f"an implementation {IMPLEMENTATION_PREFIX}NAME; or pass a dict of XLA options"
         )
     return _PRESETS[spec]
 

@@ -10,6 +10,7 @@ import jax
 
 from xlafuse.compile.jit import compile_variant, compile_workload
 from xlafuse.compile.variants import get as get_variant
+from xlafuse.errors import XlafuseError
 from xlafuse.hlo.loops import PER_CALL
 from xlafuse.kinds import Framework
 from xlafuse.measure.numerics import (
@@ -19,6 +20,7 @@ from xlafuse.measure.numerics import (
     judge_workload,
 )
 from xlafuse.models.names import Cell
+from xlafuse.models.registry import built_implementation_problem
 from xlafuse.report.format import text_table
 
 
@@ -181,6 +183,14 @@ def compare(
     """
     if not variants:
         raise ValueError("compare needs at least one variant")
+    for variant in variants:
+        named = get_variant(variant)
+        if named.implementation:
+            raise XlafuseError(
+                f"variant {named.name!r} names an implementation, and a function has none: "
+                'measure implementations with xlafuse.measure({"xla": f, "mine": g}, *args), or '
+                "compare a Workload (compare_workload)"
+            )
     rows, reference = [], None
     backend = jax.default_backend()
     for variant in variants:
@@ -217,6 +227,12 @@ def compare_workload(
     if not variants:
         raise ValueError("compare needs at least one variant")
     resolved = [get_variant(spec) for spec in variants]  # every name checked before any compile
+    for variant in resolved:  # impl=NAME: one the workload has and the device runs (issue 46)
+        problem = variant.implementation and built_implementation_problem(
+            workload, variant.implementation
+        )
+        if problem:
+            raise XlafuseError(f"variant {variant.name!r}: {problem}")
     if resolved[0].framework == Framework.TORCH:
         raise ValueError(
             f"the first variant is the reference and must be an XLA one, not "

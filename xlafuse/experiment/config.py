@@ -72,7 +72,7 @@ from xlafuse.compile.variants import BACKENDS
 from xlafuse.errors import XlafuseError, did_you_mean
 from xlafuse.kinds import Framework
 from xlafuse.measure.timing import TimingSettings
-from xlafuse.models import registry, user
+from xlafuse.models import implementations, registry, user
 from xlafuse.models.names import Cell, cell_fields
 from xlafuse.models.sharding import MODEL_PARALLEL_WORKLOADS, PARALLELISMS
 from xlafuse.models.workload import ITEMS_UNIT, Items, Workload, items_problem
@@ -81,11 +81,11 @@ _TOP_KEYS = ("imports", "experiment", "workloads", "timing", "measure")
 _EXPERIMENT_KEYS = ("name", "output", "reference", "variants")
 _WORKLOAD_KEYS = (
     "name", "entry", "size", "mode", "dtype", "overrides", "backends", "devices", "parallelism",
-    "items", "items_unit",
+    "items", "items_unit", "implementations",
 )  # fmt: skip
 # What a user entry cannot be given: FUNCTION decides its size and dtype, on one device.
 _NOT_FOR_ENTRIES = ("size", "dtype", "devices", "parallelism")
-_INLINE_VARIANT_META = ("name", "description")
+_INLINE_VARIANT_META = ("name", "description", "implementation")
 # The accepted range of each [timing] setting: a warmup of 10**9 calls is a hang, not a setting.
 TIMING_RANGES = {
     "warmup": (1, 1000),
@@ -133,6 +133,10 @@ class WorkloadConfig:
     `measure_fn.program_sha256`): a changed file is a changed cell. `base` is the config's
     folder. `items` (the table's `items` and `items_unit`, an `xlafuse.models.Items`) is what
     one call processes, for throughput, in place of the workload's own; None keeps its own.
+    `implementations` (an entry's table, issue 46) names other implementations of the program
+    FUNCTION returns, name -> `FILE.py:FUNCTION` (relative to `base`): functions of the same
+    arguments computing the same outputs, which a variant `impl=NAME` runs; their files are
+    hashed into `source_sha256` with the entry's.
     """
 
     name: str
@@ -147,9 +151,26 @@ class WorkloadConfig:
     source_sha256: str | None = None
     base: Path | None = dataclasses.field(default=None, compare=False)
     items: Items | None = dataclasses.field(default=None, compare=False)
+    implementations: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self):
         object.__setattr__(self, "overrides", MappingProxyType(dict(self.overrides)))
+        object.__setattr__(self, "implementations", MappingProxyType(dict(self.implementations)))
+
+    def build(self) -> Workload:
+        """The cell's Workload (`Cell.build`), with an entry's implementations (loaded, each
+        checked by tracing: `xlafuse.models.user.build_entry`).
+
+        Raises:
+          XlafuseError, ValueError: as `Cell.build`; an implementation that cannot be loaded,
+            traced, or that returns other outputs than the entry's program.
+        """
+        if not self.implementations:
+            return self.cell.build()
+        entries = {n: user.parse_entry(s, self.base) for n, s in self.implementations.items()}
+        entry = user.parse_entry(self.entry, self.base)
+        workload = user.build_entry(entry, self.overrides, implementations=entries)
+        return workload.with_items(self.items)
 
     @functools.cached_property
     def cell(self) -> Cell:
@@ -186,6 +207,7 @@ class WorkloadConfig:
             "devices": self.devices,
             "parallelism": self.parallelism,
             **({"entry": self.entry, "source_sha256": self.source_sha256} if self.entry else {}),
+            **({"implementations": dict(self.implementations)} if self.implementations else {}),
         }
 
 
@@ -197,11 +219,14 @@ class VariantConfig:
       name: what results call it.
       spec: the preset name (or "a+b") it resolves through `xlafuse.variants.get`, or None.
       options: inline XLA options (when `spec` is None).
+      implementation: with inline options, the implementation it compiles (an inline table's
+        `implementation = "cudnn"`, as `impl=cudnn` names it in a spec); None: the own.
     """
 
     name: str
     spec: str | None = None
     options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    implementation: str | None = None
 
     def __post_init__(self):
         object.__setattr__(self, "options", MappingProxyType(dict(self.options)))
@@ -223,10 +248,10 @@ class VariantConfig:
             if not isinstance(name, str) or not name:
                 raise ValueError(f"a variant's name must be a non-empty string, not {name!r}")
             options = {k: v for k, v in spec.items() if k not in _INLINE_VARIANT_META}
-            config = cls(name, None, options)
+            config = cls(name, None, options, spec.get("implementation"))
         else:
             resolved = variants.get(spec)  # a Variant: its own name, resolved already
-            config = cls(resolved.name, None, resolved.options)
+            config = cls(resolved.name, None, resolved.options, resolved.implementation)
             object.__setattr__(config, "_resolved", resolved)
         config.resolve()
         return config
@@ -244,12 +269,20 @@ class VariantConfig:
                 resolved = variants.get(self.spec)
             else:
                 resolved = variants.from_options(self.options, name=self.name)
+                if self.implementation is not None:
+                    resolved = dataclasses.replace(resolved, implementation=self.implementation)
             object.__setattr__(self, "_resolved", resolved)  # a cache, not a field
         return resolved
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form."""
-        return {"name": self.name, "spec": self.spec, "options": dict(self.options)}
+        implementation = {"implementation": self.implementation} if self.implementation else {}
+        return {
+            "name": self.name,
+            "spec": self.spec,
+            "options": dict(self.options),
+            **implementation,
+        }
 
 
 @dataclasses.dataclass(frozen=True)
@@ -357,6 +390,7 @@ def parse_config(
     workloads = _parse_workloads(problems, data.get("workloads"), backend, base)
     listed = experiment.get("variants", ["default", "no-fusion"])
     variants = _parse_variants(problems, listed, backend)
+    _check_implementations(problems, workloads, variants, backend)
     reference = _parse_reference(problems, experiment.get("reference", "default"), variants, listed)
     timing = _parse_timing(problems, data.get("timing", {}))
     measure = _parse_measure(problems, data.get("measure", {}))
@@ -525,6 +559,12 @@ def _parse_workload(problems, where, item, backend, base) -> WorkloadConfig | No
     if "entry" in item:
         return _parse_entry(problems, where, item, base, backend)
     start = len(problems.items)
+    if "implementations" in item:
+        problems.add(
+            f"{where}.implementations",
+            "is for an entry (FILE.py:FUNCTION); a zoo workload's implementations come with it "
+            "(`xlafuse workloads`): list them as variants, impl=NAME",
+        )
     name = _typed(problems, f"{where}.name", item.get("name"), str)
     size = _typed(problems, f"{where}.size", item.get("size", "tiny"), str)
     mode = _typed(problems, f"{where}.mode", item.get("mode", "forward"), str)
@@ -565,6 +605,7 @@ def _parse_entry(problems, where, item, base, backend) -> WorkloadConfig | None:
     """
     start = len(problems.items)
     spec = _typed(problems, f"{where}.entry", item.get("entry"), str)
+    implementations = _parse_implementations(problems, where, item.get("implementations"), base)
     for key in _NOT_FOR_ENTRIES:
         if key in item:
             problems.add(
@@ -592,6 +633,12 @@ def _parse_entry(problems, where, item, base, backend) -> WorkloadConfig | None:
         return None
     runs_here = backend in backends and backend == jax.default_backend()
     returned = _returned(entry, overrides) if runs_here else None
+    if (
+        runs_here
+        and implementations
+        and not _traced_implementations(problems, where, entry, overrides, implementations)
+    ):
+        return None
     if given is not None and returned is not None and given != returned[0]:
         mode, what = returned
         problems.add(
@@ -607,9 +654,103 @@ def _parse_entry(problems, where, item, base, backend) -> WorkloadConfig | None:
         overrides=overrides,
         backends=backends,
         entry=spec,
-        source_sha256=source_sha256,
+        source_sha256=_with_sources(source_sha256, entry, implementations),
         base=base,
+        implementations={n: e.spec for n, e in implementations.items()},
     )
+
+
+# --- an entry's implementations (issue 46) ------------------------------------------------
+
+
+def _parse_implementations(problems, where, value, base) -> dict[str, user.Entry]:
+    """An entry's `implementations` table, name -> `FILE.py:FUNCTION`: each name one an
+    `impl=NAME` part can give (not "xla", the entry's own program), each function found
+    (its file imported; it is not called)."""
+    if value is None:
+        return {}
+    table = _table(problems, f"{where}.implementations", value)
+    found = {}
+    for name, spec in table.items():
+        at = f"{where}.implementations.{name}"
+        problem = variants.implementation_problem(name)
+        if problem is None and name == implementations.OWN:
+            problem = f"{name!r} is the entry's own program; give its other implementations"
+        if problem:
+            problems.add(at, problem)
+            continue
+        spec = _typed(problems, at, spec, str)
+        try:
+            entry = user.parse_entry(spec, base) if spec is not None else None
+            if entry is not None:
+                user.load_function(entry)
+                found[name] = entry
+        except XlafuseError as err:
+            problems.add(at, str(err))
+    return found
+
+
+def _traced_implementations(problems, where, entry, overrides, found) -> bool:
+    """Whether the entry's implementations trace with its arguments to its program's outputs
+    (`user.build_entry`: FUNCTION called, nothing compiled); the problem added where not."""
+    try:
+        user.build_entry(entry, overrides, implementations=found)
+    except XlafuseError as err:
+        problems.add(f"{where}.implementations", str(err).splitlines()[0])
+        return False
+    return True
+
+
+def _with_sources(sha256: str | None, entry, found: Mapping[str, user.Entry]) -> str | None:
+    """The entry's source hash, with the files of its implementations where they are other
+    files than the entry's (a changed kernel file is a changed cell)."""
+    if sha256 is None or not found:
+        return sha256
+    files = user.entry_sources(entry)
+    more = {k: v for e in found.values() for k, v in user.entry_sources(e).items()}
+    if set(more) <= set(files):
+        return sha256
+    return user.sources_sha256({**files, **more})
+
+
+def _check_implementations(problems, workloads, listed, backend) -> None:
+    """Each variant naming an implementation (`impl=NAME`), against each workload: one it has
+    and can run here (`registry.implementation_problem`; an entry: one of its table's)."""
+    for i, variant in enumerate(listed):
+        name = _implementation(variant)
+        if name is None:
+            continue
+        for w in workloads:
+            problem = _implementation_problem(w, name, backend)
+            if problem:
+                problems.add(f"experiment.variants[{i}]", f"{variant.name!r}: {problem}")
+
+
+def _implementation(variant: VariantConfig) -> str | None:
+    try:
+        return variant.resolve().implementation
+    except ValueError:
+        return None
+
+
+def _implementation_problem(w: WorkloadConfig, name: str, backend: str) -> str | None:
+    """What keeps workload `w` from running implementation `name` (None: nothing)."""
+    if w.entry is not None:
+        accepted = (implementations.OWN, *w.implementations)
+        if name in accepted:
+            return None
+        shown = ", ".join(f"impl={n}" for n in accepted)
+        return (
+            f"entry {w.entry!r} has no implementation {name!r}; accepted: {shown} (its "
+            'workload table\'s implementations = {NAME = "FILE.py:FUNCTION"})'
+        )
+    check_on = backend if backend in w.backends or not w.backends else w.backends[0]
+    return registry.implementation_problem(
+        w.name, name, mode=w.mode, dtype=w.dtype, devices=w.devices, backend=check_on
+    )
+
+
+# ----------------------------------------------------------------------------------------
 
 
 def _returned(entry: user.Entry, overrides: Mapping[str, Any]) -> tuple[str, str] | None:
@@ -735,8 +876,9 @@ def _parse_inline_variant(problems, where, item, backend) -> VariantConfig | Non
     problem: every problem comes out in one pass."""
     name = _typed(problems, f"{where}.name", item.get("name"), str)
     _typed(problems, f"{where}.description", item.get("description"), str, optional=True)
+    implementation = _inline_implementation(problems, where, item)
     options = {k: v for k, v in item.items() if k not in _INLINE_VARIANT_META}
-    if not options:
+    if not options and implementation is None:
         problems.add(where, "an inline variant needs at least one XLA option besides its name")
     typed = {}
     for key, value in options.items():
@@ -745,13 +887,25 @@ def _parse_inline_variant(problems, where, item, backend) -> VariantConfig | Non
             problems.add(f"{where}.{key}", problem)
         else:
             typed[key] = value
-    if not typed:
+    if not typed and implementation is None:
         return None
-    config = VariantConfig(name or "unnamed", None, typed)
+    config = VariantConfig(name or "unnamed", None, typed, implementation)
     if name and typed == options:
         return config  # checked against the backend by the caller, as a preset is
     _check_variant_applies(problems, where, config, backend)
     return None
+
+
+def _inline_implementation(problems, where, item) -> str | None:
+    """An inline variant's `implementation` (what `impl=NAME` names), None without one."""
+    name = _typed(
+        problems, f"{where}.implementation", item.get("implementation"), str, optional=True
+    )
+    problem = name is not None and variants.implementation_problem(name)
+    if problem:
+        problems.add(f"{where}.implementation", problem)
+        return None
+    return name
 
 
 def _parse_reference(problems, value, variants, listed) -> str:

@@ -25,6 +25,7 @@ import jaxlib
 from xlafuse import __version__ as XLAFUSE_VERSION
 from xlafuse.experiment.config import ExperimentConfig, VariantConfig
 from xlafuse.kinds import Framework
+from xlafuse.models.implementations import tokamax_version
 from xlafuse.results.parts import plain
 
 
@@ -55,7 +56,8 @@ def run_settings(config: ExperimentConfig, backend: str, device_kind: str) -> di
 
 
 def variant_settings(variant: VariantConfig) -> dict[str, Any]:
-    """A config variant resolved to what XLA gets: disabled passes, options, process flags.
+    """A config variant resolved to what XLA gets: disabled passes, options, process flags;
+    and the implementation it names (`impl=NAME`) with the installed tokamax's version.
 
     A variant that no longer resolves (a preset gone from the registry) is recorded by its
     config form, so an error record can still be written.
@@ -71,11 +73,15 @@ def variant_settings(variant: VariantConfig) -> dict[str, Any]:
             "framework_version": resolved.framework_version(),
             "torch_compile": None if compile_kwargs is None else plain(compile_kwargs),
         }
-    return {
+    settings = {
         "disable_passes": list(resolved.disable_passes),
         "options": plain(resolved.options),
         "process_flags": list(resolved.process_flags),
     }
+    if resolved.implementation:  # impl=NAME: which, and the tokamax that may run it
+        settings["implementation"] = resolved.implementation
+        settings["tokamax"] = tokamax_version()
+    return settings
 
 
 def by_name(variants: Iterable[VariantConfig]) -> dict[str, dict[str, Any]]:

@@ -31,6 +31,7 @@ import jax
 import numpy as np
 
 from xlafuse.compile import static
+from xlafuse.compile.variants import IMPLEMENTATION_PREFIX, compose
 from xlafuse.errors import XlafuseError
 from xlafuse.experiment.config import (
     ExperimentConfig,
@@ -45,7 +46,8 @@ from xlafuse.experiment.runner import run_experiment
 from xlafuse.kinds import Framework
 from xlafuse.measure.calibrate import calibrate as calibrate_ceilings
 from xlafuse.measure.timing import TimingSettings
-from xlafuse.models import user
+from xlafuse.models import implementations, user
+from xlafuse.models.registry import built_implementation_problem
 from xlafuse.models.workload import Items, Workload
 from xlafuse.report.cells import cell_tables
 from xlafuse.report.lines import cell_label, cell_line
@@ -116,9 +118,9 @@ class Measurement:
 
 
 def measure(
-    fn: Callable[..., Any] | Workload,
+    fn: Callable[..., Any] | Workload | Mapping[str, Callable[..., Any]],
     *args: Any,
-    variants: Sequence[str | Mapping[str, Any] | Any] = ("default", "no-fusion"),
+    variants: Sequence[str | Mapping[str, Any] | Any] | None = None,
     timing: TimingSettings | Mapping[str, Any] | None = None,
     profile: bool | None = None,
     donate_argnums: int | Sequence[int] = (),
@@ -140,10 +142,17 @@ def measure(
     whose records of `name` hash other code is refused rather than mixed.
 
     Args:
-      fn: a jit-able function, or an `xlafuse.models.Workload` (then no `args`). *args: its
-        example arguments.
+      fn: a jit-able function, or an `xlafuse.models.Workload` (then no `args`), or a dict of
+        functions that compute the same thing from the same arguments, by implementation name
+        (`{"xla": f, "mine": g}`, issue 46): the first is the reference implementation, each
+        other is measured under every variant as `impl=NAME` (`no-fusion+impl=mine`; under
+        "default" just `impl=mine`), its numerics judged against the first's. A function that
+        runs a Pallas kernel in interpret mode is marked (`CellResult.interpreted`) and its
+        times are not compared with a compiled one's. *args: the example arguments.
       variants: preset names ("a+b" composes), dicts of XLA options (named by a "name" key)
-        or `Variant`s; the first is the reference every other is judged and timed against.
+        or `Variant`s; the first is the reference every other is judged and timed against
+        (None: "default" and "no-fusion" for a function or a Workload, "default" alone for a
+        dict of functions).
       timing: `TimingSettings` (or a dict of its fields); a config's `[timing]` defaults.
       profile: trace each cell for device and per-kernel times (None: on a GPU only).
       donate_argnums: a step that consumes its state: argument 0 is the state, donated, and
@@ -166,8 +175,10 @@ def measure(
       XlafuseError: no variant, a variant twice, a variant that does not apply here, that
         XLA rejects or whose option has the wrong type, a PyTorch variant (it runs a zoo
         workload's twin), bad timing settings, a parameter of the wrong type (`profile="yes"`,
-        `timing=5`), a program that jax cannot trace with its arguments, or an `out` whose
-        records of `name` are of other code (all checked before any compile).
+        `timing=5`), a program that jax cannot trace with its arguments, an implementation
+        the program does not have or the device cannot run, one whose outputs differ from the
+        first's in structure, shape or dtype, or an `out` whose records of `name` are of other
+        code (all checked before any compile).
     """
     _check_parameters(profile=profile, name=name, out=out, flags=(fresh, calibrate, verbose))
     if items is not None and not isinstance(items, Items):
@@ -177,6 +188,10 @@ def measure(
         )
     workload = _workload(fn, args, donate_argnums, name).with_items(items)
     sha256 = _source_sha256(fn) if isinstance(fn, Workload) else program_sha256(fn)
+    if variants is None:
+        variants = ("default",) if isinstance(fn, Mapping) else ("default", "no-fusion")
+    if isinstance(fn, Mapping):  # each implementation under each variant
+        variants = crossed(variants, tuple(workload.implementations))
     config = _config(workload, sha256, variants, timing, profile, out, calibrate)
     if out is not None and not fresh:
         _check_same_program(Path(out) / records_lib.RESULTS_FILE, workload.name, sha256)
@@ -249,7 +264,7 @@ def _short(sha256: str | None) -> str:
 def _config(workload, source_sha256, variants, timing, profile, out, calibrate):
     """The one-workload ExperimentConfig a run of `measure`'s cells takes (validated here)."""
     backend = jax.default_backend()
-    chosen = _variants(variants, backend)
+    chosen = _variants(variants, backend, workload=workload)
     cell = WorkloadConfig(workload.name, workload.size, workload.mode, source_sha256=source_sha256)
     return ExperimentConfig(
         name="measure",
@@ -274,18 +289,78 @@ def _process_ceilings(backend: str) -> CeilingsRecord:
 
 def _workload(fn, args, donate_argnums, name) -> Workload:
     """The Workload of `fn(*args)`, traced (nothing compiled); a function's is sized by its
-    arguments' types (`arguments_label`)."""
+    arguments' types (`arguments_label`). A dict's first function is the workload's own, the
+    others its implementations (`user.workload_from`)."""
     if isinstance(fn, Workload):
         if args or donate_argnums:
             raise XlafuseError("measure(workload) takes no arguments: the workload has its own")
         return dataclasses.replace(fn, name=name) if name else fn
-    if not callable(fn):
-        raise XlafuseError(f"measure needs a function or a Workload, not {type(fn).__name__}")
-    label = name or getattr(fn, "__name__", None) or type(fn).__name__
+    own, others = _functions(fn)
+    first = fn[own] if isinstance(fn, Mapping) else fn
+    label = name or getattr(first, "__name__", None) or type(first).__name__
     if not _is_label(label):  # a lambda's "<lambda>" is no label
         label = "function"
-    workload = user.workload_from((fn, args, donate_argnums), label)
+    workload = user.workload_from(
+        (first, args, donate_argnums), label, implementations=others, own=own
+    )
     return dataclasses.replace(workload, size=arguments_label(args))
+
+
+def _functions(fn: Any) -> tuple[str, dict[str, Callable[..., Any]]]:
+    """(the own implementation's name, the others by name) of what `measure` was given.
+
+    Raises:
+      XlafuseError: not a function, a Workload or a non-empty dict of functions.
+    """
+    if not isinstance(fn, Mapping):
+        if not callable(fn):
+            raise XlafuseError(
+                f"measure needs a function, a Workload or a dict of functions, not "
+                f"{type(fn).__name__}"
+            )
+        return implementations.OWN, {}
+    if not fn:
+        raise XlafuseError(
+            'measure: an empty dict of functions; give {"xla": f, "mine": g}: the first is '
+            "the reference implementation"
+        )
+    own, *rest = fn
+    if not isinstance(own, str) or not callable(fn[own]):
+        raise XlafuseError(
+            f"measure: {own!r}: {fn[own]!r} is not accepted; accepted: a dict of implementation "
+            'names to functions, {"xla": f, "mine": g}'
+        )
+    return own, {name: fn[name] for name in rest}
+
+
+def crossed(given: Any, names: Sequence[str]) -> Any:
+    """The variants of `given` for the own implementation, then each of them again for each
+    implementation of `names` (`impl=NAME`; composed with another variant: `no-fusion+impl=NAME`,
+    named so, "default" dropped from the name). `given` as it is when `names` is empty (and
+    when it is no list of variants: `_variants` says what is wrong with it).
+
+    Raises:
+      XlafuseError: a variant that names an implementation itself (the dict's names do).
+    """
+    if not names or isinstance(given, str | Mapping) or not isinstance(given, Sequence):
+        return given
+    try:
+        resolved = [VariantConfig.of(spec).resolve() for spec in given]
+    except (TypeError, ValueError) as err:
+        raise XlafuseError(str(err)) from None
+    named = [v.name for v in resolved if v.implementation]
+    if named:
+        raise XlafuseError(
+            f"variant {named[0]!r} names an implementation; with a dict of functions the "
+            "dict's names are the implementations: give XLA variants only"
+        )
+    out = list(given)
+    for impl in names:
+        part = f"{IMPLEMENTATION_PREFIX}{impl}"
+        for spec, v in zip(given, resolved, strict=True):
+            label = part if v.name == "default" else f"{v.name}+{part}"
+            out.append(label if isinstance(spec, str) else compose(v, part, name=label))
+    return out
 
 
 def arguments_label(args: tuple) -> str:
@@ -315,7 +390,7 @@ def _leaf_label(leaf: Any) -> str:
 _LABEL_CHARS = 48  # a longer list of argument types is named by its hash
 
 
-def _variants(given: Sequence[Any], backend: str) -> list[VariantConfig]:
+def _variants(given: Sequence[Any], backend: str, *, workload: Workload) -> list[VariantConfig]:
     if isinstance(given, str | Mapping) or not given:
         raise XlafuseError(
             f"variants must be a non-empty list of presets, option dicts or Variants, not "
@@ -335,6 +410,10 @@ def _variants(given: Sequence[Any], backend: str) -> list[VariantConfig]:
                 "none (use xlafuse run or compare on a zoo workload)"
             )
         problem = variant_problem(config, backend)
+        implementation = config.resolve().implementation
+        if problem is None and implementation:
+            problem = built_implementation_problem(workload, implementation)
+            problem = problem and f"variant {config.name!r}: {problem}"
         if problem:
             raise XlafuseError(problem)
     return chosen
@@ -383,10 +462,14 @@ def _source_sha256(fn: Any) -> str | None:
     return user.file_sha256(path)
 
 
-def program_sha256(fn: Callable[..., Any]) -> str:
+def program_sha256(fn: Callable[..., Any] | Mapping[str, Callable[..., Any]]) -> str:
     """SHA-256 (hex) of a function's code: the file that defines it (where it has one, as a
     config entry's), then its code as `_code_text` writes it. Another function, or a change
-    to its code, closure values, defaults or the helpers it calls, is another hash."""
+    to its code, closure values, defaults or the helpers it calls, is another hash. A dict of
+    implementations: their names and hashes, in order."""
+    if isinstance(fn, Mapping):  # implementations: each one's hash, in order (the first leads)
+        text = "|".join(f"{name}={program_sha256(f)}" for name, f in fn.items())
+        return hashlib.sha256(text.encode()).hexdigest()
     digest = hashlib.sha256()
     path = _source_file(fn)
     if path is not None:

@@ -55,8 +55,15 @@ from xlafuse.measure.calibrate import calibrate
 from xlafuse.measure.numerics import host_outputs
 from xlafuse.measure.predicted import compile_twin
 from xlafuse.measure.profile import DeviceProfile, profile_device_time
-from xlafuse.measure.reference import Reference, compared_apart, judge_against, time_against
-from xlafuse.models import registry, user
+from xlafuse.measure.reference import (
+    INTERPRETED_BASIS,
+    Reference,
+    compared_apart,
+    judge_against,
+    time_against,
+    timed_against,
+)
+from xlafuse.models import implementations, registry, user
 from xlafuse.models.sharding import check_device_count
 from xlafuse.report.lines import cell_line
 from xlafuse.report.markdown import write_report
@@ -464,7 +471,7 @@ def _run_workload(run: _Run, w: WorkloadConfig, cells, done, advance) -> None:
         return
     watch.doing(f"building {w.label}")
     try:
-        workload = run.built[w.name] if w.name in run.built else w.cell.build()
+        workload = run.built[w.name] if w.name in run.built else w.build()
     except Exception as err:
         watch.on_failure(err)
         for variant in cells:
@@ -506,13 +513,17 @@ def _recompiled_reference(run: _Run, workload, variant, profile) -> Reference:
     called once (its timing is the record's, not this process's); when that fails, the error,
     which every other cell's record then carries."""
     try:
+        workload = workload.with_implementation(variant.resolve().implementation)
         compiled = compile_workload(workload, variant.resolve(), _measure_request(run, workload))
         outputs = _first_outputs(compiled, workload)
     except Exception as err:
         watch.on_failure(err)
         message = f"recompiling the reference failed: {error_line(err)}"
         return Reference(profile=profile, error=message)
-    return Reference(compiled, workload.fresh_args, outputs, profile=profile)
+    interpreted = workload.interpreted
+    return Reference(
+        compiled, workload.fresh_args, outputs, profile=profile, interpreted=interpreted
+    )
 
 
 def _cell(
@@ -566,30 +577,35 @@ def _measure(
     if resolved.framework == Framework.TORCH:  # the workload's PyTorch twin (xlafuse.torch)
         return _measure_twin(run, resolved, workload, reference), Reference()
     _check_in_process(run, variant.name, resolved)
+    workload = workload.with_implementation(resolved.implementation)  # impl=NAME (issue 46)
     request = _measure_request(run, workload, trace_dir)
     compiled = compile_workload(workload, resolved, request)
     outputs = _first_outputs(compiled, workload)
     diff = judge_against(reference, workload, outputs, compiled=compiled)
-    timed, comparison, profile = _time(run, compiled, workload, reference, request)
-    kernels, baseline = _kernel_fields(run, compiled, workload, trace_dir, reference, variant.name)
-    mine = Reference(compiled, workload.fresh_args, outputs, timed, profile, None, baseline)
+    against = timed_against(reference, workload.interpreted)  # interpreted: timed alone
+    timed, comparison, profile = _time(run, compiled, workload, against, request)
+    kernels, baseline = _kernel_fields(run, compiled, workload, trace_dir, against, variant.name)
+    mine = Reference(
+        compiled, workload.fresh_args, outputs, timed, profile, None, baseline, workload.interpreted
+    )
     measured = {
         "compile": fields_lib.compile_part(compiled),
         "numerics": fields_lib.numerics_part(diff, reference.error if reference else None),
         "timing": fields_lib.timing_part(timed),
         "per_process": _per_process(run, timed, comparison, request, profile),
-        "speedup": _speedup_part(run, request, comparison, reference),
+        "speedup": _speedup_part(run, request, comparison, reference, compared=against is not None),
         "trace": parts.TraceRecord.from_flat(kernels),
         "fusion": fields_lib.fusion_part(
             compiled.report,
             _missed(variant, workload, compiled),
             hlo_text=None if "kernel_times" in kernels else compiled.hlo_text,
         ),
+        "interpreted": workload.interpreted,
     }
     if workload.devices > 1:
         measured["collectives"] = fields_lib.collectives_part(compiled.collectives)
     if profile is not None:
-        own_reference = reference.profile if reference is not None else None
+        own_reference = against.profile if against is not None else None
         measured["device"] = fields_lib.device_part(profile, own_reference)
         measured["comm"] = fields_lib.comm_part(profile.comm)
     if run.config.measure.cold_start:
@@ -597,11 +613,16 @@ def _measure(
     return measured, mine
 
 
-def _speedup_part(run: _Run, request, comparison, reference: Reference | None):
-    """The reference cell's 1.0 on the figure it leads with, or this cell's `comparison`."""
+def _speedup_part(
+    run: _Run, request, comparison, reference: Reference | None, *, compared: bool = True
+):
+    """The reference cell's 1.0 on the figure it leads with, or this cell's `comparison`; for a
+    cell not timed against its reference (`compared` False: `timed_against`), why not."""
     lead = timing.leading_figure(request.train, run.backend)
     if reference is None:
         return fields_lib.reference_speedup_part(lead)
+    if not compared:
+        return parts.SpeedupRecord(lead=lead, basis=INTERPRETED_BASIS)
     return fields_lib.speedup_part(comparison, lead)
 
 
@@ -750,6 +771,7 @@ def _identity(run: _Run, w: WorkloadConfig, variant: VariantConfig, workload) ->
         "variant": variant.name,
         "variant_options": variant.to_dict(),
         **_framework(variant),
+        "implementation": _implementation(variant, workload),
         "reference": run.config.reference,
         "backend": run.backend,
         "device_kind": run.device_kind,
@@ -770,6 +792,19 @@ def _framework(variant: VariantConfig) -> dict[str, Any]:
     except ValueError:
         return {"framework": Framework.JAX, "framework_version": jax.__version__}
     return {"framework": resolved.framework, "framework_version": resolved.framework_version()}
+
+
+def _implementation(variant: VariantConfig, workload) -> str | None:
+    """The implementation a cell runs (`impl=NAME`, else the workload's own: "xla"); None for
+    a PyTorch twin, and a variant that no longer resolves."""
+    try:
+        resolved = variant.resolve()
+    except ValueError:
+        return None
+    if resolved.framework != Framework.JAX:
+        return None
+    own = workload.implementation if workload is not None else implementations.OWN
+    return resolved.implementation or own
 
 
 def _record(run, w, variant, workload, status, fields) -> CellResult:

@@ -14,7 +14,9 @@ What counts (documented here because every number in a report rests on it):
   loop without a known trip count), the three are None and the basis is "per iteration, trip
   count unknown": `modeled_bytes` and `flops`, one run of each kernel, are then all there is.
 * Kernels (launches): in executed computations, every `fusion` and `fusion-start` instruction,
-  every library custom-call (cuBLAS, cuDNN, YNNPACK, ...; not annotation targets such as
+  every library custom-call (cuBLAS, cuDNN, YNNPACK, ...; a hand-written kernel: Pallas Triton
+  `__gpu$xla.gpu.triton`, Pallas Mosaic GPU `mosaic_gpu*`, jax-triton `triton_kernel_call`, one
+  kernel each, its modeled bytes its operands and results; not annotation targets such as
   "Sharding"), and every other instruction that does work (copy, sort, rng, dot/convolution left
   unwrapped on the CPU, collectives as their `-start` or sync form). Not kernels: parameter,
   constant, bitcast, tuple, get-tuple-element, while, conditional, call, async-start (its wrapped
@@ -81,7 +83,10 @@ _NOT_LAUNCH_TARGETS = frozenset(
 _FUSION_OPCODES = ("fusion", "fusion-start")
 # Opcodes whose called computations run as computations (not fused bodies or reducers).
 _RUNS_COMPUTATIONS = frozenset({"while", "conditional", "async-start", "call"})
-_GPU_HINTS = ('"operation_queue_id"', '"device_type"', "__cublas", "__cudnn", "__triton")
+_GPU_HINTS = (
+    '"operation_queue_id"', '"device_type"', "__cublas", "__cudnn", "__triton", "__gpu$",
+    "mosaic_gpu", "triton_kernel_call",
+)  # fmt: skip
 _CPU_HINTS = ("__ynn", "__xnn", "xla.cpu", "__onednn", "outer_dimension_partitions")
 _HINTS = _GPU_HINTS + _CPU_HINTS
 _GPU_FILE = re.compile(r"gpu_after_optimizations|\.sm_\d")

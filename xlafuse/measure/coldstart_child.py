@@ -75,9 +75,11 @@ def _save_outputs(path: str | None, out) -> None:
 
 def _phase_jit(request: dict[str, Any], import_s: float) -> dict[str, Any]:
     start = time.perf_counter()
-    workload = build_workload(request["workload"])
+    variant = Variant.from_dict(request["variant"])
+    # the implementation the variant names (`impl=NAME`), as the runner compiles the cell
+    workload = build_workload(request["workload"]).with_implementation(variant.implementation)
     build_s = time.perf_counter() - start
-    options = Variant.from_dict(request["variant"]).compiler_options(jax.default_backend())
+    options = variant.compiler_options(jax.default_backend())
     args = workload.args  # this process calls it alone: no copies (they would compile)
     aot_export_s = _export(workload, request["export_to"])
     # The runner's lowering (`lower_workload`: donated, sharded alike), so a warm-up serves both.

@@ -40,6 +40,8 @@ class Reference:
       profile: its DeviceProfile (for device-time speedups).
       error: why it could not be compiled again on resume (None when it could).
       kernels: its traced kernels (for the other cells' kernel groups); None when not traced.
+      interpreted: its program holds a Pallas kernel run in interpret mode: a cell is timed
+        against it only when that is so of the cell's too (`timed_against`).
     """
 
     compiled: Any = None
@@ -49,12 +51,26 @@ class Reference:
     profile: DeviceProfile | None = None
     error: str | None = None
     kernels: Baseline | None = None
+    interpreted: bool = False
 
     @property
     def pairs(self) -> bool:
         """Whether a cell is timed in alternation with this reference: its program is compiled
         in this process (not measured in a child process of its own)."""
         return self.compiled is not None and self.compiled.measured is None
+
+
+INTERPRETED_BASIS = "not compared: one of the two runs a Pallas kernel in interpret mode"
+
+
+def timed_against(reference: Reference | None, interpreted: bool) -> Reference | None:
+    """The reference a cell's times (speedups, device time, kernel groups) are compared with:
+    `reference`, unless one of the two runs a Pallas kernel in interpret mode and the other
+    does not (an interpreted time is the interpreter's, never a compiled kernel's rival);
+    then None, and the cell is timed alone (its numerics are still judged against it)."""
+    if reference is None or reference.interpreted == interpreted:
+        return reference
+    return None
 
 
 def time_against(

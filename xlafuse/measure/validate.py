@@ -83,8 +83,8 @@ class ModeledKernel:
     Attributes:
       name: the HLO instruction name (`loop_add_fusion`, `wrapped_broadcast.1`, `custom-call.0`).
       modeled_bytes: bytes the traffic model says it moves (inputs + outputs).
-      library: True for library calls (cuBLAS/cuDNN custom-calls, cuDNN fusions), whose GPU
-        kernels carry the library's names.
+      library: True for library calls (custom-calls: cuBLAS, cuDNN, a Pallas or Triton
+        kernel; cuDNN fusions), whose GPU kernels carry the library's or the kernel's names.
       kind: the kernel's kind (`kLoop`, `kInput`, `kCustom`, `custom-call`, ...), for the table.
       copy: True for a plain `copy`, or a fusion of only a slice (a contiguous one): it may run
         as a device-to-device memcpy, whose launch (a driver kernel inside a CUDA graph) is
@@ -103,9 +103,10 @@ class ModeledKernel:
     def from_kernel_info(cls, info: Any) -> ModeledKernel:
         """From an `xlafuse.hlo.KernelInfo`."""
         sub_kind = info.sub_kind or ""
-        library = (info.opcode == "custom-call" and "triton" not in sub_kind) or (
-            "cudnn" in sub_kind
-        )
+        # Every custom-call that launches is a library call, a Pallas kernel included
+        # (`__gpu$xla.gpu.triton`, `mosaic_gpu*`, jax-triton's `triton_kernel_call`): its
+        # launch carries the kernel's own name (`mha_forward`), not the instruction's.
+        library = info.opcode == "custom-call" or "cudnn" in sub_kind
         copy = info.opcode == "copy" or (info.opcode == "fusion" and set(info.ops) <= _MEMCPY_OPS)
         return cls(
             info.name, info.bytes_in + info.bytes_out, library, info.kind, copy, info.computation

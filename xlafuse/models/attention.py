@@ -3,6 +3,9 @@
 The override `implementation` picks "xla" (default: XLA builds the [B, H, S, S] scores and fuses
 around them) or "cudnn" (one fused FlashAttention-style custom call; NVIDIA GPU and 16-bit dtypes
 only). `CausalSelfAttention` is also the attention half of the GPT block in `transformer.py`.
+
+The `attention` workload declares the op "attention": a variant `impl=NAME` runs tokamax's
+`dot_product_attention` with NAME in place of `jax.nn`'s (`xlafuse.models.implementations`).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from xlafuse.models import implementations
 from xlafuse.models.common import linear, token_recipe
 from xlafuse.models.registry import choose, register
 from xlafuse.models.workload import BuildContext, Recipe
@@ -42,9 +46,13 @@ class CausalSelfAttention(nnx.Module):
         batch, seq_len, d_model = x.shape
         qkv = self.qkv(x).reshape(batch, seq_len, 3, self.heads, d_model // self.heads)
         q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
-        y = jax.nn.dot_product_attention(
-            q, k, v, is_causal=True, implementation=self.implementation
-        )
+        chosen = implementations.chosen("attention")  # a variant's impl=NAME (issue 46)
+        if chosen is not None:
+            y = implementations.attention(q, k, v, chosen)
+        else:
+            y = jax.nn.dot_product_attention(
+                q, k, v, is_causal=True, implementation=self.implementation
+            )
         return self.out(y.reshape(batch, seq_len, d_model))
 
 
@@ -91,7 +99,7 @@ def attention_flops(batch: int, seq_len: int, d_model: int) -> int:
     return 8 * tokens * d_model**2 + 4 * batch * seq_len**2 * d_model
 
 
-@register("attention", sizes=SIZES, options={"implementation": "xla"})
+@register("attention", sizes=SIZES, options={"implementation": "xla"}, op="attention")
 def attention(cfg: Mapping[str, Any], ctx: BuildContext) -> Recipe:
     """Causal multi-head self-attention on a (batch, seq_len, heads * head_dim) input."""
     implementation = check_implementation(cfg["implementation"], ctx, "attention")

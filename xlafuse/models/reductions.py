@@ -3,6 +3,9 @@
 Fusion can put the reduction and its consumers into one kernel (or, on GPU, a Triton softmax
 fusion); unfused, the statistics make an extra trip through memory. `layernorm` and `rmsnorm` carry
 a learned scale (and bias), so they also have a train mode; `softmax` is parameter-free.
+
+`layernorm` declares the op "layer_norm": a variant `impl=NAME` runs tokamax's `layer_norm`
+with NAME in place of Flax's (`xlafuse.models.implementations`).
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from typing import Any
 import jax
 from flax import nnx
 
+from xlafuse.models import implementations
 from xlafuse.models.common import normal_inputs, token_recipe
 from xlafuse.models.registry import register
 from xlafuse.models.workload import BuildContext, Recipe
@@ -31,6 +35,18 @@ SOFTMAX_SIZES = {
 }
 
 
+class LayerNorm(nnx.LayerNorm):
+    """`nnx.LayerNorm` (scale and bias), or tokamax's `layer_norm` where an implementation is
+    chosen for "layer_norm" (the same parameters and epsilon)."""
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        chosen = implementations.chosen("layer_norm")
+        if chosen is None:
+            return super().__call__(x)
+        scale, bias = self.scale[...], self.bias[...]
+        return implementations.layer_norm(x, scale, bias, epsilon=self.epsilon, name=chosen)
+
+
 def _norm_recipe(cfg: Mapping[str, Any], ctx: BuildContext, norm_cls) -> Recipe:
     shape = (cfg["batch"], cfg["seq_len"], cfg["d_model"])
 
@@ -40,10 +56,10 @@ def _norm_recipe(cfg: Mapping[str, Any], ctx: BuildContext, norm_cls) -> Recipe:
     return token_recipe(shape, ctx, make_model)
 
 
-@register("layernorm", sizes=NORM_SIZES)
+@register("layernorm", sizes=NORM_SIZES, op="layer_norm")
 def layernorm(cfg: Mapping[str, Any], ctx: BuildContext) -> Recipe:
     """LayerNorm over d_model of a (batch, seq_len, d_model) activation: scale and bias."""
-    return _norm_recipe(cfg, ctx, nnx.LayerNorm)
+    return _norm_recipe(cfg, ctx, LayerNorm)
 
 
 @register("rmsnorm", sizes=NORM_SIZES)

@@ -21,7 +21,8 @@ import optax
 from flax import nnx
 
 from xlafuse.errors import UnknownNameError, XlafuseError, unknown_name
-from xlafuse.models import memory, sharding, train, user
+from xlafuse.models import implementations, memory, sharding, train, user
+from xlafuse.models.implementations import Implementation
 from xlafuse.models.names import workload_label
 from xlafuse.models.workload import BuildContext, Recipe, Workload
 
@@ -44,6 +45,7 @@ class WorkloadSpec:
     options: Mapping[str, Any]
     has_params: bool
     default_dtype: str | None
+    op: str | None = None
 
     @property
     def modes(self) -> tuple[str, ...]:
@@ -69,6 +71,7 @@ def register(
     options: Mapping[str, Any] | None = None,
     has_params: bool = True,
     default_dtype: str | None = None,
+    op: str | None = None,
 ) -> Callable[[Builder], Builder]:
     """Registers a workload builder under `name` (a decorator).
 
@@ -78,6 +81,8 @@ def register(
         options: extra overrides and their defaults, the same at every size.
         has_params: False for parameter-free workloads (forward mode only).
         default_dtype: dtype used when `build` gets dtype=None; None picks by backend.
+        op: the operation of `xlafuse.models.implementations.OPS` its program routes to the
+            implementation a variant chooses (`impl=NAME`); None: it has only its own.
 
     Returns:
         The decorator, which returns the builder unchanged.
@@ -90,7 +95,12 @@ def register(
             _load_families()  # a workload of the user's: the zoo's names are taken first
         if name in _REGISTRY:
             raise ValueError(f"workload {name!r} is already registered")
-        spec = WorkloadSpec(name, builder, sizes, dict(options or {}), has_params, default_dtype)
+        if op is not None and op not in implementations.OPS:
+            accepted = ", ".join(implementations.OPS)
+            raise ValueError(f"workload {name!r}: unknown op {op!r}; accepted: {accepted}")
+        spec = WorkloadSpec(
+            name, builder, sizes, dict(options or {}), has_params, default_dtype, op
+        )
         _REGISTRY[name] = spec
         return builder
 
@@ -239,7 +249,84 @@ def _workload(name, size, mode, cfg, ctx, recipe: Recipe, seed, abstract) -> Wor
         config=MappingProxyType(cfg),
         donate_argnums=(0,) if mode == "train" else (),
         state_tree=state_tree,
+        implementations=_implementations(fn, spec(name).op, mode),
     )
+
+
+def _implementations(fn, op: str | None, mode: str) -> dict[str, Implementation]:
+    """A zoo workload's other implementations: `fn` with each of its op's chosen
+    (`implementations.routed`); none without an op, or in a mode the op does not apply to."""
+    if op is None or mode not in implementations.OPS[op].modes:
+        return {}
+    return {
+        n: Implementation(implementations.routed(fn, op, n), op=op)
+        for n in implementations.names(op)[1:]
+    }
+
+
+def implementation_names(name: str) -> tuple[str, ...]:
+    """The implementations workload `name` declares: its own ("xla") first, then those of its
+    op (`xlafuse.models.implementations.names`); a program of the user's: its own only here
+    (its others come with it: a config's `implementations`, `xlafuse.measure`'s functions).
+
+    Raises:
+        UnknownNameError: no workload has that name.
+    """
+    if user.is_entry(name):
+        return (implementations.OWN,)
+    return implementations.names(spec(name).op)
+
+
+def implementation_problem(
+    name: str,
+    implementation: str,
+    *,
+    mode: str = "forward",
+    dtype: Any = None,
+    devices: int = 1,
+    backend: str | None = None,
+) -> str | None:
+    """Why zoo workload `name` cannot run `implementation` here (one line saying what is
+    accepted; `xlafuse.models.implementations.problem`), None when it can. Nothing is built.
+
+    Args:
+        name: a registered workload.
+        implementation: what an `impl=NAME` part names.
+        mode, devices: the cell's.
+        dtype: the cell's dtype (None: the workload's default on `backend`).
+        backend: the backend the cell runs on (None: JAX's).
+
+    Raises:
+        UnknownNameError: no workload has that name.
+    """
+    workload_spec = spec(name)
+    if dtype is None:
+        dtype = workload_spec.default_dtype or _backend_dtype(backend)
+    dtype = jnp.dtype(dtype).name if _is_dtype(dtype) else dtype
+    return implementations.problem(
+        name, workload_spec.op, implementation,
+        mode=mode, dtype=dtype, devices=devices, backend=backend,
+    )  # fmt: skip
+
+
+def built_implementation_problem(workload: Workload, implementation: str) -> str | None:
+    """Why a built workload cannot run `implementation` (one line saying what is accepted;
+    None when it can): one it does not have, or one of tokamax's that the device or the
+    installed tokamax cannot run (`implementations.problem`)."""
+    accepted = (workload.implementation, *workload.implementations)
+    if implementation not in accepted:
+        shown = ", ".join(f"impl={n}" for n in accepted)
+        return (
+            f"workload {workload.name!r} has no implementation {implementation!r}; "
+            f"accepted: {shown}"
+        )
+    chosen = workload.implementations.get(implementation)
+    if chosen is None or chosen.op is None:  # its own, or a function of the user's
+        return None
+    return implementations.problem(
+        workload.name, chosen.op, implementation,
+        mode=workload.mode, dtype=workload.dtype, devices=workload.devices,
+    )  # fmt: skip
 
 
 def check_build(
@@ -502,8 +589,8 @@ def _is_dtype(value: Any) -> bool:
     return True
 
 
-def _backend_dtype() -> str:
-    return "bfloat16" if jax.default_backend() == "gpu" else "float32"
+def _backend_dtype(backend: str | None = None) -> str:
+    return "bfloat16" if (backend or jax.default_backend()) == "gpu" else "float32"
 
 
 def _abstract_model(recipe: Recipe, seed: int) -> nnx.Module | None:

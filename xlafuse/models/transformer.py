@@ -8,12 +8,13 @@ from the transposed token embedding. Size "small" is GPT-2 small (124,439,808 pa
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from xlafuse.models import implementations
 from xlafuse.models.attention import (
     CausalSelfAttention,
     attention_flops,
@@ -64,6 +65,14 @@ class TransformerBlock(nnx.Module):
         return self.mlp(x + self.attn(self.norm(x)))
 
 
+class LmHead(NamedTuple):
+    """What `GPT2` returns where an implementation is chosen for "lm_head_loss": the final
+    LayerNorm's output and the tied embedding (vocab, d_model), for the loss to project."""
+
+    hidden: jax.Array
+    embedding: jax.Array
+
+
 class GPT2(nnx.Module):
     """Decoder-only LM: token + position embeddings, blocks, final LN, tied output embedding."""
 
@@ -86,7 +95,18 @@ class GPT2(nnx.Module):
         x = self.wte(tokens) + self.wpe(positions)[None]
         for block in self.blocks:
             x = block(x)
+        if implementations.chosen("lm_head_loss") is not None:
+            return LmHead(self.norm(x), self.wte.embedding[...])
         return self.wte.attend(self.norm(x))
+
+
+def lm_loss(output: jax.Array | LmHead, labels: jax.Array) -> jax.Array:
+    """GPT-2's train loss: mean next-token cross-entropy of its logits, or, from an `LmHead`,
+    of the LM head and loss in one op by the implementation chosen."""
+    if isinstance(output, LmHead):
+        name = implementations.chosen("lm_head_loss")
+        return implementations.lm_head_loss(output.hidden, output.embedding, labels, name)
+    return cross_entropy(output, labels)
 
 
 def block_flops(batch: int, seq_len: int, d_model: int) -> int:
@@ -116,7 +136,7 @@ def transformer_block(cfg: Mapping[str, Any], ctx: BuildContext) -> Recipe:
     )
 
 
-@register("gpt2", sizes=GPT2_SIZES, options={"implementation": "xla"})
+@register("gpt2", sizes=GPT2_SIZES, options={"implementation": "xla"}, op="lm_head_loss")
 def gpt2(cfg: Mapping[str, Any], ctx: BuildContext) -> Recipe:
     """GPT-2 on (batch, seq_len) int32 tokens -> (batch, seq_len, vocab) logits.
 
@@ -141,5 +161,5 @@ def gpt2(cfg: Mapping[str, Any], ctx: BuildContext) -> Recipe:
         flops=gpt2_flops(cfg),
         make_model=lambda rngs: GPT2(cfg, implementation, ctx=ctx, rngs=rngs),
         make_targets=make_tokens,
-        loss=cross_entropy,
+        loss=lm_loss,
     )

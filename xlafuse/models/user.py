@@ -59,6 +59,7 @@ import numpy as np
 
 from xlafuse.compile import static
 from xlafuse.errors import XlafuseError, did_you_mean, error_line
+from xlafuse.models import implementations as implementations_lib
 from xlafuse.models.names import display_name, is_entry  # noqa: F401 - part of this module's API
 from xlafuse.models.workload import Items, Workload
 
@@ -481,7 +482,11 @@ def _restore_fd1(saved: int | None) -> None:
 
 
 def build_entry(
-    spec: str | Entry, overrides: Mapping[str, Any] | None = None, dtype: Any = None
+    spec: str | Entry,
+    overrides: Mapping[str, Any] | None = None,
+    dtype: Any = None,
+    *,
+    implementations: Mapping[str, Entry] | None = None,
 ) -> Workload:
     """Calls the entry's FUNCTION with `overrides` and turns what it returns into a Workload.
 
@@ -491,6 +496,9 @@ def build_entry(
       overrides: FUNCTION's keyword arguments.
       dtype: refused unless None: a user program's dtype is its inputs' (pass one to FUNCTION
         as an override of its own if it takes one).
+      implementations: other implementations of the program FUNCTION returns, by name (a
+        config's `implementations` table): each a function of the same arguments, loaded
+        (not called) and checked by tracing (`workload_from`).
 
     Returns:
       The Workload (its `entry` names the resolved spec, so a child process can build it).
@@ -514,7 +522,8 @@ def build_entry(
             result = function(**overrides)
     except USER_CODE_ERRORS as err:  # the user's code
         raise EntryError(f"entry {entry.spec!r} raised {error_line(err)}") from err
-    return workload_from(result, entry.function, overrides, entry)
+    functions = {n: load_function(e) for n, e in (implementations or {}).items()}
+    return workload_from(result, entry.function, overrides, entry, implementations=functions)
 
 
 def workload_from(
@@ -522,6 +531,9 @@ def workload_from(
     name: str,
     overrides: Mapping[str, Any] | None = None,
     entry: Entry | None = None,
+    *,
+    implementations: Mapping[str, Callable[..., Any]] | None = None,
+    own: str = implementations_lib.OWN,
 ) -> Workload:
     """A Workload from what an entry returned (see the module docstring), checked by tracing.
 
@@ -531,9 +543,13 @@ def workload_from(
       name: the workload's name (FUNCTION's, or a function's given from Python).
       overrides: the keyword arguments it was made with (the workload's `config`).
       entry: the entry it came from, or None for a function given from Python.
+      implementations: other implementations of `fn` (issue 46): name -> a function of the
+        same arguments computing the same outputs (`implementations_lib.attach`).
+      own: what `fn` is called among them ("xla").
 
     Raises:
-      EntryError: another shape, or a function jax cannot trace (nothing is compiled).
+      EntryError: another shape, or a function jax cannot trace (nothing is compiled);
+        XlafuseError: an implementation that `implementations_lib.attach` refuses.
     """
     where = f"entry {entry.spec!r}" if entry is not None else f"{name!r}"
     resolved = entry.resolved if entry is not None else None
@@ -569,7 +585,16 @@ def workload_from(
         entry=resolved,
         static=program.static,
     )
+    if implementations:
+        wrap = _quiet if entry is not None else _same
+        workload = implementations_lib.attach(
+            workload, implementations, tuple(args), where=where, own=own, wrap=wrap
+        )
     return workload.with_items(items)
+
+
+def _same(fn: Callable[..., Any]) -> Callable[..., Any]:
+    return fn
 
 
 def without_items(result: Any) -> tuple[Any, Items | None]:

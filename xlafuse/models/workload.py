@@ -17,6 +17,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from xlafuse.errors import XlafuseError
+from xlafuse.models.implementations import OWN, Implementation
 from xlafuse.models.names import Cell, cell_fields
 from xlafuse.models.train import mean_squared_error
 
@@ -139,6 +140,12 @@ class Workload:
         static: the leaves of a user's program's arguments that are not arrays, made static
             (`xlafuse.compile.static`: `fn` and `args` are then the program jax.jit traces,
             which puts them back); empty for a zoo workload.
+        implementation: the name of the implementation `fn` is (`xlafuse.models.implementations`:
+            "xla", the workload's own program, unless `with_implementation` chose another).
+        implementations: its other implementations, by name (a zoo workload's: tokamax's, for
+            the operation it declares; a program of the user's: the functions given with it).
+        interpreted: `fn` holds a Pallas kernel run in interpret mode
+            (`xlafuse.models.implementations.Implementation`).
     """
 
     name: str
@@ -158,6 +165,9 @@ class Workload:
     out_shardings: Any = None
     entry: str | None = None
     static: tuple[Any, ...] = ()
+    implementation: str = OWN
+    implementations: Mapping[str, Implementation] = dataclasses.field(default_factory=dict)
+    interpreted: bool = False
 
     @property
     def devices(self) -> int:
@@ -219,6 +229,31 @@ class Workload:
             jax.tree.map(jnp.copy, a) if i in self.donate_argnums else a
             for i, a in enumerate(self.args)
         )
+
+    def with_implementation(self, name: str | None) -> Workload:
+        """This workload computing by its implementation `name` (itself for None or the one it
+        runs): the same arguments, another `fn`; its own kept among `implementations`.
+
+        Raises:
+          XlafuseError: it has no implementation `name` (the message lists those it has), or
+            cannot run it here (`registry.built_implementation_problem`: tokamax missing, a GPU
+            kernel on a CPU, ...), before anything is traced.
+        """
+        if name is None or name == self.implementation:
+            return self
+        from xlafuse.models import registry  # the registry builds Workloads: a cycle at the top
+
+        problem = registry.built_implementation_problem(self, name)
+        if problem:
+            raise XlafuseError(problem)
+        chosen = self.implementations[name]
+        own = Implementation(self.fn, self.interpreted)
+        others = {**self.implementations, self.implementation: own}
+        del others[name]
+        return dataclasses.replace(
+            self, fn=chosen.fn, implementation=name, implementations=others,
+            interpreted=chosen.interpreted,
+        )  # fmt: skip
 
     def with_items(self, items: Items | None) -> Workload:
         """This workload counting `items` per call (unchanged when None)."""

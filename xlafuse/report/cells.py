@@ -53,7 +53,7 @@ def _time_row(r: CellResult, figures: Sequence[str], reference: CellResult | Non
     times = [_time(r, figure, None if is_reference else reference) for figure in figures]
     speedup = r.speedup
     return [
-        r.variant,
+        f"{r.variant} (interpreted)" if r.interpreted else r.variant,
         *times,
         fmt(r.device.time_s, 1e3, ".3g") + (" TRACE-PERTURBED" if r.rates.trace_perturbed else ""),
         "1.00x" if is_reference else speedup_text(speedup.vs_reference, speedup.verdict),
@@ -76,6 +76,8 @@ def _time(r: CellResult, figure: str, reference: CellResult | None) -> str:
 def _basis(r: CellResult) -> str:
     """The figure the speedup divides and how it was timed, in a few words."""
     basis = r.speedup.basis
+    if basis is not None and basis.startswith("not compared"):  # an interpreted program
+        return "not compared: interpreted"
     if basis is None:
         return "-"
     timed = "paired" if "paired" in basis else "apart"

@@ -108,6 +108,8 @@ def _figures(record: CellResult, reference: CellResult | None) -> list[str]:
         parts.append("TRACE-PERTURBED")
     if record.numerics.within_tolerance is False:
         parts.append("numerics FLAGGED")
+    if record.interpreted:
+        parts.append("INTERPRETED (Pallas in interpret mode: times not compared)")
     return parts
 
 

@@ -56,7 +56,11 @@ class CellResult:
     several `jax.distributed` processes: how many, and the devices of each; 1 and None on
     one process), variant (and its config form, variant_options), framework (`Framework`:
     "jax", or "torch" for a PyTorch twin, `xlafuse.torch`) and
-    framework_version, reference (the variant speedups compare with), backend, device_kind;
+    framework_version, implementation (issue 46: what computed the cell, "xla" for the
+    workload's own program, else what `impl=NAME` named; None for a PyTorch twin and records
+    written before) and interpreted (its program ran a Pallas kernel in interpret mode: its
+    times are the interpreter's, never compared with a compiled program's), reference (the
+    variant speedups compare with), backend, device_kind;
     `cell_id` joins them (the resume key); experiment names the run. A program of the user's
     also has `entry` (its `FILE.py:FUNCTION` as the config wrote it; None for a registered
     workload), `source_sha256` (the hash of its source: the file that defines it, an entry's or
@@ -112,6 +116,8 @@ class CellResult:
     variant_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     framework: Framework = Framework.JAX
     framework_version: str | None = None
+    implementation: str | None = None
+    interpreted: bool = False
     model: parts.ModelRecord = dataclasses.field(default_factory=parts.ModelRecord)
     compile: parts.CompileRecord = dataclasses.field(default_factory=parts.CompileRecord)
     fusion: parts.FusionRecord = dataclasses.field(default_factory=parts.FusionRecord)

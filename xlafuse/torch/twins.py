@@ -97,6 +97,23 @@ class MatmulBiasAct(nn.Module):
         return F.gelu(self.dense(x), approximate="tanh")
 
 
+class GatedMlp(nn.Module):
+    """down(silu(x @ W_gate) * (x @ W_up)), no biases; `gate_up` (d_model, 2, d_hidden) kept
+    in Flax's layout (the zoo's `swiglu`)."""
+
+    def __init__(self, d_model: int, d_hidden: int, dtype, param_dtype):
+        super().__init__()
+        self.dtype = dtype
+        self.gate_up = nn.Parameter(torch.empty(d_model, 2, d_hidden, dtype=param_dtype))
+        self.down = nn.Module()
+        self.down.weight = nn.Parameter(torch.empty(d_model, d_hidden, dtype=param_dtype))
+
+    def forward(self, x):
+        x, weights = x.to(self.dtype), self.gate_up.to(self.dtype)
+        hidden = F.silu(x @ weights[:, 0]) * (x @ weights[:, 1])
+        return hidden @ self.down.weight.to(self.dtype).t()
+
+
 class MlpBlock(nn.Module):
     """x + Dense(GELU(Dense(LayerNorm(x))))."""
 
@@ -307,6 +324,7 @@ MODELS: dict[str, Callable[[Mapping[str, Any], Any, Any], nn.Module]] = {
     "rmsnorm": lambda cfg, dt, pdt: RMSNorm(cfg["d_model"], dt, pdt),
     "matmul_bias_act": MatmulBiasAct,
     "mlp": lambda cfg, dt, pdt: MlpBlock(cfg["d_model"], cfg["d_hidden"], dt, pdt),
+    "swiglu": lambda cfg, dt, pdt: GatedMlp(cfg["d_model"], cfg["d_hidden"], dt, pdt),
     "attention": lambda cfg, dt, pdt: CausalSelfAttention(
         cfg["heads"] * cfg["head_dim"], cfg["heads"], dt, pdt
     ),

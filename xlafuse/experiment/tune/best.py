@@ -59,6 +59,8 @@ def best_toml(
     """
     target, best = result.target, result.best or result.space[0]
     winner = best.options()
+    if best.implementation:  # impl=NAME: an inline variant's `implementation`
+        winner["implementation"] = best.implementation
     variants = ['"default"'] + ([inline_table({"name": "tuned", **winner})] if winner else [])
     name = f"tune-{_slug(target.name)}"
     output = f"{folder}/{RUN_FOLDER}" if folder is not None else f"results/{name}"

@@ -23,7 +23,7 @@ from xlafuse.experiment.tune.search import OK, Score
 from xlafuse.experiment.tune.space import Candidate
 from xlafuse.measure import timing
 from xlafuse.measure.numerics import computed_precision, host_outputs, judge_workload
-from xlafuse.models import registry, user
+from xlafuse.models import implementations, registry, user
 
 BASE_TIMING = timing.TimingSettings(
     warmup=2, min_time_s=0.05, min_iters=3, max_iters=200, repeats=2
@@ -59,6 +59,19 @@ class Target:
     def build(self, candidate: Candidate):
         return models.build(
             self.name, **self.settings, **{**self.overrides, **dict(candidate.knobs)}
+        )
+
+    def implementations(self) -> tuple[str, ...]:
+        """Its implementations that run here (`registry.implementation_problem`), its own
+        first: what the implementation family searches; a program of the user's: its own."""
+        if user.is_entry(self.name):
+            return (implementations.OWN,)
+        settings = {k: self.settings.get(k) for k in ("mode", "dtype", "devices")}
+        settings = {k: v for k, v in settings.items() if v is not None}
+        return tuple(
+            name
+            for name in registry.implementation_names(self.name)
+            if registry.implementation_problem(self.name, name, **settings) is None
         )
 
     def defaults(self) -> dict[str, Any]:

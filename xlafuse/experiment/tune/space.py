@@ -22,6 +22,7 @@ from typing import Any
 
 from xlafuse.compile import variants
 from xlafuse.errors import UnknownNameError, unknown_name
+from xlafuse.models import implementations
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,15 +34,30 @@ class Family:
       description: one line for humans.
       choices: label -> the per-compile XLA options it sets.
       backends: the backends where it applies.
+      default: searched when no family is named (the implementation family is searched only
+        when named: `--space implementation`).
     """
 
     name: str
     description: str
     choices: Mapping[str, Mapping[str, Any]]
     backends: tuple[str, ...] = ("gpu",)
+    default: bool = True  # searched when no family is named
 
 
 _UNROLL = "xla_gpu_enable_while_loop_unrolling"
+IMPLEMENTATION = "implementation"
+_IMPLEMENTATION_KEY = "impl"  # an implementation choice's pseudo-option: not an XLA option
+ALL_IMPLEMENTATIONS = tuple(
+    dict.fromkeys(n for op in implementations.OPS for n in implementations.names(op))
+)
+
+
+def _implementation_choice(name: str) -> Mapping[str, Any]:
+    """What choosing implementation `name` sets: nothing for the workload's own program."""
+    return {} if name == implementations.OWN else {_IMPLEMENTATION_KEY: name}
+
+
 FAMILIES: Mapping[str, Family] = MappingProxyType({f.name: f for f in (
     Family("gemm-fusion", "matmuls as Triton GEMM fusions (on) or cuBLAS calls (off, and off "
            "with cuBLASLt's fused epilogues)",
@@ -65,7 +81,21 @@ FAMILIES: Mapping[str, Family] = MappingProxyType({f.name: f for f in (
            "variant's passes)",
            {"on": {}, "off": {variants.DISABLE_PASSES: ",".join(
                variants.get("no-fusion").passes_for("cpu"))}}, backends=("cpu",)),
+    Family(IMPLEMENTATION, "the workload's implementations (impl=NAME): its own program or "
+           "tokamax's hand-fused kernels (docs/implementations.md)",
+           {name: _implementation_choice(name) for name in ALL_IMPLEMENTATIONS},
+           backends=("cpu", "gpu"), default=False),
 )})  # fmt: skip
+
+
+def restricted(families: Sequence[Family], implementations: Sequence[str]) -> list[Family]:
+    """`families` with the implementation family's choices those of the target that run here
+    (`implementations`, its own first), in that order; the other families as they are."""
+    return [
+        dataclasses.replace(f, choices={n: _implementation_choice(n) for n in implementations})
+        if f.name == IMPLEMENTATION else f
+        for f in families
+    ]  # fmt: skip
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,11 +118,19 @@ class Candidate:
                   if label != next(iter(FAMILIES[family].choices))]  # fmt: skip
         return " ".join(parts) or "default"
 
+    @property
+    def implementation(self) -> str | None:
+        """The implementation its choices name (`impl=NAME`), None for the workload's own."""
+        chosen = dict(self.choices).get(IMPLEMENTATION)
+        return None if chosen in (None, implementations.OWN) else chosen
+
     def options(self) -> dict[str, Any]:
         """The XLA options of its choices, merged (passes to switch off joined)."""
         out: dict[str, Any] = {}
         passes: list[str] = []
         for family, label in self.choices:
+            if family == IMPLEMENTATION:
+                continue  # not an XLA option: `implementation`
             for key, value in FAMILIES[family].choices[label].items():
                 if key == variants.DISABLE_PASSES:
                     passes += [p for p in str(value).split(",") if p]
@@ -103,8 +141,10 @@ class Candidate:
         return out
 
     def variant(self) -> variants.Variant:
-        """The candidate's XLA options as a Variant (the compile path's input)."""
-        return variants.from_options(self.options(), name=self.name)
+        """The candidate's XLA options, and its implementation, as a Variant (the compile
+        path's input)."""
+        variant = variants.from_options(self.options(), name=self.name)
+        return dataclasses.replace(variant, implementation=self.implementation)
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "knobs": dict(self.knobs), "choices": dict(self.choices)}
@@ -118,7 +158,7 @@ def families_for(backend: str, names: Sequence[str] | None = None) -> list[Famil
       UnknownNameError: a name that is not a family, or one that does not apply on `backend`.
     """
     if names is None:
-        return [f for f in FAMILIES.values() if backend in f.backends]
+        return [f for f in FAMILIES.values() if backend in f.backends and f.default]
     chosen = []
     for name in names:
         family = FAMILIES.get(name)

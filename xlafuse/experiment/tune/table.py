@@ -41,7 +41,13 @@ from typing import Any
 from xlafuse.errors import XlafuseError, did_you_mean
 from xlafuse.experiment.config import WorkloadConfig, check_config_file, parse_config
 from xlafuse.experiment.tune.evaluate import Target
-from xlafuse.experiment.tune.space import FAMILIES, Family, families_for
+from xlafuse.experiment.tune.space import (
+    FAMILIES,
+    IMPLEMENTATION,
+    Family,
+    families_for,
+    restricted,
+)
 from xlafuse.experiment.tune.tuner import DEFAULT_SEARCH, FIGURES, SEARCHES
 from xlafuse.models import user
 
@@ -82,6 +88,8 @@ class TuneTable:
             return families_for(backend), []
         listed = [FAMILIES[name] for name in self.families]
         kept = [f for f in listed if backend in f.backends]
+        if IMPLEMENTATION in self.families:  # the target's, that run here
+            kept = restricted(kept, self.target.implementations())
         return kept, [f.name for f in listed if backend not in f.backends]
 
 

@@ -1,0 +1,138 @@
+"""The hand-fused study's findings from its records (issue 46): per workload cell, every
+implementation's device time, kernels, launches, modeled bytes, % of the copy ceiling,
+TFLOP/s and numerics; then where XLA's own fusion ("default") is within 10% of the best
+hand-fused implementation and where it is not, with the kernels and bytes that differ and the
+longest kernels of both programs.
+
+Usage, from the repository root: PYTHONPATH=. python3 experiments/h100/hand_fused/summarize.py OUT
+(OUT holds a folder per study, each with its results.jsonl; the markdown goes to stdout).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from xlafuse.report.lines import cell_label
+from xlafuse.results import records
+
+STUDIES = ("attention", "layernorm", "swiglu", "gpt2")
+WITHIN = 1.10  # XLA "within 10%" of the best hand-fused device time
+TOP = 3  # the longest kernels shown per program
+
+
+def _ms(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1e3:.3f}"
+
+
+def _mb(count: int | None) -> str:
+    return "-" if count is None else f"{count / 1e6:.1f}"
+
+
+def _number(value: float | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def _time(r: records.CellResult) -> float | None:
+    """Device time per call (the study is traced), else the figure the cell leads with."""
+    return r.device.time_s or r.timing.pipelined_s_per_call or r.timing.median_s
+
+
+def _row(r: records.CellResult) -> str:
+    if not r.ok:
+        return f"| {r.variant} | {r.implementation} | ERROR {r.error_type}: {r.error} |" + " |" * 8
+    numerics = "reference" if r.variant == r.reference else (
+        f"{_number(r.numerics.max_abs_diff, '.2e')} "
+        f"({'ok' if r.numerics.within_tolerance else 'FLAGGED'})"
+    )  # fmt: skip
+    return (
+        f"| {r.variant} | {r.implementation} | {_ms(_time(r))} | {r.fusion.kernels} | "
+        f"{r.fusion.launches_per_call} | {_mb(r.fusion.bytes_per_call)} | "
+        f"{_number(r.rates.pct_of_copy_ceiling, '.0f')} | {_number(r.rates.tflops, '.1f')} | "
+        f"{numerics} | {_number(r.speedup.vs_reference, '.2f')} |"
+    )
+
+
+def _top(r: records.CellResult) -> str:
+    """`name 0.123 ms (12.3 MB)` of its longest traced kernels."""
+    rows = (r.trace.kernel_times or {}).get("top", [])[:TOP]
+    return (
+        "; ".join(
+            f"`{k['name']}` {_ms(k['time_s'])} ms ({_mb(k['modeled_bytes'])} MB)" for k in rows
+        )
+        or "-"
+    )
+
+
+def verdict(cells: Sequence[records.CellResult]) -> str:
+    """Where XLA's own program stands against the best hand-fused implementation."""
+    ok = [r for r in cells if r.ok and _time(r)]
+    own = next((r for r in ok if r.implementation == "xla" and r.variant == r.reference), None)
+    fused = [r for r in ok if r.implementation not in (None, "xla")]
+    if own is None or not fused:
+        return "no verdict: XLA's own cell or every hand-fused cell is missing"
+    best = min(fused, key=_time)
+    ratio = _time(own) / _time(best)
+    head = (
+        f"XLA's own fusion is within 10% of the best hand-fused ({best.variant}): "
+        f"{ratio:.2f}x its device time"
+        if ratio <= WITHIN
+        else f"XLA's own fusion takes {ratio:.2f}x the device time of {best.variant}"
+    )
+    kernels = f"kernels {own.fusion.kernels} vs {best.fusion.kernels}"
+    moved = f"modeled {_mb(own.fusion.bytes_per_call)} vs {_mb(best.fusion.bytes_per_call)} MB"
+    return (
+        f"{head}; {kernels}, {moved} per call.\n  XLA's longest: {_top(own)}\n"
+        f"  {best.variant}'s longest: {_top(best)}"
+    )
+
+
+def study_section(folder: Path) -> list[str]:
+    path = folder / records.RESULTS_FILE
+    if not path.exists():
+        return [f"## {folder.name}", "", "(not run)", ""]
+    latest = records.latest_per_cell(records.read_results(path).records)
+    lines = [f"## {folder.name}", ""]
+    by_cell: dict[str, list[records.CellResult]] = {}
+    for r in latest:
+        by_cell.setdefault(cell_label(r), []).append(r)
+    for label, cells in by_cell.items():
+        lines += [
+            f"### {label}",
+            "",
+            "| variant | implementation | device ms | kernels | launches/call | modeled MB/call "
+            "| % copy ceiling | TFLOP/s | numerics vs default | speedup |",
+            "|---|---|---|---|---|---|---|---|---|---|",
+            *map(_row, cells),
+            "",
+            verdict(cells),
+            "",
+        ]
+    return lines
+
+
+def main(out: Path) -> None:
+    found = [
+        r
+        for study in STUDIES
+        if (out / study / records.RESULTS_FILE).exists()
+        for r in records.read_results(out / study / records.RESULTS_FILE).records
+    ]
+    head = ["# Hand-fused beside compiler-fused: the findings", ""]
+    if found:
+        first = found[0]
+        versions = (r.settings.get("variant", {}).get("tokamax") for r in found)
+        tokamax = next((v for v in versions if v), "-")
+        ceiling = (first.ceilings.copy_bytes_per_s or 0) / 1e9
+        head += [
+            f"{first.device_kind}, jax {first.env.get('jax')}, tokamax {tokamax}; copy "
+            f"ceiling {ceiling:.0f} GB/s. Times are device time per call (traced kernels).",
+            "",
+        ]
+    body = [line for study in STUDIES for line in study_section(out / study)]
+    print("\n".join(head + body))
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1] if len(sys.argv) > 1 else "experiments/h100/hand_fused"))
