@@ -16,7 +16,7 @@ mkdir -p "$OUT"
 
 if ! python3 -c "import tokamax" 2>/dev/null && [ -d .whl ]; then
     python3 -m pip install -q --no-index --no-deps --find-links .whl tokamax xprof
-    python3 -m pip install -q --no-index --find-links .whl einshape jaxtyping pydantic qwix \
+    python3 -m pip install -q --no-index --find-links .whl einshape jaxtyping pydantic qwix fire termcolor \
         tqdm immutabledict tensorboardx absl-py
 fi
 {
@@ -26,14 +26,15 @@ fi
 } > "$OUT/env.txt" 2>&1
 python3 "$HERE/prepare.py" "$OUT" || exit 1
 
-# seconds per study: one that hangs leaves the others their time (about 7.5 minutes in all)
-for budget in attention:170 layernorm:70 swiglu:90 gpt2:120; do
+# seconds per study: one that hangs leaves the others their time (about 7.5 minutes in all);
+# STUDIES="attention:110 layernorm:45" runs those alone, within those budgets
+for budget in ${STUDIES:-attention:170 layernorm:70 swiglu:90 gpt2:120}; do
     study="${budget%%:*}"
     mkdir -p "$OUT/$study"
     timeout "${budget##*:}" python3 -m xlafuse run "$OUT/configs/hand_fused_$study.toml" \
         --out "$OUT/$study" 2>&1 | tee "$OUT/$study/run.log"
 done
 python3 "$HERE/summarize.py" "$OUT" > "$OUT/summary.md"
-timeout 90 python3 -m pytest -q -p no:cacheprovider tests/test_hand_fused_gpu.py \
+timeout "${TESTS_S:-90}" python3 -m pytest -q -p no:cacheprovider tests/test_hand_fused_gpu.py \
     > "$OUT/gpu-tests.txt" 2>&1
 tail -n 3 "$OUT/gpu-tests.txt"
