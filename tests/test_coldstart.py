@@ -200,3 +200,31 @@ def test_the_graphs_table_flags_match_what_the_presets_switch_off():
         preset = variants.get(name)
         assert (preset.options_for("gpu").get("xla_gpu_enable_command_buffer") != "") is graphs
         assert ("fusion" not in preset.passes_for("gpu")) is fusion
+
+
+def test_warmup_of_a_function_refuses_a_variant_that_names_an_implementation(tmp_path):
+    with pytest.raises(XlafuseError) as info:
+        warmup(lambda x: x * 2, np.ones(4, np.float32), cache_dir=tmp_path, variants=["impl=mine"])
+    assert str(info.value) == (
+        "variant impl=mine names an implementation, which a function has none of: warm up a "
+        "workload (or a config) that declares it"
+    )
+
+
+def test_warmup_compiles_the_implementation_a_variant_names(tmp_path):
+    # the zoo's layernorm by tokamax's own XLA program: compiled where tokamax is installed,
+    # refused in one line (the same as `run` gives) where it is not
+    variants = ["default", "impl=tokamax_xla"]
+    try:
+        import tokamax  # noqa: F401
+    except ImportError:
+        with pytest.raises(XlafuseError) as info:
+            warmup([{"name": "layernorm", "size": "tiny"}], cache_dir=tmp_path, variants=variants)
+        assert "tokamax" in str(info.value) and "pip install" in str(info.value)
+        return
+    summary = warmup([{"name": "layernorm", "size": "tiny"}], cache_dir=tmp_path, variants=variants)
+    assert summary.labels == (
+        "layernorm/tiny/forward @ default",
+        "layernorm/tiny/forward @ impl=tokamax_xla",
+    )
+    assert summary.entries_after - summary.entries_before >= 2

@@ -24,6 +24,7 @@ import jax
 from xlafuse.compile.cache import CACHE_HITS, cache_entry_count, cache_events, persistent_cache
 from xlafuse.compile.jit import compile_lowered, lower_workload
 from xlafuse.compile.variants import get
+from xlafuse.errors import XlafuseError
 from xlafuse.kinds import Framework
 from xlafuse.measure.coldstart import build_workload, check_cache_dir, workload_spec
 from xlafuse.models.names import Cell
@@ -160,10 +161,20 @@ def _in_process_variants(variants: Sequence[Any]) -> list:
 
 
 def _targets(fn_or_workloads, args, jit_kwargs):
-    """Yield (label, lower) for each function to compile: `lower()` gives a fresh Lowered."""
+    """Yield (label, lower) for each function to compile: `lower(implementation)` gives a fresh
+    Lowered of it by that implementation (None: its own program)."""
     if callable(fn_or_workloads) and not isinstance(fn_or_workloads, Workload):
         name = getattr(fn_or_workloads, "__name__", "function")
-        yield name, lambda: jax.jit(fn_or_workloads, **jit_kwargs).lower(*args)
+
+        def lower_function(implementation: str | None = None):
+            if implementation is not None:
+                raise XlafuseError(
+                    f"variant impl={implementation} names an implementation, which a function "
+                    "has none of: warm up a workload (or a config) that declares it"
+                )
+            return jax.jit(fn_or_workloads, **jit_kwargs).lower(*args)
+
+        yield name, lower_function
         return
     if args:
         raise TypeError("example arguments are only accepted with a function, not with workloads")
@@ -179,13 +190,19 @@ def _targets(fn_or_workloads, args, jit_kwargs):
             spec = workload_spec(item)
             workload = build_workload(spec)
             label = dataclasses.replace(Cell.from_dict(spec), name=spec["label"]).label
-        yield label, lambda workload=workload: lower_workload(workload)
+        yield (
+            label,
+            lambda implementation=None, workload=workload: lower_workload(
+                workload.with_implementation(implementation)
+            ),
+        )
 
 
-def _compile(lower: Callable[[], Any], variant) -> float:
-    """Lower afresh and compile (the cache stores it); returns the compile seconds."""
+def _compile(lower: Callable[[str | None], Any], variant) -> float:
+    """Lower afresh, by the implementation the variant names (`impl=NAME`; None: the program's
+    own), and compile (the cache stores it); returns the compile seconds."""
     options = variant.compiler_options(jax.default_backend())
-    lowered = lower()
+    lowered = lower(variant.implementation)
     start = time.perf_counter()
     compile_lowered(lowered, variant, options)
     return time.perf_counter() - start
