@@ -16,7 +16,7 @@ from xlafuse.cli import _devices as cli_devices
 from xlafuse.cli import main
 from xlafuse.compile import devices as devices_lib
 from xlafuse.errors import XlafuseError
-from xlafuse.experiment import runner
+from xlafuse.experiment import plan
 from xlafuse.experiment.config import parse_config
 from xlafuse.models import registry
 from xlafuse.models.memory import WorkloadTooLargeError
@@ -317,7 +317,7 @@ def test_fresh_moves_the_old_report_aside_with_the_results(tmp_path):
     results = tmp_path / "results.jsonl"
     for name, text in (("results.jsonl", "{}\n"), ("report.md", "old"), ("speedup.png", "")):
         (tmp_path / name).write_text(text)
-    runner._move_aside(results)
+    plan.move_aside(results)
     left = sorted(p.name for p in tmp_path.iterdir())
     assert len(left) == 3 and not {"results.jsonl", "report.md", "speedup.png"} & set(left)
     stem = next(n for n in left if n.endswith(".jsonl.old")).removesuffix(".jsonl.old")

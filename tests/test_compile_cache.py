@@ -141,8 +141,8 @@ def test_compare_after_compile_shows_the_compile_as_cached():
 
 def test_a_cached_compile_is_recorded_and_reported_as_cached():
     x = np.ones(8, np.float32)
-    first = compile_variant(_double_plus_one, (x,), {}, "default", {})
-    again = compile_variant(_double_plus_one, (x,), {}, "default", {})
+    first = compile_variant(_double_plus_one, (x,), {}, "default")
+    again = compile_variant(_double_plus_one, (x,), {}, "default")
 
     assert again.compile_cached and not first.compile_cached
     part = fields.compile_part(again)

@@ -419,7 +419,14 @@ def traced_cell(tmp_path, variant, baseline=None, twin="filled"):
     compiled = Compiled(analyze_hlo(text), text)
     labels = ("default", variant)
     return cell_kernels.kernel_fields(
-        folder, None, compiled, None, 3, (None, None), baseline, labels, twin
+        folder,
+        compiled,
+        None,
+        results_dir=None,
+        calls=3,
+        labels=labels,
+        baseline=baseline,
+        twin=twin,
     )
 
 

@@ -127,7 +127,7 @@ def test_the_cpu_and_older_gpus_keep_float32():
     assert dot_precision(DEFAULT, backend="gpu", compute_capability="7.0") is None  # V100
     assert dot_precision(DEFAULT, backend="gpu", compute_capability=None) is None
     # A float32 matmul compiled here (the CPU) ran in float32.
-    compiled = compile_variant(jnp.matmul, (jnp.ones((8, 8)), jnp.ones((8, 8))), {}, "default", {})
+    compiled = compile_variant(jnp.matmul, (jnp.ones((8, 8)), jnp.ones((8, 8))), {}, "default")
     assert compiled.backend == "cpu" and " dot(" in compiled.hlo_text
     assert computed_precision(compiled) is None
 

@@ -26,16 +26,19 @@ from xlafuse.hlo.collectives import collectives_of_text
 from xlafuse.kinds import Framework
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True, eq=False, repr=False)
 class CompiledVariant:
     """One function compiled under one variant for one input signature.
 
     Attributes:
       variant: the Variant it was compiled under.
-      backend: "cpu" or "gpu".
+      backend: the backend it was compiled for.
       compiled: the `jax.stages.Compiled`, or None when compiled in a child process.
       hlo_text: the optimized HLO text.
       lower_s: seconds to trace and lower (a fresh lowering).
       compile_s: seconds of the compile: XLA's, or a cache's read where `compile_cached`.
+      runner: what a call runs (a child process per call for a variant compiled in one; the
+        program with its static leaves put back, `calling_through`); None: `compiled`.
       measured: for a variant compiled in a child process, what the child measured there
         (first outputs, timing, device profile); None in-process.
       lowered: the `jax.stages.Lowered` it was compiled from (in-process only), kept so that the
@@ -45,32 +48,31 @@ class CompiledVariant:
         `compile_s` is no compile time. False for a variant compiled in a child process.
     """
 
-    def __init__(
-        self,
-        variant,
-        backend,
-        compiled,
-        hlo_text,
-        lower_s,
-        compile_s,
-        runner=None,
-        measured=None,
-        lowered=None,
-        compile_cached=False,
-    ):
-        self.variant: Variant = variant
-        self.backend: str = backend
-        self.compiled: jax.stages.Compiled | None = compiled
-        self.hlo_text: str = hlo_text
-        self.lower_s: float = lower_s
-        self.compile_s: float = compile_s
-        self.measured: ChildMeasurement | None = measured
-        self.lowered: jax.stages.Lowered | None = lowered
-        self.compile_cached: bool = compile_cached
-        self._runner = runner or compiled
+    variant: Variant
+    backend: str
+    compiled: jax.stages.Compiled | None
+    hlo_text: str
+    lower_s: float
+    compile_s: float
+    runner: Callable[..., Any] | None = None
+    measured: ChildMeasurement | None = None
+    lowered: jax.stages.Lowered | None = None
+    compile_cached: bool = False
 
     def __call__(self, *args, **kwargs):
-        return self._runner(*args, **kwargs)
+        return self._call(*args, **kwargs)
+
+    @property
+    def _call(self) -> Callable[..., Any]:
+        return self.runner if self.runner is not None else self.compiled
+
+    def calling_through(self, wrap: Callable[[Callable[..., Any]], Callable[..., Any]]):
+        """The same program, each call going through `wrap(the call it makes now)`.
+
+        Returns:
+          A new CompiledVariant; this one is unchanged.
+        """
+        return dataclasses.replace(self, runner=wrap(self._call))
 
     def unoptimized_hlo(self) -> str | None:
         """The program before XLA's optimizations, with source locations (as the module-level
@@ -133,12 +135,13 @@ class MeasureRequest:
     """
 
     settings: Any
+    _: dataclasses.KW_ONLY
     train: bool = False
     profile_calls: int = 0
     trace_dir: str | None = None
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class ChildMeasurement:
     """What a child process measured.
 
@@ -168,7 +171,9 @@ def hlo_before_optimization(lowered: jax.stages.Lowered) -> str:
     return lowered.as_text(dialect="hlo", debug_info=True)
 
 
-def compile_workload(workload, variant, measure: MeasureRequest | None = None) -> CompiledVariant:
+def compile_workload(
+    workload: Any, variant: str | Variant | dict, *, measure: MeasureRequest | None = None
+) -> CompiledVariant:
     """The one compile path for workloads: `run`, `compare`, `inspect`, `diff`, `warmup` use it.
 
     The train state is donated (`workload.donate_argnums`), as a real training loop does: the
@@ -187,7 +192,9 @@ def compile_workload(workload, variant, measure: MeasureRequest | None = None) -
     """
     # Donation, and for a sharded workload its output layout (`Workload.jit_kwargs`); the input
     # shardings travel with the arguments (committed, sharded arrays).
-    return compile_variant(workload.fn, workload.args, {}, variant, workload.jit_kwargs(), measure)
+    return compile_variant(
+        workload.fn, workload.args, {}, variant, jit_kwargs=workload.jit_kwargs(), measure=measure
+    )
 
 
 def unoptimized_hlo(workload) -> str:
@@ -205,10 +212,11 @@ def compile_variant(
     fn: Callable,
     args: Sequence,
     kwargs: dict,
-    variant,
-    jit_kwargs: dict,
+    variant: str | Variant | dict,
+    *,
+    jit_kwargs: dict | None = None,
     measure: MeasureRequest | None = None,
-):
+) -> CompiledVariant:
     """Lower `fn` afresh for `args` and compile it under `variant`.
 
     Raises:
@@ -216,7 +224,7 @@ def compile_variant(
       ValueError: XLA rejected an option key or value (XLA's message is kept), or the variant
         runs PyTorch (`xlafuse.torch`), which has no XLA program.
     """
-    variant = get_variant(variant)
+    variant, jit_kwargs = get_variant(variant), jit_kwargs or {}
     if variant.framework != Framework.JAX:
         raise ValueError(
             f"variant {variant.name!r} runs the workload's PyTorch twin, not an XLA program: "
@@ -236,12 +244,12 @@ def compile_variant(
     lower_s = time.perf_counter() - start
     compiled, compile_s, cached = timed_compile(lowered, variant, options)
     return CompiledVariant(
-        variant,
-        backend,
-        compiled,
-        compiled.as_text(),
-        lower_s,
-        compile_s,
+        variant=variant,
+        backend=backend,
+        compiled=compiled,
+        hlo_text=compiled.as_text(),
+        lower_s=lower_s,
+        compile_s=compile_s,
         lowered=lowered,
         compile_cached=cached,
     )
@@ -322,16 +330,18 @@ def _compile_in_child(fn, args, kwargs, variant, backend, options, jit_kwargs, m
     outputs = jax.tree.unflatten(exported.out_tree, first["out_leaves"])
     measured = None
     if request is not None:
-        measured = ChildMeasurement(outputs, first["timing"], first["profile"])
+        measured = ChildMeasurement(
+            outputs=outputs, timing=first["timing"], profile=first["profile"]
+        )
     return CompiledVariant(
-        variant,
-        backend,
-        None,
-        first["hlo_text"],
-        first["lower_s"],
-        first["compile_s"],
-        run,
-        measured,
+        variant=variant,
+        backend=backend,
+        compiled=None,
+        hlo_text=first["hlo_text"],
+        lower_s=first["lower_s"],
+        compile_s=first["compile_s"],
+        runner=run,
+        measured=measured,
     )
 
 
@@ -370,7 +380,7 @@ class FusedFunction:
         key = _signature(args, kwargs)
         if key not in self._compiled:
             self._compiled[key] = compile_variant(
-                self.fn, args, kwargs, self.variant, self.jit_kwargs
+                self.fn, args, kwargs, self.variant, jit_kwargs=self.jit_kwargs
             )
         return self._compiled[key]
 

@@ -237,7 +237,7 @@ def _outputs_apart(out: Any, outputs: _Outputs) -> Any:
 
 
 def taking_static_leaves(compile_variant: Callable[..., Any]) -> Callable[..., Any]:
-    """`compile_variant(fn, args, kwargs, variant, jit_kwargs, measure)` for a function whose
+    """`compile_variant(fn, args, kwargs, variant, *, jit_kwargs, measure)` for a function whose
     arguments may hold static leaves: `split`'s program is compiled, and the compiled variant
     is called with the original arguments and returns the original outputs.
 
@@ -246,16 +246,16 @@ def taking_static_leaves(compile_variant: Callable[..., Any]) -> Callable[..., A
     """
 
     @functools.wraps(compile_variant)
-    def compile_split(fn, args, kwargs, variant, jit_kwargs, measure=None):
-        if _jit_static(jit_kwargs):
-            return compile_variant(fn, args, kwargs, variant, jit_kwargs, measure)
+    def compile_split(fn, args, kwargs, variant, *, jit_kwargs=None, measure=None):
+        options = {"jit_kwargs": jit_kwargs, "measure": measure}
+        if _jit_static(jit_kwargs or {}):
+            return compile_variant(fn, args, kwargs, variant, **options)
         parts = split(fn, tuple(args), kwargs)
         if not parts.static:
-            return compile_variant(fn, args, kwargs, variant, jit_kwargs, measure)
-        compiled = compile_variant(parts.fn, parts.args, parts.kwargs, variant, jit_kwargs, measure)
-        # The one way into a CompiledVariant's call: it runs `program(*args)` (its `_runner`).
-        compiled._runner = functools.partial(parts.call, compiled._runner)
-        return compiled
+            return compile_variant(fn, args, kwargs, variant, **options)
+        compiled = compile_variant(parts.fn, parts.args, parts.kwargs, variant, **options)
+        # Called with the original arguments: `parts.call` runs the split program on them.
+        return compiled.calling_through(lambda call: functools.partial(parts.call, call))
 
     return compile_split
 

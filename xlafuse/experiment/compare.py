@@ -184,7 +184,7 @@ def compare(
     rows, reference = [], None
     backend = jax.default_backend()
     for variant in variants:
-        compiled = compile_variant(fn, args, {}, variant, jit_kwargs)
+        compiled = compile_variant(fn, args, {}, variant, jit_kwargs=jit_kwargs)
         outputs = jax.block_until_ready(compiled(*args))
         reference = outputs if reference is None else reference
         diff = compare_outputs(reference, outputs, compute_dtype=computed_precision(compiled))

@@ -74,13 +74,14 @@ def new_trace_dir(results_dir: Path, cell: str, keep: bool, process: int | None 
 
 def kernel_fields(
     trace_dir: Path,
-    results_dir: Path | None,
     compiled: Any,
     workload: Any,
+    *,
+    results_dir: Path | None,
     calls: int,
-    ceilings_bytes_flops: tuple[float | None, float | None],
-    baseline: Baseline | None,
     labels: tuple[str, str],
+    baseline: Baseline | None = None,
+    ceilings_bytes_flops: tuple[float | None, float | None] = (None, None),
     twin: Twin | dict[str, str] | None = None,
 ) -> tuple[dict[str, Any], Baseline | None]:
     """The record fields of a traced cell (empty when the profiler wrote no trace), and its
@@ -88,17 +89,17 @@ def kernel_fields(
 
     Args:
       trace_dir: the cell's trace folder.
-      results_dir: the results folder when the trace is kept (`trace_path` is relative to it);
-        None when it is not.
       compiled: the cell's CompiledVariant (`report`, `hlo_text`).
       workload: the Workload (lowered for the unoptimized HLO of the diff, when its compiled
         program does not keep its lowering).
+      results_dir: the results folder when the trace is kept (`trace_path` is relative to it);
+        None when it is not.
       calls: calls traced.
-      ceilings_bytes_flops: the measured copy (bytes/s) and matmul (FLOP/s) ceilings, used for
-        GPU kernels only.
+      labels: (reference variant, this cell's variant).
       baseline: the reference's traced kernels (None: the reference was not traced in this run,
         or this cell is the reference).
-      labels: (reference variant, this cell's variant).
+      ceilings_bytes_flops: the measured copy (bytes/s) and matmul (FLOP/s) ceilings, used for
+        GPU kernels only; (None, None) when not measured.
       twin: the cell's twin compile (`xlafuse.measure.predicted.compile_twin`), or
         {"error": line} when it failed (recorded as the cost model's); None: no cost model.
     """

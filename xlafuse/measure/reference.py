@@ -26,7 +26,7 @@ from xlafuse.measure.numerics import NumericDiff, computed_precision, judge_work
 from xlafuse.measure.profile import DeviceProfile
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class Reference:
     """What the other cells of a workload need from its reference variant.
 
@@ -62,6 +62,7 @@ def time_against(
     fn: Callable,
     args: Sequence[Any],
     settings: timing.TimingSettings,
+    *,
     advance: timing.Advance = timing.same_args,
     lead: str = timing.LATENCY,
     clock: timing.Clock = time.perf_counter,

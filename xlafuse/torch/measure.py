@@ -128,6 +128,7 @@ def measure_cell(
     variant: Any,
     request: Any,
     reference: Reference,
+    *,
     cold_start: bool = False,
 ) -> dict[str, Any]:
     """Measure a torch variant's cell; the runner's record fields.
@@ -277,7 +278,7 @@ def _timed(program: TorchProgram, request, reference: Reference) -> dict[str, An
     lead = timing.leading_figure(program.train, "cpu" if program.device.type == "cpu" else "gpu")
     settings, advance = request.settings, _advance(program)
     measured, comparison = time_against(
-        reference, program.call, program.args, settings, advance, lead
+        reference, program.call, program.args, settings, advance=advance, lead=lead
     )
     return {**measured.to_dict(), COMPARISON: comparison}
 
