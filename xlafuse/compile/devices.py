@@ -16,6 +16,8 @@ from collections.abc import Mapping
 
 import jax
 
+from xlafuse.kinds import Backend
+
 HOST_DEVICES_FLAG = "--xla_force_host_platform_device_count"
 
 
@@ -70,7 +72,7 @@ def device_count_problem(devices: object, backend: str | None = None) -> str | N
     running = jax.default_backend()
     backend = backend or running
     limit, what = None, ""
-    if backend == "cpu":
+    if backend == Backend.CPU:
         limit, what = max_host_devices(), " (host devices: 4 per core of this machine, at least 8)"
     elif backend == running:
         limit, what = len(jax.devices()), f" (the {backend} devices JAX sees)"
@@ -87,6 +89,6 @@ def needs_host_devices(devices: int) -> bool:
     True only on the CPU backend, when it has fewer than `devices` and XLA_FLAGS did not already
     ask for them (a child that still has too few must fail, not start another child).
     """
-    if devices <= 1 or jax.default_backend() != "cpu":
+    if devices <= 1 or jax.default_backend() != Backend.CPU:
         return False
     return len(jax.devices()) < devices and (forced_host_devices() or 0) < devices

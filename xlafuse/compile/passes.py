@@ -28,6 +28,7 @@ import jax
 import jaxlib
 
 from xlafuse.errors import XlafuseError
+from xlafuse.kinds import Backend
 
 # Substrings that mark a pass as fusion-related (for `xlafuse passes` and error messages).
 _FUSION_MARKERS = (
@@ -90,7 +91,7 @@ def _probe_passes(backend: str) -> frozenset[str]:
         XLA_PYTHON_CLIENT_PREALLOCATE="false",
     )
     env.pop("XLA_FLAGS", None)  # disabled passes would vanish from the log
-    if backend == "cpu":
+    if backend == Backend.CPU:
         env["JAX_PLATFORMS"] = (
             "cpu"  # GPU platform names differ by plugin (cuda, rocm): keep the default
         )

@@ -30,10 +30,10 @@ import jaxlib
 
 from xlafuse.compile.passes import fusion_passes, known_passes
 from xlafuse.errors import UnknownNameError, UnknownPassError, did_you_mean
-from xlafuse.kinds import Framework
+from xlafuse.kinds import Backend, Framework
 
 DISABLE_PASSES = "xla_disable_hlo_passes"
-BACKENDS = ("cpu", "gpu")
+BACKENDS = tuple(Backend)  # ("cpu", "gpu"), in order
 TORCH_INSTALL = 'pip install -e ".[torch]" (docs/torch.md: the CPU-only wheel)'
 
 

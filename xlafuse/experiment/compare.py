@@ -222,7 +222,7 @@ def compare_workload(
             f"the first variant is the reference and must be an XLA one, not "
             f"{resolved[0].name!r} (e.g. default,{resolved[0].name})"
         )
-    cell = workload.cell if cell is None else dataclasses.replace(cell, mode=workload.mode)
+    cell = Cell.of(workload) if cell is None else dataclasses.replace(cell, mode=workload.mode)
     name = cell.label
     rows, reference = [], None
     for spec, variant in zip(variants, resolved, strict=True):

@@ -70,7 +70,7 @@ from xlafuse.compile import variants
 from xlafuse.compile.devices import device_count_problem
 from xlafuse.compile.variants import BACKENDS
 from xlafuse.errors import XlafuseError, did_you_mean
-from xlafuse.kinds import Framework
+from xlafuse.kinds import Backend, Framework
 from xlafuse.measure.timing import TimingSettings
 from xlafuse.models import registry, user
 from xlafuse.models.names import Cell, cell_fields
@@ -667,7 +667,7 @@ def _check_workload(problems, where, name, size, mode, dtype, overrides, backend
         problems.add(f"{where}.{field}", message)
     if found and found[0][0] == "name":
         return
-    if overrides.get("implementation") == "cudnn" and backend != "gpu":
+    if overrides.get("implementation") == "cudnn" and backend != Backend.GPU:
         problems.add(
             f"{where}.overrides.implementation",
             f"'cudnn' needs a GPU; the backend is {backend!r} (use 'xla')",

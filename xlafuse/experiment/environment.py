@@ -24,7 +24,7 @@ import jaxlib
 
 from xlafuse import __version__ as XLAFUSE_VERSION
 from xlafuse.experiment.config import ExperimentConfig, VariantConfig
-from xlafuse.kinds import Framework
+from xlafuse.kinds import Backend, Framework
 from xlafuse.results.parts import plain
 
 
@@ -106,7 +106,7 @@ def environment(config_hash: str | None = None) -> dict[str, Any]:
         "device": str(device),
         "device_kind": device.device_kind,
         "device_count": jax.device_count(),
-        "driver": _driver(device) if device.platform == "gpu" else None,
+        "driver": _driver(device) if device.platform == Backend.GPU else None,
         "XLA_FLAGS": os.environ.get("XLA_FLAGS", ""),
         "git_commit": git_commit(),
         "config_hash": config_hash,

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from xlafuse.kinds import Backend
 from xlafuse.measure import timing as timing_lib
 from xlafuse.measure.calibrate import Ceilings
 from xlafuse.measure.coldstart import measure_cold_start
@@ -237,6 +238,6 @@ def rate_basis(
     """
     if record.device.time_s and not perturbed:
         return "device_time_s", record.device.time_s
-    if backend == "gpu" and record.timing.pipelined_s_per_call:
+    if backend == Backend.GPU and record.timing.pipelined_s_per_call:
         return "pipelined_s_per_call", record.timing.pipelined_s_per_call
     return "time_median_s", record.timing.median_s

@@ -42,7 +42,7 @@ from xlafuse.experiment.config import (
 )
 from xlafuse.experiment.fields import ceilings_part
 from xlafuse.experiment.runner import run_experiment
-from xlafuse.kinds import Framework
+from xlafuse.kinds import Backend, Framework
 from xlafuse.measure.calibrate import calibrate as calibrate_ceilings
 from xlafuse.measure.timing import TimingSettings
 from xlafuse.models import user
@@ -259,7 +259,7 @@ def _config(workload, source_sha256, variants, timing, profile, out, calibrate):
         reference=chosen[0].name,
         timing=_timing(timing),
         measure=MeasureConfig(
-            profile=backend == "gpu" if profile is None else bool(profile),
+            profile=backend == Backend.GPU if profile is None else bool(profile),
             keep_traces=out is not None,
             calibrate=calibrate,
         ),

@@ -60,7 +60,7 @@ from xlafuse.experiment.plan import (
 )
 from xlafuse.experiment.progress import Reporter
 from xlafuse.inspect.explain import missed_fusions
-from xlafuse.kinds import Framework, Status
+from xlafuse.kinds import Backend, Framework, Mode, Status
 from xlafuse.measure import cell_kernels, timing
 from xlafuse.measure.calibrate import calibrate
 from xlafuse.measure.numerics import host_outputs
@@ -380,7 +380,7 @@ def _measure_request(run: _Run, workload, trace_dir: Path | None = None) -> Meas
     folder = str(trace_dir) if trace_dir is not None else None
     return MeasureRequest(
         settings=run.config.timing,
-        train=workload.mode == "train",
+        train=workload.mode == Mode.TRAIN,
         profile_calls=profile_calls,
         trace_dir=folder,
     )
@@ -567,7 +567,7 @@ def _twin(run: _Run, compiled, workload):
     """XLA's estimates of a traced GPU cell's program, from a twin compile
     (`xlafuse.measure.predicted`: the timed compile is left without the option); None on a
     CPU and for a variant compiled in a child process. A failure is recorded, never fatal."""
-    if run.backend != "gpu" or compiled.compiled is None:
+    if run.backend != Backend.GPU or compiled.compiled is None:
         return None
     try:
         return compile_twin(workload, compiled.variant, compiled.report)

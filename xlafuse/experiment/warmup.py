@@ -174,7 +174,7 @@ def _targets(fn_or_workloads, args, jit_kwargs):
         if isinstance(
             item, Workload
         ):  # built: which of its configuration were overrides is not known
-            workload, label = item, item.cell.label
+            workload, label = item, Cell.of(item).label
         else:
             spec = workload_spec(item)
             workload = build_workload(spec)

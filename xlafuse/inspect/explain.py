@@ -27,6 +27,7 @@ from xlafuse.hlo.priority_dump import (
     read_priority_dump,
 )
 from xlafuse.inspect.targets import ACCEPTED, load_module
+from xlafuse.kinds import Backend
 from xlafuse.models.names import Cell
 
 
@@ -118,7 +119,7 @@ def _compile_with_reasons(work, variant, backend: str, estimates: bool = False):
     neither changes the program."""
     from xlafuse.compile.jit import compile_lowered, compile_workload, lower_workload  # JAX
 
-    if backend != "gpu" or variant.process_flags:
+    if backend != Backend.GPU or variant.process_flags:
         return compile_workload(work, variant).hlo_text, None
     with tempfile.TemporaryDirectory(prefix="xlafuse-explain-") as folder:
         options = {**variant.compiler_options(backend), **DUMP_OPTIONS, "xla_dump_to": folder}

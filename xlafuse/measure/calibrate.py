@@ -26,6 +26,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from xlafuse.kinds import Backend
 from xlafuse.measure.profile import profile_device_time
 from xlafuse.measure.timing import time_pipelined
 
@@ -122,7 +123,7 @@ def last_level_cache_bytes(backend: str) -> int | None:
     A CPU's: the largest cache of cpu0 in sysfs (Linux). A GPU's: its L2, from the CUDA
     driver (`cuDeviceGetAttribute`), which every NVIDIA machine has.
     """
-    if backend == "gpu":
+    if backend == Backend.GPU:
         return _gpu_l2_bytes()
     sizes = []
     for size in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
@@ -150,7 +151,7 @@ def _gpu_l2_bytes() -> int | None:
 def copy_array_bytes(backend: str, cache_bytes: int | None) -> int:
     """The copied array's size: COPY_BYTES, and on a CPU at least CACHE_MULTIPLE x its cache."""
     least = COPY_BYTES.get(backend, COPY_BYTES["cpu"])
-    if backend != "gpu" and cache_bytes:
+    if backend != Backend.GPU and cache_bytes:
         least = max(least, CACHE_MULTIPLE * cache_bytes)
     return least
 
@@ -186,7 +187,7 @@ def calibrate(
     copy_bytes = copy_bytes or copy_array_bytes(backend, cache)
     device = jax.devices()[0]
     size = (matmul_size or MATMUL_SIZE.get(backend, MATMUL_SIZE["cpu"])) if matmul else 0
-    dtype = jnp.bfloat16 if backend == "gpu" else jnp.float32
+    dtype = jnp.bfloat16 if backend == Backend.GPU else jnp.float32
     calls, bursts = COPY_BURSTS.get(backend, COPY_BURSTS["cpu"])
     copy_bytes_per_s, copy_basis, copy_range = copy_bandwidth(copy_bytes, calls, bursts)
     return Ceilings(

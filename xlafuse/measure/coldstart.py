@@ -42,6 +42,7 @@ from xlafuse.compile.devices import HOST_DEVICES_FLAG
 from xlafuse.compile.protocol import run_child
 from xlafuse.compile.variants import get as get_variant
 from xlafuse.folders import writable_folder
+from xlafuse.kinds import Backend
 from xlafuse.models import user
 from xlafuse.models.names import Cell
 from xlafuse.models.workload import Workload
@@ -178,7 +179,7 @@ def workload_spec(workload: Any) -> dict[str, Any]:
 
     Args:
       workload: a `Cell` (a config's: `WorkloadConfig.cell`), a built `Workload` (its resolved
-        configuration becomes the overrides: `Workload.rebuilt_cell`; the seed is taken as 0),
+        configuration becomes the overrides: `Cell.rebuilt`; the seed is taken as 0),
         a workload name, or a dict of a Cell's keys (and `seed`, `label`). A program of the
         user's is named by its resolved entry, so a child in any folder finds it; `label`
         keeps the name it is shown by.
@@ -194,7 +195,7 @@ def workload_spec(workload: Any) -> dict[str, Any]:
     if isinstance(workload, str):
         workload = Cell(workload)
     elif isinstance(workload, Workload):
-        label, workload = workload.name, workload.rebuilt_cell
+        label, workload = workload.name, Cell.rebuilt(workload)
     elif isinstance(workload, Mapping) and "name" in workload:
         label, seed = workload.get("label"), int(workload.get("seed", 0))
         workload = Cell.from_dict(workload)
@@ -404,6 +405,8 @@ def _run_child(request: dict[str, Any]) -> dict[str, Any]:
         command = [sys.executable, "-c", BOOTSTRAP, tmp]
         flags = list(request["variant"].get("process_flags", ()))
         devices = request["workload"].get("devices", 1)
-        if devices > 1 and jax.default_backend() == "cpu":  # N host devices, as `run` has them
+        if (
+            devices > 1 and jax.default_backend() == Backend.CPU
+        ):  # N host devices, as `run` has them
             flags.append(f"{HOST_DEVICES_FLAG}={devices}")
         return run_child(command, Path(tmp), request, what, flags)[0]

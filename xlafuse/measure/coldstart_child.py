@@ -31,6 +31,7 @@ from xlafuse.compile.cache import (
 from xlafuse.compile.jit import lower_workload
 from xlafuse.compile.protocol import read_request, write_result
 from xlafuse.compile.variants import Variant
+from xlafuse.kinds import Mode
 from xlafuse.measure.coldstart import build_workload
 
 
@@ -94,7 +95,7 @@ def _phase_jit(request: dict[str, Any], import_s: float) -> dict[str, Any]:
         args,
         1 + request["steady_calls"],
         on_first=lambda out: (_save_outputs(request["outputs_to"], out), devices.append(_on(out))),
-        train=workload.mode == "train",
+        train=workload.mode == Mode.TRAIN,
     )
     return {
         "backend": jax.default_backend(),

@@ -28,7 +28,7 @@ from xlafuse.compile.variants import get as get_variant
 from xlafuse.errors import XlafuseError
 from xlafuse.hlo.diff import FusionDiff, KernelGroup, diff_modules
 from xlafuse.hlo.parse import parse_hlo
-from xlafuse.kinds import Verdict
+from xlafuse.kinds import Mode, Verdict
 from xlafuse.measure import timing
 from xlafuse.measure.kernels import KernelTimes, find_trace, join_trace, trace_events
 from xlafuse.measure.profile import trace_calls
@@ -278,7 +278,7 @@ def trace_kernel_times(compiled, work, calls: int, folder: Path, ceiling=None) -
     Raises:
       XlafuseError: the trace holds no kernel or thunk event.
     """
-    advance = timing.thread_state if work.mode == "train" else timing.same_args
+    advance = timing.thread_state if work.mode == Mode.TRAIN else timing.same_args
     trace_calls(compiled, work.fresh_args(), calls, advance, folder)
     path = find_trace(folder)
     basis, events = trace_events(path) if path is not None else ("", [])

@@ -53,6 +53,7 @@ import jax
 import numpy as np
 
 from xlafuse.distributed.arrays import to_host
+from xlafuse.kinds import Backend, Mode
 from xlafuse.measure.rules import LOW_PRECISION, TF32, TF32_MIN_COMPUTE_CAPABILITY, TOLERANCES
 from xlafuse.models.train import ADAM_B1, gradient_of_first_step
 
@@ -332,7 +333,7 @@ def judge_workload(
     if _zoo_train_step(workload):
         learning_rate = float(workload.config.get("learning_rate", 0.0))
         diff = compare_train_steps(reference, outputs, judging, learning_rate)
-    elif workload.mode == "train":
+    elif workload.mode == Mode.TRAIN:
         diff = compare_user_steps(reference, outputs, lambda: to_host(workload.args[0]), judging)
     else:
         diff = compare_outputs(reference, outputs, compute_dtype=judging)
@@ -522,7 +523,7 @@ def dot_precision(
 
 
 def _tf32_by_default(backend: str, compute_capability: str | float | None) -> bool:
-    if backend != "gpu" or compute_capability is None:
+    if backend != Backend.GPU or compute_capability is None:
         return False
     if os.environ.get("NVIDIA_TF32_OVERRIDE") == "0":
         return False
@@ -566,7 +567,7 @@ def _looser(a: str, b: str) -> bool:
 
 def device_compute_capability(backend: str) -> str | None:
     """The compute capability of the first GPU ("9.0"); None off an NVIDIA GPU."""
-    if backend != "gpu":
+    if backend != Backend.GPU:
         return None
     try:
         devices = jax.devices("gpu")
@@ -599,7 +600,7 @@ def computed_precision(*programs: Any) -> str | None:
 def _zoo_train_step(workload: Any) -> bool:
     """A train step with the zoo's state (params, AdamW state, batch statistics), judged by the
     train rule; a user's step (`xlafuse.models.user`) has a state of its own, compared whole."""
-    return workload.mode == "train" and workload.state_tree is not None
+    return workload.mode == Mode.TRAIN and workload.state_tree is not None
 
 
 def _leaf_diff(

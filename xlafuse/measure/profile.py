@@ -24,6 +24,7 @@ from typing import Any
 import jax
 from jax.profiler import ProfileData
 
+from xlafuse.kinds import Backend
 from xlafuse.measure.collectives import comm_profile, is_comm_kernel
 from xlafuse.measure.stats import Speedup, speedup_interval
 from xlafuse.measure.timing import Advance, same_args
@@ -93,7 +94,7 @@ def profile_device_time(
       The DeviceProfile, or None on a backend without GPU device planes (the CPU: there the
       calls are traced into `log_dir` when one is given, for their host-side op events).
     """
-    if jax.default_backend() != "gpu":
+    if jax.default_backend() != Backend.GPU:
         if log_dir is not None:
             trace_calls(fn, args, calls, advance, log_dir)
         return None

@@ -41,6 +41,7 @@ import jax
 import numpy as np
 
 from xlafuse.distributed import lockstep as lockstep_lib
+from xlafuse.kinds import Backend, Figure
 from xlafuse.measure.stats import RESAMPLES, Speedup, paired_speedup, speedup_interval
 
 PAIR_BUDGET = 4  # a pair may take up to this many times min_time_s when its verdict is close
@@ -53,9 +54,9 @@ CHECK_RESAMPLES = 400  # bootstrap resamples of the checks while timing (the fin
 Clock = Callable[[], float]
 Advance = Callable[[tuple, Any], tuple]
 
-# What a speedup divides: the figure it is the ratio of (`Comparison.lead`).
-LATENCY = "latency"
-PIPELINED = "pipelined"
+# What a speedup divides: the figure it is the ratio of (`Comparison.lead`; `kinds.Figure`).
+LATENCY = Figure.LATENCY
+PIPELINED = Figure.PIPELINED
 # The `speedup_basis` of a record: the figure and how the two programs were timed.
 BASES = {
     (LATENCY, True): "latency (median synchronized call), paired rounds",
@@ -165,7 +166,7 @@ def leading_figure(train: bool, backend: str) -> str:
     no-fusion speedup at 0.27x and 0.24x against 0.87-0.90x. On a GPU a forward call's latency
     (launches, the kernels, the sync) is what a request waits for.
     """
-    return PIPELINED if train or backend == "cpu" else LATENCY
+    return PIPELINED if train or backend == Backend.CPU else LATENCY
 
 
 def same_args(args: tuple, out: Any) -> tuple:

@@ -32,6 +32,7 @@ from xlafuse.compile.cache import CACHE_HITS, cache_events, cache_settings
 from xlafuse.compile.jit import compile_workload
 from xlafuse.compile.protocol import read_request, write_result
 from xlafuse.compile.variants import Variant
+from xlafuse.kinds import Backend, Mode
 from xlafuse.measure.coldstart import build_workload
 from xlafuse.measure.profile import gpu_kernel_events
 from xlafuse.measure.timing import same_args, thread_state, warm_up
@@ -52,7 +53,7 @@ def _build(request: dict[str, Any]):
 
 
 def _phase_warm(request: dict[str, Any], folder: Path) -> dict[str, Any]:
-    if jax.default_backend() != "gpu":
+    if jax.default_backend() != Backend.GPU:
         return {"backend": jax.default_backend()}
     workload, variant = _build(request)
     compiled = _compile(workload, variant)
@@ -83,7 +84,7 @@ def _phase_ncu(request: dict[str, Any], folder: Path) -> dict[str, Any]:
 def _advance(workload):
     """How one call's output makes the next call's arguments (a train step threads its state,
     so a donated buffer is never passed twice)."""
-    return thread_state if workload.mode == "train" else same_args
+    return thread_state if workload.mode == Mode.TRAIN else same_args
 
 
 def _profile(compiled, args, advance, calls: int) -> dict[str, float] | None:

@@ -31,6 +31,7 @@ from typing import Any
 from xlafuse.compile.protocol import run_child
 from xlafuse.compile.variants import get
 from xlafuse.errors import XlafuseError, check_selected
+from xlafuse.kinds import Backend
 from xlafuse.measure.coldstart import workload_spec
 from xlafuse.measure.ncu import NcuKernel, find_ncu, ncu_command, parse_ncu_csv
 from xlafuse.measure.validate import ValidationResult, compare_kernels, modeled_kernels
@@ -123,7 +124,7 @@ def _profile(request, folder: Path, flags, timeout_s: float, ncu_path: str, deta
       XlafuseError: the warm child sees no GPU.
     """
     warm = _run_child({**request, "phase": "warm"}, folder / "warm", flags, timeout_s)
-    if warm["backend"] != "gpu":
+    if warm["backend"] != Backend.GPU:
         raise XlafuseError(
             f"no GPU: JAX in a child process has only the {warm['backend']!r} backend "
             "(xlafuse validate needs an NVIDIA GPU and Nsight Compute)"

@@ -21,12 +21,13 @@ import optax
 from flax import nnx
 
 from xlafuse.errors import UnknownNameError, XlafuseError, unknown_name
+from xlafuse.kinds import Backend, Mode
 from xlafuse.models import memory, sharding, train, user
-from xlafuse.models.names import workload_label
+from xlafuse.models.labels import workload_label
 from xlafuse.models.workload import BuildContext, Recipe, Workload
 
 SIZES = ("tiny", "small", "full")
-MODES = ("forward", "train")
+MODES = tuple(Mode)  # ("forward", "train"), in order
 DTYPES = ("float32", "bfloat16", "float16")
 DEFAULT_LEARNING_RATE = 1e-3
 TRAIN_FLOPS_FACTOR = 3  # forward + backward (two matmuls per forward matmul)
@@ -223,7 +224,7 @@ def _workload(name, size, mode, cfg, ctx, recipe: Recipe, seed, abstract) -> Wor
     """The Workload of a prepared configuration, on the default device (`build`)."""
     fn, args, num_params, state_tree = _assemble(recipe, mode, cfg, seed, abstract)
     flops = recipe.flops
-    if flops is not None and mode == "train":
+    if flops is not None and mode == Mode.TRAIN:
         flops *= TRAIN_FLOPS_FACTOR
     return Workload(
         name=name,
@@ -237,7 +238,7 @@ def _workload(name, size, mode, cfg, ctx, recipe: Recipe, seed, abstract) -> Wor
         items_unit=recipe.items_unit,
         flops=flops,
         config=MappingProxyType(cfg),
-        donate_argnums=(0,) if mode == "train" else (),
+        donate_argnums=(0,) if mode == Mode.TRAIN else (),
         state_tree=state_tree,
     )
 
@@ -485,8 +486,8 @@ def _context(workload_spec: WorkloadSpec, mode: str, dtype: Any) -> BuildContext
     if dtype is None:
         dtype = workload_spec.default_dtype or _backend_dtype()
     compute = jnp.dtype(_dtype_name(dtype))
-    param_dtype = jnp.dtype(jnp.float32) if mode == "train" else compute
-    return BuildContext(dtype=compute, param_dtype=param_dtype, train=mode == "train")
+    param_dtype = jnp.dtype(jnp.float32) if mode == Mode.TRAIN else compute
+    return BuildContext(dtype=compute, param_dtype=param_dtype, train=mode == Mode.TRAIN)
 
 
 def _dtype_name(dtype: Any) -> str:
@@ -503,7 +504,7 @@ def _is_dtype(value: Any) -> bool:
 
 
 def _backend_dtype() -> str:
-    return "bfloat16" if jax.default_backend() == "gpu" else "float32"
+    return "bfloat16" if jax.default_backend() == Backend.GPU else "float32"
 
 
 def _abstract_model(recipe: Recipe, seed: int) -> nnx.Module | None:
@@ -516,7 +517,7 @@ def _check_fits(label: str, recipe: Recipe, abstract, mode: str, devices: int) -
     """Refuse arrays that cannot fit in the devices' memory, from their shapes alone."""
     state = nnx.state(abstract) if abstract is not None else ()
     inputs = jax.eval_shape(lambda: recipe.make_inputs(_key(0, 1)))
-    memory.check_fits(label, state, inputs, mode == "train", devices)
+    memory.check_fits(label, state, inputs, mode == Mode.TRAIN, devices)
 
 
 def _assemble(
@@ -535,7 +536,7 @@ def _assemble(
         return recipe.apply, inputs, 0, None
     make_model = recipe.make_model
     num_params = count_params(abstract)
-    if mode == "forward":
+    if mode == Mode.FORWARD:
         graphdef = nnx.split(abstract)[0]
 
         def init_forward():
@@ -574,7 +575,7 @@ def _run_once(init: Callable[[], Any]) -> Any:
     One compiled program instead of one per op and shape. XLA:CPU spends seconds optimizing the
     threefry code of many initializers, for a program that runs once: compile it unoptimized there.
     """
-    options = {"xla_backend_optimization_level": 0} if jax.default_backend() == "cpu" else {}
+    options = {"xla_backend_optimization_level": 0} if jax.default_backend() == Backend.CPU else {}
     return jax.jit(init).lower().compile(compiler_options=options)()
 
 

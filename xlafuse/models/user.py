@@ -59,7 +59,7 @@ import numpy as np
 
 from xlafuse.compile import static
 from xlafuse.errors import XlafuseError, did_you_mean, error_line
-from xlafuse.models.names import display_name, is_entry  # noqa: F401 - part of this module's API
+from xlafuse.models.labels import display_name, is_entry  # noqa: F401 - part of this module's API
 from xlafuse.models.workload import Items, Workload
 
 ENTRY_SIZE = "custom"  # the size of a workload built from (fn, args): it has no zoo sizes

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from xlafuse.errors import XlafuseError
-from xlafuse.models.names import Cell, cell_fields
+from xlafuse.models.labels import cell_fields
 from xlafuse.models.train import mean_squared_error
 
 ITEMS_UNIT = "items"  # the unit of `Items` when none is given
@@ -168,23 +168,6 @@ class Workload:
     def parallelism(self) -> str | None:
         """ "data" or "model" on a mesh; None on one device."""
         return self.plan.parallelism if self.plan is not None else None
-
-    @property
-    def cell(self) -> Cell:
-        """The cell this workload names: `gpt2/tiny/train @data2` (which of its configuration
-        were overrides is not known once built: they are left out)."""
-        parallelism = self.parallelism or "data"
-        return Cell(self.name, self.size, self.mode, None, {}, self.devices, parallelism)
-
-    @property
-    def rebuilt_cell(self) -> Cell:
-        """The cell a child process builds this workload again from: its resolved configuration
-        as the overrides, a program of the user's by its resolved entry (whose dtype is its
-        inputs')."""
-        dtype = None if self.entry else self.dtype
-        parallelism = self.parallelism or "data"
-        name = self.entry or self.name
-        return Cell(name, self.size, self.mode, dtype, self.config, self.devices, parallelism)
 
     def structured_state(self, leaves: Any = None) -> Any:
         """The state as a pytree (`nnx.State`, or the train-state dict) from its flat leaves.

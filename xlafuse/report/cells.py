@@ -15,12 +15,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from xlafuse.kinds import Figure
 from xlafuse.report.format import markdown_table
 from xlafuse.report.lines import lead, lead_time, reference_time, speedup_text
 from xlafuse.results.records import CellResult
 
 # One order in every table, whatever a workload's cells lead with (the lead is in bold).
-_FIGURE_COLUMNS = {"latency": "latency ms", "pipelined": "pipelined ms"}
+_FIGURE_COLUMNS = {Figure.LATENCY: "latency ms", Figure.PIPELINED: "pipelined ms"}
 _WORK_COLUMNS = (
     "variant", "kernels", "launches/call", "real fusions", "modeled MB/call", "GB/s",
     "% copy ceiling", "TFLOP/s", "throughput", "compile s", "numerics",

@@ -11,6 +11,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from xlafuse.folders import writable_folder, write_atomically
+from xlafuse.kinds import Backend
 from xlafuse.measure.rules import (
     HOST_BOUND,
     TF32,
@@ -172,7 +173,7 @@ def _study_sections(records: Sequence[CellResult]) -> list[str]:
     """Cold start, CUDA graphs, XLA beside PyTorch: each only where its cells exist."""
     ok = [r for r in records if r.ok]
     graphs = graphs_section(ok)
-    if not graphs and ok and all(r.backend == "cpu" for r in ok):
+    if not graphs and ok and all(r.backend == Backend.CPU for r in ok):
         graphs = f"## Graph capture (CUDA graphs)\n\n_{GRAPHS_SKIPPED}_\n"
     sections = (coldstart_section(ok), graphs, frameworks_section(ok))
     return [s for s in sections if s]

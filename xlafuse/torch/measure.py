@@ -37,10 +37,17 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from xlafuse.kinds import Backend
 from xlafuse.measure import timing
 from xlafuse.measure.profile import DeviceProfile, device_speedup_fields
 from xlafuse.measure.reference import Reference, judge_against, time_against
-from xlafuse.torch.program import TorchProgram, build_program, host_outputs, synchronize
+from xlafuse.torch.program import (
+    TorchProgram,
+    backend_of,
+    build_program,
+    host_outputs,
+    synchronize,
+)
 
 TOP_KERNELS = 5
 COMPARISON = "comparison"  # the key of a cell's timing.Comparison among its fields
@@ -194,7 +201,7 @@ def _first_call(program: TorchProgram, kind: str) -> tuple[Any, dict[str, Any]]:
     fields["modeled_bytes"] = int(metrics.num_bytes_accessed) or None
     fields["modeled_bytes_basis"] = BYTES_BASIS["inductor"] if fields["modeled_bytes"] else None
     fields["generated_kernels"] = int(metrics.generated_kernel_count)
-    if program.device.type == "cpu":
+    if backend_of(program.device) == Backend.CPU:
         fields["kernels"] = wrapper_kernel_calls(codes)
         fields["kernels_basis"] = KERNELS_INDUCTOR_CPU
     return out, fields
@@ -259,7 +266,7 @@ def _count_eager(program: TorchProgram, kind: str) -> dict[str, Any]:
         "modeled_bytes": counter.bytes,
         "modeled_bytes_basis": BYTES_BASIS["eager"],
     }
-    if program.device.type == "cpu":
+    if backend_of(program.device) == Backend.CPU:
         fields["kernels"] = counter.ops
         fields["kernels_basis"] = KERNELS_EAGER_CPU
     return fields
@@ -275,7 +282,7 @@ def _timed(program: TorchProgram, request, reference: Reference) -> dict[str, An
     speedups), otherwise alone, against the reference cell's samples. The Comparison is
     returned under COMPARISON: the runner makes it the record's speedup part, as for an XLA
     cell."""
-    lead = timing.leading_figure(program.train, "cpu" if program.device.type == "cpu" else "gpu")
+    lead = timing.leading_figure(program.train, backend_of(program.device))
     settings, advance = request.settings, _advance(program)
     measured, comparison = time_against(
         reference, program.call, program.args, settings, advance=advance, lead=lead

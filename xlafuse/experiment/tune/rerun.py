@@ -20,6 +20,7 @@ from xlafuse.compile.protocol import ChildError, read_request, run_child, write_
 from xlafuse.errors import XlafuseError
 from xlafuse.experiment.tune.evidence import Evidence, as_tuples, gather
 from xlafuse.experiment.tune.space import Candidate
+from xlafuse.kinds import Backend, Mode
 
 RERUN_TIMEOUT_S = 900
 CHILD = "xlafuse.experiment.tune.rerun"
@@ -105,7 +106,7 @@ def _child(folder: str) -> None:
         work = target.build(candidate_from(spec[key]))
         programs.append((work, compile_workload(work, candidate_from(spec[key]).variant())))
     (work, default), (_, winner) = programs
-    train = work.mode == "train"
+    train = work.mode == Mode.TRAIN
     lead = ranked_figure(target.figure, train, jax.default_backend())
     advance = timing.thread_state if train else timing.same_args
     settings = timing.TimingSettings(**spec.get("timing", {}))
@@ -125,7 +126,7 @@ def _child(folder: str) -> None:
         getattr(comparison.reference, figure),
         getattr(own, figure),
         (default.compile_s, winner.compile_s),
-        gather(programs, same_program) if jax.default_backend() == "gpu" else None,
+        gather(programs, same_program) if jax.default_backend() == Backend.GPU else None,
     )
     write_result(folder, out.to_dict())
 

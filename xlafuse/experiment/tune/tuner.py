@@ -36,6 +36,7 @@ from xlafuse.experiment.tune.space import (
     typed_knobs,
 )
 from xlafuse.folders import write_atomically
+from xlafuse.kinds import Verdict
 from xlafuse.measure import timing
 from xlafuse.models import registry, user
 
@@ -78,7 +79,7 @@ class TuneResult:
     @property
     def confirmed(self) -> bool:
         """Whether a candidate other than the default is faster, its rerun says so too."""
-        return self.proof is not None and self.proof.verdict == "faster"
+        return self.proof is not None and self.proof.verdict == Verdict.FASTER
 
     def conclusion(self) -> str:
         """One line: the winner and its proof, or why nothing beats the default."""
