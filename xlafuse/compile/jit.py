@@ -25,6 +25,21 @@ from xlafuse.hlo import analyze_hlo
 from xlafuse.hlo.collectives import collectives_of_text
 from xlafuse.kinds import Framework
 
+# What an analysis XLA cannot make raises past `jax.stages.Compiled`, which itself returns None
+# for UNIMPLEMENTED ("Returns None if unavailable"): NotImplementedError (older jax), or another
+# runtime error of a backend that cannot analyze this program. Anything else is a bug to see.
+UNAVAILABLE_ANALYSIS = (NotImplementedError, jax.errors.JaxRuntimeError)
+
+REJECTED_OPTION_SIGNS = ("No such compile option", "While setting option")
+"""How XLA says that it rejects a compile option (`compile_lowered`).
+
+No error type tells a rejected option apart (a `JaxRuntimeError`, INVALID_ARGUMENT, as other
+failures are), so its message does: an unknown key is `INVALID_ARGUMENT: No such compile option:
+'xla_bogus'`, a value of the wrong kind `INVALID_ARGUMENT: While setting option
+xla_cpu_enable_fast_math, 'maybe' is not a valid bool value.` (XLA's compile-option parsing, as
+jaxlib 0.10 has it).
+"""
+
 
 @dataclasses.dataclass(frozen=True, kw_only=True, eq=False, repr=False)
 class CompiledVariant:
@@ -100,7 +115,7 @@ class CompiledVariant:
             return None
         try:
             cost = self.compiled.cost_analysis()
-        except Exception:  # some backends raise instead of returning None
+        except UNAVAILABLE_ANALYSIS:
             return None
         if isinstance(cost, list):  # older JAX returned one dict per device
             cost = cost[0] if cost else None
@@ -112,7 +127,7 @@ class CompiledVariant:
             return None
         try:
             return self.compiled.memory_analysis()
-        except Exception:
+        except UNAVAILABLE_ANALYSIS:
             return None
 
     def __repr__(self) -> str:
@@ -287,7 +302,7 @@ def compile_lowered(
         return lowered.compile(compiler_options=options)
     except jax.errors.JaxRuntimeError as err:
         message = str(err)
-        if "compile option" in message or "valid" in message:
+        if any(sign in message for sign in REJECTED_OPTION_SIGNS):
             raise ValueError(
                 f"variant {variant.name!r}: XLA rejected its options: {message}"
             ) from err

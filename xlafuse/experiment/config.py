@@ -846,7 +846,9 @@ def _xla_rejects(options_json: str) -> str | None:
     lowered = jax.jit(lambda x: x + 1).lower(jnp.ones((), jnp.float32))
     try:
         lowered.compile(compiler_options=json.loads(options_json))
-    except Exception as err:  # XLA raises JaxRuntimeError (INVALID_ARGUMENT) or TypeError
+    # XLA: JaxRuntimeError (INVALID_ARGUMENT) for a key or value it rejects; TypeError for a
+    # value no option takes (a list, None)
+    except (jax.errors.JaxRuntimeError, TypeError) as err:
         text = str(err).strip() or type(err).__name__
         return text.splitlines()[0].removeprefix("INVALID_ARGUMENT: ")
     return None

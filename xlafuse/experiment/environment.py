@@ -144,7 +144,7 @@ def _version(package: str) -> str | None:
 def _driver(device: Any) -> str | None:
     try:
         return str(device.client.platform_version)
-    except Exception:  # not every PJRT client reports it
+    except (AttributeError, NotImplementedError, RuntimeError):  # not every PJRT client has it
         return None
 
 

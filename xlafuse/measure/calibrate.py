@@ -108,7 +108,9 @@ def copy_bandwidth(
     basis = "pipelined_s_per_call"
     try:
         profile = profile_device_time(add_one, (x,), calls=CALLS_PER_BURST)
-    except Exception:  # a trace that cannot be taken or read leaves the wall-clock figure
+    # A trace that cannot be taken (another one running: RuntimeError) or read (OSError, a
+    # profile it cannot parse: ValueError) leaves the wall-clock figure
+    except (RuntimeError, OSError, ValueError):
         profile = None
     if profile is not None and profile.device_time_s > 0:
         seconds, basis = profile.device_time_s, "device_time_s"
