@@ -31,7 +31,12 @@ from xlafuse.measure.validate import (
     modeled_kernels,
 )
 from xlafuse.measure.validate_run import file_stem
-from xlafuse.report.validation import format_text, render_markdown, write_validation
+from xlafuse.report.validation import (
+    format_text,
+    render_markdown,
+    summary_lines,
+    write_validation,
+)
 
 NCU_DATA = Path(__file__).parent / "data" / "ncu"
 GIB = 1 << 30
@@ -558,3 +563,26 @@ def _no_library(name, *args, **kwargs):
 
 def test_modeled_kernel_from_tuple_defaults():
     assert ModeledKernel("x", 4) == validate._modeled(("x", 4))
+
+
+def test_an_l2_size_the_device_did_not_report_is_said_to_be_assumed():
+    measured = parse_ncu_csv(_csv("default"))
+    assumed = compare_kernels(DEFAULT_KERNELS, measured, workload=CHAIN, variant="default")
+    reported = compare_kernels(
+        DEFAULT_KERNELS, measured, l2_bytes=62_914_560, workload=CHAIN, variant="default"
+    )
+    bytes_line = next(line for line in summary_lines(assumed) if line.startswith("- bytes:"))
+    assert bytes_line == (
+        "- bytes: 1 of 1 judged kernels within 10% (judged: modeled bytes >= 4 x 60.0 MB L2 = "
+        "240.0 MB; L2 size assumed: 60 MB (the H200's, rounded down; the device did not report one))"
+    )
+    bytes_line = next(line for line in summary_lines(reported) if line.startswith("- bytes:"))
+    assert "assumed" not in bytes_line and "4 x 62.9 MB L2" in bytes_line
+    written = assumed.to_dict()
+    assert (written["l2_bytes"], written["l2_assumed"], written["judged_min_bytes"]) == (
+        None,
+        True,
+        240_000_000,
+    )
+    assert validate.result_from_dict(written).l2_assumed
+    assert not validate.result_from_dict(reported.to_dict()).l2_assumed

@@ -50,7 +50,7 @@ _COMMANDS = (
 USAGE_ERROR = 2
 
 # Commands that read HLO files run with the cyclic GC paused (`xlafuse.hlo.parse.gc_paused`:
-# parse + analyze of XLA's corpus 1.2x faster, benchmarks/bench_corpus.py); not where they
+# reading faster, benchmarks/README.md); not where they
 # compile a workload instead (`--workload`: JAX makes cycles that the GC should free).
 _READ_HLO = ("inspect", "diff", "explain")
 

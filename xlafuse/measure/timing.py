@@ -161,10 +161,9 @@ def leading_figure(train: bool, backend: str) -> str:
     sees) and for any cell on a CPU, LATENCY for a forward call on a GPU.
 
     On a CPU a synchronized call's time is mostly the wake-up of the runtime's threads, which
-    the machine's load sets: five quickstart runs on one 2-core machine timed the same tiny
-    program at 0.011 ms in two runs and 0.048-0.073 ms in the other three, and layernorm's
-    no-fusion speedup at 0.27x and 0.24x against 0.87-0.90x. On a GPU a forward call's latency
-    (launches, the kernels, the sync) is what a request waits for.
+    the machine's load sets, so it moves between runs far more than the program does (the
+    quickstart's figures: experiments/README.md, "Figures behind the code"). On a GPU a forward
+    call's latency (launches, the kernels, the sync) is what a request waits for.
     """
     return PIPELINED if train or backend == Backend.CPU else LATENCY
 

@@ -15,7 +15,7 @@ both on a GPU. What is judged (`KernelRow.verdict`, `ValidationResult.ok`):
 * time: ncu's duration within `TIME_TOLERANCE` (5%) of the profiler's, per judged kernel (their
   sum is reported); the whole call's figure is listed, not judged: ncu flushes the caches before
   each kernel, so a kernel whose data stays in L2 in the run is slower under ncu (GPT-2 small
-  forward on the H200: +39% over the call).
+  forward's call: experiments/README.md, "Figures behind the code").
 
 A judged kernel that misses by at most one L2 of traffic, in the direction ncu's cache flush
 gives, is explained, not failed (`KernelRow.explanation`): at the end of a kernel up to one L2 of
@@ -53,8 +53,12 @@ from xlafuse.models.names import Cell
 BYTES_TOLERANCE = 0.10
 TIME_TOLERANCE = 0.05
 L2_FACTOR = 4
-# The H200's L2 as the issue states it; used only when the device cannot be asked.
-DEFAULT_L2_BYTES = 60_000_000
+ASSUMED_L2_BYTES = 60_000_000
+"""The L2 size a result assumes when the device did not report one (the driver could not be
+asked): the H200's, rounded down (its driver reports 60 MiB, 62,914,560 bytes). A result made
+with it says so in its summary (`L2_ASSUMED`) and in validation.json (`l2_bytes` null,
+`l2_assumed` true)."""
+L2_ASSUMED = "L2 size assumed: 60 MB (the H200's, rounded down; the device did not report one)"
 _SUFFIX = re.compile(r"(?:[._]\d+)+$")
 
 # How a row's HLO kernel and ncu launch(es) were paired.
@@ -147,7 +151,7 @@ class KernelRow:
     ncu_time_s: float | None
     profiler_time_s: float | None = None
     judged: bool = False
-    l2_bytes: int = DEFAULT_L2_BYTES
+    l2_bytes: int = ASSUMED_L2_BYTES
     detail: Mapping[str, float] = dataclasses.field(default_factory=dict, hash=False)
 
     @property
@@ -239,7 +243,8 @@ class ValidationResult:
         per unpaired launch; then the HLO kernels no launch was paired with, in program order.
       hlo_kernels: kernels in the optimized HLO.
       ncu_kernels: launches ncu profiled in the one call.
-      l2_bytes: the L2 size the "judged" threshold used (the device's when it could be asked).
+      l2_bytes: the device's L2 size; None when it did not report one (the threshold then
+        assumes `ASSUMED_L2_BYTES`: `l2_size`, `l2_assumed`).
       profiler_time_s: the profiler's device time of one call; None when not profiled.
       workload: the workload spec (name, size, mode, dtype, seed, overrides); {} when not given.
       variant: the variant's name ("" when not given).
@@ -254,7 +259,7 @@ class ValidationResult:
     rows: tuple[KernelRow, ...]
     hlo_kernels: int
     ncu_kernels: int
-    l2_bytes: int = DEFAULT_L2_BYTES
+    l2_bytes: int | None = None
     profiler_time_s: float | None = None
     workload: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     variant: str = ""
@@ -302,9 +307,19 @@ class ValidationResult:
         return expected == self.ncu_kernels and not unmatched
 
     @property
+    def l2_size(self) -> int:
+        """The L2 size the "judged" threshold uses: the device's, else `ASSUMED_L2_BYTES`."""
+        return self.l2_bytes or ASSUMED_L2_BYTES
+
+    @property
+    def l2_assumed(self) -> bool:
+        """Whether the device did not report its L2 size, so that `ASSUMED_L2_BYTES` is used."""
+        return not self.l2_bytes
+
+    @property
     def judged_min_bytes(self) -> int:
-        """Modeled bytes from which a kernel's bytes are judged: L2_FACTOR x l2_bytes."""
-        return L2_FACTOR * self.l2_bytes
+        """Modeled bytes from which a kernel's bytes are judged: L2_FACTOR x l2_size."""
+        return L2_FACTOR * self.l2_size
 
     @property
     def ncu_time_s(self) -> float:
@@ -398,6 +413,7 @@ class ValidationResult:
             "unmatched_hlo": list(self.unmatched_hlo),
             "unmatched_ncu": list(self.unmatched_ncu),
             "l2_bytes": self.l2_bytes,
+            "l2_assumed": self.l2_assumed,
             "judged_min_bytes": self.judged_min_bytes,
             "judged": self.judged,
             "judged_ok": self.judged_ok,
@@ -428,12 +444,12 @@ def result_from_dict(cell: Mapping[str, Any]) -> ValidationResult:
     if not isinstance(cell, Mapping):
         raise ValueError(f"not a cell of validation.json: a cell is an object, not {cell!r}")
     try:
-        l2 = int(cell.get("l2_bytes") or DEFAULT_L2_BYTES)
+        reported = int(cell["l2_bytes"]) if cell.get("l2_bytes") else None
         names = {f.name for f in dataclasses.fields(KernelRow)} - {"l2_bytes"}
         rows = tuple(
             KernelRow(
                 **{k: v for k, v in row.items() if k in names},
-                l2_bytes=l2,
+                l2_bytes=reported or ASSUMED_L2_BYTES,
             )
             for row in cell["rows"]
         )
@@ -450,7 +466,7 @@ def result_from_dict(cell: Mapping[str, Any]) -> ValidationResult:
             rows=rows,
             hlo_kernels=int(cell["hlo_kernels"]),
             ncu_kernels=int(cell["ncu_kernels"]),
-            l2_bytes=l2,
+            l2_bytes=reported,
             profiler_time_s=cell.get("profiler_time_s"),
             workload=cell.get("workload") or {},
             variant=cell.get("variant", ""),
@@ -645,14 +661,15 @@ def compare_kernels(
       measured: ncu's launches of ONE call, in launch order.
       profiler_kernel_s: the profiler's device seconds per call for each GPU kernel name (as
         ncu names them); None when not profiled.
-      l2_bytes: the device's L2 size; None means DEFAULT_L2_BYTES.
+      l2_bytes: the device's L2 size; None when it did not report one: `ASSUMED_L2_BYTES` is
+        used, and the result says so (`l2_assumed`).
       **fields: other ValidationResult fields (workload, variant, compiled_under_ncu, ...).
 
     Returns:
       The ValidationResult.
     """
     kernels = [_modeled(k) for k in modeled]
-    l2 = int(l2_bytes or DEFAULT_L2_BYTES)
+    l2 = int(l2_bytes or ASSUMED_L2_BYTES)
     launches_per_name = Counter(k.name for k in measured)
     rows = []
     for i, js, match in join_kernels(kernels, measured):
@@ -664,7 +681,7 @@ def compare_kernels(
         rows=tuple(rows),
         hlo_kernels=len(kernels),
         ncu_kernels=len(measured),
-        l2_bytes=l2,
+        l2_bytes=int(l2_bytes) if l2_bytes else None,
         profiler_time_s=profiler_time_s,
         **fields,
     )

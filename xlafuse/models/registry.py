@@ -527,9 +527,9 @@ def _assemble(
 
     The model state (parameters; in train mode also the optimizer state and batch statistics)
     travels as a flat list of arrays, `state_tree` being its tree structure: jit flattens a list
-    in C++, while an `nnx.State` pytree costs milliseconds of Python per call (measured on the
-    H200: GPT-2 small train step 8.35 ms per call with the NNX state, 4.43 ms with a flat list,
-    3.25 ms of device time). That is what a lean training loop pays, so that is what is timed.
+    in C++, while an `nnx.State` pytree costs milliseconds of Python per call (the GPT-2 figures:
+    experiments/README.md, "Figures behind the code"). That is what a lean training loop pays,
+    so that is what is timed.
     """
     if recipe.make_model is None:
         inputs = _run_once(lambda: recipe.make_inputs(_key(seed, 1)))
