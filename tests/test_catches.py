@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import pytest
 
 import xlafuse
-from xlafuse.compile import jit
+from xlafuse.compiler import jit
 
 PACKAGE = Path(xlafuse.__file__).resolve().parent
 BROAD = {"Exception", "BaseException", "USER_CODE_ERRORS"}
@@ -62,7 +62,7 @@ KEPT: dict[tuple[str, str], tuple[int, str]] = {
         "a run ending on its own error: a report that cannot be written is one line, `report "
         "not written: ...`, so that the run's error is the one raised",
     ),
-    ("measure/cell_kernels.py", "_diff"): (
+    ("measurement/cell_kernels.py", "_diff"): (
         2,
         "the kernel diff and XLA's fusion decisions of a traced cell: a failure is the "
         "record's `kernel_diff` (or `decisions`) error line, never the cell's",

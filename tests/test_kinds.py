@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 import xlafuse
-from xlafuse.compile.variants import Variant, get
+from xlafuse.compiler.variants import Variant, get
 from xlafuse.hlo import analyze_hlo
 from xlafuse.kinds import Backend, Figure, Framework, FusionKind, Mode, Status, Verdict, member
-from xlafuse.measure import stats
+from xlafuse.measurement import stats
 from xlafuse.results.records import CellResult, parse_file
 
 NAME = {"workload": "mlp", "size": "tiny", "mode": "forward", "dtype": "float32"}

@@ -17,17 +17,17 @@ import numpy as np
 import optax
 import pytest
 
-from xlafuse.compile.jit import compile_variant
+from xlafuse.compiler.jit import compile_variant
 from xlafuse.experiment.fields import numerics_part
-from xlafuse.measure import numerics
-from xlafuse.measure.numerics import (
+from xlafuse.measurement import numerics
+from xlafuse.measurement.numerics import (
     computed_precision,
     dot_precision,
     host_outputs,
     judge_workload,
     judging_precision,
 )
-from xlafuse.measure.reference import Reference, judge_against
+from xlafuse.measurement.reference import Reference, judge_against
 from xlafuse.models.user import workload_from
 from xlafuse.report.cells import _numerics
 from xlafuse.results.records import CellResult

@@ -15,9 +15,9 @@ import types
 import pytest
 
 from xlafuse.kinds import Backend, Verdict
-from xlafuse.measure import timing
-from xlafuse.measure.reference import Reference, compared_apart, judge_against, time_against
-from xlafuse.measure.timing import TimingSettings
+from xlafuse.measurement import timing
+from xlafuse.measurement.reference import Reference, compared_apart, judge_against, time_against
+from xlafuse.measurement.timing import TimingSettings
 
 SETTINGS = TimingSettings(warmup=1, min_time_s=0, min_iters=3, max_iters=60, repeats=1)
 

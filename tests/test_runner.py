@@ -12,7 +12,7 @@ from xlafuse.cli import main
 from xlafuse.errors import XlafuseError
 from xlafuse.experiment import runner
 from xlafuse.experiment.config import VariantConfig, parse_config
-from xlafuse.measure import timing
+from xlafuse.measurement import timing
 from xlafuse.results.records import (
     FLAT_KEYS,
     append_result,

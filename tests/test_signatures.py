@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 import xlafuse
-from xlafuse.compile import jit
+from xlafuse.compiler import jit
 from xlafuse.experiment import plan, runner
-from xlafuse.measure import cell_kernels, reference
+from xlafuse.measurement import cell_kernels, reference
 
 PACKAGE = Path(xlafuse.__file__).resolve().parent
 

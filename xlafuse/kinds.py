@@ -28,7 +28,7 @@ class Backend(enum.StrEnum):
 
 
 class Figure(enum.StrEnum):
-    """The time a speedup divides (`xlafuse.measure.timing`): the median of synchronized calls,
+    """The time a speedup divides (`xlafuse.measurement.timing`): the median of synchronized calls,
     or the time per call of a pipelined burst (what a train step and a CPU cell lead with)."""
 
     LATENCY = "latency"
@@ -50,7 +50,7 @@ class Status(enum.StrEnum):
 
 
 class Verdict(enum.StrEnum):
-    """What an interval says of a speedup or a time difference (`xlafuse.measure.stats`)."""
+    """What an interval says of a speedup or a time difference (`xlafuse.measurement.stats`)."""
 
     FASTER = "faster"
     SLOWER = "slower"

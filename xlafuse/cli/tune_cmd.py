@@ -202,7 +202,7 @@ def _run_config(path: str, argv, args=None) -> int:
     import jax
 
     from xlafuse.cli._devices import rerun_with_host_devices
-    from xlafuse.compile.devices import needs_host_devices
+    from xlafuse.compiler.devices import needs_host_devices
     from xlafuse.experiment.tune.table import load_tune_table
     from xlafuse.experiment.tune.tuner import tune
 

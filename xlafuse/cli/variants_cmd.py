@@ -20,7 +20,7 @@ def run(args) -> int:
     # on use, not at the top: `xlafuse --help` imports no JAX (see xlafuse.cli)
     import jax
 
-    from xlafuse.compile import variants
+    from xlafuse.compiler import variants
 
     backend = jax.default_backend()
     rows = [_describe(variants.get(name), backend) for name in variants.available()]
@@ -44,7 +44,7 @@ def run(args) -> int:
 
 
 def _torch_line(row: dict) -> str:
-    from xlafuse.compile.variants import TORCH_INSTALL  # on use, as in `run`
+    from xlafuse.compiler.variants import TORCH_INSTALL  # on use, as in `run`
 
     kwargs = row["torch_compile"]
     how = (
@@ -58,7 +58,7 @@ def _torch_line(row: dict) -> str:
 
 
 def _describe(variant, backend: str) -> dict:
-    from xlafuse.compile.variants import DISABLE_PASSES  # on use, as in `run`
+    from xlafuse.compiler.variants import DISABLE_PASSES  # on use, as in `run`
 
     applies = variant.applies_to(backend)
     if applies:

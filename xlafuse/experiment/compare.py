@@ -8,11 +8,11 @@ from typing import Any
 
 import jax
 
-from xlafuse.compile.jit import compile_variant, compile_workload
-from xlafuse.compile.variants import get as get_variant
+from xlafuse.compiler.jit import compile_variant, compile_workload
+from xlafuse.compiler.variants import get as get_variant
 from xlafuse.hlo.loops import PER_CALL
 from xlafuse.kinds import Framework
-from xlafuse.measure.numerics import (
+from xlafuse.measurement.numerics import (
     compare_outputs,
     computed_precision,
     host_outputs,
@@ -203,7 +203,7 @@ def compare_workload(
     """`compare` for an `xlafuse.models.Workload`, on the same program and rule as `xlafuse run`.
 
     Each variant is compiled by `compile_workload` (train state donated) and called once; the
-    numerics verdict is `xlafuse.measure.numerics.judge_workload` (a train step: loss, gradient, batch
+    numerics verdict is `xlafuse.measurement.numerics.judge_workload` (a train step: loss, gradient, batch
     statistics and updated parameters), exactly as the runner judges the same cell.
 
     Args:

@@ -66,12 +66,12 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from xlafuse.compile import variants
-from xlafuse.compile.devices import device_count_problem
-from xlafuse.compile.variants import BACKENDS
+from xlafuse.compiler import variants
+from xlafuse.compiler.devices import device_count_problem
+from xlafuse.compiler.variants import BACKENDS
 from xlafuse.errors import XlafuseError, did_you_mean
 from xlafuse.kinds import Backend, Framework
-from xlafuse.measure.timing import TimingSettings
+from xlafuse.measurement.timing import TimingSettings
 from xlafuse.models import registry, user
 from xlafuse.models.names import Cell, cell_fields
 from xlafuse.models.sharding import MODEL_PARALLEL_WORKLOADS, PARALLELISMS
@@ -102,12 +102,12 @@ class MeasureConfig:
 
     Attributes:
       profile: record a jax.profiler trace per cell: device time and every kernel's time on a
-        GPU, host-side op times on the CPU (`xlafuse.measure.kernels`).
+        GPU, host-side op times on the CPU (`xlafuse.measurement.kernels`).
       keep_traces: keep each profiled cell's trace under `<results folder>/traces/<cell>/`
         (XProf/TensorBoard and Perfetto open it); false deletes them (long sweeps).
       calibrate: measure the copy-bandwidth (and matmul) ceilings once per run.
       cold_start: per cell, measure cold and warm-cache compiles and the AOT load in fresh
-        processes (`xlafuse.measure.coldstart`).
+        processes (`xlafuse.measurement.coldstart`).
     """
 
     profile: bool = False

@@ -14,14 +14,14 @@ import dataclasses
 from typing import Any
 
 from xlafuse.kinds import Backend
-from xlafuse.measure import timing as timing_lib
-from xlafuse.measure.calibrate import Ceilings
-from xlafuse.measure.coldstart import measure_cold_start
-from xlafuse.measure.collectives import CommProfile
-from xlafuse.measure.numerics import NumericDiff
-from xlafuse.measure.profile import DeviceProfile, device_speedup
-from xlafuse.measure.rules import HOST_BOUND, TRACE_PERTURBED
-from xlafuse.measure.timing import Comparison, Timing
+from xlafuse.measurement import timing as timing_lib
+from xlafuse.measurement.calibrate import Ceilings
+from xlafuse.measurement.coldstart import measure_cold_start
+from xlafuse.measurement.collectives import CommProfile
+from xlafuse.measurement.numerics import NumericDiff
+from xlafuse.measurement.profile import DeviceProfile, device_speedup
+from xlafuse.measurement.rules import HOST_BOUND, TRACE_PERTURBED
+from xlafuse.measurement.timing import Comparison, Timing
 from xlafuse.results import parts
 from xlafuse.results.records import CellResult
 

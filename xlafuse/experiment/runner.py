@@ -1,7 +1,7 @@
 """Run an experiment config cell by cell (workload x variant) and append a record per cell.
 
 Per workload: build its cell once (`Cell.build`), then its reference (`_reference`: the frozen
-`xlafuse.measure.reference.Reference` that every other cell of the workload is judged and
+`xlafuse.measurement.reference.Reference` that every other cell of the workload is judged and
 timed against, made from the reference cell measured now or compiled again on resume), then
 each other variant against it. A cell is measured in named steps that return values
 (`_measure`): compile under the variant, read the fusion report and XLA's cost and memory
@@ -37,7 +37,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from xlafuse.compile.jit import MeasureRequest, compile_workload, unoptimized_hlo
+from xlafuse.compiler.jit import MeasureRequest, compile_workload, unoptimized_hlo
 from xlafuse.distributed import lockstep, runtime, watch
 from xlafuse.errors import XlafuseError, error_line
 from xlafuse.experiment import environment as run_environment
@@ -61,12 +61,12 @@ from xlafuse.experiment.plan import (
 from xlafuse.experiment.progress import Reporter
 from xlafuse.inspect.explain import missed_fusions
 from xlafuse.kinds import Backend, Framework, Mode, Status
-from xlafuse.measure import cell_kernels, timing
-from xlafuse.measure.calibrate import calibrate
-from xlafuse.measure.numerics import host_outputs
-from xlafuse.measure.predicted import compile_twin
-from xlafuse.measure.profile import DeviceProfile, profile_device_time
-from xlafuse.measure.reference import Reference, compared_apart, judge_against, time_against
+from xlafuse.measurement import cell_kernels, timing
+from xlafuse.measurement.calibrate import calibrate
+from xlafuse.measurement.numerics import host_outputs
+from xlafuse.measurement.predicted import compile_twin
+from xlafuse.measurement.profile import DeviceProfile, profile_device_time
+from xlafuse.measurement.reference import Reference, compared_apart, judge_against, time_against
 from xlafuse.report.lines import cell_line
 from xlafuse.report.markdown import write_report
 from xlafuse.results import parts, records
@@ -228,7 +228,7 @@ def _start(scope: Scope, taken: Taken, say: Callable[[str], None]) -> _Run:
 
 def _ceilings(results_path: Path, backend: str, say, given=None) -> parts.CeilingsRecord:
     """The results file's calibration when it has one (a resume never mixes two), else the
-    one `given`, else a new one (`xlafuse.measure.calibrate`)."""
+    one `given`, else a new one (`xlafuse.measurement.calibrate`)."""
     earlier = records.parse_file(results_path)[0] if results_path.exists() else []
     kept = next((r.ceilings for r in earlier if r.ceilings.copy_bytes_per_s), None)
     ceilings = kept or given or fields_lib.ceilings_part(calibrate(backend))
@@ -565,7 +565,7 @@ def _kernel_fields(run: _Run, compiled, workload, trace_dir, reference, variant:
 
 def _twin(run: _Run, compiled, workload):
     """XLA's estimates of a traced GPU cell's program, from a twin compile
-    (`xlafuse.measure.predicted`: the timed compile is left without the option); None on a
+    (`xlafuse.measurement.predicted`: the timed compile is left without the option); None on a
     CPU and for a variant compiled in a child process. A failure is recorded, never fatal."""
     if run.backend != Backend.GPU or compiled.compiled is None:
         return None

@@ -137,7 +137,7 @@ class Workload:
             `module:FUNCTION`, `xlafuse.models.user`), from which a child process builds it
             again; None for a zoo workload.
         static: the leaves of a user's program's arguments that are not arrays, made static
-            (`xlafuse.compile.static`: `fn` and `args` are then the program jax.jit traces,
+            (`xlafuse.compiler.static`: `fn` and `args` are then the program jax.jit traces,
             which puts them back); empty for a zoo workload.
     """
 

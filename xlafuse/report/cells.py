@@ -5,7 +5,7 @@ pipelined the median seconds per call of back-to-back bursts, device the profile
 per call. A variant's time cell also shows, in brackets, the reference's time over the same
 rounds: its speedup is exactly the one over the other, so a row never shows a time and a
 speedup that disagree. A train step, and every cell on a CPU, leads with the pipelined figure,
-a forward call on a GPU with latency (`xlafuse.measure.timing.leading_figure`): the columns
+a forward call on a GPU with latency (`xlafuse.measurement.timing.leading_figure`): the columns
 are in the same order in every table (latency, pipelined), and the figure a cell leads with is
 in bold (`**0.187**`).
 """

@@ -39,7 +39,7 @@ def cell_label(record: CellResult) -> str:
 
 
 def lead(record: CellResult) -> str:
-    """The figure a record leads with (`speedup.lead`: `xlafuse.measure.timing.leading_figure`);
+    """The figure a record leads with (`speedup.lead`: `xlafuse.measurement.timing.leading_figure`);
     a record written before `lead` existed: latency, the figure its speedup was computed on."""
     return record.speedup.lead if record.speedup.lead in FIGURES else Figure.LATENCY
 

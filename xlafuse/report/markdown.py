@@ -12,14 +12,14 @@ from pathlib import Path
 
 from xlafuse.folders import writable_folder, write_atomically
 from xlafuse.kinds import Backend
-from xlafuse.measure.rules import (
+from xlafuse.measurement.rules import (
     HOST_BOUND,
     TF32,
     TF32_MIN_COMPUTE_CAPABILITY,
     TOLERANCES,
     TRACE_PERTURBED,
 )
-from xlafuse.measure.stats import SAME_WITHIN
+from xlafuse.measurement.stats import SAME_WITHIN
 from xlafuse.report.cells import cell_tables
 from xlafuse.report.coldstart import (
     GRAPHS_SKIPPED,
@@ -265,7 +265,7 @@ READING_NOTES = (
     "not the kernels. A cell marked TRACE-PERTURBED has a traced kernel time per call above "
     "{perturbed:.2f}x its untraced pipelined time: the profiler ran another program (XLA turns "
     "command buffers off while tracing), so its device time and kernel times are those of the "
-    "traced program, and its rates divide the pipelined time. Numerics (`xlafuse.measure.numerics`): each output element within `atol + "
+    "traced program, and its rates divide the pipelined time. Numerics (`xlafuse.measurement.numerics`): each output element within `atol + "
     "rtol x |ref|` ({tolerances}, atol relative to the output's largest magnitude), at the "
     "precision the program computed in, which the numerics column names: a float32 program "
     "whose dots and convolutions ran in TF32 (an NVIDIA GPU of compute capability "

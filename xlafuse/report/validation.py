@@ -6,8 +6,8 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from xlafuse.measure.ncu import DETAIL_METRICS
-from xlafuse.measure.validate import (
+from xlafuse.measurement.ncu import DETAIL_METRICS
+from xlafuse.measurement.validate import (
     BYTES_TOLERANCE,
     L2_ASSUMED,
     L2_CARRY_OVER,

@@ -15,10 +15,10 @@ What each figure means here (recorded with its basis, `kernels_basis` and `model
 - modeled_bytes: for Inductor, its own estimate (`GraphLowering.count_bytes`: the bytes each
   generated kernel reads and writes, summed over the graphs of a call); for eager, the input and
   output tensor bytes of every non-view aten op of one call.
-- timing: `xlafuse.measure.reference.time_against`, the XLA cells' one rule and settings: paired
+- timing: `xlafuse.measurement.reference.time_against`, the XLA cells' one rule and settings: paired
   with the XLA reference (timed in alternation) when it is in this process, as an XLA variant is.
 - numerics: the first call (a train step from the Flax workload's initial state) against the
-  XLA reference's outputs, by `xlafuse.measure.reference.judge_against` (as an XLA cell).
+  XLA reference's outputs, by `xlafuse.measurement.reference.judge_against` (as an XLA cell).
 """
 
 from __future__ import annotations
@@ -38,9 +38,9 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from xlafuse.kinds import Backend
-from xlafuse.measure import timing
-from xlafuse.measure.profile import DeviceProfile, device_speedup_fields
-from xlafuse.measure.reference import Reference, judge_against, time_against
+from xlafuse.measurement import timing
+from xlafuse.measurement.profile import DeviceProfile, device_speedup_fields
+from xlafuse.measurement.reference import Reference, judge_against, time_against
 from xlafuse.torch.program import (
     TorchProgram,
     backend_of,
@@ -77,7 +77,7 @@ class TwinRun:
 
     Attributes:
       program: the callable twin (`xlafuse.torch.program.TorchProgram`).
-      outputs: the first call's outputs in the form `xlafuse.measure.numerics.judge_workload` compares.
+      outputs: the first call's outputs in the form `xlafuse.measurement.numerics.judge_workload` compares.
       counts: record fields of that call: compile_s (Inductor), kernels, kernels_basis,
         modeled_bytes, modeled_bytes_basis, generated_kernels (what the device can answer).
     """
@@ -142,9 +142,9 @@ def measure_cell(
 
     Args:
       workload: the `xlafuse.models.Workload`.
-      variant: the resolved `xlafuse.compile.variants.Variant` (framework "torch").
+      variant: the resolved `xlafuse.compiler.variants.Variant` (framework "torch").
       request: the runner's `MeasureRequest` (timing settings, train, profile calls).
-      reference: the workload's XLA Reference (`xlafuse.measure.reference`: its compiled
+      reference: the workload's XLA Reference (`xlafuse.measurement.reference`: its compiled
         program, outputs, timing, profile), as the XLA cells have it.
       cold_start: also compile again from Inductor's filled cache (warm_compile_s).
 
@@ -277,7 +277,7 @@ def _advance(program: TorchProgram):
 
 
 def _timed(program: TorchProgram, request, reference: Reference) -> dict[str, Any]:
-    """Timing and speedups, by the XLA cells' one rule (`xlafuse.measure.reference.time_against`):
+    """Timing and speedups, by the XLA cells' one rule (`xlafuse.measurement.reference.time_against`):
     in alternation with the XLA reference when it is compiled in this process (paired
     speedups), otherwise alone, against the reference cell's samples. The Comparison is
     returned under COMPARISON: the runner makes it the record's speedup part, as for an XLA

@@ -1,7 +1,7 @@
 """A workload's torch twin made callable: weights loaded, inputs converted, eager or compiled.
 
 `build_program(workload, compile_kwargs)` returns a `TorchProgram` whose `call(*args)` has the
-calling convention of the XLA program, so `xlafuse.measure.timing` times both the same way:
+calling convention of the XLA program, so `xlafuse.measurement.timing` times both the same way:
 - forward: `call(*inputs)` -> a `Ready` handle of the output;
 - train: `call(token, batch) -> (token, Ready(loss))`: one step (zero grads, forward, loss,
   backward, `torch.optim.AdamW.step`); the state lives in the module and optimizer, so the
@@ -233,7 +233,7 @@ def _train(workload, model, compile_kwargs, dev) -> TorchProgram:
 
 
 def host_outputs(program: TorchProgram, workload: Any, out: Any) -> Any:
-    """One call's outputs in the form `xlafuse.measure.numerics.judge_workload` compares.
+    """One call's outputs in the form `xlafuse.measurement.numerics.judge_workload` compares.
 
     A forward call: the output on the host. A train step (the first one, from the Flax
     workload's initial state): loss, gradient, batch statistics and updated parameters, as

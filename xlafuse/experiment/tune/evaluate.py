@@ -17,13 +17,13 @@ from typing import Any
 import jax
 
 from xlafuse import models
-from xlafuse.compile.jit import compile_workload
+from xlafuse.compiler.jit import compile_workload
 from xlafuse.errors import XlafuseError, error_line
 from xlafuse.experiment.tune.search import OK, Score
 from xlafuse.experiment.tune.space import Candidate
 from xlafuse.kinds import Mode
-from xlafuse.measure import timing
-from xlafuse.measure.numerics import computed_precision, host_outputs, judge_workload
+from xlafuse.measurement import timing
+from xlafuse.measurement.numerics import computed_precision, host_outputs, judge_workload
 from xlafuse.models import registry, user
 
 BASE_TIMING = timing.TimingSettings(

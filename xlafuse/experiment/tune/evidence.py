@@ -17,9 +17,9 @@ from typing import Any
 from xlafuse.hlo.diff import diff_modules
 from xlafuse.hlo.parse import parse_hlo
 from xlafuse.kinds import Mode
-from xlafuse.measure import timing
-from xlafuse.measure.kernel_diff import kernel_diff_record, trace_kernel_times
-from xlafuse.measure.profile import device_speedup, profile_device_time
+from xlafuse.measurement import timing
+from xlafuse.measurement.kernel_diff import kernel_diff_record, trace_kernel_times
+from xlafuse.measurement.profile import device_speedup, profile_device_time
 
 TRACED_CALLS = 10
 TOP_GROUPS = 5

@@ -37,7 +37,7 @@ from xlafuse.experiment.tune.space import (
 )
 from xlafuse.folders import write_atomically
 from xlafuse.kinds import Verdict
-from xlafuse.measure import timing
+from xlafuse.measurement import timing
 from xlafuse.models import registry, user
 
 SEARCHES = ("descent", "halving", "grid")
@@ -460,7 +460,7 @@ def halving_order(space: tuple[Candidate, ...], seed: int = ORDER_SEED) -> list[
 def _shared_clock() -> float:
     """This process's monotonic clock; process 0's under `jax.distributed`, where every process
     runs the same search: the budget read from one clock, each score over the slowest
-    process's rounds (`xlafuse.measure.timing`), so all rank and keep the same candidates."""
+    process's rounds (`xlafuse.measurement.timing`), so all rank and keep the same candidates."""
     return lockstep.current().first(time.monotonic())
 
 

@@ -3,13 +3,13 @@
 A variant is applied per compilation, through `Lowered.compile(compiler_options=...)`: XLA_FLAGS is
 read once when the backend starts, so changing it later does nothing. Options that only take effect
 at backend start go in `process_flags`; such a variant is compiled in a child process that gets them
-in its XLA_FLAGS (see `xlafuse.compile.child`).
+in its XLA_FLAGS (see `xlafuse.compiler.child`).
 
 Three XLA behaviours shape this module (measured on jax 0.10/0.11):
 - `xla_disable_hlo_passes` given per compile REPLACES the list from XLA_FLAGS, so the
   environment's list is merged in here rather than silently dropped.
 - An unknown pass name is silently ignored by XLA, so every name is checked against the passes
-  the running XLA really has (`xlafuse.compile.passes`) and `UnknownPassError` is raised otherwise.
+  the running XLA really has (`xlafuse.compiler.passes`) and `UnknownPassError` is raised otherwise.
 - An unknown option key or a bad value fails at compile time with XLA's message; `compile`
   re-raises it as a ValueError that keeps that message.
 """
@@ -28,7 +28,7 @@ from typing import Any
 import jax
 import jaxlib
 
-from xlafuse.compile.passes import fusion_passes, known_passes
+from xlafuse.compiler.passes import fusion_passes, known_passes
 from xlafuse.errors import UnknownNameError, UnknownPassError, did_you_mean
 from xlafuse.kinds import Backend, Framework
 

@@ -1,7 +1,7 @@
 """Judge xlafuse's kernel list and traffic model against Nsight Compute, kernel by kernel.
 
 `compare_kernels` takes the HLO's kernels (`modeled_kernels`) and ncu's launches of ONE call
-(`xlafuse.measure.ncu.parse_ncu_csv`) and makes the per-kernel table; `validate_run` produces
+(`xlafuse.measurement.ncu.parse_ncu_csv`) and makes the per-kernel table; `validate_run` produces
 both on a GPU. What is judged (`KernelRow.verdict`, `ValidationResult.ok`):
 
 * counts: every HLO kernel paired with ncu's launches and every launch with an HLO kernel, and
@@ -47,7 +47,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from xlafuse.hlo import analyze_hlo
-from xlafuse.measure.ncu import NcuKernel
+from xlafuse.measurement.ncu import NcuKernel
 from xlafuse.models.names import Cell
 
 BYTES_TOLERANCE = 0.10
@@ -135,7 +135,7 @@ class KernelRow:
         kernel name divided among that name's launches; None when not profiled.
       judged: whether the bytes (and this row's time) are judged: modeled bytes >= L2_FACTOR x L2.
       l2_bytes: the device's L2 size, which bounds the misses `explanation` accepts.
-      detail: ncu's `DETAIL_METRICS` (`xlafuse.measure.ncu`) by field, of the launch with the
+      detail: ncu's `DETAIL_METRICS` (`xlafuse.measurement.ncu`) by field, of the launch with the
         longest time when several are paired (a library call's GEMM, not its split-K reduction:
         what the row's time is mostly made of); empty without `--detail` or a launch.
     """

@@ -16,7 +16,7 @@ call, so no donated or stale buffer is reused.
 A speedup compares two programs timed in alternating rounds (`measure_pair`): a round of one,
 then a round of the other, the order swapped every round, so a drift of the machine (another
 process, clocks, thermals) affects both alike. The speedup is the ratio of the two programs'
-figures over the same rounds (`xlafuse.measure.stats.paired_speedup`): its point is exactly the
+figures over the same rounds (`xlafuse.measurement.stats.paired_speedup`): its point is exactly the
 reference's shown time over the variant's, and its interval resamples whole rounds. Both the
 latency and the pipelined speedup are computed; the one that leads (`leading_figure`: pipelined
 for a train step and on a CPU, latency for a forward call on a GPU) decides when to stop: rounds go on until its verdict is decided or
@@ -42,7 +42,7 @@ import numpy as np
 
 from xlafuse.distributed import lockstep as lockstep_lib
 from xlafuse.kinds import Backend, Figure
-from xlafuse.measure.stats import RESAMPLES, Speedup, paired_speedup, speedup_interval
+from xlafuse.measurement.stats import RESAMPLES, Speedup, paired_speedup, speedup_interval
 
 PAIR_BUDGET = 4  # a pair may take up to this many times min_time_s when its verdict is close
 ROUND_SHARE = 0.01  # one side of a round takes about this share of min_time_s...

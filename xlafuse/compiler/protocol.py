@@ -6,8 +6,8 @@ and writes the result. Children run with the parent's environment plus any proce
 flags, and never preallocate GPU memory the parent may hold. A child that exits non-zero, writes
 no result or runs past its time limit raises `ChildError` naming its error line.
 
-Users: `compile.child` (process-flag variants), `measure.coldstart` (fresh-process compiles) and
-`measure.validate_run` (Nsight Compute).
+Users: `compiler.child` (process-flag variants), `measurement.coldstart` (fresh-process compiles)
+and `measurement.validate_run` (Nsight Compute).
 """
 
 from __future__ import annotations

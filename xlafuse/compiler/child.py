@@ -5,12 +5,12 @@ Some XLA flags are read only when the backend starts; a variant that needs one (
 serialized `jax.export` artifact (StableHLO), the inputs as a pickle of NumPy arrays. The child
 deserializes, lowers, compiles under the variant's per-compile options, runs it once for the
 outputs and, when asked, warms up and times further calls with the same timing code as an
-in-process cell (`xlafuse.measure.timing.measure`) and traces them for device time. Process
+in-process cell (`xlafuse.measurement.timing.measure`) and traces them for device time. Process
 start-up, imports and the compile are never part of a timed call. It sends back the optimized
 HLO, the compile timings, the outputs and what it measured.
 
-The child side is `xlafuse.measure.variant_child` (started by module name: measuring is a layer
-above compiling); the request/response files follow `xlafuse.compile.protocol`.
+The child side is `xlafuse.measurement.variant_child` (started by module name: measuring is a layer
+above compiling); the request/response files follow `xlafuse.compiler.protocol`.
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ from typing import Any
 import jax
 import numpy as np
 
-from xlafuse.compile.protocol import run_child
+from xlafuse.compiler.protocol import run_child
 
-CHILD_MODULE = "xlafuse.measure.variant_child"
+CHILD_MODULE = "xlafuse.measurement.variant_child"
 
 
 def run_exported(

@@ -8,11 +8,11 @@ formats its reading notes from them).
   buffers off while tracing, so every launch of a loop is its own): its device time and kernel
   times are those of the traced program (`xlafuse.experiment.fields.with_rates`).
 - TOLERANCES: (rtol, atol as a fraction of the reference's largest magnitude) by dtype name, for
-  comparing outputs (`xlafuse.measure.numerics.tolerance`); LOW_PRECISION for the f8 and f4
+  comparing outputs (`xlafuse.measurement.numerics.tolerance`); LOW_PRECISION for the f8 and f4
   families.
 - TF32: the same pair for a float32 program whose dots and convolutions ran in TF32 (an NVIDIA
   GPU at default precision): TF32 keeps float16's 10-bit mantissa, so float16's tolerance
-  (`xlafuse.measure.numerics.dot_precision`). TF32_MIN_COMPUTE_CAPABILITY: the first NVIDIA
+  (`xlafuse.measurement.numerics.dot_precision`). TF32_MIN_COMPUTE_CAPABILITY: the first NVIDIA
   compute capability (Ampere, 8.0) whose tensor cores run float32 dots in TF32.
 """
 

@@ -11,10 +11,10 @@ What the trace holds, and so what the join can say:
   duration on the GPU. A launch outside a command buffer carries its HLO instruction in its
   `hlo_op` stat, and that decides (a library call's kernels, whatever their names). The others,
   in a program whose kernels are all in one computation, are aligned with the kernels in
-  program order (`xlafuse.measure.align`: names say what may pair, the order which twin or
+  program order (`xlafuse.measurement.align`: names say what may pair, the order which twin or
   library call). In a program with a loop or a branch, names follow the HLO: the join is the
   one `xlafuse validate` uses
-  against Nsight Compute (`xlafuse.measure.validate.join_kernels`: names with "." written "_",
+  against Nsight Compute (`xlafuse.measurement.validate.join_kernels`: names with "." written "_",
   suffixes, reused kernels of identical fusions, cuBLAS/cuDNN launches attributed to their
   custom-call in launch order). It is made on the first call's launches; every call launches
   the same kernels in the same order, so the other calls are paired by position (a call whose
@@ -43,9 +43,9 @@ from jax.profiler import ProfileData
 
 from xlafuse.hlo import analyze_hlo
 from xlafuse.hlo.ir import portable_source
-from xlafuse.measure.align import align_launches, fits
-from xlafuse.measure.profile import event_stat, gpu_kernel_events
-from xlafuse.measure.validate import BY_OP, ModeledKernel, join_kernels
+from xlafuse.measurement.align import align_launches, fits
+from xlafuse.measurement.profile import event_stat, gpu_kernel_events
+from xlafuse.measurement.validate import BY_OP, ModeledKernel, join_kernels
 
 SCHEMA = "xlafuse.kernel_times/1"
 GPU_BASIS = "device kernels"
@@ -341,7 +341,7 @@ def _join_names(modeled, launched, index) -> tuple[dict[int, int], dict[int, str
     """One call's launches, (name, hlo_op) each, joined: a launch whose `hlo_op` is an HLO
     kernel's name is that kernel's (the runtime says so: a library call's GEMM and split-K
     kernels, a fusion's memset); the others aligned with the kernels in program order
-    (`xlafuse.measure.align`) or, for a call of many more launches than kernels (a loop), by
+    (`xlafuse.measurement.align`) or, for a call of many more launches than kernels (a loop), by
     the validate join on their names; then repeated launches of a paired name."""
     names = [name for name, _ in launched]
     known = {j: index[op] for j, (_, op) in enumerate(launched) if op in index}

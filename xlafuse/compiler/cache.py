@@ -15,7 +15,7 @@ written ('cache_misses') and each backend compile; `from_cache` reads a compile'
 served from the persistent cache or from JAX's in-memory cache (no backend compile at all: the
 same program compiled earlier in this process).
 
-Cold start (`xlafuse.measure.coldstart`) measures compiles in its own children, each with its
+Cold start (`xlafuse.measurement.coldstart`) measures compiles in its own children, each with its
 own cache folder or none (`apply_settings`), never this one.
 
 `xlafuse inspect --workload` also keeps what a compile gave it, beside the executables: the
@@ -151,7 +151,7 @@ def use_cache(cache_dir: str | os.PathLike | None = None) -> contextlib.Abstract
     """The persistent cache of xlafuse's commands, for the `with` block (the commands enter it
     around their work; the Python API, where the user asks).
 
-    `with use_cache(): xlafuse.compare(fn, x)` (`from xlafuse.compile.cache import use_cache`)
+    `with use_cache(): xlafuse.compare(fn, x)` (`from xlafuse.compiler.cache import use_cache`)
     reads and fills the same folder as the commands do; a compile served from it shows as
     cached. It keeps whole executables only (`persistent_cache(..., xla_caches=False)`): a
     compile it does not serve is a whole compile, timed as one, never one sped up by another

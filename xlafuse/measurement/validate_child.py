@@ -1,6 +1,6 @@
 """The child processes of `xlafuse validate` (internal).
 
-Run as `python -m xlafuse.measure.validate_child FOLDER`: reads FOLDER/request.json, writes
+Run as `python -m xlafuse.measurement.validate_child FOLDER`: reads FOLDER/request.json, writes
 FOLDER/result.json and FOLDER/optimized.hlo.txt. Phases:
 
 - "warm": stop early when JAX has no GPU (`backend` says which it has); else compile with the
@@ -9,7 +9,7 @@ FOLDER/result.json and FOLDER/optimized.hlo.txt. Phases:
 - "ncu" (run under ncu with `--profile-from-start off`): compile (a cache hit), call twice
   unprofiled, then profile ONE call between `cuProfilerStart` and `cuProfilerStop`.
 
-Train steps thread their state from call to call (`xlafuse.measure.timing.thread_state`), so the
+Train steps thread their state from call to call (`xlafuse.measurement.timing.thread_state`), so the
 children stay right when the compile path donates it.
 
 The variant's process flags are already in this process's XLA_FLAGS (the parent sets them), so the
@@ -28,14 +28,14 @@ from typing import Any
 import jax
 from jax.profiler import ProfileData
 
-from xlafuse.compile.cache import CACHE_HITS, cache_events, cache_settings
-from xlafuse.compile.jit import compile_workload
-from xlafuse.compile.protocol import read_request, write_result
-from xlafuse.compile.variants import Variant
+from xlafuse.compiler.cache import CACHE_HITS, cache_events, cache_settings
+from xlafuse.compiler.jit import compile_workload
+from xlafuse.compiler.protocol import read_request, write_result
+from xlafuse.compiler.variants import Variant
 from xlafuse.kinds import Backend, Mode
-from xlafuse.measure.coldstart import build_workload
-from xlafuse.measure.profile import gpu_kernel_events
-from xlafuse.measure.timing import same_args, thread_state, warm_up
+from xlafuse.measurement.coldstart import build_workload
+from xlafuse.measurement.profile import gpu_kernel_events
+from xlafuse.measurement.timing import same_args, thread_state, warm_up
 
 _CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE = 38
 

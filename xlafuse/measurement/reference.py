@@ -20,10 +20,10 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from xlafuse.measure import timing
-from xlafuse.measure.cell_kernels import Baseline
-from xlafuse.measure.numerics import NumericDiff, computed_precision, judge_workload
-from xlafuse.measure.profile import DeviceProfile
+from xlafuse.measurement import timing
+from xlafuse.measurement.cell_kernels import Baseline
+from xlafuse.measurement.numerics import NumericDiff, computed_precision, judge_workload
+from xlafuse.measurement.profile import DeviceProfile
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

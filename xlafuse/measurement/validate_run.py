@@ -5,11 +5,11 @@ For one cell (workload x variant):
 1. a child process compiles the program with a persistent compilation cache (so the next process
    compiles nothing: XLA's GEMM autotuning under ncu takes minutes), calls it, traces a few calls
    with `jax.profiler` for the device time per kernel name, and reads the device's L2 size;
-2. a second child runs under `ncu` (`xlafuse.measure.ncu.ncu_command`; with `detail`, ncu also
-   measures `xlafuse.measure.ncu.DETAIL_METRICS` per launch): it compiles (a cache hit),
+2. a second child runs under `ncu` (`xlafuse.measurement.ncu.ncu_command`; with `detail`, ncu also
+   measures `xlafuse.measurement.ncu.DETAIL_METRICS` per launch): it compiles (a cache hit),
    calls the program twice unprofiled, then profiles ONE call between `cuProfilerStart` and
    `cuProfilerStop`, and writes the optimized HLO it ran;
-3. `xlafuse.measure.validate.compare_kernels` joins ncu's launches to that HLO's kernels and
+3. `xlafuse.measurement.validate.compare_kernels` joins ncu's launches to that HLO's kernels and
    judges them.
 
 The parent never starts a JAX backend: the GPU stays free for the children.
@@ -28,17 +28,17 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from xlafuse.compile.protocol import run_child
-from xlafuse.compile.variants import get
+from xlafuse.compiler.protocol import run_child
+from xlafuse.compiler.variants import get
 from xlafuse.errors import XlafuseError, check_selected
 from xlafuse.kinds import Backend
-from xlafuse.measure.coldstart import workload_spec
-from xlafuse.measure.ncu import NcuKernel, find_ncu, ncu_command, parse_ncu_csv
-from xlafuse.measure.validate import ValidationResult, compare_kernels, modeled_kernels
+from xlafuse.measurement.coldstart import workload_spec
+from xlafuse.measurement.ncu import NcuKernel, find_ncu, ncu_command, parse_ncu_csv
+from xlafuse.measurement.validate import ValidationResult, compare_kernels, modeled_kernels
 
 DEFAULT_PROFILE_CALLS = 5
 DEFAULT_TIMEOUT_S = 600.0
-_CHILD_MODULE = "xlafuse.measure.validate_child"
+_CHILD_MODULE = "xlafuse.measurement.validate_child"
 
 
 def require_tools(ncu: str | None = None) -> str:
@@ -78,7 +78,7 @@ def validate_cell(
     """Profile one call of a workload under ncu and judge the HLO's kernels against it.
 
     Args:
-      workload: as `xlafuse.measure.coldstart.workload_spec` takes it (a Cell, a Workload, a
+      workload: as `xlafuse.measurement.coldstart.workload_spec` takes it (a Cell, a Workload, a
         name or a program of the user's, or a spec dict).
       variant: a preset name, "a+b", a Variant or a dict of XLA options.
       cache_dir: the persistent compilation cache to warm and read; a temporary one when None.

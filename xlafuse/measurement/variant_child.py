@@ -1,6 +1,6 @@
-"""The child side of `xlafuse.compile.child`: compile, run and time a process-flag variant.
+"""The child side of `xlafuse.compiler.child`: compile, run and time a process-flag variant.
 
-Run as `python -m xlafuse.measure.variant_child REQUEST_DIR` (internal). The parent wrote the
+Run as `python -m xlafuse.measurement.variant_child REQUEST_DIR` (internal). The parent wrote the
 serialized export (`function.bin`), the input leaves (`args.pkl`) and `request.json`; this process
 started with the variant's XLA_FLAGS, so its backend has them. It lowers and compiles the export
 under the per-compile options, runs it once for the outputs and, when asked, times and traces
@@ -21,8 +21,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from xlafuse.compile.protocol import read_request, write_result
-from xlafuse.measure import profile, timing
+from xlafuse.compiler.protocol import read_request, write_result
+from xlafuse.measurement import profile, timing
 
 
 def main(folder: Path) -> None:

@@ -9,7 +9,7 @@ the functions return None.
 A sharded program runs on several GPUs, one plane each. Every device runs the same SPMD program,
 so the per-call figures are those of one device: the lowest-numbered GPU plane that has kernel
 events (GPU 0), not a sum over devices. Its communication kernels (NCCL) and their overlap with
-compute are summarized by `xlafuse.measure.collectives`.
+compute are summarized by `xlafuse.measurement.collectives`.
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ import jax
 from jax.profiler import ProfileData
 
 from xlafuse.kinds import Backend
-from xlafuse.measure.collectives import comm_profile, is_comm_kernel
-from xlafuse.measure.stats import Speedup, speedup_interval
-from xlafuse.measure.timing import Advance, same_args
+from xlafuse.measurement.collectives import comm_profile, is_comm_kernel
+from xlafuse.measurement.stats import Speedup, speedup_interval
+from xlafuse.measurement.timing import Advance, same_args
 
 GPU_PLANE_PREFIX = "/device:GPU:"
 
@@ -44,7 +44,7 @@ class DeviceProfile:
       per_call_s: kernel seconds of each traced call, in order (empty when the kernels could
         not be split into calls: their count is not a multiple of `calls`).
       devices: GPU planes with kernel events in the trace (the figures are the first one's).
-      comm: `xlafuse.measure.collectives.CommProfile.to_dict()` of that device (communication
+      comm: `xlafuse.measurement.collectives.CommProfile.to_dict()` of that device (communication
         kernel time, overlap with compute), or None when it ran no communication kernel.
     """
 

@@ -22,7 +22,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from xlafuse.compile.jit import compile_lowered, lower_workload
+from xlafuse.compiler.jit import compile_lowered, lower_workload
 from xlafuse.hlo.estimates import COST_MODEL_OPTION, Estimate, estimates
 from xlafuse.hlo.fusion import FusionReport, analyze_module
 from xlafuse.hlo.loops import runs_per_call

@@ -18,7 +18,7 @@ with a library call is another launch of that call (`extra_launches`).
 The alignment is a dynamic program over launches x kernels, one numpy row per launch (GPT-2 full
 train, 912 launches and 840 kernels: 0.02 s). It is made for a program whose kernels are all in
 one computation; one with a loop body or a branch, whose launches repeat or are skipped, is
-joined by names (`xlafuse.measure.validate.join_kernels`), see `fits`.
+joined by names (`xlafuse.measurement.validate.join_kernels`), see `fits`.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from xlafuse.measure.validate import (
+from xlafuse.measurement.validate import (
     BY_NAME,
     LIBRARY,
     MEMCPY_LAUNCH,

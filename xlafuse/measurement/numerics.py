@@ -54,7 +54,7 @@ import numpy as np
 
 from xlafuse.distributed.arrays import to_host
 from xlafuse.kinds import Backend, Mode
-from xlafuse.measure.rules import LOW_PRECISION, TF32, TF32_MIN_COMPUTE_CAPABILITY, TOLERANCES
+from xlafuse.measurement.rules import LOW_PRECISION, TF32, TF32_MIN_COMPUTE_CAPABILITY, TOLERANCES
 from xlafuse.models.train import ADAM_B1, gradient_of_first_step
 
 

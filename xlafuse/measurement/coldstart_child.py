@@ -1,11 +1,11 @@
 """The child process of the cold-start measurements (internal).
 
-Started by `xlafuse.measure.coldstart` as `python -c BOOTSTRAP FOLDER` (BOOTSTRAP lives there): reads FOLDER/request.json,
+Started by `xlafuse.measurement.coldstart` as `python -c BOOTSTRAP FOLDER` (BOOTSTRAP lives there): reads FOLDER/request.json,
 writes FOLDER/result.json. `import_s` is timed by BOOTSTRAP in a bare interpreter, from before
 `import jax` to after `import flax`, `xlafuse` and its models: `python -m` on this module would
 import the `xlafuse` package (hence JAX) before any code here could start a clock. Phases:
 
-- before either: the request's cache folder, or no cache (`xlafuse.compile.cache.apply_settings`);
+- before either: the request's cache folder, or no cache (`xlafuse.compiler.cache.apply_settings`);
 - "jit": build -> lower -> compile -> first call -> steady calls [-> export];
 - "aot": build (for the inputs only) -> deserialize + compile + first call of an export.
 """
@@ -21,18 +21,18 @@ from typing import Any
 import jax
 import numpy as np
 
-from xlafuse.compile.cache import (
+from xlafuse.compiler.cache import (
     CACHE_HITS,
     CACHE_MISSES,
     apply_settings,
     cache_entry_count,
     cache_events,
 )
-from xlafuse.compile.jit import lower_workload
-from xlafuse.compile.protocol import read_request, write_result
-from xlafuse.compile.variants import Variant
+from xlafuse.compiler.jit import lower_workload
+from xlafuse.compiler.protocol import read_request, write_result
+from xlafuse.compiler.variants import Variant
 from xlafuse.kinds import Mode
-from xlafuse.measure.coldstart import build_workload
+from xlafuse.measurement.coldstart import build_workload
 
 
 def per_call_seconds(compiled, args, calls: int, on_first=None, train=False) -> list[float]:

@@ -27,8 +27,8 @@ import jax
 import jax.numpy as jnp
 
 from xlafuse.kinds import Backend
-from xlafuse.measure.profile import profile_device_time
-from xlafuse.measure.timing import time_pipelined
+from xlafuse.measurement.profile import profile_device_time
+from xlafuse.measurement.timing import time_pipelined
 
 MIB = 1 << 20
 COPY_BYTES = {"gpu": 1024 * MIB, "cpu": 256 * MIB}  # at least; a CPU's: also 8x its cache

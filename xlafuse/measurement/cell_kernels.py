@@ -4,16 +4,16 @@ Per profiled cell the runner gets a trace folder (`new_trace_dir`: `traces/<cell
 results folder, or a temporary one when `measure.keep_traces` is false) and, after the cell is
 traced, asks `kernel_fields` for the record's `trace_path`, `kernel_times` (its `trace` part, as
 flat keys; every kernel joined
-to its HLO kernel, `xlafuse.measure.kernels`; totals and the top kernels kept) and, for a
+to its HLO kernel, `xlafuse.measurement.kernels`; totals and the top kernels kept) and, for a
 variant other than the reference, `kernel_diff` (the reference vs this variant, kernel group by
-kernel group with measured times, `xlafuse.measure.kernel_diff`). The diff is computed here,
+kernel group with measured times, `xlafuse.measurement.kernel_diff`). The diff is computed here,
 while both programs' HLO and full kernel times are in memory, so the report needs neither the
 HLO nor a recompile: a resumed run whose reference cell was not traced again records no diff.
 
-A GPU cell given its twin (`xlafuse.measure.predicted`: the program compiled again with XLA's
+A GPU cell given its twin (`xlafuse.measurement.predicted`: the program compiled again with XLA's
 cost-model stats and priority-fusion dump) also gets `cost_model`: each kernel's predicted time
-against its measured one (`xlafuse.measure.costmodel`) and, against a reference that has a
-dump, XLA's fusion decisions scored by the measured groups (`xlafuse.measure.decisions`).
+against its measured one (`xlafuse.measurement.costmodel`) and, against a reference that has a
+dump, XLA's fusion decisions scored by the measured groups (`xlafuse.measurement.decisions`).
 """
 
 from __future__ import annotations
@@ -25,14 +25,14 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from xlafuse.compile.jit import unoptimized_hlo
+from xlafuse.compiler.jit import unoptimized_hlo
 from xlafuse.hlo.diff import diff_modules
 from xlafuse.hlo.parse import parse_hlo
-from xlafuse.measure.costmodel import cost_model_record, join_costs
-from xlafuse.measure.decisions import decisions_of_diff
-from xlafuse.measure.kernel_diff import kernel_diff_record, timed_groups
-from xlafuse.measure.kernels import GPU_BASIS, KernelTimes, find_trace, join_trace, trace_events
-from xlafuse.measure.predicted import Twin
+from xlafuse.measurement.costmodel import cost_model_record, join_costs
+from xlafuse.measurement.decisions import decisions_of_diff
+from xlafuse.measurement.kernel_diff import kernel_diff_record, timed_groups
+from xlafuse.measurement.kernels import GPU_BASIS, KernelTimes, find_trace, join_trace, trace_events
+from xlafuse.measurement.predicted import Twin
 
 TRACES_DIR = "traces"
 
@@ -100,7 +100,7 @@ def kernel_fields(
         or this cell is the reference).
       ceilings_bytes_flops: the measured copy (bytes/s) and matmul (FLOP/s) ceilings, used for
         GPU kernels only; (None, None) when not measured.
-      twin: the cell's twin compile (`xlafuse.measure.predicted.compile_twin`), or
+      twin: the cell's twin compile (`xlafuse.measurement.predicted.compile_twin`), or
         {"error": line} when it failed (recorded as the cost model's); None: no cost model.
     """
     path = find_trace(trace_dir)

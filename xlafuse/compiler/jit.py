@@ -4,7 +4,7 @@ The pipeline is JAX's own (Traced -> Lowered -> Compiled, `jax.stages`); xlafuse
 compiler options, honest lower/compile timings, and the fusion report of the optimized HLO.
 Each compilation lowers afresh: a `Lowered` object caches its compile, so reusing one would time
 a cache hit, not a compile. A compile that a cache served all the same (the persistent cache of
-`xlafuse.compile.cache`, or JAX's in-memory cache of a program compiled earlier in this process)
+`xlafuse.compiler.cache`, or JAX's in-memory cache of a program compiled earlier in this process)
 is marked `compile_cached`, counted from JAX's own events: its seconds are no compile time.
 """
 
@@ -18,9 +18,9 @@ from typing import Any
 
 import jax
 
-from xlafuse.compile import cache, child, static
-from xlafuse.compile.variants import Variant
-from xlafuse.compile.variants import get as get_variant
+from xlafuse.compiler import cache, child, static
+from xlafuse.compiler.variants import Variant
+from xlafuse.compiler.variants import get as get_variant
 from xlafuse.hlo import analyze_hlo
 from xlafuse.hlo.collectives import collectives_of_text
 from xlafuse.kinds import Framework
@@ -143,7 +143,7 @@ class MeasureRequest:
     """What a child process measures after compiling a process-flag variant.
 
     Attributes:
-      settings: the timing settings (`xlafuse.measure.timing.TimingSettings`).
+      settings: the timing settings (`xlafuse.measurement.timing.TimingSettings`).
       train: whether each call's first output is the next call's first argument (a train step).
       profile_calls: calls to trace for device time (0: none; GPU only).
       trace_dir: where the child writes its trace (None: a temporary folder).
@@ -162,8 +162,8 @@ class ChildMeasurement:
 
     Attributes:
       outputs: the first call's outputs (host arrays, in the function's output tree).
-      timing: the fields of `xlafuse.measure.timing.Timing` (samples included).
-      profile: the fields of `xlafuse.measure.profile.DeviceProfile`, or None.
+      timing: the fields of `xlafuse.measurement.timing.Timing` (samples included).
+      profile: the fields of `xlafuse.measurement.profile.DeviceProfile`, or None.
     """
 
     outputs: Any
@@ -222,7 +222,7 @@ def _lower(fn: Callable, args: Sequence, kwargs: dict, jit_kwargs: dict) -> jax.
     return jax.jit(fn, **jit_kwargs).lower(*args, **kwargs)
 
 
-@static.taking_static_leaves  # non-array leaves static, as eqx.filter_jit (compile/static.py)
+@static.taking_static_leaves  # non-array leaves static, as eqx.filter_jit (compiler/static.py)
 def compile_variant(
     fn: Callable,
     args: Sequence,

@@ -2,12 +2,12 @@
 
 `xlafuse.hlo.diff` puts every kernel of A and every kernel of B in exactly one `KernelGroup`
 (kernels holding the same instructions of the program). Joining each kernel to its measured
-time (`xlafuse.measure.kernels`) gives each group the time of A's kernels and of B's kernels: for
+time (`xlafuse.measurement.kernels`) gives each group the time of A's kernels and of B's kernels: for
 A fused and B unfused, `saved_s` (B's time - A's time) is what that fusion saved, measured, not
 modeled. The groups' times add up, with each side's unattributed time, to the side's total.
 
 A group's change has its noise: from the per-call times of its kernels in each traced call,
-the interval of B's mean minus A's and a verdict (`xlafuse.measure.stats.difference_interval`:
+the interval of B's mean minus A's and a verdict (`xlafuse.measurement.stats.difference_interval`:
 `faster` where B gains, `slower` where it loses, `same` within the noise or under 3%). The
 record lists the groups where B gains and where it loses, each largest first, and the sums of
 the decided and the `same` groups beside the total difference.
@@ -23,16 +23,16 @@ from typing import Any
 
 import numpy as np
 
-from xlafuse.compile.jit import compile_workload, unoptimized_hlo
-from xlafuse.compile.variants import get as get_variant
+from xlafuse.compiler.jit import compile_workload, unoptimized_hlo
+from xlafuse.compiler.variants import get as get_variant
 from xlafuse.errors import XlafuseError
 from xlafuse.hlo.diff import FusionDiff, KernelGroup, diff_modules
 from xlafuse.hlo.parse import parse_hlo
 from xlafuse.kinds import Mode, Verdict
-from xlafuse.measure import timing
-from xlafuse.measure.kernels import KernelTimes, find_trace, join_trace, trace_events
-from xlafuse.measure.profile import trace_calls
-from xlafuse.measure.stats import VERDICTS, Difference, difference_interval
+from xlafuse.measurement import timing
+from xlafuse.measurement.kernels import KernelTimes, find_trace, join_trace, trace_events
+from xlafuse.measurement.profile import trace_calls
+from xlafuse.measurement.stats import VERDICTS, Difference, difference_interval
 from xlafuse.models.names import Cell
 
 SCHEMA = "xlafuse.kernel_diff/1"
@@ -233,7 +233,7 @@ def measure_workload_diff(
     """Compile a cell's workload under two variants, trace both, and time every kernel group.
 
     The programs are compiled on the one compile path (`compile_workload`) and traced after a
-    warm-up call (`xlafuse.measure.kernels.trace_calls`); both are traced to the workload's
+    warm-up call (`xlafuse.measurement.kernels.trace_calls`); both are traced to the workload's
     unoptimized module for the diff.
 
     Args:

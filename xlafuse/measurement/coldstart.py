@@ -6,7 +6,7 @@ compile into a disk read when an earlier process compiled the same module with t
 ahead-of-time export (`jax.export`) removes tracing and lowering from the serving process.
 
 Every figure comes from a child process (a bare `python -c` running
-`xlafuse.measure.coldstart_child.BOOTSTRAP`, which times the imports first), because
+`xlafuse.measurement.coldstart_child.BOOTSTRAP`, which times the imports first), because
 JAX keeps compiled executables in memory: timing a second compile in this process would time a
 lookup. Three children make one `ColdStartResult`:
 
@@ -16,7 +16,7 @@ lookup. Three children make one `ColdStartResult`:
 3. AOT: a new process, no cache: deserialize the export, compile it, make the first call.
 
 Cache hits are counted, not guessed from times: the child listens to JAX's monitoring events
-('/jax/compilation_cache/cache_hits' and 'cache_misses', `xlafuse.compile.cache.cache_events`)
+('/jax/compilation_cache/cache_hits' and 'cache_misses', `xlafuse.compiler.cache.cache_events`)
 during the measured compile only. Each child sets its own cache (`cache.apply_settings`): the
 folder it is given, or none, whatever the environment or xlafuse's commands use; never the
 commands' cache folder.
@@ -37,10 +37,10 @@ from typing import Any
 
 import jax
 
-from xlafuse.compile.cache import cache_entry_count
-from xlafuse.compile.devices import HOST_DEVICES_FLAG
-from xlafuse.compile.protocol import run_child
-from xlafuse.compile.variants import get as get_variant
+from xlafuse.compiler.cache import cache_entry_count
+from xlafuse.compiler.devices import HOST_DEVICES_FLAG
+from xlafuse.compiler.protocol import run_child
+from xlafuse.compiler.variants import get as get_variant
 from xlafuse.folders import writable_folder
 from xlafuse.kinds import Backend
 from xlafuse.models import user
@@ -55,7 +55,7 @@ start = time.perf_counter()
 import jax, flax
 import xlafuse, xlafuse.models
 import_s = time.perf_counter() - start
-from xlafuse.measure.coldstart_child import main
+from xlafuse.measurement.coldstart_child import main
 main(sys.argv[1], import_s)
 """
 

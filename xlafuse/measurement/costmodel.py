@@ -4,7 +4,7 @@ Each kernel's prediction is XLA's own estimate of its time (`KernelInfo.predicte
 the optimized HLO of a compile with `xla_gpu_collect_cost_model_stats`; see
 `xlafuse.hlo.estimates`), times the runs of its computation per call (a loop body's kernel runs
 once per iteration; `xlafuse.hlo.loops.runs_per_call`). Its measurement is the traced time per
-call of the same HLO kernel (`KernelTimes`, joined by `xlafuse.measure.kernels.join_trace`),
+call of the same HLO kernel (`KernelTimes`, joined by `xlafuse.measurement.kernels.join_trace`),
 all its launches included (a fusion's memset too: the model does not see it, the GPU runs it).
 
 Per kernel: the ratio predicted / measured and the error `100 x (predicted - measured) /
@@ -30,7 +30,7 @@ from xlafuse.hlo.estimates import Estimate
 from xlafuse.hlo.fusion import KernelInfo
 
 if TYPE_CHECKING:  # a type only: the report reads this module without JAX
-    from xlafuse.measure.kernels import KernelTimes
+    from xlafuse.measurement.kernels import KernelTimes
 
 SCHEMA = "xlafuse.cost_model/1"
 TOP = 10

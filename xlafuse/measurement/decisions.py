@@ -5,7 +5,7 @@ Priority fusion (GPU) fuses a producer into its consumers when its cost model ex
 that fused it (`xlafuse.hlo.priority_dump`). Each `fusion` step is one decision taken.
 
 The measured gain comes from the kernel groups of `xlafuse diff` between the fused program (A,
-the default) and the unfused one (B, no-fusion), timed (`xlafuse.measure.kernel_diff`): a
+the default) and the unfused one (B, no-fusion), timed (`xlafuse.measurement.kernel_diff`): a
 decision belongs to the group of the default kernel that holds its producer's and consumer's
 instructions (names resolved to the unoptimized program, `xlafuse.hlo.explain.resolve_steps`);
 the group's `saved_s` (B's time - A's) is the gain of fusing what it holds, and its interval's
@@ -32,7 +32,7 @@ from xlafuse.hlo.explain import ResolvedStep, resolve_steps
 from xlafuse.hlo.ir import HloModule
 from xlafuse.hlo.priority_dump import PriorityDump
 from xlafuse.kinds import Verdict
-from xlafuse.measure.kernel_diff import TimedGroup
+from xlafuse.measurement.kernel_diff import TimedGroup
 
 SCHEMA = "xlafuse.fusion_decisions/1"
 TOP = 10
@@ -183,7 +183,7 @@ def decisions_of_diff(
     """`decisions_record` of A's priority-fusion dump against the timed groups of A vs B.
 
     Args:
-      dump: the dump of A's compile (its twin: `xlafuse.measure.predicted`).
+      dump: the dump of A's compile (its twin: `xlafuse.measurement.predicted`).
       reference: the unoptimized module both sides of `diff` were traced to.
       reference_text: its text (better tracing, as for the diff).
       diff: the FusionDiff from A (fused) to B.
