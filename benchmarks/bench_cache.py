@@ -1,5 +1,5 @@
 """How much faster the second `xlafuse inspect` of a compile-heavy program is: the caches of
-xlafuse's commands (`xlafuse.compile.cache`).
+xlafuse's commands (`xlafuse.compiler.cache`).
 
 Runs `xlafuse inspect --workload gpt2 --size small --mode train` (by default) in fresh
 processes with empty cache folders of their own (XDG_CACHE_HOME set to a temporary folder):
@@ -26,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from xlafuse.compile.cache import (
+from xlafuse.compiler.cache import (
     NO_CACHE_ENV,
     cache_entry_count,
     default_folder,
@@ -42,7 +42,7 @@ _COUNTED = """\
 import json, sys, time
 start = time.perf_counter()
 from jax._src import monitoring
-from xlafuse.compile import cache
+from xlafuse.compiler import cache
 from xlafuse.cli import main
 phases = {}
 def on_duration(event, seconds, **kwargs):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import statistics
 
-from xlafuse.measure.coldstart import measure_cold_start
+from xlafuse.measurement.coldstart import measure_cold_start
 
 
 def main() -> None:

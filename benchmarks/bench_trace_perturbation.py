@@ -30,7 +30,7 @@ from pathlib import Path
 import jax
 
 from xlafuse import models
-from xlafuse.measure.profile import device_kernel_events
+from xlafuse.measurement.profile import device_kernel_events
 from xlafuse.models.loops import cartpole  # noqa: F401  (registers the zoo's loops)
 
 ROUNDS, BURST = 7, 20

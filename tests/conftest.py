@@ -8,7 +8,7 @@ import jax
 import pytest
 from helpers import GPT2_TRAIN, recorded_hlo
 
-from xlafuse.compile.cache import NO_CACHE_ENV
+from xlafuse.compiler.cache import NO_CACHE_ENV
 
 SAMPLES = Path(__file__).parent / "data" / "h200-jax0.11.2"
 DUMP_FOLDER = SAMPLES / "dump_block_fwd"

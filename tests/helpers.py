@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 from xlafuse.cli import main
-from xlafuse.compile.devices import host_devices_env
+from xlafuse.compiler.devices import host_devices_env
 from xlafuse.errors import XlafuseError
 from xlafuse.experiment import runner
-from xlafuse.measure.calibrate import calibrate
+from xlafuse.measurement.calibrate import calibrate
 
 REPO = Path(__file__).resolve().parents[1]
 # Steps recorded on the H200 (jax 0.11.2): optimized HLO and kernel events per variant.
@@ -50,7 +50,7 @@ def recorded_kernel_times(folder: Path, variant: str, ceilings=(4.0e12, 1.0e12))
     text) of a recording's `<variant>` events joined to its HLO, at round ceilings."""
     from xlafuse.hlo import analyze_hlo
     from xlafuse.hlo.dataflow import producer_names
-    from xlafuse.measure.kernels import GPU_BASIS, Event, join_trace
+    from xlafuse.measurement.kernels import GPU_BASIS, Event, join_trace
 
     payload = json.loads(gzip.decompress((folder / f"{variant}.events.json.gz").read_bytes()))
     text = gzip.decompress((folder / f"{variant}.hlo.txt.gz").read_bytes()).decode()
@@ -129,7 +129,7 @@ FIRST_COLD_START_STEP = "cold start: new process, empty cache (import, build, co
 def stop_cold_start_after_one_step(monkeypatch) -> None:
     """`measure_cold_start` says its first step (FIRST_COLD_START_STEP), then fails: what a
     command shows of a child's progress, without starting one."""
-    from xlafuse.measure import coldstart
+    from xlafuse.measurement import coldstart
 
     def measure(*args, on_step=None, **kwargs):
         on_step(FIRST_COLD_START_STEP)

@@ -14,9 +14,9 @@ from helpers import config_file
 from xlafuse import models
 from xlafuse.cli import _devices as cli_devices
 from xlafuse.cli import main
-from xlafuse.compile import devices as devices_lib
+from xlafuse.compiler import devices as devices_lib
 from xlafuse.errors import XlafuseError
-from xlafuse.experiment import runner
+from xlafuse.experiment import plan
 from xlafuse.experiment.config import parse_config
 from xlafuse.models import registry
 from xlafuse.models.memory import WorkloadTooLargeError
@@ -263,7 +263,7 @@ def test_inspect_dot_into_a_folder_that_cannot_be_made(capsys):
 
 
 def test_diff_measure_traces_is_a_file(tmp_path, capsys, monkeypatch):
-    import xlafuse.measure.kernel_diff as kernel_diff
+    import xlafuse.measurement.kernel_diff as kernel_diff
 
     monkeypatch.setattr(kernel_diff, "measure_workload_diff", lambda *a: pytest.fail("measured"))
     afile = tmp_path / "afile"
@@ -290,7 +290,7 @@ def test_validate_names_a_missing_config_first(capsys):
 
 @pytest.mark.parametrize("calls", ["0", "-1"])
 def test_coldstart_calls_below_one(capsys, monkeypatch, calls):
-    from xlafuse.measure import coldstart
+    from xlafuse.measurement import coldstart
 
     monkeypatch.setattr(coldstart, "measure_cold_start", lambda *a, **k: pytest.fail("started"))
     line = _error(capsys, ["coldstart", "--workload", "chain", "--calls", calls])
@@ -323,7 +323,7 @@ def test_fresh_moves_the_old_report_aside_with_the_results(tmp_path):
     results = tmp_path / "results.jsonl"
     for name, text in (("results.jsonl", "{}\n"), ("report.md", "old"), ("speedup.png", "")):
         (tmp_path / name).write_text(text)
-    runner._move_aside(results)
+    plan.move_aside(results)
     left = sorted(p.name for p in tmp_path.iterdir())
     assert len(left) == 3 and not {"results.jsonl", "report.md", "speedup.png"} & set(left)
     stem = next(n for n in left if n.endswith(".jsonl.old")).removesuffix(".jsonl.old")
@@ -369,7 +369,7 @@ def exits(n: int = 4):
 
 
 def test_coldstart_of_a_function_that_raises_starts_no_child(capsys, monkeypatch):
-    from xlafuse.measure import coldstart
+    from xlafuse.measurement import coldstart
 
     monkeypatch.setattr(coldstart, "_run_child", lambda request: pytest.fail("started a child"))
     line = _error(capsys, ["coldstart", "--workload", f"{PROGRAMS}:raises", "--overrides", "n=7"])
@@ -382,7 +382,7 @@ def test_coldstart_of_a_function_that_raises_starts_no_child(capsys, monkeypatch
 def test_a_function_that_calls_sys_exit_is_one_line_naming_it(
     capsys, monkeypatch, tmp_path, command
 ):
-    from xlafuse.measure import coldstart
+    from xlafuse.measurement import coldstart
 
     monkeypatch.setattr(coldstart, "_run_child", lambda request: pytest.fail("started a child"))
     (tmp_path / "up.py").write_text(EXITS)

@@ -14,12 +14,12 @@ from helpers import config_file, run_cli
 
 from xlafuse import compare_outputs, models
 from xlafuse.cli import main
-from xlafuse.compile import variants
-from xlafuse.compile.jit import compile_workload
+from xlafuse.compiler import variants
+from xlafuse.compiler.jit import compile_workload
 from xlafuse.errors import XlafuseError
 from xlafuse.experiment.warmup import warmup
-from xlafuse.measure import coldstart, timing
-from xlafuse.measure.coldstart import run_aot_load, run_start, workload_spec
+from xlafuse.measurement import coldstart, timing
+from xlafuse.measurement.coldstart import run_aot_load, run_start, workload_spec
 from xlafuse.report.coldstart import (
     GRAPH_FLAGS,
     GRAPHS_SKIPPED,

@@ -7,8 +7,8 @@ import pytest
 from flax import nnx
 
 import xlafuse
-from xlafuse.compile.jit import _signature
-from xlafuse.measure.numerics import compare_outputs, tolerance
+from xlafuse.compiler.jit import _signature
+from xlafuse.measurement.numerics import compare_outputs, tolerance
 
 
 def mul_add_relu(x, a, b):

@@ -1,4 +1,4 @@
-"""The persistent compilation cache of xlafuse's commands (`xlafuse.compile.cache`).
+"""The persistent compilation cache of xlafuse's commands (`xlafuse.compiler.cache`).
 
 Hits are asserted from JAX's own monitoring events (`cache.cache_events`), never from times.
 Every cache lives in a temporary folder (XDG_CACHE_HOME): tests/conftest.py turns the cache off
@@ -17,11 +17,11 @@ import pytest
 
 import xlafuse
 from xlafuse.cli import main
-from xlafuse.compile import cache
-from xlafuse.compile.jit import compile_variant
+from xlafuse.compiler import cache
+from xlafuse.compiler.jit import compile_variant
 from xlafuse.experiment import fields
 from xlafuse.experiment.warmup import warmup
-from xlafuse.measure.coldstart import run_start
+from xlafuse.measurement.coldstart import run_start
 from xlafuse.report.cells import cell_tables
 from xlafuse.results import parts
 from xlafuse.results.records import CellResult
@@ -31,7 +31,7 @@ INSPECT = ["inspect", "--workload", "mlp", "--size", "tiny", "--top", "1"]
 # A command in a fresh process, as a user runs it, with JAX's cache counters printed last.
 _COUNTED = """\
 import json, sys
-from xlafuse.compile import cache
+from xlafuse.compiler import cache
 from xlafuse.cli import main
 with cache.cache_events() as counted:
     code = main(sys.argv[1:])
@@ -141,8 +141,8 @@ def test_compare_after_compile_shows_the_compile_as_cached():
 
 def test_a_cached_compile_is_recorded_and_reported_as_cached():
     x = np.ones(8, np.float32)
-    first = compile_variant(_double_plus_one, (x,), {}, "default", {})
-    again = compile_variant(_double_plus_one, (x,), {}, "default", {})
+    first = compile_variant(_double_plus_one, (x,), {}, "default")
+    again = compile_variant(_double_plus_one, (x,), {}, "default")
 
     assert again.compile_cached and not first.compile_cached
     part = fields.compile_part(again)

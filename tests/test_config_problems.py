@@ -11,7 +11,7 @@ from helpers import config_file
 
 import xlafuse
 from xlafuse.cli import main
-from xlafuse.compile.variants import DISABLE_PASSES, Variant, from_options
+from xlafuse.compiler.variants import DISABLE_PASSES, Variant, from_options
 from xlafuse.errors import XlafuseError
 from xlafuse.experiment.config import parse_config
 from xlafuse.models import user

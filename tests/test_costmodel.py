@@ -32,8 +32,8 @@ from xlafuse.hlo.explain import ResolvedStep
 from xlafuse.hlo.parse import parse_hlo
 from xlafuse.hlo.priority_dump import FusionStep, read_priority_dump
 from xlafuse.kinds import Verdict
-from xlafuse.measure import cell_kernels, costmodel
-from xlafuse.measure.costmodel import (
+from xlafuse.measurement import cell_kernels, costmodel
+from xlafuse.measurement.costmodel import (
     NO_ESTIMATE,
     NO_LIBRARY,
     NO_OP,
@@ -46,11 +46,11 @@ from xlafuse.measure.costmodel import (
     ranks,
     spearman,
 )
-from xlafuse.measure.decisions import decisions_of_diff, decisions_record, fusion_decisions
-from xlafuse.measure.kernel_diff import TimedGroup, timed_groups
-from xlafuse.measure.kernels import GPU_BASIS, KernelTime, KernelTimes, join_trace
-from xlafuse.measure.predicted import twin_of
-from xlafuse.measure.stats import Difference
+from xlafuse.measurement.decisions import decisions_of_diff, decisions_record, fusion_decisions
+from xlafuse.measurement.kernel_diff import TimedGroup, timed_groups
+from xlafuse.measurement.kernels import GPU_BASIS, KernelTime, KernelTimes, join_trace
+from xlafuse.measurement.predicted import twin_of
+from xlafuse.measurement.stats import Difference
 from xlafuse.report.costmodel import cost_model_plot, study_section
 from xlafuse.report.markdown import render_markdown
 from xlafuse.results import parts
@@ -419,7 +419,14 @@ def traced_cell(tmp_path, variant, baseline=None, twin="filled"):
     compiled = Compiled(analyze_hlo(text), text)
     labels = ("default", variant)
     return cell_kernels.kernel_fields(
-        folder, None, compiled, None, 3, (None, None), baseline, labels, twin
+        folder,
+        compiled,
+        None,
+        results_dir=None,
+        calls=3,
+        labels=labels,
+        baseline=baseline,
+        twin=twin,
     )
 
 

@@ -1,7 +1,7 @@
 """XLA's cost model against the measured kernels on a real GPU (issue 28).
 
 The option `xla_gpu_collect_cost_model_stats` must change no kernel and no device time (the
-run's twin compile relies on it: `xlafuse.measure.predicted`), and on transformer_block's full
+run's twin compile relies on it: `xlafuse.measurement.predicted`), and on transformer_block's full
 forward every fusion must get a prediction and a measured time (the recording of the same,
 `tests/data/costmodel-transformer_block`, is read on the CPU by `tests/test_costmodel.py`).
 """
@@ -10,17 +10,17 @@ import pytest
 from helpers import FAST_TIMING, run_in_new_folder
 
 from xlafuse import models
-from xlafuse.compile.jit import compile_workload
-from xlafuse.compile.variants import from_options
-from xlafuse.compile.variants import get as get_variant
+from xlafuse.compiler.jit import compile_workload
+from xlafuse.compiler.variants import from_options
+from xlafuse.compiler.variants import get as get_variant
 from xlafuse.experiment.config import parse_config
 from xlafuse.hlo.estimates import COST_MODEL_OPTION
 from xlafuse.kinds import Verdict
-from xlafuse.measure.costmodel import NO_LIBRARY, join_costs
-from xlafuse.measure.kernel_diff import trace_kernel_times
-from xlafuse.measure.predicted import compile_twin
-from xlafuse.measure.profile import profile_device_time
-from xlafuse.measure.stats import difference_interval
+from xlafuse.measurement.costmodel import NO_LIBRARY, join_costs
+from xlafuse.measurement.kernel_diff import trace_kernel_times
+from xlafuse.measurement.predicted import compile_twin
+from xlafuse.measurement.profile import profile_device_time
+from xlafuse.measurement.stats import difference_interval
 
 pytestmark = pytest.mark.gpu
 CALLS = 20

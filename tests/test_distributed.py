@@ -198,13 +198,13 @@ def test_resume_refuses_a_folder_measured_with_another_layout(launched_2x2, tmp_
 
 @pytest.mark.parametrize("layout", list(LAYOUTS))
 def test_one_step_updates_the_parameters_as_one_process_does(layout, tmp_path):
-    """Judged by the train-step rule of `xlafuse.measure.numerics`: Adam's first step moves a
+    """Judged by the train-step rule of `xlafuse.measurement.numerics`: Adam's first step moves a
     parameter by about lr whatever its gradient's size, so a gradient within rounding of zero
     may move it either way (an element-wise 1e-5 failed on one parameter of 16,384 here)."""
     import jax
 
     from xlafuse import models
-    from xlafuse.measure.numerics import host_outputs, judge_workload
+    from xlafuse.measurement.numerics import host_outputs, judge_workload
 
     processes, devices = LAYOUTS[layout]
     env = _env(devices)

@@ -18,7 +18,7 @@ from helpers import REPO, run_cli
 from xlafuse.distributed import arrays, launch, lockstep, messages, runtime, watch
 from xlafuse.errors import XlafuseError
 from xlafuse.experiment import fields
-from xlafuse.measure import timing
+from xlafuse.measurement import timing
 from xlafuse.models.names import Cell
 from xlafuse.results.records import CellResult, append_result
 from xlafuse.results.settings import check_resumable
@@ -245,7 +245,7 @@ def test_the_shipped_config_is_valid_on_a_cpu():
 
 
 def test_each_process_keeps_its_trace_in_its_own_folder(tmp_path):
-    from xlafuse.measure.cell_kernels import new_trace_dir
+    from xlafuse.measurement.cell_kernels import new_trace_dir
 
     cell = "mlp/tiny/train/auto/{}/default/cpu/data4/processes2x2"
     folders = [new_trace_dir(tmp_path, cell, True, i) for i in (0, 1)]

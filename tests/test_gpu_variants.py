@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import pytest
 
 import xlafuse
-from xlafuse.compile.passes import known_passes
+from xlafuse.compiler.passes import known_passes
 
 pytestmark = pytest.mark.gpu
 

@@ -11,7 +11,7 @@ import pytest
 
 tokamax = pytest.importorskip("tokamax", reason='needs tokamax (the optional extra ".[tokamax]")')
 
-from xlafuse.compile.jit import compile_workload  # noqa: E402
+from xlafuse.compiler.jit import compile_workload  # noqa: E402
 from xlafuse.experiment.compare import compare_workload  # noqa: E402
 from xlafuse.experiment.config import parse_config  # noqa: E402
 from xlafuse.experiment.runner import run_experiment  # noqa: E402

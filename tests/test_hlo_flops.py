@@ -10,7 +10,7 @@ import pytest
 from jax import lax
 
 from xlafuse import models
-from xlafuse.compile.jit import compile_workload
+from xlafuse.compiler.jit import compile_workload
 from xlafuse.hlo import analyze_hlo, analyze_module, instruction_flops, module_flops, parse_hlo
 from xlafuse.hlo.flops import _undilated_pairs
 

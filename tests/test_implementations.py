@@ -19,14 +19,14 @@ from helpers import run_cli
 from jax.experimental import pallas as pl
 
 import xlafuse
-from xlafuse.compile import jit, variants
+from xlafuse.compiler import jit, variants
 from xlafuse.errors import XlafuseError
 from xlafuse.experiment.config import load_config
 from xlafuse.experiment.runner import run_experiment
 from xlafuse.hlo import analyze_hlo
-from xlafuse.measure.kernels import join_trace
-from xlafuse.measure.reference import INTERPRETED_BASIS
-from xlafuse.measure.validate import ModeledKernel
+from xlafuse.measurement.kernels import join_trace
+from xlafuse.measurement.reference import INTERPRETED_BASIS
+from xlafuse.measurement.validate import ModeledKernel
 from xlafuse.models import implementations, registry
 from xlafuse.report.lines import cell_line
 from xlafuse.results.records import CellResult

@@ -1,4 +1,4 @@
-"""The result cache of `xlafuse inspect --workload` (`xlafuse.compile.cache.result_key`,
+"""The result cache of `xlafuse inspect --workload` (`xlafuse.compiler.cache.result_key`,
 `xlafuse.cli.inspect_cmd`): the second inspect of the same program reads the first one's HLO.
 
 A hit is told by the command's own note on stderr and by JAX's events (no backend compile: the
@@ -15,7 +15,7 @@ import sys
 import pytest
 
 from xlafuse.cli import main
-from xlafuse.compile import cache
+from xlafuse.compiler import cache
 
 INSPECT = ["inspect", "--workload", "mlp", "--size", "tiny", "--top", "3"]
 NOTE = re.compile(
@@ -27,7 +27,7 @@ NOTE = re.compile(
 # A command in a fresh process, as a user runs it, with JAX's backend compiles printed last.
 _COUNTED = """\
 import json, sys
-from xlafuse.compile import cache
+from xlafuse.compiler import cache
 from xlafuse.cli import main
 with cache.cache_events() as counted:
     code = main(sys.argv[1:])

@@ -295,7 +295,7 @@ def test_pass_cache_is_keyed_by_backend_platform_version_and_jaxlib(tmp_path, mo
 
     import jaxlib
 
-    from xlafuse.compile import passes
+    from xlafuse.compiler import passes
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     monkeypatch.setattr(passes, "_probe_passes", lambda backend: frozenset({"probed"}))

@@ -12,12 +12,12 @@ import re
 import pytest
 from helpers import FAST_TIMING, run_in_new_folder
 
-from xlafuse.compile.jit import compile_workload
-from xlafuse.compile.variants import get as get_variant
+from xlafuse.compiler.jit import compile_workload
+from xlafuse.compiler.variants import get as get_variant
 from xlafuse.experiment.config import parse_config
 from xlafuse.hlo import analyze_hlo
 from xlafuse.hlo.dataflow import producer_names
-from xlafuse.measure.kernels import CPU_BASIS, TABLE_COLUMNS, read_kernel_table, table_rows
+from xlafuse.measurement.kernels import CPU_BASIS, TABLE_COLUMNS, read_kernel_table, table_rows
 from xlafuse.models.names import Cell
 from xlafuse.report.html import render_html
 from xlafuse.report.html_data import KERNEL_COLUMNS

@@ -21,8 +21,8 @@ from xlafuse.hlo import analyze_hlo
 from xlafuse.hlo.diff import diff_modules
 from xlafuse.hlo.ir import portable_source
 from xlafuse.hlo.parse import parse_hlo
-from xlafuse.measure.kernel_diff import kernel_diff_record, time_groups
-from xlafuse.measure.kernels import (
+from xlafuse.measurement.kernel_diff import kernel_diff_record, time_groups
+from xlafuse.measurement.kernels import (
     CPU_BASIS,
     GPU_BASIS,
     REPEATED,
@@ -32,10 +32,10 @@ from xlafuse.measure.kernels import (
     read_kernel_table,
     trace_events,
 )
-from xlafuse.measure.profile import read_trace, trace_calls
-from xlafuse.measure.stats import difference_interval
-from xlafuse.measure.timing import same_args
-from xlafuse.measure.validate import mangle
+from xlafuse.measurement.profile import read_trace, trace_calls
+from xlafuse.measurement.stats import difference_interval
+from xlafuse.measurement.timing import same_args
+from xlafuse.measurement.validate import mangle
 from xlafuse.report.kernels import savings_section, top_kernels_table
 
 DATA = Path(__file__).parent / "data" / "trace-chain4"

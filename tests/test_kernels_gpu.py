@@ -3,10 +3,10 @@
 import pytest
 
 from xlafuse import models
-from xlafuse.compile.jit import compile_workload
-from xlafuse.measure.kernel_diff import measure_workload_diff, trace_kernel_times
-from xlafuse.measure.kernels import GPU_BASIS, find_trace
-from xlafuse.measure.profile import read_trace
+from xlafuse.compiler.jit import compile_workload
+from xlafuse.measurement.kernel_diff import measure_workload_diff, trace_kernel_times
+from xlafuse.measurement.kernels import GPU_BASIS, find_trace
+from xlafuse.measurement.profile import read_trace
 from xlafuse.models.names import Cell
 
 pytestmark = pytest.mark.gpu

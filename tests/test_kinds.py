@@ -3,14 +3,17 @@ are written as the strings records have always held (issue 30)."""
 
 from __future__ import annotations
 
+import ast
 import json
+from pathlib import Path
 
 import pytest
 
-from xlafuse.compile.variants import Variant, get
+import xlafuse
+from xlafuse.compiler.variants import Variant, get
 from xlafuse.hlo import analyze_hlo
-from xlafuse.kinds import Framework, FusionKind, Status, Verdict
-from xlafuse.measure import stats
+from xlafuse.kinds import Backend, Figure, Framework, FusionKind, Mode, Status, Verdict, member
+from xlafuse.measurement import stats
 from xlafuse.results.records import CellResult, parse_file
 
 NAME = {"workload": "mlp", "size": "tiny", "mode": "forward", "dtype": "float32"}
@@ -71,3 +74,59 @@ def test_a_fused_kernels_kind_is_a_member_and_a_single_ops_its_opcode():
     assert kinds == {"f": FusionKind.INPUT, "c": "copy"}
     assert kinds["f"] is FusionKind.INPUT
     assert json.loads(json.dumps(dict(report.kinds))) == {"kInput": 1}
+
+
+def bare_string_compares(root: Path, values: set[str]) -> list[str]:
+    """`FILE:LINE: == 'train'` for each comparison in the package with one of `values` as a bare
+    string: an operand of `==`/`!=`, or in a literal tuple, list or set that `in` tests."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.Compare):
+                continue
+            lefts = [node.left, *node.comparators[:-1]]
+            for op, left, right in zip(node.ops, lefts, node.comparators, strict=True):
+                if isinstance(op, ast.Eq | ast.NotEq):
+                    operands = [left, right]
+                elif isinstance(op, ast.In | ast.NotIn) and isinstance(
+                    right, ast.Tuple | ast.List | ast.Set
+                ):
+                    operands = right.elts
+                else:
+                    continue
+                for operand in operands:
+                    if isinstance(operand, ast.Constant) and operand.value in values:
+                        where = path.relative_to(root.parent)
+                        found.append(
+                            f"{where}:{node.lineno}: {type(op).__name__} {operand.value!r}"
+                        )
+    return found
+
+
+# Verdict's "same" is also a kernel group's kind (`hlo.diff`), another set: left out here.
+CLOSED_SETS = (Mode, Backend, Figure, Framework, Status, FusionKind)
+
+
+def test_no_closed_set_is_compared_as_a_bare_string():
+    values = {member.value for kind in CLOSED_SETS for member in kind}
+    assert bare_string_compares(Path(xlafuse.__file__).parent, values) == []
+
+
+def test_the_scan_sees_equality_and_membership_in_literals(tmp_path):
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "a.py").write_text(
+        'if mode == "train" or "gpu" != backend or lead in ("latency", x):\n    pass\n'
+        'if "error" in message or mode == Mode.TRAIN:\n    pass\n'
+    )
+    assert bare_string_compares(tmp_path / "pkg", {"train", "gpu", "latency", "error"}) == [
+        "pkg/a.py:1: Eq 'train'",
+        "pkg/a.py:1: NotEq 'gpu'",
+        "pkg/a.py:1: In 'latency'",
+    ]
+
+
+def test_mode_backend_and_figure_are_members_that_equal_their_strings():
+    assert (Mode.TRAIN, Backend.GPU, Figure.PIPELINED) == ("train", "gpu", "pipelined")
+    assert member(Mode, "forward", "mode") is Mode.FORWARD
+    with pytest.raises(TypeError, match=r"^backend 'tpu' is not one of cpu, gpu$"):
+        member(Backend, "tpu", "backend")

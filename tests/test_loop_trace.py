@@ -14,8 +14,8 @@ from helpers import CARTPOLE_FULL
 
 from xlafuse.hlo import analyze_hlo
 from xlafuse.hlo.loops import PER_CALL
-from xlafuse.measure.kernels import Event, join_trace
-from xlafuse.measure.validate import is_memcpy
+from xlafuse.measurement.kernels import Event, join_trace
+from xlafuse.measurement.validate import is_memcpy
 
 
 @pytest.fixture(scope="module")

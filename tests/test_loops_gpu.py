@@ -5,7 +5,7 @@ import pytest
 
 import xlafuse
 from xlafuse import models
-from xlafuse.compile.jit import compile_workload
+from xlafuse.compiler.jit import compile_workload
 from xlafuse.hlo.loops import PER_CALL
 
 pytestmark = pytest.mark.gpu

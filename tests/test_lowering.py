@@ -47,7 +47,7 @@ CPU_ONLY = pytest.mark.skipif(
 @CPU_ONLY
 def test_a_sharded_cell_keeps_its_devices_in_the_cold_start_spec(monkeypatch):
     from xlafuse.experiment.config import WorkloadConfig
-    from xlafuse.measure import coldstart
+    from xlafuse.measurement import coldstart
 
     cell = WorkloadConfig(name="mlp", mode="train", devices=2, parallelism="model")
     spec = coldstart.workload_spec(cell.cell)
@@ -79,7 +79,7 @@ def test_warmup_of_a_sharded_config_compiles_the_sharded_program(tmp_path, capfd
 
 @CPU_ONLY
 def test_cold_start_of_a_sharded_cell_runs_the_sharded_program():
-    from xlafuse.measure import coldstart
+    from xlafuse.measurement import coldstart
     from xlafuse.models.names import Cell
 
     cell = Cell("mlp", mode="train", devices=2, parallelism="model")

@@ -4,10 +4,10 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from xlafuse.measure import calibrate as calibrate_module
-from xlafuse.measure import timing
-from xlafuse.measure.calibrate import calibrate
-from xlafuse.measure.profile import profile_device_time
+from xlafuse.measurement import calibrate as calibrate_module
+from xlafuse.measurement import timing
+from xlafuse.measurement.calibrate import calibrate
+from xlafuse.measurement.profile import profile_device_time
 
 
 class FakeClock:

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from xlafuse import UnknownNameError, models
-from xlafuse.compile import variants
-from xlafuse.measure.numerics import host_outputs, judge_workload
+from xlafuse.compiler import variants
+from xlafuse.measurement.numerics import host_outputs, judge_workload
 from xlafuse.models import resnet, transformer
 
 NO_FUSION = variants.get("no-fusion").compiler_options(jax.default_backend())

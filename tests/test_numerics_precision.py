@@ -17,17 +17,17 @@ import numpy as np
 import optax
 import pytest
 
-from xlafuse.compile.jit import compile_variant
+from xlafuse.compiler.jit import compile_variant
 from xlafuse.experiment.fields import numerics_part
-from xlafuse.measure import numerics
-from xlafuse.measure.numerics import (
+from xlafuse.measurement import numerics
+from xlafuse.measurement.numerics import (
     computed_precision,
     dot_precision,
     host_outputs,
     judge_workload,
     judging_precision,
 )
-from xlafuse.measure.reference import Reference, judge_against
+from xlafuse.measurement.reference import Reference, judge_against
 from xlafuse.models.user import workload_from
 from xlafuse.report.cells import _numerics
 from xlafuse.results.records import CellResult
@@ -127,7 +127,7 @@ def test_the_cpu_and_older_gpus_keep_float32():
     assert dot_precision(DEFAULT, backend="gpu", compute_capability="7.0") is None  # V100
     assert dot_precision(DEFAULT, backend="gpu", compute_capability=None) is None
     # A float32 matmul compiled here (the CPU) ran in float32.
-    compiled = compile_variant(jnp.matmul, (jnp.ones((8, 8)), jnp.ones((8, 8))), {}, "default", {})
+    compiled = compile_variant(jnp.matmul, (jnp.ones((8, 8)), jnp.ones((8, 8))), {}, "default")
     assert compiled.backend == "cpu" and " dot(" in compiled.hlo_text
     assert computed_precision(compiled) is None
 

@@ -12,7 +12,7 @@ import pytest
 
 from xlafuse.experiment import runner
 from xlafuse.experiment.config import load_config
-from xlafuse.measure.timing import TimingSettings
+from xlafuse.measurement.timing import TimingSettings
 from xlafuse.report.lines import LINE_WIDTH, cell_line, lead, lead_time, reference_time
 from xlafuse.report.markdown import render_markdown
 from xlafuse.results.records import append_result, latest_per_cell, read_results

@@ -5,8 +5,8 @@ import types
 import pytest
 
 from xlafuse.experiment import fields
-from xlafuse.measure.collectives import CommProfile
-from xlafuse.measure.timing import Timing
+from xlafuse.measurement.collectives import CommProfile
+from xlafuse.measurement.timing import Timing
 from xlafuse.results import parts
 
 
@@ -46,7 +46,7 @@ def test_comm_part_from_the_profiles_json_form():
 
 
 def test_a_run_resolves_each_variant_once(tmp_path, monkeypatch):
-    from xlafuse.compile import variants
+    from xlafuse.compiler import variants
     from xlafuse.experiment import runner
     from xlafuse.experiment.config import parse_config
 
@@ -68,8 +68,8 @@ def test_a_run_resolves_each_variant_once(tmp_path, monkeypatch):
 
 
 def test_a_speedup_without_a_pipelined_figure_leads_with_latency():
-    from xlafuse.measure import timing
-    from xlafuse.measure.stats import Speedup
+    from xlafuse.measurement import timing
+    from xlafuse.measurement.stats import Speedup
 
     reference = Timing(2.0, 1.0, 3.0, 0.5, 9, 1.5, 10, 2, 0.25)
     latency = Speedup(0.5, (0.4, 0.6), "slower", True)

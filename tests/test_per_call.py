@@ -12,7 +12,7 @@ from helpers import run_cli
 
 import xlafuse
 from xlafuse import models
-from xlafuse.compile.jit import compile_workload
+from xlafuse.compiler.jit import compile_workload
 from xlafuse.hlo.loops import PER_CALL, PER_ITERATION
 from xlafuse.inspect.schema import InspectResult
 from xlafuse.report.inspect_text import render_summary

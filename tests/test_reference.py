@@ -14,10 +14,10 @@ import types
 
 import pytest
 
-from xlafuse.kinds import Verdict
-from xlafuse.measure import timing
-from xlafuse.measure.reference import Reference, compared_apart, judge_against, time_against
-from xlafuse.measure.timing import TimingSettings
+from xlafuse.kinds import Backend, Verdict
+from xlafuse.measurement import timing
+from xlafuse.measurement.reference import Reference, compared_apart, judge_against, time_against
+from xlafuse.measurement.timing import TimingSettings
 
 SETTINGS = TimingSettings(warmup=1, min_time_s=0, min_iters=3, max_iters=60, repeats=1)
 
@@ -118,6 +118,7 @@ def torch_measure(monkeypatch):
     program.TorchProgram = object
     for name in ("build_program", "host_outputs", "synchronize"):
         setattr(program, name, lambda *a, **k: pytest.fail("the fake twin builds nothing"))
+    program.backend_of = lambda device: Backend(device.type)  # a fake device of type "cpu"
     fakes = {"torch": torch, "torch.utils": torch.utils, "torch.utils._python_dispatch": dispatch}
     fakes["xlafuse.torch.program"] = program
     for name, module in fakes.items():

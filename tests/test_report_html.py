@@ -15,7 +15,7 @@ from helpers import GPT2_TRAIN, recorded_kernel_times, with_recorded_table
 from xlafuse.cli import main
 from xlafuse.experiment import runner
 from xlafuse.hlo.dataflow import producer_names
-from xlafuse.measure.kernels import hlo_kernel_table, read_kernel_table
+from xlafuse.measurement.kernels import hlo_kernel_table, read_kernel_table
 from xlafuse.report.html import ALL_FAILED, NO_CELLS, REPORT_HTML, render_html
 from xlafuse.report.html_data import KERNEL_COLUMNS, kernel_rows
 from xlafuse.report.html_graph import workload_graph

@@ -12,7 +12,7 @@ from xlafuse.cli import main
 from xlafuse.errors import XlafuseError
 from xlafuse.experiment import runner
 from xlafuse.experiment.config import VariantConfig, parse_config
-from xlafuse.measure import timing
+from xlafuse.measurement import timing
 from xlafuse.results.records import (
     FLAT_KEYS,
     append_result,
@@ -187,16 +187,16 @@ def test_fresh_starts_over(first_run, tmp_path, compiles):
 
 
 def test_failing_cells_are_recorded_and_the_sweep_goes_on(tmp_path, monkeypatch):
-    from xlafuse import models
+    from xlafuse.models import registry
 
-    real_build = models.build
+    real_build = registry.build
 
     def build(name, *args, **kwargs):
         if name == "cos_relu":
             raise RuntimeError("RESOURCE_EXHAUSTED: out of memory (simulated)")
         return real_build(name, *args, **kwargs)
 
-    monkeypatch.setattr(models, "build", build)
+    monkeypatch.setattr(registry, "build", build)  # what `Cell.build` calls
     config = _config(tmp_path, workloads=[{"name": "cos_relu"}, {"name": "gelu"}])
     # Past validation (which rejects it): XLA refuses the option when the cell compiles.
     bad = VariantConfig("bad-option", None, {"xla_no_such_option": True})

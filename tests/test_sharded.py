@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 from helpers import run_on_host_devices
 
-from xlafuse.compile.devices import forced_host_devices, with_host_devices
+from xlafuse.compiler.devices import forced_host_devices, with_host_devices
 from xlafuse.hlo.collectives import collectives_of_text, group_size, ring_bytes
 
 F32 = 4

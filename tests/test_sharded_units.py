@@ -7,11 +7,11 @@ import json
 import pytest
 
 from xlafuse.cli import main
-from xlafuse.compile import variants
+from xlafuse.compiler import variants
 from xlafuse.errors import XlafuseError
 from xlafuse.experiment.config import parse_config
-from xlafuse.measure.collectives import comm_profile, is_comm_kernel
-from xlafuse.measure.profile import summarize_device
+from xlafuse.measurement.collectives import comm_profile, is_comm_kernel
+from xlafuse.measurement.profile import summarize_device
 from xlafuse.models import build
 from xlafuse.models.names import Cell
 from xlafuse.models.sharding import DeviceCountError, check_device_count, leaf_spec

@@ -13,7 +13,7 @@ from helpers import FAST_TIMING
 
 import xlafuse
 from xlafuse.cli import main
-from xlafuse.compile import static
+from xlafuse.compiler import static
 from xlafuse.models import user
 from xlafuse.results.records import read_results
 

@@ -18,14 +18,14 @@ torch = pytest.importorskip("torch")
 
 from xlafuse import models  # noqa: E402
 from xlafuse.cli import main  # noqa: E402
-from xlafuse.compile.jit import MeasureRequest  # noqa: E402
-from xlafuse.compile.variants import get as get_variant  # noqa: E402
+from xlafuse.compiler.jit import MeasureRequest  # noqa: E402
+from xlafuse.compiler.variants import get as get_variant  # noqa: E402
 from xlafuse.experiment import runner  # noqa: E402
 from xlafuse.experiment.config import load_config, parse_config  # noqa: E402
-from xlafuse.measure import timing as TIMING  # noqa: E402
-from xlafuse.measure.numerics import host_outputs, judge_workload  # noqa: E402
-from xlafuse.measure.reference import Reference  # noqa: E402
-from xlafuse.measure.timing import TimingSettings  # noqa: E402
+from xlafuse.measurement import timing as TIMING  # noqa: E402
+from xlafuse.measurement.numerics import host_outputs, judge_workload  # noqa: E402
+from xlafuse.measurement.reference import Reference  # noqa: E402
+from xlafuse.measurement.timing import TimingSettings  # noqa: E402
 from xlafuse.report.torch import frameworks_section  # noqa: E402
 from xlafuse.results.records import CellResult  # noqa: E402
 from xlafuse.torch import convert, twins  # noqa: E402
@@ -377,7 +377,7 @@ def test_cuda_graph_input_copies_are_counted_apart_and_reported():
 def test_twins_get_the_reference_profile_from_the_xla_phase(tmp_path, monkeypatch):
     # On a GPU, jax's profiler cannot trace once torch's has run: the twins, measured after every
     # XLA cell, compare their device time with the profile the reference had in the XLA phase.
-    from xlafuse.measure.profile import DeviceProfile
+    from xlafuse.measurement.profile import DeviceProfile
 
     fake = DeviceProfile(
         device_time_s=1e-3, device_kernels_per_call=1, calls=3, per_call_s=(1e-3,) * 3

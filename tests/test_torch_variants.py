@@ -10,8 +10,8 @@ import pytest
 
 from xlafuse import models
 from xlafuse.cli import main
-from xlafuse.compile import variants
-from xlafuse.compile.jit import compile_workload
+from xlafuse.compiler import variants
+from xlafuse.compiler.jit import compile_workload
 from xlafuse.errors import XlafuseError
 from xlafuse.experiment.config import parse_config
 from xlafuse.report.torch import frameworks_section

@@ -9,7 +9,7 @@ from helpers import FAST_TIMING, run_in_new_folder, small_calibration
 from xlafuse.cli import main
 from xlafuse.experiment import runner
 from xlafuse.experiment.config import parse_config
-from xlafuse.measure.cell_kernels import trace_folder_name
+from xlafuse.measurement.cell_kernels import trace_folder_name
 from xlafuse.results.records import load_results
 
 CHAIN = [{"name": "chain", "overrides": {"ops": 4}}]
@@ -165,7 +165,7 @@ def test_diff_measure_refuses_files(capsys):
 
 
 def test_cpu_profile_without_a_folder_traces_nothing():
-    from xlafuse.measure.profile import profile_device_time
+    from xlafuse.measurement.profile import profile_device_time
 
     assert profile_device_time(lambda x: x + 1, (jnp.ones(4),), 2) is None
 

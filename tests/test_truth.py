@@ -12,14 +12,14 @@ import pytest
 from helpers import FAST_TIMING, small_calibration
 
 from xlafuse import models
-from xlafuse.compile import child, protocol, variants
-from xlafuse.compile.jit import compile_workload, unoptimized_hlo
+from xlafuse.compiler import child, protocol, variants
+from xlafuse.compiler.jit import compile_workload, unoptimized_hlo
 from xlafuse.experiment import fields, runner
 from xlafuse.experiment.compare import compare_workload
 from xlafuse.experiment.config import parse_config
 from xlafuse.inspect.targets import inspect_target
-from xlafuse.measure import stats, timing
-from xlafuse.measure.numerics import compare_train_steps, host_outputs, judge_workload
+from xlafuse.measurement import stats, timing
+from xlafuse.measurement.numerics import compare_train_steps, host_outputs, judge_workload
 from xlafuse.models.names import Cell
 
 TRAINABLE = models.available("train")

@@ -350,7 +350,7 @@ def test_a_program_that_fails_in_one_cell_is_an_error_record_and_the_run_goes_on
 
 
 def test_a_child_process_rebuilds_a_program_of_the_users(tmp_path, monkeypatch):
-    from xlafuse.measure import coldstart
+    from xlafuse.measurement import coldstart
 
     monkeypatch.chdir(tmp_path)
     user.import_target(MY_MODELS)
@@ -370,7 +370,7 @@ def test_the_docs_example_runs_as_written(monkeypatch, capsys):
 
     from xlafuse.experiment import measure_fn
     from xlafuse.experiment.fields import ceilings_part
-    from xlafuse.measure.timing import TimingSettings
+    from xlafuse.measurement.timing import TimingSettings
 
     text = (REPO / "docs" / "your-model.md").read_text()
     code = text.split("```python\n", 1)[1].split("```", 1)[0]

@@ -18,11 +18,11 @@ import jax
 import pytest
 
 from xlafuse.cli import main
-from xlafuse.compile.protocol import error_line
+from xlafuse.compiler.protocol import error_line
 from xlafuse.errors import XlafuseError
-from xlafuse.measure import validate, validate_child, validate_run
-from xlafuse.measure.ncu import ncu_command, ncu_flags, parse_ncu_csv, to_bytes, to_seconds
-from xlafuse.measure.validate import (
+from xlafuse.measurement import validate, validate_child, validate_run
+from xlafuse.measurement.ncu import ncu_command, ncu_flags, parse_ncu_csv, to_bytes, to_seconds
+from xlafuse.measurement.validate import (
     ModeledKernel,
     base_name,
     compare_kernels,
@@ -30,8 +30,13 @@ from xlafuse.measure.validate import (
     mangle,
     modeled_kernels,
 )
-from xlafuse.measure.validate_run import file_stem
-from xlafuse.report.validation import format_text, render_markdown, write_validation
+from xlafuse.measurement.validate_run import file_stem
+from xlafuse.report.validation import (
+    format_text,
+    render_markdown,
+    summary_lines,
+    write_validation,
+)
 
 NCU_DATA = Path(__file__).parent / "data" / "ncu"
 GIB = 1 << 30
@@ -166,7 +171,7 @@ def test_time_against_profiler_per_call_and_per_kernel():
 def test_a_miss_within_one_l2_in_the_flush_direction_is_explained():
     # Measured on the H200 (ResNet-50 forward, no-fusion, `wrapped_maximum`): modeled 308.3 MB,
     # ncu 285.0 MB and 69.4 us, profiler 74.3 us. One 60 MB L2 at 285 MB / 69.4 us is 14.6 us.
-    from xlafuse.measure.ncu import NcuKernel
+    from xlafuse.measurement.ncu import NcuKernel
 
     def judged(modeled, dram, ncu_us, profiler_us):
         launch = NcuKernel(0, 1, "wrapped_maximum", dram - 100, 100, ncu_us * 1e-6)
@@ -472,7 +477,7 @@ def test_validate_one_gib_chain_on_the_gpu(variant, kernels, tmp_path):
 @pytest.mark.gpu
 @pytest.mark.skipif(shutil.which("ncu") is None, reason="needs Nsight Compute (ncu) on PATH")
 def test_validate_detail_says_the_fused_chain_is_memory_bound_on_the_gpu(tmp_path):
-    from xlafuse.measure.ncu import DETAIL_METRICS
+    from xlafuse.measurement.ncu import DETAIL_METRICS
 
     result = validate_run.validate_cell(CHAIN, "default", cache_dir=tmp_path / "cache", detail=True)
     (row,) = result.rows
@@ -547,7 +552,7 @@ def test_child_past_its_timeout_is_stopped(tmp_path):
 
 
 def _fake_launches(names):
-    from xlafuse.measure.ncu import NcuKernel
+    from xlafuse.measurement.ncu import NcuKernel
 
     return [NcuKernel(i, 1, name, 1, 1, 1e-6) for i, name in enumerate(names)]
 
@@ -558,3 +563,26 @@ def _no_library(name, *args, **kwargs):
 
 def test_modeled_kernel_from_tuple_defaults():
     assert ModeledKernel("x", 4) == validate._modeled(("x", 4))
+
+
+def test_an_l2_size_the_device_did_not_report_is_said_to_be_assumed():
+    measured = parse_ncu_csv(_csv("default"))
+    assumed = compare_kernels(DEFAULT_KERNELS, measured, workload=CHAIN, variant="default")
+    reported = compare_kernels(
+        DEFAULT_KERNELS, measured, l2_bytes=62_914_560, workload=CHAIN, variant="default"
+    )
+    bytes_line = next(line for line in summary_lines(assumed) if line.startswith("- bytes:"))
+    assert bytes_line == (
+        "- bytes: 1 of 1 judged kernels within 10% (judged: modeled bytes >= 4 x 60.0 MB L2 = "
+        "240.0 MB; L2 size assumed: 60 MB (the H200's, rounded down; the device did not report one))"
+    )
+    bytes_line = next(line for line in summary_lines(reported) if line.startswith("- bytes:"))
+    assert "assumed" not in bytes_line and "4 x 62.9 MB L2" in bytes_line
+    written = assumed.to_dict()
+    assert (written["l2_bytes"], written["l2_assumed"], written["judged_min_bytes"]) == (
+        None,
+        True,
+        240_000_000,
+    )
+    assert validate.result_from_dict(written).l2_assumed
+    assert not validate.result_from_dict(reported.to_dict()).l2_assumed

@@ -9,8 +9,8 @@ import pytest
 
 from xlafuse.cli import main
 from xlafuse.errors import XlafuseError
-from xlafuse.measure.ncu import DETAIL_METRICS, NcuKernel, ncu_command, parse_ncu_csv
-from xlafuse.measure.validate import compare_kernels, result_from_dict
+from xlafuse.measurement.ncu import DETAIL_METRICS, NcuKernel, ncu_command, parse_ncu_csv
+from xlafuse.measurement.validate import compare_kernels, result_from_dict
 from xlafuse.report.validation import format_text, render_markdown
 
 _HEADER = '"ID","Process ID","Kernel Name","Metric Name","Metric Unit","Metric Value"'

@@ -12,8 +12,8 @@ import jaxlib
 import pytest
 
 import xlafuse
-from xlafuse.compile import variants
-from xlafuse.compile.passes import fusion_passes, known_passes
+from xlafuse.compiler import variants
+from xlafuse.compiler.passes import fusion_passes, known_passes
 
 
 def mul_add_relu(x, a, b):

@@ -11,11 +11,19 @@ Public surface:
   run_experiment(config)         run a TOML experiment config; `write_report(results.jsonl)`
   warmup(...), measure_cold_start(cell)   persistent cache and cold-start figures
   Cell(name, size, mode, ...)    a workload cell's one name: `.label`, `.cell_id()`, `.build()`
+
+`xlafuse.compile` and `xlafuse.measure` are the functions. Their subpackages are
+`xlafuse.compiler` and `xlafuse.measurement` (renamed in issue 45); the old module paths,
+`xlafuse.compile.variants` or `xlafuse.measure.timing`, still import, as those same modules.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import sys
 import types
 from typing import TYPE_CHECKING
 
@@ -24,76 +32,107 @@ from typing import TYPE_CHECKING
 _EXPORTS = {
     "Cell": "xlafuse.models.names",
     "CellResult": "xlafuse.results.records",
-    "ColdStartResult": "xlafuse.measure.coldstart",
+    "ColdStartResult": "xlafuse.measurement.coldstart",
     "CollectiveReport": "xlafuse.hlo.collectives",
     "Comparison": "xlafuse.experiment.compare",
-    "CompiledVariant": "xlafuse.compile.jit",
+    "CompiledVariant": "xlafuse.compiler.jit",
     "ExperimentConfig": "xlafuse.experiment.config",
-    "FusedFunction": "xlafuse.compile.jit",
+    "FusedFunction": "xlafuse.compiler.jit",
     "FusionReport": "xlafuse.hlo",
     "HloParseError": "xlafuse.errors",
     "KernelInfo": "xlafuse.hlo",
     "Measurement": "xlafuse.experiment.measure_fn",
-    "NumericDiff": "xlafuse.measure.numerics",
+    "NumericDiff": "xlafuse.measurement.numerics",
     "UnknownNameError": "xlafuse.errors",
     "UnknownPassError": "xlafuse.errors",
-    "Variant": "xlafuse.compile.variants",
+    "Variant": "xlafuse.compiler.variants",
     "VariantRow": "xlafuse.experiment.compare",
     "WarmupSummary": "xlafuse.experiment.warmup",
     "XlafuseError": "xlafuse.errors",
     "analyze_hlo": "xlafuse.hlo",
     "collectives_of_text": "xlafuse.hlo.collectives",
     "compare": "xlafuse.experiment.compare",
-    "compare_outputs": "xlafuse.measure.numerics",
-    "compile": "xlafuse.compile.jit",
+    "compare_outputs": "xlafuse.measurement.numerics",
+    "compile": "xlafuse.compiler.jit",
     "load_config": "xlafuse.experiment.config",
-    "measure_cold_start": "xlafuse.measure.coldstart",
+    "measure": "xlafuse.experiment.measure_fn",
+    "measure_cold_start": "xlafuse.measurement.coldstart",
     "run_experiment": "xlafuse.experiment.runner",
     "warmup": "xlafuse.experiment.warmup",
     "write_report": "xlafuse.report.markdown",
 }
-_MODULES = {"models": "xlafuse.models", "variants": "xlafuse.compile.variants"}
+_MODULES = {"models": "xlafuse.models", "variants": "xlafuse.compiler.variants"}
 
 if TYPE_CHECKING:  # what the names are, for type checkers and editors
     from xlafuse import models
-    from xlafuse.compile import variants
-    from xlafuse.compile.jit import CompiledVariant, FusedFunction, compile
-    from xlafuse.compile.variants import Variant
+    from xlafuse.compiler import variants
+    from xlafuse.compiler.jit import CompiledVariant, FusedFunction, compile
+    from xlafuse.compiler.variants import Variant
     from xlafuse.errors import HloParseError, UnknownNameError, UnknownPassError, XlafuseError
     from xlafuse.experiment.compare import Comparison, VariantRow, compare
     from xlafuse.experiment.config import ExperimentConfig, load_config
-    from xlafuse.experiment.measure_fn import Measurement
+    from xlafuse.experiment.measure_fn import Measurement, measure
     from xlafuse.experiment.runner import run_experiment
     from xlafuse.experiment.warmup import WarmupSummary, warmup
     from xlafuse.hlo import FusionReport, KernelInfo, analyze_hlo
     from xlafuse.hlo.collectives import CollectiveReport, collectives_of_text
-    from xlafuse.measure.coldstart import ColdStartResult, measure_cold_start
-    from xlafuse.measure.numerics import NumericDiff, compare_outputs
+    from xlafuse.measurement.coldstart import ColdStartResult, measure_cold_start
+    from xlafuse.measurement.numerics import NumericDiff, compare_outputs
     from xlafuse.models.names import Cell
     from xlafuse.report.markdown import write_report
     from xlafuse.results.records import CellResult
 
 
-# `xlafuse.compile` is the function, not the subpackage of that name. Importing a subpackage
-# binds its name on the package; so the subpackage (no JAX) is loaded here, once, and its name
-# taken off again: later imports of `xlafuse.compile.*` find it loaded and bind nothing here.
-importlib.import_module("xlafuse.compile")
-del globals()["compile"]
+class _Renamed(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """The old module paths of the renamed subpackages (`_RENAMED`), served by the new ones.
+
+    `from xlafuse.compile.variants import Variant` and `import xlafuse.measure.timing as t` get
+    the module of the new name itself (one module under two names, never a second copy). A
+    submodule imported by its old name is also set on the function of that name, so that
+    `xlafuse.measure.timing` finds it after `import xlafuse.measure.timing`.
+    """
+
+    def find_spec(self, name: str, path: object = None, target: object = None):
+        package, _, _ = name.rpartition(".")
+        if package not in _RENAMED:
+            return None
+        return importlib.util.spec_from_loader(name, self, is_package=False)
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
+        package, _, child = spec.name.rpartition(".")
+        module = importlib.import_module(f"{_RENAMED[package]}.{child}")
+        spec.loader_state = module.__spec__  # the import system sets `__spec__`: put back
+        return module
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        alias = module.__spec__
+        module.__spec__ = alias.loader_state  # its own spec, of its new name; run already
+        package, _, child = alias.name.rpartition(".")
+        function = getattr(sys.modules[__name__], package.rpartition(".")[2])
+        setattr(function, child, module)
 
 
-class _MeasurePackage(types.ModuleType):
-    """`xlafuse.measure` is the subpackage (`import xlafuse.measure.timing as t` must keep
-    working, and the import system binds the name to it) and, called, the function
-    `xlafuse.experiment.measure_fn.measure`: `xlafuse.measure(fn, *args, variants=...)`."""
+def _old_package(name: str) -> types.ModuleType:
+    """What stands in `sys.modules` for an old package name: a module with a package's
+    `__path__` (the import system asks `_Renamed` for its submodules), whose attributes are the
+    new package's (`from xlafuse.measure import timing`). Standing there, it is never imported,
+    so the import system never binds it on `xlafuse`, where the function of that name is."""
+    new = _RENAMED[name]
+    module = types.ModuleType(name, f"Renamed to `{new}`; `{name}` is a function (issue 45).")
+    module.__spec__ = importlib.machinery.ModuleSpec(name, None, is_package=True)
+    module.__path__ = module.__spec__.submodule_search_locations = []
+    module.__getattr__ = lambda attr: getattr(importlib.import_module(new), attr)
+    return module
 
-    def __call__(self, fn, *args, **kwargs):
-        """`xlafuse.experiment.measure_fn.measure(fn, *args, **kwargs)`: see its docstring."""
-        from xlafuse.experiment.measure_fn import measure as measure_function  # JAX: on use
 
-        return measure_function(fn, *args, **kwargs)
-
-
-importlib.import_module("xlafuse.measure").__class__ = _MeasurePackage
+# `xlafuse.compile` and `xlafuse.measure` are the functions; the subpackages of those names were
+# renamed (issue 45), and the old module paths still import, as the new modules.
+_RENAMED = {"xlafuse.compile": "xlafuse.compiler", "xlafuse.measure": "xlafuse.measurement"}
+for _old in _RENAMED:
+    sys.modules.setdefault(_old, _old_package(_old))
+del _old
+if not any(isinstance(finder, _Renamed) for finder in sys.meta_path):
+    sys.meta_path.insert(0, _Renamed())
 
 
 def __getattr__(name: str):

@@ -11,6 +11,30 @@ from __future__ import annotations
 import enum
 
 
+class Mode(enum.StrEnum):
+    """What a workload's program does per call: a forward pass, or a training step (its state
+    donated and threaded from one call to the next)."""
+
+    FORWARD = "forward"
+    TRAIN = "train"
+
+
+class Backend(enum.StrEnum):
+    """The JAX backend a cell is compiled and measured on (`jax.default_backend()`, a device's
+    `platform`); xlafuse's variants and measurements know these two."""
+
+    CPU = "cpu"
+    GPU = "gpu"
+
+
+class Figure(enum.StrEnum):
+    """The time a speedup divides (`xlafuse.measurement.timing`): the median of synchronized calls,
+    or the time per call of a pipelined burst (what a train step and a CPU cell lead with)."""
+
+    LATENCY = "latency"
+    PIPELINED = "pipelined"
+
+
 class Framework(enum.StrEnum):
     """What compiles and runs a cell: XLA through JAX, or the workload's PyTorch twin."""
 
@@ -26,7 +50,7 @@ class Status(enum.StrEnum):
 
 
 class Verdict(enum.StrEnum):
-    """What an interval says of a speedup or a time difference (`xlafuse.measure.stats`)."""
+    """What an interval says of a speedup or a time difference (`xlafuse.measurement.stats`)."""
 
     FASTER = "faster"
     SLOWER = "slower"

@@ -20,10 +20,10 @@ from pathlib import Path
 from record_kernel_trace import record_events, write  # this folder's recorder: same formats
 
 from xlafuse import models
-from xlafuse.compile.jit import compile_workload
-from xlafuse.compile.variants import from_options
-from xlafuse.measure import timing
-from xlafuse.measure.profile import profile_device_time
+from xlafuse.compiler.jit import compile_workload
+from xlafuse.compiler.variants import from_options
+from xlafuse.measurement import timing
+from xlafuse.measurement.profile import profile_device_time
 
 OPTION = {"xla_gpu_collect_cost_model_stats": True}
 

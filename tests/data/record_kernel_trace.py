@@ -5,7 +5,7 @@
 
 Writes, per variant, `<variant>.hlo.txt.gz` (the optimized module) and `<variant>.events.json.gz`
 ({"calls": N, "events": [[name, start_ns, duration_ns, line, hlo_op], ...]}, what
-`xlafuse.measure.kernels.trace_events` read from the trace), and `unoptimized.hlo.txt.gz`. Source
+`xlafuse.measurement.kernels.trace_events` read from the trace), and `unoptimized.hlo.txt.gz`. Source
 paths of this checkout are written relative to it.
 """
 
@@ -16,11 +16,11 @@ import tempfile
 from pathlib import Path
 
 from xlafuse import models
-from xlafuse.compile.jit import compile_workload, unoptimized_hlo
-from xlafuse.compile.variants import get as get_variant
-from xlafuse.measure import timing
-from xlafuse.measure.kernels import find_trace, trace_events
-from xlafuse.measure.profile import trace_calls
+from xlafuse.compiler.jit import compile_workload, unoptimized_hlo
+from xlafuse.compiler.variants import get as get_variant
+from xlafuse.measurement import timing
+from xlafuse.measurement.kernels import find_trace, trace_events
+from xlafuse.measurement.profile import trace_calls
 
 ROOT = str(Path(__file__).resolve().parents[2]) + "/"
 

@@ -18,14 +18,14 @@ from pathlib import Path
 import jax
 
 from xlafuse import models
-from xlafuse.compile.jit import (
+from xlafuse.compiler.jit import (
     compile_lowered,
     compile_workload,
     hlo_before_optimization,
     lower_workload,
     unoptimized_hlo,
 )
-from xlafuse.compile.variants import get as get_variant
+from xlafuse.compiler.variants import get as get_variant
 from xlafuse.experiment.warmup import _targets
 from xlafuse.hlo import analyze_module
 from xlafuse.hlo.parse import parse_hlo

@@ -14,8 +14,8 @@ from pathlib import Path
 import jax
 
 from xlafuse import models
-from xlafuse.compile.jit import compile_workload
-from xlafuse.measure.numerics import host_outputs, judge_workload
+from xlafuse.compiler.jit import compile_workload
+from xlafuse.measurement.numerics import host_outputs, judge_workload
 
 
 def _compiled(workload, variant):

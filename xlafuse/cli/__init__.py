@@ -10,7 +10,7 @@ top: `xlafuse --help` builds every parser, and so imports every command module, 
 (tests/test_cli_first_hour.py starts a fresh interpreter to check it).
 
 A command that compiles keeps its programs in JAX's persistent compilation cache, in the user's
-cache folder (`xlafuse.compile.cache`), so the second `inspect`, `diff` or `explain` of a program
+cache folder (`xlafuse.compiler.cache`), so the second `inspect`, `diff` or `explain` of a program
 reads the first one's compile from disk; `--no-cache` (before or after the command's name) or
 `XLAFUSE_NO_CACHE=1` compiles afresh. `warmup` and `coldstart` keep their own folders.
 """
@@ -50,7 +50,7 @@ _COMMANDS = (
 USAGE_ERROR = 2
 
 # Commands that read HLO files run with the cyclic GC paused (`xlafuse.hlo.parse.gc_paused`:
-# parse + analyze of XLA's corpus 1.2x faster, benchmarks/bench_corpus.py); not where they
+# reading faster, benchmarks/README.md); not where they
 # compile a workload instead (`--workload`: JAX makes cycles that the GC should free).
 _READ_HLO = ("inspect", "diff", "explain")
 
@@ -157,14 +157,14 @@ def _gc_pause(args: argparse.Namespace) -> contextlib.AbstractContextManager:
 
 
 def _compile_cache(args: argparse.Namespace) -> contextlib.AbstractContextManager:
-    """The persistent compilation cache for the command (`xlafuse.compile.cache.use_cache`), or
+    """The persistent compilation cache for the command (`xlafuse.compiler.cache.use_cache`), or
     none with --no-cache or XLAFUSE_NO_CACHE=1 (then set for the xlafuse processes it starts:
     `launch`'s, or itself again with more host devices). Nothing for a command that reads files
     (no JAX) or keeps its own folder (`_OWN_CACHE`). A folder that cannot be written is one
     line on stderr, and the command compiles without it."""
     if _reads_files(args):
         return contextlib.nullcontext()
-    from xlafuse.compile import cache  # JAX: only a command that compiles gets here
+    from xlafuse.compiler import cache  # JAX: only a command that compiles gets here
     from xlafuse.folders import writable_folder
 
     stack = contextlib.ExitStack()

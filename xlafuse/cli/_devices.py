@@ -209,7 +209,7 @@ def rerun_if_needed(args) -> int | None:
         check_spans_processes(devices, f"--devices {devices}")
         return None
     # JAX, imported here: a command that reads HLO or results never calls this (it starts faster)
-    from xlafuse.compile.devices import needs_host_devices
+    from xlafuse.compiler.devices import needs_host_devices
 
     check_workload(args)
     if not needs_host_devices(args.devices):
@@ -221,16 +221,16 @@ def rerun_with_host_devices(argv: Sequence[str], devices: int) -> int:
     """Runs `python -m xlafuse ARGV` with `devices` host devices; returns its exit status.
 
     Its output goes straight to this process's stdout and stderr. Here, not in
-    `xlafuse.compile.devices`: the command line is what runs itself again.
+    `xlafuse.compiler.devices`: the command line is what runs itself again.
     """
-    from xlafuse.compile.devices import host_devices_env  # JAX, as in rerun_if_needed
+    from xlafuse.compiler.devices import host_devices_env  # JAX, as in rerun_if_needed
 
     command = [sys.executable, "-m", "xlafuse", *argv]
     return subprocess.run(command, env=host_devices_env(devices), check=False).returncode
 
 
 def _check_devices(devices: int) -> None:
-    from xlafuse.compile.devices import device_count_problem  # JAX, as in check_workload
+    from xlafuse.compiler.devices import device_count_problem  # JAX, as in check_workload
 
     problem = device_count_problem(devices)
     if problem:

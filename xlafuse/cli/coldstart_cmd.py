@@ -30,7 +30,7 @@ def add_arguments(p) -> None:
 
 def run(args) -> int:
     # on use, not at the top: `xlafuse --help` imports no JAX (see xlafuse.cli)
-    from xlafuse.measure import coldstart
+    from xlafuse.measurement import coldstart
     from xlafuse.report.coldstart import coldstart_text
 
     _check(args)
@@ -54,7 +54,7 @@ def _check(args) -> None:
     """Fail fast, with the accepted names and ranges, before any child process starts."""
     from xlafuse.cli._checks import at_least_one
     from xlafuse.cli._devices import check_workload
-    from xlafuse.compile import variants  # on use, as in `run`
+    from xlafuse.compiler import variants  # on use, as in `run`
 
     at_least_one("--calls", args.calls)
     variants.get(args.variant)

@@ -30,7 +30,7 @@ def add_arguments(p) -> None:
 def run(args) -> int:
     # on use, not at the top: `xlafuse --help` imports no JAX (see xlafuse.cli)
     from xlafuse.cli._checks import check_implementations, variant_names
-    from xlafuse.compile.variants import get as get_variant
+    from xlafuse.compiler.variants import get as get_variant
     from xlafuse.experiment.compare import compare_workload
 
     args.workload = _workload(args.named, args.workload)

@@ -59,7 +59,9 @@ def _measured(args, variants: tuple[str, ...]) -> int:
     """`--measure`: both variants compiled, traced and joined; groups by measured time saved."""
     from xlafuse.cli._checks import at_least_one
     from xlafuse.folders import writable_folder
-    from xlafuse.measure.kernel_diff import measure_workload_diff  # JAX: only --measure needs it
+    from xlafuse.measurement.kernel_diff import (
+        measure_workload_diff,  # JAX: only --measure needs it
+    )
     from xlafuse.report.explain_text import render_diff
     from xlafuse.report.kernels import render_measured_diff
 

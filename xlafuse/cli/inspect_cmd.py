@@ -1,6 +1,6 @@
 """Inspect optimized HLO: a text file, an --xla_dump_to folder, or a workload.
 
-A workload's compile is kept in the user's cache folder (`xlafuse.compile.cache.results_folder`)
+A workload's compile is kept in the user's cache folder (`xlafuse.compiler.cache.results_folder`)
 under a key of everything the program depends on; the second inspect of the same program reads
 it and neither builds nor traces the program, saying so on stderr. `--no-cache` or
 `XLAFUSE_NO_CACHE=1` compiles again."""
@@ -109,13 +109,13 @@ class _Kept:
 
 
 def _cache_key(args) -> _Kept | None:
-    """Where this workload's inspect is kept (`xlafuse.compile.cache.result_key`); None when
+    """Where this workload's inspect is kept (`xlafuse.compiler.cache.result_key`); None when
     nothing is kept: no workload, or a file or module asked for too, the cache off, a
     `jax.distributed` run, or a program whose identity cannot be hashed (then the command goes
     on as without the cache, its errors included)."""
     if not args.workload or args.target is not None or args.module is not None:
         return None
-    from xlafuse.compile import cache  # JAX: a workload is compiled next
+    from xlafuse.compiler import cache  # JAX: a workload is compiled next
 
     if getattr(args, "no_cache", False) or cache.disabled_by_env() or _distributed(args):
         return None
@@ -138,7 +138,7 @@ def _identity(args) -> dict:
     variant's definition, and the hashes of the user's source files (the entry's, each
     --import's). Raises as the command would on a bad workload, import or variant."""
     from xlafuse.cli._devices import settle_workload_args
-    from xlafuse.compile.variants import get as get_variant
+    from xlafuse.compiler.variants import get as get_variant
     from xlafuse.models.names import is_entry
 
     settled = copy.copy(args)  # settling twice refuses an entry's settled --size
@@ -170,7 +170,7 @@ def _reused(place: _Kept | None):
     cannot be used (then the program is compiled again)."""
     if place is None:
         return None
-    from xlafuse.compile import cache  # JAX: only a workload gets here
+    from xlafuse.compiler import cache  # JAX: only a workload gets here
     from xlafuse.inspect.targets import inspect_stored
 
     stored = cache.read_stored(place.folder, place.key)
@@ -190,7 +190,7 @@ def _reused(place: _Kept | None):
 def _keep(place: _Kept, result, hlo_text: str) -> None:
     """Stores a workload's compile under its key, when the key is still the program's (its
     source files unchanged while it was built); a folder that cannot be written is a note."""
-    from xlafuse.compile import cache
+    from xlafuse.compiler import cache
     from xlafuse.folders import write_atomically
     from xlafuse.inspect.targets import stored_fields
 

@@ -43,7 +43,7 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     """Start the processes and wait for them; their exit status (1 when one was killed)."""
     # on use, not at the top: `xlafuse --help` imports no JAX (see xlafuse.cli)
-    from xlafuse.compile.devices import host_devices_env
+    from xlafuse.compiler.devices import host_devices_env
     from xlafuse.distributed.launch import launch
 
     rest = args.rest[1:] if args.rest[:1] == ["--"] else args.rest
@@ -71,7 +71,7 @@ def _check_counts(processes: int, devices_per_process: int) -> None:
     Raises:
       XlafuseError: one line naming the option, its range on this machine and the value.
     """
-    from xlafuse.compile.devices import device_count_problem, max_host_devices  # JAX, as `run`
+    from xlafuse.compiler.devices import device_count_problem, max_host_devices  # JAX, as `run`
     from xlafuse.distributed.launch import process_count_problem
 
     problem = process_count_problem(processes)

@@ -19,7 +19,7 @@ def run(args) -> int:
     # on use, not at the top: `xlafuse --help` imports no JAX (see xlafuse.cli)
     import jax
 
-    from xlafuse.compile.passes import fusion_passes, known_passes
+    from xlafuse.compiler.passes import fusion_passes, known_passes
 
     backend = args.backend or jax.default_backend()
     names = sorted(known_passes(backend)) if args.all else fusion_passes(backend)
@@ -31,7 +31,7 @@ def run(args) -> int:
 
 def _backend(name: str) -> str:
     """--backend's value, one of the backends variants know (checked when given, with JAX)."""
-    from xlafuse.compile.variants import BACKENDS  # on use, as in `run`
+    from xlafuse.compiler.variants import BACKENDS  # on use, as in `run`
 
     if name not in BACKENDS:
         raise argparse.ArgumentTypeError(

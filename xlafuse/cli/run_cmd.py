@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
     # on use, not at the top: `xlafuse --help` imports no JAX (see xlafuse.cli)
     from xlafuse.cli._checks import variant_names
     from xlafuse.cli._devices import import_user_code, rerun_with_host_devices
-    from xlafuse.compile.devices import needs_host_devices
+    from xlafuse.compiler.devices import needs_host_devices
     from xlafuse.experiment.config import check_config_file, load_config
     from xlafuse.experiment.runner import run_experiment
     from xlafuse.experiment.tune.table import has_tune_table

@@ -16,14 +16,14 @@ from typing import Any, NoReturn
 from xlafuse.cli import _distributed
 from xlafuse.cli._devices import add_workload_arguments
 from xlafuse.errors import XlafuseError
+from xlafuse.kinds import Figure
 
 USAGE_ERROR = 2
 INTERRUPTED = 130  # as `xlafuse.cli.main` exits on Ctrl-C
 # `tuner.SEARCHES`, the default first (named here: `xlafuse --help` imports no JAX)
 SEARCHES = ("descent", "halving", "grid")
-# `tuner.FIGURES` (a test holds them equal), written here: importing it would import jax to
-# read the command line
-FIGURES = ("latency", "pipelined")
+# `tuner.FIGURES` (a test holds them equal): `kinds` imports no jax, the tuner would
+FIGURES = tuple(Figure)
 
 HELP = "search knobs and XLA options for a faster program, and prove it"
 # The proof is a fresh process, which cannot join a jax.distributed run.
@@ -210,7 +210,7 @@ def _run_config(path: str, argv, args=None) -> int:
     import jax
 
     from xlafuse.cli._devices import rerun_with_host_devices
-    from xlafuse.compile.devices import needs_host_devices
+    from xlafuse.compiler.devices import needs_host_devices
     from xlafuse.experiment.tune.table import load_tune_table
     from xlafuse.experiment.tune.tuner import tune
 

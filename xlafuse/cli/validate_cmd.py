@@ -52,7 +52,7 @@ def run(args) -> int:
     """Validate the chosen cells; print the tables (or JSON); write files with --out."""
     # on use, not at the top: `xlafuse --help` imports no JAX (see xlafuse.cli)
     from xlafuse.experiment.config import load_config
-    from xlafuse.measure.validate_run import require_tools, validate_cells, validate_config
+    from xlafuse.measurement.validate_run import require_tools, validate_cells, validate_config
     from xlafuse.report.validation import write_validation
 
     _check_usage(args)
@@ -83,7 +83,7 @@ def run(args) -> int:
 
 def _rejudge(args) -> int:
     """Judge the measurements recorded in an earlier validation.json again."""
-    from xlafuse.measure.validate import result_from_dict  # on use, as in `run`
+    from xlafuse.measurement.validate import result_from_dict  # on use, as in `run`
     from xlafuse.report.validation import write_validation
 
     try:
@@ -120,7 +120,7 @@ def _print(results, as_json: bool) -> int:
 
 def _check_usage(args) -> None:
     from xlafuse.cli._devices import check_workload
-    from xlafuse.compile import variants  # on use, as in `run`
+    from xlafuse.compiler import variants  # on use, as in `run`
 
     if args.rejudge:
         if args.config or args.workload:

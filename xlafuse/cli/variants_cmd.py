@@ -20,7 +20,7 @@ def run(args) -> int:
     # on use, not at the top: `xlafuse --help` imports no JAX (see xlafuse.cli)
     import jax
 
-    from xlafuse.compile import variants
+    from xlafuse.compiler import variants
 
     backend = jax.default_backend()
     rows = [_describe(variants.get(name), backend) for name in variants.available()]
@@ -44,7 +44,7 @@ def run(args) -> int:
     return 0
 
 
-# Not a preset: a part any variant may end with (`xlafuse.compile.variants.implementation_variant`).
+# Not a preset: a part any variant may end with (`xlafuse.compiler.variants.implementation_variant`).
 IMPLEMENTATION_LINE = (
     "impl=NAME  (composes: no-fusion+impl=NAME)\n  another implementation of the workload's "
     "computation, its own being xla: tokamax's kernels (`xlafuse workloads` lists each "
@@ -53,7 +53,7 @@ IMPLEMENTATION_LINE = (
 
 
 def _torch_line(row: dict) -> str:
-    from xlafuse.compile.variants import TORCH_INSTALL  # on use, as in `run`
+    from xlafuse.compiler.variants import TORCH_INSTALL  # on use, as in `run`
 
     kwargs = row["torch_compile"]
     how = (
@@ -67,7 +67,7 @@ def _torch_line(row: dict) -> str:
 
 
 def _describe(variant, backend: str) -> dict:
-    from xlafuse.compile.variants import DISABLE_PASSES  # on use, as in `run`
+    from xlafuse.compiler.variants import DISABLE_PASSES  # on use, as in `run`
 
     applies = variant.applies_to(backend)
     if applies:

@@ -22,7 +22,7 @@ def add_arguments(p) -> None:
 def run(args) -> int:
     # on use, not at the top: `xlafuse --help` imports no JAX (see xlafuse.cli)
     from xlafuse.cli._devices import import_user_code, rerun_with_host_devices
-    from xlafuse.compile.devices import needs_host_devices
+    from xlafuse.compiler.devices import needs_host_devices
     from xlafuse.experiment.config import check_config_file, load_config
     from xlafuse.experiment.warmup import warmup_cells, warmup_config
 

@@ -1,4 +1,4 @@
-"""Rounds in step across processes: what `xlafuse.measure.timing` asks of the other processes.
+"""Rounds in step across processes: what `xlafuse.measurement.timing` asks of the other processes.
 
 Every process runs the same SPMD program, so each call of it is collective: if one process
 stopped timing after 40 rounds and another after 41, the other would wait forever. So the

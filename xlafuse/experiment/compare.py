@@ -8,19 +8,19 @@ from typing import Any
 
 import jax
 
-from xlafuse.compile.jit import compile_variant, compile_workload
-from xlafuse.compile.variants import get as get_variant
+from xlafuse.compiler.jit import compile_variant, compile_workload
+from xlafuse.compiler.variants import get as get_variant
 from xlafuse.errors import XlafuseError
 from xlafuse.hlo.loops import PER_CALL
 from xlafuse.kinds import Framework
-from xlafuse.measure.numerics import (
+from xlafuse.measurement.numerics import (
     compare_outputs,
     computed_precision,
     host_outputs,
     judge_workload,
 )
 from xlafuse.models.names import Cell
-from xlafuse.models.registry import built_implementation_problem
+from xlafuse.models.workload import built_implementation_problem
 from xlafuse.report.format import text_table
 
 
@@ -194,7 +194,7 @@ def compare(
     rows, reference = [], None
     backend = jax.default_backend()
     for variant in variants:
-        compiled = compile_variant(fn, args, {}, variant, jit_kwargs)
+        compiled = compile_variant(fn, args, {}, variant, jit_kwargs=jit_kwargs)
         outputs = jax.block_until_ready(compiled(*args))
         reference = outputs if reference is None else reference
         diff = compare_outputs(reference, outputs, compute_dtype=computed_precision(compiled))
@@ -213,7 +213,7 @@ def compare_workload(
     """`compare` for an `xlafuse.models.Workload`, on the same program and rule as `xlafuse run`.
 
     Each variant is compiled by `compile_workload` (train state donated) and called once; the
-    numerics verdict is `xlafuse.measure.numerics.judge_workload` (a train step: loss, gradient, batch
+    numerics verdict is `xlafuse.measurement.numerics.judge_workload` (a train step: loss, gradient, batch
     statistics and updated parameters), exactly as the runner judges the same cell.
 
     Args:
@@ -238,7 +238,7 @@ def compare_workload(
             f"the first variant is the reference and must be an XLA one, not "
             f"{resolved[0].name!r} (e.g. default,{resolved[0].name})"
         )
-    cell = workload.cell if cell is None else dataclasses.replace(cell, mode=workload.mode)
+    cell = Cell.of(workload) if cell is None else dataclasses.replace(cell, mode=workload.mode)
     name = cell.label
     rows, reference = [], None
     for spec, variant in zip(variants, resolved, strict=True):

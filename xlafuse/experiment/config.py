@@ -66,12 +66,12 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from xlafuse.compile import variants
-from xlafuse.compile.devices import device_count_problem
-from xlafuse.compile.variants import BACKENDS
+from xlafuse.compiler import variants
+from xlafuse.compiler.devices import device_count_problem
+from xlafuse.compiler.variants import BACKENDS
 from xlafuse.errors import XlafuseError, did_you_mean
-from xlafuse.kinds import Framework
-from xlafuse.measure.timing import TimingSettings
+from xlafuse.kinds import Backend, Framework
+from xlafuse.measurement.timing import TimingSettings
 from xlafuse.models import implementations, registry, user
 from xlafuse.models.names import Cell, cell_fields
 from xlafuse.models.sharding import MODEL_PARALLEL_WORKLOADS, PARALLELISMS
@@ -102,12 +102,12 @@ class MeasureConfig:
 
     Attributes:
       profile: record a jax.profiler trace per cell: device time and every kernel's time on a
-        GPU, host-side op times on the CPU (`xlafuse.measure.kernels`).
+        GPU, host-side op times on the CPU (`xlafuse.measurement.kernels`).
       keep_traces: keep each profiled cell's trace under `<results folder>/traces/<cell>/`
         (XProf/TensorBoard and Perfetto open it); false deletes them (long sweeps).
       calibrate: measure the copy-bandwidth (and matmul) ceilings once per run.
       cold_start: per cell, measure cold and warm-cache compiles and the AOT load in fresh
-        processes (`xlafuse.measure.coldstart`).
+        processes (`xlafuse.measurement.coldstart`).
     """
 
     profile: bool = False
@@ -808,7 +808,7 @@ def _check_workload(problems, where, name, size, mode, dtype, overrides, backend
         problems.add(f"{where}.{field}", message)
     if found and found[0][0] == "name":
         return
-    if overrides.get("implementation") == "cudnn" and backend != "gpu":
+    if overrides.get("implementation") == "cudnn" and backend != Backend.GPU:
         problems.add(
             f"{where}.overrides.implementation",
             f"'cudnn' needs a GPU; the backend is {backend!r} (use 'xla')",
@@ -1000,7 +1000,9 @@ def _xla_rejects(options_json: str) -> str | None:
     lowered = jax.jit(lambda x: x + 1).lower(jnp.ones((), jnp.float32))
     try:
         lowered.compile(compiler_options=json.loads(options_json))
-    except Exception as err:  # XLA raises JaxRuntimeError (INVALID_ARGUMENT) or TypeError
+    # XLA: JaxRuntimeError (INVALID_ARGUMENT) for a key or value it rejects; TypeError for a
+    # value no option takes (a list, None)
+    except (jax.errors.JaxRuntimeError, TypeError) as err:
         text = str(err).strip() or type(err).__name__
         return text.splitlines()[0].removeprefix("INVALID_ARGUMENT: ")
     return None

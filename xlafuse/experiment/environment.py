@@ -24,7 +24,7 @@ import jaxlib
 
 from xlafuse import __version__ as XLAFUSE_VERSION
 from xlafuse.experiment.config import ExperimentConfig, VariantConfig
-from xlafuse.kinds import Framework
+from xlafuse.kinds import Backend, Framework
 from xlafuse.models.implementations import tokamax_version
 from xlafuse.results.parts import plain
 
@@ -112,7 +112,7 @@ def environment(config_hash: str | None = None) -> dict[str, Any]:
         "device": str(device),
         "device_kind": device.device_kind,
         "device_count": jax.device_count(),
-        "driver": _driver(device) if device.platform == "gpu" else None,
+        "driver": _driver(device) if device.platform == Backend.GPU else None,
         "XLA_FLAGS": os.environ.get("XLA_FLAGS", ""),
         "git_commit": git_commit(),
         "config_hash": config_hash,
@@ -150,7 +150,7 @@ def _version(package: str) -> str | None:
 def _driver(device: Any) -> str | None:
     try:
         return str(device.client.platform_version)
-    except Exception:  # not every PJRT client reports it
+    except (AttributeError, NotImplementedError, RuntimeError):  # not every PJRT client has it
         return None
 
 

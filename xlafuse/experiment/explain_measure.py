@@ -4,9 +4,9 @@ beside XLA's estimate (issue 28).
 The boundaries come from `xlafuse.inspect.explain.explain_target` (on the GPU its compile also
 writes XLA's priority-fusion dump and, here, each fusion's estimate: the option
 `xla_gpu_collect_cost_model_stats`). The variant's program is then compiled on the one compile
-path and traced (`xlafuse.measure.kernel_diff.trace_kernel_times`), and each boundary gets its
+path and traced (`xlafuse.measurement.kernel_diff.trace_kernel_times`), and each boundary gets its
 two kernels' traced seconds per call beside XLA's estimate of the same two kernels
-(`xlafuse.measure.costmodel.boundary_costs`), while the dump's `us_fused` / `us_unfused` say what
+(`xlafuse.measurement.costmodel.boundary_costs`), while the dump's `us_fused` / `us_unfused` say what
 XLA expected of fusing them. Kernels are matched by name between the two compiles. On a CPU the
 times are host thunks and XLA gives no estimate.
 """
@@ -19,13 +19,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from xlafuse.compile.jit import compile_workload
-from xlafuse.compile.variants import get as get_variant
+from xlafuse.compiler.jit import compile_workload
+from xlafuse.compiler.variants import get as get_variant
 from xlafuse.hlo import analyze_hlo
 from xlafuse.inspect.explain import ExplainReport, explain_target
-from xlafuse.measure.costmodel import BoundaryCost, boundary_costs
-from xlafuse.measure.kernel_diff import trace_kernel_times
-from xlafuse.measure.kernels import KernelTimes
+from xlafuse.measurement.costmodel import BoundaryCost, boundary_costs
+from xlafuse.measurement.kernel_diff import trace_kernel_times
+from xlafuse.measurement.kernels import KernelTimes
 from xlafuse.models.names import Cell
 
 

@@ -14,15 +14,16 @@ import dataclasses
 from typing import Any
 
 from xlafuse.hlo.dataflow import producer_names
-from xlafuse.measure import timing as timing_lib
-from xlafuse.measure.calibrate import Ceilings
-from xlafuse.measure.coldstart import measure_cold_start
-from xlafuse.measure.collectives import CommProfile
-from xlafuse.measure.kernels import hlo_kernel_table
-from xlafuse.measure.numerics import NumericDiff
-from xlafuse.measure.profile import DeviceProfile, device_speedup
-from xlafuse.measure.rules import HOST_BOUND, TRACE_PERTURBED
-from xlafuse.measure.timing import Comparison, Timing
+from xlafuse.kinds import Backend
+from xlafuse.measurement import timing as timing_lib
+from xlafuse.measurement.calibrate import Ceilings
+from xlafuse.measurement.coldstart import measure_cold_start
+from xlafuse.measurement.collectives import CommProfile
+from xlafuse.measurement.kernels import hlo_kernel_table
+from xlafuse.measurement.numerics import NumericDiff
+from xlafuse.measurement.profile import DeviceProfile, device_speedup
+from xlafuse.measurement.rules import HOST_BOUND, TRACE_PERTURBED
+from xlafuse.measurement.timing import Comparison, Timing
 from xlafuse.results import parts
 from xlafuse.results.records import CellResult
 
@@ -60,7 +61,7 @@ def fusion_part(
 ) -> parts.FusionRecord:
     """The FusionReport's counts and modeled bytes (and the default program's missed fusions);
     given the program's `hlo_text` (a cell whose trace keeps no kernel table), also every
-    kernel from the HLO alone (`kernel_table`: `xlafuse.measure.kernels.hlo_kernel_table`)."""
+    kernel from the HLO alone (`kernel_table`: `xlafuse.measurement.kernels.hlo_kernel_table`)."""
     table = None
     if hlo_text is not None:
         table = hlo_kernel_table(report, producer_names(hlo_text, report.kernel_details))
@@ -246,6 +247,6 @@ def rate_basis(
     """
     if record.device.time_s and not perturbed:
         return "device_time_s", record.device.time_s
-    if backend == "gpu" and record.timing.pipelined_s_per_call:
+    if backend == Backend.GPU and record.timing.pipelined_s_per_call:
         return "pipelined_s_per_call", record.timing.pipelined_s_per_call
     return "time_median_s", record.timing.median_s

@@ -30,8 +30,8 @@ from typing import Any
 import jax
 import numpy as np
 
-from xlafuse.compile import static
-from xlafuse.compile.variants import IMPLEMENTATION_PREFIX, compose
+from xlafuse.compiler import static
+from xlafuse.compiler.variants import IMPLEMENTATION_PREFIX, compose
 from xlafuse.errors import XlafuseError
 from xlafuse.experiment.config import (
     ExperimentConfig,
@@ -43,12 +43,11 @@ from xlafuse.experiment.config import (
 )
 from xlafuse.experiment.fields import ceilings_part
 from xlafuse.experiment.runner import run_experiment
-from xlafuse.kinds import Framework
-from xlafuse.measure.calibrate import calibrate as calibrate_ceilings
-from xlafuse.measure.timing import TimingSettings
+from xlafuse.kinds import Backend, Framework
+from xlafuse.measurement.calibrate import calibrate as calibrate_ceilings
+from xlafuse.measurement.timing import TimingSettings
 from xlafuse.models import implementations, user
-from xlafuse.models.registry import built_implementation_problem
-from xlafuse.models.workload import Items, Workload
+from xlafuse.models.workload import Items, Workload, built_implementation_problem
 from xlafuse.report.cells import cell_tables
 from xlafuse.report.lines import cell_label, cell_line
 from xlafuse.results import records as records_lib
@@ -274,7 +273,7 @@ def _config(workload, source_sha256, variants, timing, profile, out, calibrate):
         reference=chosen[0].name,
         timing=_timing(timing),
         measure=MeasureConfig(
-            profile=backend == "gpu" if profile is None else bool(profile),
+            profile=backend == Backend.GPU if profile is None else bool(profile),
             keep_traces=out is not None,
             calibrate=calibrate,
         ),
@@ -283,7 +282,7 @@ def _config(workload, source_sha256, variants, timing, profile, out, calibrate):
 
 @functools.cache
 def _process_ceilings(backend: str) -> CeilingsRecord:
-    """This process's calibration (`xlafuse.measure.calibrate`), measured on first use."""
+    """This process's calibration (`xlafuse.measurement.calibrate`), measured on first use."""
     return ceilings_part(calibrate_ceilings(backend))
 
 
@@ -366,7 +365,7 @@ def crossed(given: Any, names: Sequence[str]) -> Any:
 def arguments_label(args: tuple) -> str:
     """The size of a function's cells: its arguments' types as jax writes them, e.g.
     `f32[256]` or `bf16[8,8],~f32[]` (`~`: a weak type, e.g. `jnp.asarray(2.0)`'s), a static
-    leaf (not an array: `xlafuse.compile.static`) by its value (`f32[8],3,'same'`); `no-args`;
+    leaf (not an array: `xlafuse.compiler.static`) by its value (`f32[8],3,'same'`); `no-args`;
     or `args-` and a hash of their tree structure, types and static values where that list
     would not say it all (a nested structure) or be long."""
     leaves, tree = jax.tree.flatten(args)

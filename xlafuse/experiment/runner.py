@@ -1,7 +1,7 @@
 """Run an experiment config cell by cell (workload x variant) and append a record per cell.
 
 Per workload: build its cell once (`Cell.build`), then its reference (`_reference`: the frozen
-`xlafuse.measure.reference.Reference` that every other cell of the workload is judged and
+`xlafuse.measurement.reference.Reference` that every other cell of the workload is judged and
 timed against, made from the reference cell measured now or compiled again on resume), then
 each other variant against it. A cell is measured in named steps that return values
 (`_measure`): compile under the variant, read the fusion report and XLA's cost and memory
@@ -28,7 +28,6 @@ and each process's own figures (`per_process`).
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import gc
 import shutil
@@ -38,24 +37,36 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-import jax
-
-from xlafuse.compile.jit import MeasureRequest, compile_workload, unoptimized_hlo
-from xlafuse.distributed import lockstep, messages, runtime, watch
-from xlafuse.errors import XlafuseError, check_selected, error_line
+from xlafuse.compiler.jit import MeasureRequest, compile_workload, unoptimized_hlo
+from xlafuse.distributed import lockstep, runtime, watch
+from xlafuse.errors import XlafuseError, error_line
 from xlafuse.experiment import environment as run_environment
 from xlafuse.experiment import fields as fields_lib
 from xlafuse.experiment import interrupts
-from xlafuse.experiment.config import ExperimentConfig, VariantConfig, WorkloadConfig, load_config
+from xlafuse.experiment.config import ExperimentConfig, VariantConfig, WorkloadConfig
+from xlafuse.experiment.plan import (
+    Plan,
+    RunCell,
+    Scope,
+    Taken,
+    framework_of,
+    phases,
+    received_plan,
+    scope_of,
+    select,
+    selected_records,
+    source_files,
+    take_folder,
+)
 from xlafuse.experiment.progress import Reporter
 from xlafuse.inspect.explain import missed_fusions
-from xlafuse.kinds import Framework, Status
-from xlafuse.measure import cell_kernels, timing
-from xlafuse.measure.calibrate import calibrate
-from xlafuse.measure.numerics import host_outputs
-from xlafuse.measure.predicted import compile_twin
-from xlafuse.measure.profile import DeviceProfile, profile_device_time
-from xlafuse.measure.reference import (
+from xlafuse.kinds import Backend, Framework, Mode, Status
+from xlafuse.measurement import cell_kernels, timing
+from xlafuse.measurement.calibrate import calibrate
+from xlafuse.measurement.numerics import host_outputs
+from xlafuse.measurement.predicted import compile_twin
+from xlafuse.measurement.profile import DeviceProfile, profile_device_time
+from xlafuse.measurement.reference import (
     INTERPRETED_BASIS,
     Reference,
     compared_apart,
@@ -63,47 +74,54 @@ from xlafuse.measure.reference import (
     time_against,
     timed_against,
 )
-from xlafuse.models import implementations, registry, user
-from xlafuse.models.sharding import check_device_count
+from xlafuse.models import implementations
 from xlafuse.report.lines import cell_line
 from xlafuse.report.markdown import write_report
 from xlafuse.results import parts, records
 from xlafuse.results.records import CellResult, append_result
-from xlafuse.results.settings import check_resumable
+
+__all__ = ["run_experiment", "select"]  # `select`: the config restricted (`plan.select`)
 
 PROFILE_CALLS = 10
 MISSED_FUSIONS_VARIANT = "default"  # the program whose missed fusions the report lists
 MISSED_FUSIONS_TOP = 5
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class _Run:
-    """What every cell of one run shares."""
+    """What every cell of one run shares, made once (`_start`, `_following`); never changed.
 
-    config: ExperimentConfig
+    Attributes:
+      scope: the run as known before its folder was taken.
+      results_path: its results file.
+      env: each record's environment (`run_environment.environment`).
+      ceilings: the results file's calibration; None when not calibrated, and on a process
+        other than 0, which writes no record.
+      say: where its lines go.
+    """
+
+    scope: Scope
     results_path: Path
-    backend: str
-    device_kind: str
-    env: dict[str, Any]
+    env: Mapping[str, Any]
     ceilings: parts.CeilingsRecord | None
     say: Callable[[str], None]
-    settings: dict[str, Any] = dataclasses.field(default_factory=dict)
-    # Workloads already built, by name (`xlafuse.measure` hands its function in this way).
-    built: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-    # The references' DeviceProfiles by cell id, from the XLA phase: the twins' device speedups
-    # need them, and jax's profiler cannot trace the reference again once torch's has run.
-    reference_profiles: dict[str, Any] = dataclasses.field(default_factory=dict)
-    layout: runtime.Layout = runtime.SINGLE
-    # A process other than 0 (`jax.distributed`) writes nothing: its records stay here.
-    kept: list[CellResult] = dataclasses.field(default_factory=list)
 
     @property
-    def writer(self) -> bool:
-        return self.layout.writer
+    def config(self) -> ExperimentConfig:
+        return self.scope.config
+
+    @property
+    def backend(self) -> str:
+        return self.scope.backend
+
+    @property
+    def layout(self) -> runtime.Layout:
+        return self.scope.layout
 
 
 def run_experiment(
     config: ExperimentConfig | str | Path,
+    *,
     out: str | Path | None = None,
     only: Sequence[str] | None = None,
     variants: Sequence[str] | None = None,
@@ -144,314 +162,81 @@ def run_experiment(
         the wrong type, say), at the start; that cell is measured again. `xlafuse run` prints
         each as one line (`xlafuse: FILE:LINE: skipping a record that is ...`).
     """
-    config, backend = _for_this_run(config, only, variants)
-    layout = runtime.layout()
-    for w in config.workloads:
-        runtime.check_spans_processes(w.devices, f"workload {w.label!r}")
-    settings = _settings(config, backend, layout)
-    given = _Given(dict(built or {}), ceilings, report, layout)
-    folder = out if out is not None else config.output
-    if not layout.writer:
-        return _follow(config, Path(folder), settings, given)
-    with _folder_and_plan(config, folder, fresh, settings, layout) as taken:
-        results_path, plan = taken.results_path, taken.plan
+    given = {"built": built, "ceilings": ceilings, "report": report}
+    scope = scope_of(config, only=only, variants=variants, **given)
+    folder = out if out is not None else scope.config.output
+    if not scope.layout.writer:
+        return _follow(scope, Path(folder))
+    with take_folder(scope, folder, fresh=fresh) as taken:
         for line in taken.skipped:
             warnings.warn(line, records.SkippedLineWarning, stacklevel=2)
-        with Reporter(progress, sum(len(cells) for _, cells in plan), stream) as reporter:
+        with Reporter(progress, taken.todo, stream) as reporter:
             if taken.torn is not None:
-                reporter.say(f"a torn last line of {results_path} was moved aside to {taken.torn}")
-            _run_plan(config, plan, results_path, settings, reporter, taken.done, given)
-    return _selected_records(config, results_path, backend, layout)
+                reporter.say(
+                    f"a torn last line of {taken.results_path} was moved aside to {taken.torn}"
+                )
+            _run_plan(scope, taken, reporter)
+    return selected_records(scope, taken.results_path)
 
 
-def _settings(config: ExperimentConfig, backend: str, layout: runtime.Layout) -> dict[str, Any]:
-    """The run's settings (`run_environment.run_settings`) with its process layout."""
-    device_kind = jax.devices()[0].device_kind
-    return {**run_environment.run_settings(config, backend, device_kind), **layout.settings()}
-
-
-@dataclasses.dataclass(frozen=True)
-class _Taken:
-    """The output folder as a run takes it (`_folder_and_plan`).
-
-    Attributes:
-      results_path: its results file. torn: where its torn last line was set aside, or None.
-      plan: each workload with its variants still to run. done: the cells already recorded.
-      skipped: one line per line of the file that is not a record (`records.skipped_line`).
-    """
-
-    results_path: Path
-    torn: Path | None
-    plan: list
-    done: int
-    skipped: tuple[str, ...]
-
-
-@contextlib.contextmanager
-def _folder_and_plan(config, folder, fresh: bool, settings, layout: runtime.Layout):
-    """The output folder taken (its lock held for the `with` block), fresh or repaired, and
-    the plan: yields a `_Taken`. A results file of another program is refused before its torn
-    tail is touched. The plan, or why there is none, goes to the other processes of a
-    distributed run."""
-    with contextlib.ExitStack() as held:
-        try:
-            out_dir = records.prepare_output(folder)
-            held.enter_context(records.lock_folder(out_dir))
-            results_path = out_dir / records.RESULTS_FILE
-            if fresh:
-                _move_aside(results_path)
-            records.check_appendable(results_path)
-            torn = records.repair_tail(results_path)
-            plan, done = _plan(config, results_path, settings, settings["backend"], layout)
-            skipped = _skipped_lines(results_path)
-        except Exception as err:
-            _share_plan(layout, config, None, err)
-            raise
-        _share_plan(layout, config, plan, None)
-        yield _Taken(results_path, torn, plan, done, skipped)
-
-
-def _skipped_lines(results_path: Path) -> tuple[str, ...]:
-    """`FILE:LINE: skipping a record that is ...` for each line of the file that is no record."""
-    if not results_path.exists():
-        return ()
-    return tuple(
-        records.skipped_line(results_path, number, reason)
-        for number, reason in records.parse_file(results_path)[1]
-    )
-
-
-def _share_plan(layout: runtime.Layout, config, plan, err: BaseException | None) -> None:
-    """Process 0's plan (each workload's index in the config and its variants still to run),
-    or the first line of why it has none, sent to the other processes (`_follow`)."""
-    if not layout.distributed:
-        return
-    if err is not None:
-        message: dict[str, Any] = {"error": (str(err).strip() or type(err).__name__)}
-    else:
-        index = {id(w): i for i, w in enumerate(config.workloads)}
-        message = {"todo": [[index[id(w)], [v.name for v in cells]] for w, cells in plan]}
-    messages.share(message, layout.processes)
-
-
-def _follow(config, out_dir: Path, settings, given) -> list[CellResult]:
+def _follow(scope: Scope, out_dir: Path) -> list[CellResult]:
     """A process other than 0: run the cells of process 0's plan, in step with it; write
     nothing (its traces excepted, in their own folders); return its records."""
-    message = messages.share(None, given.layout.processes)
-    if "error" in message:
-        raise XlafuseError(message["error"].splitlines()[0])
-    plan = [
-        (config.workloads[i], [config.variant(name) for name in names])
-        for i, names in message["todo"]
-    ]
-    results_path = out_dir / records.RESULTS_FILE
-    run = _start(config, results_path, settings, _quiet, 0, 0, None, given.layout)
-    run.built = given.built
-    for phase in _phases(plan):
-        for workload_config, cells in phase:
-            _run_workload(run, workload_config, cells, {}, _quiet)
-    return run.kept
+    plan = received_plan(scope)
+    return _run_phases(_following(scope, out_dir / records.RESULTS_FILE), plan, advance=_quiet)
 
 
 def _quiet(*_: Any) -> None:
     """What a process other than 0 says and shows: nothing (process 0 speaks for the run)."""
 
 
-def _for_this_run(config, only, variants) -> tuple[ExperimentConfig, str]:
-    """The config (read, when a path) as this run takes it: the selected workloads and
-    variants of this backend; and the backend. Refuses more devices than the backend has."""
-    if not isinstance(config, ExperimentConfig):
-        config = load_config(config)
-    backend = jax.default_backend()
-    config = _for_backend(select(config, only, variants), backend, print)
-    check_device_count(max((w.devices for w in config.workloads), default=1))
-    return config, backend
-
-
-def _plan(config, results_path: Path, settings, backend: str, layout) -> tuple[list, int]:
-    """(each workload with its variants still to run, the cells already done), once the
-    results file is known to hold cells of these settings only (`check_resumable`)."""
-    sources = {w.name: (w.entry, w.source_sha256) for w in config.workloads}
-    _check_source_files(results_path, config)
-    check_resumable(results_path, settings, run_environment.by_name(config.variants), sources)
-    done = records.finished_cells(results_path)
-    return [(w, _todo(config, w, backend, done, layout)) for w in config.workloads], len(done)
-
-
-def _check_source_files(results_path: Path, config: ExperimentConfig) -> None:
-    """Refuse to resume a workload whose source files changed, naming the files: a record's
-    `source_files` against this run's (`_source_files`). A program of one file, and a record
-    without them (older, or the zoo's), are left to `check_resumable`, which compares
-    `source_sha256` alone ("its source file changed")."""
-    if not results_path.exists():
-        return
-    now = {w.name: (w.entry, w.source_sha256, w) for w in config.workloads if w.source_sha256}
-    for record in records.parse_file(results_path)[0]:
-        entry, sha, w = now.get(record.workload, (None, None, None))
-        if w is None or record.entry != entry or record.source_sha256 == sha:
-            continue
-        files = _source_files(w)
-        if not record.source_files or not files or len({*record.source_files, *files}) < 2:
-            continue
-        changed = user.changed_sources(record.source_files, files)
-        raise XlafuseError(
-            f"{results_path} holds results measured under other settings (workload "
-            f"{record.workload!r}: its source changed: {changed}): resuming would mix them; "
-            "pass --fresh to move that file aside and start over, or write to another --out"
-        )
-
-
-def _source_files(w: WorkloadConfig) -> dict[str, str]:
-    """The files hashed into `w.source_sha256`, path -> SHA-256 (`user.source_files`): an
-    entry's file or the imported file that registered the workload, and the user's modules it
-    imports. Empty for the zoo's workloads, and where they no longer make that hash (a file
-    that changed since the config was read, a function `xlafuse.measure` was given)."""
-    if w.source_sha256 is None:
-        return {}
-    try:
-        if w.entry:
-            files = user.entry_sources(user.parse_entry(w.entry, w.base))
-        else:
-            files = registry.source_files(w.name)
-    except XlafuseError:
-        return {}
-    return files if files and user.sources_sha256(files) == w.source_sha256 else {}
-
-
-@dataclasses.dataclass(frozen=True)
-class _Given:
-    """What a caller hands a run besides its config (`run_experiment`'s arguments)."""
-
-    built: Mapping[str, Any]
-    ceilings: parts.CeilingsRecord | None
-    report: bool
-    layout: runtime.Layout = runtime.SINGLE
-
-
-def _run_plan(config, plan, results_path: Path, settings, reporter, skipped: int, given) -> None:
-    """Every pending cell of `plan`, phase by phase, then the report (also when a cell raised
+def _run_plan(scope: Scope, taken: Taken, reporter: Reporter) -> None:
+    """Every pending cell of the plan, phase by phase, then the report (also when a cell raised
     past its own error record, e.g. Ctrl-C: every finished cell is in the file already)."""
-    todo = sum(len(cells) for _, cells in plan)
-    if not todo:
-        cells = len(config.workloads) * len(config.variants)
+    results_path = taken.results_path
+    if not taken.todo:
+        cells = len(scope.config.workloads) * len(scope.config.variants)
         reporter.say(f"all {cells} cells already in {results_path}; nothing to run")
-        if given.report:
-            _write_report(results_path, results_path.parent, reporter.say)
+        if scope.report:
+            _write_report(results_path, reporter.say)
         return
-    run = _start(config, results_path, settings, reporter.say, todo, skipped, given.ceilings)
-    run.built, run.layout = given.built, given.layout
+    run = _start(scope, taken, reporter.say)
     try:
-        for phase in _phases(plan):
-            done = records.finished_cells(results_path)
-            for workload_config, cells in phase:
-                _run_workload(run, workload_config, cells, done, reporter.advance)
+        _run_phases(run, taken.plan, advance=reporter.advance)
     except BaseException:
-        if given.report:  # the cells recorded so far, reported; the run's own error wins
+        if scope.report:  # the cells recorded so far, reported; the run's own error wins
             _report_after_failure(results_path, reporter.say)
         raise
-    if given.report:
-        _write_report(results_path, results_path.parent, reporter.say)
+    if scope.report:
+        _write_report(results_path, reporter.say)
 
 
-def select(
-    config: ExperimentConfig, only: Sequence[str] | None, variants: Sequence[str] | None
-) -> ExperimentConfig:
-    """The config restricted to some workloads and variants (the reference variant stays).
-
-    Raises:
-      XlafuseError: a name that matches no workload or variant of the config.
-    """
-    workloads = config.workloads
-    if only:
-        labels = [w.name for w in workloads] + [w.label for w in workloads]
-        check_selected("workload", only, labels, "in the config")
-        workloads = tuple(w for w in workloads if w.name in only or w.label in only)
-    chosen = config.variants
-    if variants:
-        check_selected("variant", variants, [v.name for v in config.variants], "in the config")
-        chosen = tuple(v for v in chosen if v.name in variants or v.name == config.reference)
-    return dataclasses.replace(config, workloads=workloads, variants=chosen)
+def _following(scope: Scope, results_path: Path) -> _Run:
+    """The run of a process other than 0: it writes no record, so it measures no ceilings,
+    and it says nothing."""
+    env = run_environment.environment(scope.config.config_hash())
+    return _Run(scope=scope, results_path=results_path, env=env, ceilings=None, say=_quiet)
 
 
-def _for_backend(config: ExperimentConfig, backend: str, say) -> ExperimentConfig:
-    """The config without the workloads whose `backends` exclude this backend."""
-    kept = tuple(w for w in config.workloads if w.applies_to(backend))
-    skipped = [w.label for w in config.workloads if not w.applies_to(backend)]
-    if skipped:
-        say(f"skipped on {backend} (the config's backends key): {', '.join(skipped)}")
-    return dataclasses.replace(config, workloads=kept)
-
-
-def _ordered_variants(config: ExperimentConfig) -> list[VariantConfig]:
-    """The reference first, then the others in config order."""
-    reference = [v for v in config.variants if v.name == config.reference]
-    return reference + [v for v in config.variants if v.name != config.reference]
-
-
-def _phases(plan: list[tuple[WorkloadConfig, list[VariantConfig]]]) -> list[list[tuple]]:
-    """The XLA cells of every workload first, then the cells of the PyTorch twins.
-
-    Once torch's profiler has run, it keeps CUPTI for the rest of the process and jax's profiler
-    can no longer subscribe: an XLA cell measured after a torch cell would have no device time.
-    The torch cells of a workload find its reference recorded and compile it again.
-    """
-    xla = [(w, [v for v in cells if not _is_torch(v)]) for w, cells in plan]
-    twins = [(w, [v for v in cells if _is_torch(v)]) for w, cells in plan]
-    return [xla, twins] if any(cells for _, cells in twins) else [xla]
-
-
-def _is_torch(variant: VariantConfig) -> bool:
-    return _framework(variant)["framework"] == Framework.TORCH
-
-
-def _processes(layout: runtime.Layout) -> str | None:
-    """What a cell id ends with under `jax.distributed` (`Cell.cell_id`); None on one process."""
-    return layout.label if layout.distributed else None
-
-
-def _todo(config, w: WorkloadConfig, backend: str, done, layout) -> list[VariantConfig]:
-    ids = {v.name: w.cell.cell_id(v.name, backend, _processes(layout)) for v in config.variants}
-    return [v for v in _ordered_variants(config) if ids[v.name] not in done]
-
-
-def _move_aside(path: Path) -> None:
-    """Move the results aside (`fresh`), and report.md and the plots made from them: a fresh
-    run cut short must not leave the old report beside the new results."""
-    aside = records.move_aside(path)
-    if aside is None:
-        return
-    stem = aside.name.removesuffix(".jsonl.old")  # results.<time>
-    for made in [
-        path.parent / "report.md",
-        path.parent / "report.html",
-        *sorted(path.parent.glob("*.png")),
-    ]:
-        if made.is_file():
-            made.rename(path.parent / f"{stem}.{made.name}.old")
-
-
-def _start(
-    config, results_path, settings, say, todo: int, skipped: int, given=None, layout=None
-) -> _Run:
-    backend, device_kind = settings["backend"], settings["device_kind"]
-    layout = layout or runtime.SINGLE
-    if not layout.writer:  # its records are not written: no ceilings to measure
-        env = run_environment.environment(config.config_hash())
-        run = _Run(config, results_path, backend, device_kind, env, None, say, settings)
-        return dataclasses.replace(run, layout=layout)
+def _start(scope: Scope, taken: Taken, say: Callable[[str], None]) -> _Run:
+    """The run of process 0 (or of the only process): its first line said, its ceilings
+    found (`_ceilings`)."""
+    config, results_path = scope.config, taken.results_path
     say(
-        f"{config.name}: {todo} cells to run on {backend} ({device_kind})"
-        + (f", {skipped} already done" if skipped else "")
+        f"{config.name}: {taken.todo} cells to run on {scope.backend} ({scope.device_kind})"
+        + (f", {taken.done} already done" if taken.done else "")
         + f" -> {results_path}"
     )
-    ceilings = _ceilings(results_path, backend, say, given) if config.measure.calibrate else None
+    ceilings = None
+    if config.measure.calibrate:
+        ceilings = _ceilings(results_path, scope.backend, say, scope.ceilings)
     env = run_environment.environment(config.config_hash())
-    return _Run(config, results_path, backend, device_kind, env, ceilings, say, settings)
+    return _Run(scope=scope, results_path=results_path, env=env, ceilings=ceilings, say=say)
 
 
 def _ceilings(results_path: Path, backend: str, say, given=None) -> parts.CeilingsRecord:
     """The results file's calibration when it has one (a resume never mixes two), else the
-    one `given`, else a new one (`xlafuse.measure.calibrate`)."""
+    one `given`, else a new one (`xlafuse.measurement.calibrate`)."""
     earlier = records.parse_file(results_path)[0] if results_path.exists() else []
     kept = next((r.ceilings for r in earlier if r.ceilings.copy_bytes_per_s), None)
     ceilings = kept or given or fields_lib.ceilings_part(calibrate(backend))
@@ -464,30 +249,84 @@ def _ceilings(results_path: Path, backend: str, say, given=None) -> parts.Ceilin
     return ceilings
 
 
-def _run_workload(run: _Run, w: WorkloadConfig, cells, done, advance) -> None:
-    """Every pending variant of one workload: the reference first (`_reference`), then each
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class _Outcome:
+    """What one workload's cells left (`_run_workload`).
+
+    Attributes:
+      records: the records made now, in order.
+      profiles: its reference cell's DeviceProfile by cell id when that cell was traced now:
+        its torch cells, measured in a later phase, need it (jax's profiler cannot trace the
+        reference again once torch's has run).
+    """
+
+    records: tuple[CellResult, ...] = ()
+    profiles: Mapping[str, DeviceProfile] = dataclasses.field(default_factory=dict)
+
+
+def _run_phases(run: _Run, plan: Plan, *, advance: Callable[[], None]) -> list[CellResult]:
+    """Every cell of `plan`, phase by phase (`phases`); the records made, in order."""
+    made: list[CellResult] = []
+    profiles: dict[str, DeviceProfile] = {}
+    for phase in phases(plan):
+        done = records.finished_cells(run.results_path) if run.layout.writer else {}
+        for w, cells in phase:
+            outcome = _run_workload(run, w, cells, done=done, profiles=profiles, advance=advance)
+            made += outcome.records
+            profiles.update(outcome.profiles)
+    return made
+
+
+def _run_workload(
+    run: _Run,
+    w: WorkloadConfig,
+    cells: list[RunCell],
+    *,
+    done: Mapping[str, CellResult],
+    profiles: Mapping[str, DeviceProfile],
+    advance: Callable[[], None],
+) -> _Outcome:
+    """Every pending cell of one workload: the reference first (`_reference`), then each
     other variant against it."""
     if not cells:
-        return
+        return _Outcome()
     watch.doing(f"building {w.label}")
     try:
-        workload = run.built[w.name] if w.name in run.built else w.build()
-    except Exception as err:
-        watch.on_failure(err)
-        for variant in cells:
-            _finish(run, _error_record(run, w, variant, None, err), None, advance)
-        return
-    reference, reference_record = _reference(run, w, workload, cells, done, advance)
-    for variant in cells:
-        if variant.name == run.config.reference:
-            continue
-        record, _ = _cell(run, w, variant, workload, reference)
-        _finish(run, record, reference_record, advance)
-    del workload, reference
+        workload = run.scope.built[w.name] if w.name in run.scope.built else w.build()
+    except Exception as err:  # a workload that cannot be built: each cell's record says why
+        watch.on_failure(err)  # ...but a lost process ends the run (its line names it)
+        failed = [_error_record(run, cell, None, err) for cell in cells]
+        return _Outcome(records=tuple(_finish(run, r, None, advance) for r in failed))
+    referenced = _reference(run, w, workload, cells, done, profiles, advance)
+    made = [referenced.record] if referenced.new else []
+    for cell in cells:
+        if cell.variant.name != run.config.reference:
+            record, _ = _measured_cell(run, cell, workload, referenced.reference)
+            made.append(_finish(run, record, referenced.record, advance))
+    profile = referenced.reference.profile
+    new = referenced.record if referenced.new else None
+    kept = {new.cell_id: profile} if new is not None and profile is not None else {}
+    del workload, referenced
     gc.collect()
+    return _Outcome(records=tuple(made), profiles=kept)
 
 
-def _reference(run: _Run, w, workload, cells, done, advance) -> tuple[Reference, CellResult | None]:
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class _Referenced:
+    """A workload's reference as `_reference` makes it.
+
+    Attributes:
+      reference: what its other cells are judged and timed against.
+      record: the reference cell's record; None when no run recorded it.
+      new: whether the reference cell was measured now (its record is one of this run's).
+    """
+
+    reference: Reference
+    record: CellResult | None
+    new: bool
+
+
+def _reference(run: _Run, w, workload, cells, done, profiles, advance) -> _Referenced:
     """The workload's Reference and its reference cell's record.
 
     The reference cell is measured now when it is pending (its record is appended at once);
@@ -495,17 +334,15 @@ def _reference(run: _Run, w, workload, cells, done, advance) -> tuple[Reference,
     way the other cells get its compiled program (they are timed in alternation with it) and
     its outputs (their numerics are judged against them).
     """
-    variant = run.config.variant(run.config.reference)
-    cell = w.cell.cell_id(variant.name, run.backend, _processes(run.layout))
-    profile = run.reference_profiles.get(cell)
-    if not any(v.name == variant.name for v in cells):
-        watch.doing(f"compiling the reference of {w.label} again ({variant.name})")
-        return _recompiled_reference(run, workload, variant, profile), done.get(cell)
-    record, reference = _cell(run, w, variant, workload, None)
-    _finish(run, record, None, advance)
-    if reference.profile is not None:
-        run.reference_profiles[cell] = reference.profile
-    return reference, record
+    name = run.config.reference
+    pending = next((c for c in cells if c.variant.name == name), None)
+    if pending is None:
+        cell = run.scope.cell(w, run.config.variant(name))
+        watch.doing(f"compiling the reference of {w.label} again ({name})")
+        reference = _recompiled_reference(run, workload, cell.variant, profiles.get(cell.id))
+        return _Referenced(reference=reference, record=done.get(cell.id), new=False)
+    record, reference = _measured_cell(run, pending, workload, None)
+    return _Referenced(reference=reference, record=_finish(run, record, None, advance), new=True)
 
 
 def _recompiled_reference(run: _Run, workload, variant, profile) -> Reference:
@@ -514,47 +351,54 @@ def _recompiled_reference(run: _Run, workload, variant, profile) -> Reference:
     which every other cell's record then carries."""
     try:
         workload = workload.with_implementation(variant.resolve().implementation)
-        compiled = compile_workload(workload, variant.resolve(), _measure_request(run, workload))
+        request = _measure_request(run, workload)
+        compiled = compile_workload(workload, variant.resolve(), measure=request)
         outputs = _first_outputs(compiled, workload)
-    except Exception as err:
+    except Exception as err:  # the error becomes each other cell's `reference_error`
         watch.on_failure(err)
         message = f"recompiling the reference failed: {error_line(err)}"
         return Reference(profile=profile, error=message)
-    interpreted = workload.interpreted
+    fresh_args, interpreted = workload.fresh_args, workload.interpreted
     return Reference(
-        compiled, workload.fresh_args, outputs, profile=profile, interpreted=interpreted
+        compiled=compiled,
+        fresh_args=fresh_args,
+        outputs=outputs,
+        profile=profile,
+        interpreted=interpreted,
     )
 
 
-def _cell(
-    run: _Run, w, variant: VariantConfig, workload, reference: Reference | None
+def _measured_cell(
+    run: _Run, cell: RunCell, workload, reference: Reference | None
 ) -> tuple[CellResult, Reference]:
     """Measure one cell against `reference` (None: it is the reference cell); its record, and
     what it gives the workload's other cells as their Reference."""
     start = time.perf_counter()
-    trace_dir = _new_trace_dir(
-        run, w.cell.cell_id(variant.name, run.backend, _processes(run.layout))
-    )
-    watch.doing(f"measuring {w.label} under {variant.name}")
+    trace_dir = _new_trace_dir(run, cell.id)
+    watch.doing(f"measuring {cell.w.label} under {cell.variant.name}")
     try:
-        measured, mine = _measure(run, variant, workload, reference, trace_dir)
+        measured, mine = _measure(run, cell.variant, workload, reference, trace_dir)
     except Exception as err:  # one cell's failure must not end the sweep
         watch.on_failure(err)  # ...but a lost process ends the run (its line names it)
         gc.collect()
-        return _error_record(run, w, variant, workload, err), Reference()
+        return _error_record(run, cell, workload, err), Reference()
     finally:
         if trace_dir is not None and not run.config.measure.keep_traces:
             shutil.rmtree(trace_dir, ignore_errors=True)
     measured["wall_s"] = time.perf_counter() - start
-    record = _record(run, w, variant, workload, Status.OK, measured)
+    record = _record(run, cell, workload, Status.OK, measured)
     return fields_lib.with_rates(record, run.backend), mine
 
 
 def _measure_request(run: _Run, workload, trace_dir: Path | None = None) -> MeasureRequest:
-    settings = run.config.timing
     profile_calls = PROFILE_CALLS if run.config.measure.profile else 0
     folder = str(trace_dir) if trace_dir is not None else None
-    return MeasureRequest(settings, workload.mode == "train", profile_calls, folder)
+    return MeasureRequest(
+        settings=run.config.timing,
+        train=workload.mode == Mode.TRAIN,
+        profile_calls=profile_calls,
+        trace_dir=folder,
+    )
 
 
 def _first_outputs(compiled, workload):
@@ -579,14 +423,20 @@ def _measure(
     _check_in_process(run, variant.name, resolved)
     workload = workload.with_implementation(resolved.implementation)  # impl=NAME (issue 46)
     request = _measure_request(run, workload, trace_dir)
-    compiled = compile_workload(workload, resolved, request)
+    compiled = compile_workload(workload, resolved, measure=request)
     outputs = _first_outputs(compiled, workload)
     diff = judge_against(reference, workload, outputs, compiled=compiled)
     against = timed_against(reference, workload.interpreted)  # interpreted: timed alone
     timed, comparison, profile = _time(run, compiled, workload, against, request)
     kernels, baseline = _kernel_fields(run, compiled, workload, trace_dir, against, variant.name)
     mine = Reference(
-        compiled, workload.fresh_args, outputs, timed, profile, None, baseline, workload.interpreted
+        compiled=compiled,
+        fresh_args=workload.fresh_args,
+        outputs=outputs,
+        timing=timed,
+        profile=profile,
+        kernels=baseline,
+        interpreted=workload.interpreted,
     )
     measured = {
         "compile": fields_lib.compile_part(compiled),
@@ -664,8 +514,10 @@ def _time(run: _Run, compiled, workload, reference: Reference | None, request):
         return timed, compared_apart(reference, timed), profile
     advance = timing.thread_state if request.train else timing.same_args
     lead = timing.leading_figure(request.train, run.backend)
-    args = workload.fresh_args()
-    timed, comparison = time_against(reference, compiled, args, request.settings, advance, lead)
+    args, settings = workload.fresh_args(), request.settings
+    timed, comparison = time_against(
+        reference, compiled, args, settings, advance=advance, lead=lead
+    )
     return timed, comparison, _profile(compiled, workload, request, advance)
 
 
@@ -709,12 +561,13 @@ def _profile(compiled, workload, request: MeasureRequest, advance):
     return profile_device_time(compiled, args, calls, advance, request.trace_dir)
 
 
-def _new_trace_dir(run: _Run, cell: str) -> Path | None:
+def _new_trace_dir(run: _Run, cell_id: str) -> Path | None:
     measure = run.config.measure
     if not measure.profile:
         return None
     process = run.layout.index if run.layout.distributed else None
-    return cell_kernels.new_trace_dir(run.results_path.parent, cell, measure.keep_traces, process)
+    folder = run.results_path.parent
+    return cell_kernels.new_trace_dir(folder, cell_id, measure.keep_traces, process)
 
 
 def _kernel_fields(run: _Run, compiled, workload, trace_dir, reference, variant: str):
@@ -722,29 +575,27 @@ def _kernel_fields(run: _Run, compiled, workload, trace_dir, reference, variant:
     cell's traced kernels as a Baseline): `cell_kernels.kernel_fields`."""
     if trace_dir is None:
         return {}, None
-    ceilings = (
-        (run.ceilings.copy_bytes_per_s, run.ceilings.matmul_flops_per_s)
-        if run.ceilings
-        else (None, None)
-    )
+    ceilings = run.ceilings
     return cell_kernels.kernel_fields(
         trace_dir,
-        run.results_path.parent if run.config.measure.keep_traces else None,
         compiled,
         workload,
-        PROFILE_CALLS,
-        ceilings,
-        reference.kernels if reference is not None else None,
-        (run.config.reference, variant),
-        _twin(run, compiled, workload),
+        results_dir=run.results_path.parent if run.config.measure.keep_traces else None,
+        calls=PROFILE_CALLS,
+        labels=(run.config.reference, variant),
+        baseline=reference.kernels if reference is not None else None,
+        ceilings_bytes_flops=(
+            (ceilings.copy_bytes_per_s, ceilings.matmul_flops_per_s) if ceilings else (None, None)
+        ),
+        twin=_twin(run, compiled, workload),
     )
 
 
 def _twin(run: _Run, compiled, workload):
     """XLA's estimates of a traced GPU cell's program, from a twin compile
-    (`xlafuse.measure.predicted`: the timed compile is left without the option); None on a
+    (`xlafuse.measurement.predicted`: the timed compile is left without the option); None on a
     CPU and for a variant compiled in a child process. A failure is recorded, never fatal."""
-    if run.backend != "gpu" or compiled.compiled is None:
+    if run.backend != Backend.GPU or compiled.compiled is None:
         return None
     try:
         return compile_twin(workload, compiled.variant, compiled.report)
@@ -752,46 +603,41 @@ def _twin(run: _Run, compiled, workload):
         return {"error": error_line(err)}
 
 
-def _identity(run: _Run, w: WorkloadConfig, variant: VariantConfig, workload) -> dict[str, Any]:
-    cell = w.cell
+def _identity(run: _Run, cell: RunCell, workload) -> dict[str, Any]:
+    w, variant, name = cell.w, cell.variant, cell.w.cell
+    layout = run.layout
     return {
-        "workload": cell.name,
-        "size": cell.size,
-        "mode": cell.mode,
-        "dtype": workload.dtype if workload is not None else cell.dtype,
-        "dtype_requested": cell.dtype,
-        "overrides": dict(cell.overrides),
-        "entry": cell.entry,
+        "workload": name.name,
+        "size": name.size,
+        "mode": name.mode,
+        "dtype": workload.dtype if workload is not None else name.dtype,
+        "dtype_requested": name.dtype,
+        "overrides": dict(name.overrides),
+        "entry": name.entry,
         "source_sha256": w.source_sha256,
-        "source_files": _source_files(w),
-        "devices": cell.devices,
-        "parallelism": cell.parallelism if cell.mesh else None,
-        "processes": run.layout.processes,
-        "process_devices": run.layout.process_devices if run.layout.distributed else None,
+        "source_files": source_files(w),
+        "devices": name.devices,
+        "parallelism": name.parallelism if name.mesh else None,
+        "processes": layout.processes,
+        "process_devices": layout.process_devices if layout.distributed else None,
         "variant": variant.name,
         "variant_options": variant.to_dict(),
-        **_framework(variant),
+        **framework_of(variant),
         "implementation": _implementation(variant, workload),
         "reference": run.config.reference,
         "backend": run.backend,
-        "device_kind": run.device_kind,
-        "cell_id": cell.cell_id(variant.name, run.backend, _processes(run.layout)),
+        "device_kind": run.scope.device_kind,
+        "cell_id": cell.id,
         "experiment": run.config.name,
         "model": fields_lib.model_part(workload),
         "ceilings": run.ceilings or parts.CeilingsRecord(),
         "env": run.env,
-        "settings": run_environment.cell_settings(run.settings, variant),
+        "settings": run_environment.cell_settings(run.scope.settings, variant),
     }
 
 
-def _framework(variant: VariantConfig) -> dict[str, Any]:
-    """The framework a cell runs on and its version (XLA's for a variant that no longer
-    resolves)."""
-    try:
-        resolved = variant.resolve()
-    except ValueError:
-        return {"framework": Framework.JAX, "framework_version": jax.__version__}
-    return {"framework": resolved.framework, "framework_version": resolved.framework_version()}
+def _record(run: _Run, cell: RunCell, workload, status: Status, fields) -> CellResult:
+    return CellResult(**_identity(run, cell, workload), status=status, **fields)
 
 
 def _implementation(variant: VariantConfig, workload) -> str | None:
@@ -807,54 +653,37 @@ def _implementation(variant: VariantConfig, workload) -> str | None:
     return resolved.implementation or own
 
 
-def _record(run, w, variant, workload, status, fields) -> CellResult:
-    return CellResult(**_identity(run, w, variant, workload), status=status, **fields)
-
-
-def _error_record(run, w, variant, workload, err: BaseException) -> CellResult:
+def _error_record(run: _Run, cell: RunCell, workload, err: BaseException) -> CellResult:
     message = (str(err).strip() or type(err).__name__).splitlines()[0][:2000]
     fields = {"error": message, "error_type": type(err).__name__}
-    return _record(run, w, variant, workload, Status.ERROR, fields)
+    return _record(run, cell, workload, Status.ERROR, fields)
 
 
-def _finish(run: _Run, record: CellResult, reference: CellResult | None, advance) -> None:
-    if not run.writer:
-        run.kept.append(record)
-        return
-    watch.doing(f"writing the record of {record.cell_id}")
-    append_result(run.results_path, record)
-    run.say(cell_line(record, reference))
-    advance()
-    interrupts.check()  # a Ctrl-C that Python swallowed stops the run here
+def _finish(run: _Run, record: CellResult, reference: CellResult | None, advance) -> CellResult:
+    """The record, appended and its line said (on a process other than 0: neither)."""
+    if run.layout.writer:
+        watch.doing(f"writing the record of {record.cell_id}")
+        append_result(run.results_path, record)
+        run.say(cell_line(record, reference))
+        advance()
+        interrupts.check()  # a Ctrl-C that Python swallowed stops the run here
+    return record
 
 
-def _selected_records(
-    config: ExperimentConfig, results_path: Path, backend: str, layout=runtime.SINGLE
-) -> list[CellResult]:
-    if not results_path.exists():
-        return []
-    # its lines that are no record were said at the start (`run_experiment`)
-    latest = {r.cell_id: r for r in records.latest_per_cell(records.parse_file(results_path)[0])}
-    variants = _ordered_variants(config)
-    processes = _processes(layout)
-    keys = [w.cell.cell_id(v.name, backend, processes) for w in config.workloads for v in variants]
-    return [latest[k] for k in keys if k in latest]
-
-
-def _write_report(results_path: Path, out_dir: Path, say) -> None:
+def _write_report(results_path: Path, say: Callable[[str], None]) -> None:
     """report.md and the plots of the results file (`write_report`); nothing while it holds
     no record yet."""
     if not results_path.exists() or not results_path.stat().st_size:
         return
-    watch.doing(f"writing the report into {out_dir}")
-    say(f"report: {write_report(results_path, out_dir)}")
+    watch.doing(f"writing the report into {results_path.parent}")
+    say(f"report: {write_report(results_path, results_path.parent)}")
 
 
 def _report_after_failure(results_path: Path, say) -> None:
     """The report of a run that is ending on an error or an interrupt: a report that cannot be
     written is said, so that the run's own error is the one raised."""
     try:
-        _write_report(results_path, results_path.parent, say)
+        _write_report(results_path, say)
     except Exception as err:
         why = str(err).splitlines()[0] if isinstance(err, XlafuseError) else error_line(err)
         say(f"report not written: {why}")

@@ -3,10 +3,10 @@
 A server runs this step once (at image build or before it takes traffic); every later process that
 points `jax_compilation_cache_dir` at the same folder, with the same JAX, XLA flags and variant
 options, gets its executables from disk instead of compiling them (see
-`xlafuse.measure.coldstart` for the measured effect).
+`xlafuse.measurement.coldstart` for the measured effect).
 
 The compile happens in this process: a workload through the runner's own lowering
-(`xlafuse.compile.jit.lower_workload`: donated and sharded as `xlafuse run` compiles it), a
+(`xlafuse.compiler.jit.lower_workload`: donated and sharded as `xlafuse run` compiles it), a
 function through `jax.jit(fn, **jit_kwargs).lower(*args)`, then `compile_lowered` under the
 variant's options, so the cache keys match.
 """
@@ -21,12 +21,12 @@ from typing import Any
 
 import jax
 
-from xlafuse.compile.cache import CACHE_HITS, cache_entry_count, cache_events, persistent_cache
-from xlafuse.compile.jit import compile_lowered, lower_workload
-from xlafuse.compile.variants import get
+from xlafuse.compiler.cache import CACHE_HITS, cache_entry_count, cache_events, persistent_cache
+from xlafuse.compiler.jit import compile_lowered, lower_workload
+from xlafuse.compiler.variants import get
 from xlafuse.errors import XlafuseError
 from xlafuse.kinds import Framework
-from xlafuse.measure.coldstart import build_workload, check_cache_dir, workload_spec
+from xlafuse.measurement.coldstart import build_workload, check_cache_dir, workload_spec
 from xlafuse.models.names import Cell
 from xlafuse.models.workload import Workload
 
@@ -185,7 +185,7 @@ def _targets(fn_or_workloads, args, jit_kwargs):
         if isinstance(
             item, Workload
         ):  # built: which of its configuration were overrides is not known
-            workload, label = item, item.cell.label
+            workload, label = item, Cell.of(item).label
         else:
             spec = workload_spec(item)
             workload = build_workload(spec)

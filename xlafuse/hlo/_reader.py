@@ -6,14 +6,13 @@ Three readers of one grammar (issue 30, item 7): `Reader._general` reads every f
 token; `scan` reads the one-line forms that XLA prints, the bulk of any text, and is the one
 entry point to the fast readers: the C scanner (`_scan.c`) where it was built, else the regex
 `_FAST`, chosen inside it (the reader never branches on which). `_FAST` is kept, though it
-reads a subset of `_general`'s grammar: without it the pure-Python reader parses the corpus's
-canonical modules 2.7 times slower (9.1 MB/s against 25.0, parse only, 2026-12-03; with C,
-where it reads only the lines that C leaves, 53 against 53). `tests/test_hlo_scan.py` holds
-the readers to the same values.
+reads a subset of `_general`'s grammar: without it the pure-Python reader is several times
+slower on the corpus (with C it reads only the lines that C leaves, and changes nothing).
+`tests/test_hlo_scan.py` holds the readers to the same values.
 
 No parse depends on another: shapes are kept per `Reader` (per parse), the C scanner's tables
-per call (it asks `Reader._shape_of` for each shape). Against shapes kept for the process, that
-costs 13% of the parse (C: 51 MB/s against 59; Python: 24 against 27).
+per call (it asks `Reader._shape_of` for each shape), at some cost against shapes kept for the
+process. Both figures: benchmarks/README.md ("The pure-Python fast reader").
 """
 
 from __future__ import annotations

@@ -58,12 +58,7 @@ class gc_paused:
     too: a cycle among them is freed at the next full collection rather than sooner. Skipped
     where objects are frozen already (a pre-fork server's): unfreeze would thaw them.
     A class, not a `@contextmanager` generator: entered once per module, it costs a quarter.
-
-    What it buys (2026-12-01, parse + analyze of the corpus's canonical modules, best of nine
-    alternating in one process, twice, CPU time): 0.86-0.91 s as it is, 1.02-1.04 s paused
-    with nothing frozen (enabled again as found), 1.16 s with no pause. 2026-12-03, one pause
-    per module (`benchmarks/bench_corpus.py`, best of three, CPU time): C scanner 26.6 MB/s
-    paused against 22.3 as found, pure Python 15.9 against 13.6.
+    What it buys, measured: benchmarks/README.md ("The cyclic GC paused while HLO is read").
     """
 
     __slots__ = ("enabled",)

@@ -27,6 +27,7 @@ from xlafuse.hlo.priority_dump import (
     read_priority_dump,
 )
 from xlafuse.inspect.targets import ACCEPTED, load_module
+from xlafuse.kinds import Backend
 from xlafuse.models.names import Cell
 
 
@@ -92,8 +93,8 @@ def compile_for_explain(
     # JAX and the compiler, imported here: reading a dump folder needs neither
     import jax
 
-    from xlafuse.compile.jit import unoptimized_hlo
-    from xlafuse.compile.variants import get as get_variant
+    from xlafuse.compiler.jit import unoptimized_hlo
+    from xlafuse.compiler.variants import get as get_variant
 
     work = workload if workload is not None else cell.build()
     backend = jax.default_backend()
@@ -116,9 +117,9 @@ def _compile_with_reasons(work, variant, backend: str, estimates: bool = False):
     GPU, in process, the same program as `compile_workload` compiles (same jit arguments and
     options) with XLA's dump switched on (and with `estimates`, the cost model's stats):
     neither changes the program."""
-    from xlafuse.compile.jit import compile_lowered, compile_workload, lower_workload  # JAX
+    from xlafuse.compiler.jit import compile_lowered, compile_workload, lower_workload  # JAX
 
-    if backend != "gpu" or variant.process_flags:
+    if backend != Backend.GPU or variant.process_flags:
         return compile_workload(work, variant).hlo_text, None
     with tempfile.TemporaryDirectory(prefix="xlafuse-explain-") as folder:
         options = {**variant.compiler_options(backend), **DUMP_OPTIONS, "xla_dump_to": folder}

@@ -43,7 +43,7 @@ Every key is always present; values are null where they do not apply::
                      ring_bytes, operand_shapes, computation, op_name} ]} | null (folder listing)
                     see `xlafuse.hlo.collectives` for what counts
     static_leaves   [ {path, name} ] | null: the leaves of a program of the user's arguments
-                    that are not arrays, made static (`xlafuse.compile.static`): where each is
+                    that are not arrays, made static (`xlafuse.compiler.static`): where each is
                     in the arguments ("[0].activation") and what it is ("relu", "3", "'same'");
                     [] for a workload without any, null for HLO files
 
@@ -61,7 +61,7 @@ from xlafuse.hlo import FusionReport, HloModule, KernelInfo
 from xlafuse.hlo.collectives import CollectiveReport
 
 if TYPE_CHECKING:  # JAX: `inspect FILE` starts without it
-    from xlafuse.compile.static import StaticLeaf
+    from xlafuse.compiler.static import StaticLeaf
 
 SCHEMA = "xlafuse.inspect/1"
 SUMMARY_KEYS = (
@@ -116,7 +116,7 @@ class InspectResult:
         collectives: the module's collectives (`xlafuse.hlo.collectives`); None for a folder.
         devices: devices a workload was compiled for (1 unless sharded); None for HLO files.
         parallelism: "data" or "model" for a sharded workload, else None.
-        static_leaves: a workload's static leaves (`xlafuse.compile.static.StaticLeaf`: path
+        static_leaves: a workload's static leaves (`xlafuse.compiler.static.StaticLeaf`: path
             and name); None for HLO files.
     """
 

@@ -15,7 +15,7 @@ launch count is reported next to the modeled kernel count, with a warning when t
 The result and its JSON schema are `xlafuse.inspect.schema`; the text is `xlafuse.report.inspect_text`.
 
 A workload's compile can be kept and read again (`xlafuse inspect`'s cache,
-`xlafuse.compile.cache`): `on_compiled` gets the optimized HLO text, `stored_fields` what the
+`xlafuse.compiler.cache`): `on_compiled` gets the optimized HLO text, `stored_fields` what the
 result holds besides it, and `inspect_stored` makes the same result again from the two.
 
 Bytes are modeled HBM bytes (see `xlafuse.hlo.traffic`), not measurements.
@@ -206,8 +206,8 @@ def _summarize(path: Path) -> ModuleSummary:
 
 
 def _inspect_workload(cell: Cell, variant, on_step=None, on_compiled=None) -> InspectResult:
-    from xlafuse.compile.jit import compile_workload  # JAX: only a workload needs it
-    from xlafuse.compile.variants import get as get_variant
+    from xlafuse.compiler.jit import compile_workload  # JAX: only a workload needs it
+    from xlafuse.compiler.variants import get as get_variant
 
     work = cell.build()
     chosen = get_variant(variant)  # an unknown name fails before the step is shown
@@ -264,7 +264,7 @@ def inspect_stored(
         The result; None when the file cannot be read or parsed, is not the text that was
         written, or `fields` lack a value (the entry is not used: compile again).
     """
-    from xlafuse.compile.static import StaticLeaf  # JAX: only a workload needs it
+    from xlafuse.compiler.static import StaticLeaf  # JAX: only a workload needs it
 
     try:
         text, _ = read_hlo(hlo_path)

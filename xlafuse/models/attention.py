@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from xlafuse.kinds import Backend
 from xlafuse.models import implementations
 from xlafuse.models.common import linear, token_recipe
 from xlafuse.models.registry import choose, register
@@ -68,7 +69,7 @@ def check_implementation(implementation: str, ctx: BuildContext, workload: str) 
     if implementation != "cudnn":
         return implementation
     backend = jax.default_backend()
-    if backend != "gpu":
+    if backend != Backend.GPU:
         raise ValueError(
             f"implementation='cudnn'{where} needs an NVIDIA GPU, but JAX's backend is "
             f"{backend!r}; use implementation='xla'"

@@ -2,7 +2,7 @@
 
 A workload's own program (`OWN`, "xla": the plain JAX program, fused by XLA) is what its cells
 compile unless a variant names another implementation (`impl=NAME`,
-`xlafuse.compile.variants`). A zoo workload declares the operation that tokamax implements
+`xlafuse.compiler.variants`). A zoo workload declares the operation that tokamax implements
 (`register(..., op=...)`): `attention` (`dot_product_attention`), `layernorm` (`layer_norm`),
 `swiglu` (`gated_linear_unit`) and GPT-2's train step (its LM head and loss,
 `linear_softmax_cross_entropy_loss`). Its other implementations are tokamax's, by the names
@@ -33,9 +33,10 @@ from typing import Any
 
 import jax
 
-from xlafuse.compile import static
-from xlafuse.compile.variants import implementation_problem
+from xlafuse.compiler import static
+from xlafuse.compiler.variants import implementation_problem
 from xlafuse.errors import XlafuseError, error_line
+from xlafuse.kinds import Backend
 
 OWN = "xla"  # the workload's own program: what XLA fuses by itself
 TOKAMAX_INSTALL = 'pip install -e ".[tokamax]"'
@@ -281,7 +282,7 @@ def gpu_problem(op: str, name: str, where: str) -> str | None:
     if not spec.needs_gpu:
         return None
     device = jax.devices()[0]
-    if device.platform != "gpu":
+    if device.platform != Backend.GPU:
         anywhere = [f"impl={n}" for n, k in OPS[op].kernels.items() if not k.needs_gpu]
         return (
             f"{where} is a GPU kernel and JAX's backend is {device.platform!r} (tokamax's GPU "
@@ -360,7 +361,7 @@ def attach(
       workload: the Workload of the user's own function (`user.workload_from`).
       functions: name -> a function of the same arguments computing the same outputs.
       args: the arguments as the user gave them (static leaves in place: each function is
-        split as the own one was, `xlafuse.compile.static.split`).
+        split as the own one was, `xlafuse.compiler.static.split`).
       where: how messages name the program (`entry 'x.py:f'`, `'f'`).
       own: the name of the workload's own function (the reference implementation).
       wrap: applied to each function before it is traced (an entry's: stdout to stderr).

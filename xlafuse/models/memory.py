@@ -21,6 +21,7 @@ import jax
 import numpy as np
 
 from xlafuse.errors import XlafuseError
+from xlafuse.kinds import Backend
 
 TRAIN_STATE_COPIES = 4  # the parameters, AdamW's two moments, the gradients
 CGROUP_MEMORY_MAX = Path("/sys/fs/cgroup/memory.max")  # a container's limit (cgroup v2)
@@ -47,7 +48,7 @@ def device_memory(devices: int = 1) -> tuple[int, str] | None:
     if limit:
         each = f"{devices} x " if devices > 1 else ""
         return int(limit) * devices, f"the memory of {each}{device.device_kind}"
-    if device.platform == "cpu":
+    if device.platform == Backend.CPU:
         return _host_memory(), "the host's memory"
     return None
 

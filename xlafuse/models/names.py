@@ -16,46 +16,17 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-PARALLELISMS = ("data", "model")  # see xlafuse.models.sharding
+from xlafuse.kinds import Mode
 
-
-def cell_fields(cell: Any) -> dict[str, Any]:
-    """The `name`, `size`, `mode` and `dtype` of a Workload or a config's WorkloadConfig: what
-    names a cell, the first keys of both their JSON forms (`to_dict`)."""
-    return {key: getattr(cell, key) for key in ("name", "size", "mode", "dtype")}
-
-
-def is_entry(name: Any) -> bool:
-    """Whether a workload name is a program of the user's (`FILE.py:FUNCTION`,
-    `MODULE:FUNCTION`; `xlafuse.models.user`): zoo names have no colon."""
-    return isinstance(name, str) and ":" in name
-
-
-def display_name(name: str) -> str:
-    """How a workload is shown: a zoo name as it is, a program of the user's by FUNCTION."""
-    return name.rpartition(":")[2] if is_entry(name) else name
-
-
-def workload_label(
-    name: str,
-    size: str | None = None,
-    mode: str | None = None,
-    overrides: Mapping[str, Any] | None = None,
-    dtype: str | None = None,
-    mesh: str | None = None,
-) -> str:
-    """The one short human name of a workload cell, e.g. `chain[ops=16]/tiny/forward/bfloat16 @data2`.
-
-    Overrides stay in the name (they tell two chains apart); dtype and mesh only when given.
-    """
-    label = "/".join(str(p) for p in (_head(name, overrides), size, mode, dtype) if p)
-    return f"{label} @{mesh}" if mesh else label
-
-
-def _head(name: str, overrides: Mapping[str, Any] | None) -> str:
-    """`chain[ops=16]`: the name with its overrides (they tell two chains apart)."""
-    extra = ",".join(f"{k}={v}" for k, v in sorted((overrides or {}).items()))
-    return f"{name}[{extra}]" if extra else str(name)
+# The words of a cell's name: the modules that build workloads import them from labels.py.
+from xlafuse.models.labels import (  # noqa: F401 - part of this module's API
+    PARALLELISMS,
+    _head,
+    cell_fields,
+    display_name,
+    is_entry,
+    workload_label,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -135,7 +106,7 @@ class Cell:
         """What `xlafuse.models.build` takes: the name, or the config's entry resolved."""
         if self.entry is None:
             return self.name
-        from xlafuse.models import user  # JAX: only a build needs it
+        from xlafuse.models import user  # JAX: only a build needs it (user.py imports no Cell)
 
         return user.parse_entry(self.entry, self.base).resolved
 
@@ -147,10 +118,10 @@ class Cell:
           XlafuseError, ValueError: as `build`; for a config's entry, also a mode that is not
             what FUNCTION returned.
         """
-        from xlafuse import models  # JAX, imported by the one call that builds
-        from xlafuse.models import user
+        # JAX, imported by the one call that builds; neither module imports this one
+        from xlafuse.models import registry, user
 
-        workload = models.build(
+        workload = registry.build(
             self.build_name,
             self.size,
             self.mode,
@@ -161,7 +132,7 @@ class Cell:
             **self.overrides,
         )
         if self.entry is not None and workload.mode != self.mode:
-            step = workload.mode == "train"
+            step = workload.mode == Mode.TRAIN
             returned = "a step (fn, args, donate_argnums)" if step else "a forward program"
             raise user.EntryError(
                 f"entry {self.entry!r} returned {returned}, and the config says mode = "
@@ -179,6 +150,34 @@ class Cell:
             "parallelism": self.parallelism if self.mesh else None,
             **({"entry": self.entry} if self.entry else {}),
         }
+
+    @classmethod
+    def of(cls, workload: Any) -> Cell:
+        """The cell a built `Workload` names: `gpt2/tiny/train @data2` (which of its
+        configuration were overrides is not known once built: they are left out)."""
+        parallelism = workload.parallelism or "data"
+        return cls(
+            name=workload.name,
+            size=workload.size,
+            mode=workload.mode,
+            devices=workload.devices,
+            parallelism=parallelism,
+        )
+
+    @classmethod
+    def rebuilt(cls, workload: Any) -> Cell:
+        """The cell a child process builds a `Workload` again from: its resolved configuration
+        as the overrides, a program of the user's by its resolved entry (whose dtype is its
+        inputs')."""
+        return cls(
+            name=workload.entry or workload.name,
+            size=workload.size,
+            mode=workload.mode,
+            dtype=None if workload.entry else workload.dtype,
+            overrides=workload.config,
+            devices=workload.devices,
+            parallelism=workload.parallelism or "data",
+        )
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Cell:

@@ -21,13 +21,14 @@ import optax
 from flax import nnx
 
 from xlafuse.errors import UnknownNameError, XlafuseError, unknown_name
+from xlafuse.kinds import Backend, Mode
 from xlafuse.models import implementations, memory, sharding, train, user
 from xlafuse.models.implementations import Implementation
-from xlafuse.models.names import workload_label
+from xlafuse.models.labels import workload_label
 from xlafuse.models.workload import BuildContext, Recipe, Workload
 
 SIZES = ("tiny", "small", "full")
-MODES = ("forward", "train")
+MODES = tuple(Mode)  # ("forward", "train"), in order
 DTYPES = ("float32", "bfloat16", "float16")
 DEFAULT_LEARNING_RATE = 1e-3
 TRAIN_FLOPS_FACTOR = 3  # forward + backward (two matmuls per forward matmul)
@@ -233,7 +234,7 @@ def _workload(name, size, mode, cfg, ctx, recipe: Recipe, seed, abstract) -> Wor
     """The Workload of a prepared configuration, on the default device (`build`)."""
     fn, args, num_params, state_tree = _assemble(recipe, mode, cfg, seed, abstract)
     flops = recipe.flops
-    if flops is not None and mode == "train":
+    if flops is not None and mode == Mode.TRAIN:
         flops *= TRAIN_FLOPS_FACTOR
     return Workload(
         name=name,
@@ -247,7 +248,7 @@ def _workload(name, size, mode, cfg, ctx, recipe: Recipe, seed, abstract) -> Wor
         items_unit=recipe.items_unit,
         flops=flops,
         config=MappingProxyType(cfg),
-        donate_argnums=(0,) if mode == "train" else (),
+        donate_argnums=(0,) if mode == Mode.TRAIN else (),
         state_tree=state_tree,
         implementations=_implementations(fn, spec(name).op, mode),
     )
@@ -306,26 +307,6 @@ def implementation_problem(
     return implementations.problem(
         name, workload_spec.op, implementation,
         mode=mode, dtype=dtype, devices=devices, backend=backend,
-    )  # fmt: skip
-
-
-def built_implementation_problem(workload: Workload, implementation: str) -> str | None:
-    """Why a built workload cannot run `implementation` (one line saying what is accepted;
-    None when it can): one it does not have, or one of tokamax's that the device or the
-    installed tokamax cannot run (`implementations.problem`)."""
-    accepted = (workload.implementation, *workload.implementations)
-    if implementation not in accepted:
-        shown = ", ".join(f"impl={n}" for n in accepted)
-        return (
-            f"workload {workload.name!r} has no implementation {implementation!r}; "
-            f"accepted: {shown}"
-        )
-    chosen = workload.implementations.get(implementation)
-    if chosen is None or chosen.op is None:  # its own, or a function of the user's
-        return None
-    return implementations.problem(
-        workload.name, chosen.op, implementation,
-        mode=workload.mode, dtype=workload.dtype, devices=workload.devices,
     )  # fmt: skip
 
 
@@ -572,8 +553,8 @@ def _context(workload_spec: WorkloadSpec, mode: str, dtype: Any) -> BuildContext
     if dtype is None:
         dtype = workload_spec.default_dtype or _backend_dtype()
     compute = jnp.dtype(_dtype_name(dtype))
-    param_dtype = jnp.dtype(jnp.float32) if mode == "train" else compute
-    return BuildContext(dtype=compute, param_dtype=param_dtype, train=mode == "train")
+    param_dtype = jnp.dtype(jnp.float32) if mode == Mode.TRAIN else compute
+    return BuildContext(dtype=compute, param_dtype=param_dtype, train=mode == Mode.TRAIN)
 
 
 def _dtype_name(dtype: Any) -> str:
@@ -590,7 +571,7 @@ def _is_dtype(value: Any) -> bool:
 
 
 def _backend_dtype(backend: str | None = None) -> str:
-    return "bfloat16" if (backend or jax.default_backend()) == "gpu" else "float32"
+    return "bfloat16" if (backend or jax.default_backend()) == Backend.GPU else "float32"
 
 
 def _abstract_model(recipe: Recipe, seed: int) -> nnx.Module | None:
@@ -603,7 +584,7 @@ def _check_fits(label: str, recipe: Recipe, abstract, mode: str, devices: int) -
     """Refuse arrays that cannot fit in the devices' memory, from their shapes alone."""
     state = nnx.state(abstract) if abstract is not None else ()
     inputs = jax.eval_shape(lambda: recipe.make_inputs(_key(0, 1)))
-    memory.check_fits(label, state, inputs, mode == "train", devices)
+    memory.check_fits(label, state, inputs, mode == Mode.TRAIN, devices)
 
 
 def _assemble(
@@ -613,16 +594,16 @@ def _assemble(
 
     The model state (parameters; in train mode also the optimizer state and batch statistics)
     travels as a flat list of arrays, `state_tree` being its tree structure: jit flattens a list
-    in C++, while an `nnx.State` pytree costs milliseconds of Python per call (measured on the
-    H200: GPT-2 small train step 8.35 ms per call with the NNX state, 4.43 ms with a flat list,
-    3.25 ms of device time). That is what a lean training loop pays, so that is what is timed.
+    in C++, while an `nnx.State` pytree costs milliseconds of Python per call (the GPT-2 figures:
+    experiments/README.md, "Figures behind the code"). That is what a lean training loop pays,
+    so that is what is timed.
     """
     if recipe.make_model is None:
         inputs = _run_once(lambda: recipe.make_inputs(_key(seed, 1)))
         return recipe.apply, inputs, 0, None
     make_model = recipe.make_model
     num_params = count_params(abstract)
-    if mode == "forward":
+    if mode == Mode.FORWARD:
         graphdef = nnx.split(abstract)[0]
 
         def init_forward():
@@ -661,7 +642,7 @@ def _run_once(init: Callable[[], Any]) -> Any:
     One compiled program instead of one per op and shape. XLA:CPU spends seconds optimizing the
     threefry code of many initializers, for a program that runs once: compile it unoptimized there.
     """
-    options = {"xla_backend_optimization_level": 0} if jax.default_backend() == "cpu" else {}
+    options = {"xla_backend_optimization_level": 0} if jax.default_backend() == Backend.CPU else {}
     return jax.jit(init).lower().compile(compiler_options=options)()
 
 

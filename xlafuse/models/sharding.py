@@ -31,7 +31,8 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from xlafuse.errors import XlafuseError
-from xlafuse.models.names import PARALLELISMS
+from xlafuse.kinds import Backend, Mode
+from xlafuse.models.labels import PARALLELISMS
 
 MESH_AXIS = "devices"
 # Workloads whose Dense layers the "model" rule knows (MlpBlock, CausalSelfAttention inside).
@@ -96,7 +97,7 @@ def check_device_count(devices: int) -> list[jax.Device]:
         hint = (
             "; on a CPU set XLA_FLAGS=--xla_force_host_platform_device_count=N before JAX "
             "starts (the xlafuse CLI does it for you)"
-            if backend == "cpu"
+            if backend == Backend.CPU
             else ""
         )
         raise DeviceCountError(
@@ -181,7 +182,7 @@ def shard(workload, devices: int, parallelism: str = "data"):
     for i in range(first, len(args)):
         args[i] = _place_batch(workload.name, args[i], mesh, parallelism, devices)
     out_shardings = None
-    if workload.mode == "train" and state_shardings is not None:
+    if workload.mode == Mode.TRAIN and state_shardings is not None:
         out_shardings = (state_shardings, replicated)
     return dataclasses.replace(
         workload,

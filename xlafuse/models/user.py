@@ -14,7 +14,7 @@ throughput in the user's unit (`(fn, args, Items(51200, "env-steps"))`); without
 per call, in "calls".
 
 The arguments' leaves that are not arrays (a module's functions, ints, strings) are static, as
-`eqx.filter_jit` has them (`xlafuse.compile.static`): the Workload's `fn` and `args` are then
+`eqx.filter_jit` has them (`xlafuse.compiler.static`): the Workload's `fn` and `args` are then
 the program jax.jit traces, and its `static` lists them.
 
 What the user's code writes to stdout while it is imported, called or traced goes to stderr
@@ -57,10 +57,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from xlafuse.compile import static
+from xlafuse.compiler import static
 from xlafuse.errors import XlafuseError, did_you_mean, error_line
 from xlafuse.models import implementations as implementations_lib
-from xlafuse.models.names import display_name, is_entry  # noqa: F401 - part of this module's API
+from xlafuse.models.labels import display_name, is_entry  # noqa: F401 - part of this module's API
 from xlafuse.models.workload import Items, Workload
 
 ENTRY_SIZE = "custom"  # the size of a workload built from (fn, args): it has no zoo sizes

@@ -17,8 +17,9 @@ import jax.numpy as jnp
 from flax import nnx
 
 from xlafuse.errors import XlafuseError
+from xlafuse.models import implementations
 from xlafuse.models.implementations import OWN, Implementation
-from xlafuse.models.names import Cell, cell_fields
+from xlafuse.models.labels import cell_fields
 from xlafuse.models.train import mean_squared_error
 
 ITEMS_UNIT = "items"  # the unit of `Items` when none is given
@@ -138,7 +139,7 @@ class Workload:
             `module:FUNCTION`, `xlafuse.models.user`), from which a child process builds it
             again; None for a zoo workload.
         static: the leaves of a user's program's arguments that are not arrays, made static
-            (`xlafuse.compile.static`: `fn` and `args` are then the program jax.jit traces,
+            (`xlafuse.compiler.static`: `fn` and `args` are then the program jax.jit traces,
             which puts them back); empty for a zoo workload.
         implementation: the name of the implementation `fn` is (`xlafuse.models.implementations`:
             "xla", the workload's own program, unless `with_implementation` chose another).
@@ -178,23 +179,6 @@ class Workload:
     def parallelism(self) -> str | None:
         """ "data" or "model" on a mesh; None on one device."""
         return self.plan.parallelism if self.plan is not None else None
-
-    @property
-    def cell(self) -> Cell:
-        """The cell this workload names: `gpt2/tiny/train @data2` (which of its configuration
-        were overrides is not known once built: they are left out)."""
-        parallelism = self.parallelism or "data"
-        return Cell(self.name, self.size, self.mode, None, {}, self.devices, parallelism)
-
-    @property
-    def rebuilt_cell(self) -> Cell:
-        """The cell a child process builds this workload again from: its resolved configuration
-        as the overrides, a program of the user's by its resolved entry (whose dtype is its
-        inputs')."""
-        dtype = None if self.entry else self.dtype
-        parallelism = self.parallelism or "data"
-        name = self.entry or self.name
-        return Cell(name, self.size, self.mode, dtype, self.config, self.devices, parallelism)
 
     def structured_state(self, leaves: Any = None) -> Any:
         """The state as a pytree (`nnx.State`, or the train-state dict) from its flat leaves.
@@ -236,14 +220,12 @@ class Workload:
 
         Raises:
           XlafuseError: it has no implementation `name` (the message lists those it has), or
-            cannot run it here (`registry.built_implementation_problem`: tokamax missing, a GPU
+            cannot run it here (`built_implementation_problem`: tokamax missing, a GPU
             kernel on a CPU, ...), before anything is traced.
         """
         if name is None or name == self.implementation:
             return self
-        from xlafuse.models import registry  # the registry builds Workloads: a cycle at the top
-
-        problem = registry.built_implementation_problem(self, name)
+        problem = built_implementation_problem(self, name)
         if problem:
             raise XlafuseError(problem)
         chosen = self.implementations[name]
@@ -280,3 +262,23 @@ def _jsonable(value: Any) -> Any:
     if isinstance(value, tuple | list):
         return [_jsonable(v) for v in value]
     return value
+
+
+def built_implementation_problem(workload: Workload, implementation: str) -> str | None:
+    """Why a built workload cannot run `implementation` (one line saying what is accepted;
+    None when it can): one it does not have, or one of tokamax's that the device or the
+    installed tokamax cannot run (`implementations.problem`)."""
+    accepted = (workload.implementation, *workload.implementations)
+    if implementation not in accepted:
+        shown = ", ".join(f"impl={n}" for n in accepted)
+        return (
+            f"workload {workload.name!r} has no implementation {implementation!r}; "
+            f"accepted: {shown}"
+        )
+    chosen = workload.implementations.get(implementation)
+    if chosen is None or chosen.op is None:  # its own, or a function of the user's
+        return None
+    return implementations.problem(
+        workload.name, chosen.op, implementation,
+        mode=workload.mode, dtype=workload.dtype, devices=workload.devices,
+    )  # fmt: skip

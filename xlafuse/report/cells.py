@@ -5,7 +5,7 @@ pipelined the median seconds per call of back-to-back bursts, device the profile
 per call. A variant's time cell also shows, in brackets, the reference's time over the same
 rounds: its speedup is exactly the one over the other, so a row never shows a time and a
 speedup that disagree. A train step, and every cell on a CPU, leads with the pipelined figure,
-a forward call on a GPU with latency (`xlafuse.measure.timing.leading_figure`): the columns
+a forward call on a GPU with latency (`xlafuse.measurement.timing.leading_figure`): the columns
 are in the same order in every table (latency, pipelined), and the figure a cell leads with is
 in bold (`**0.187**`).
 """
@@ -15,12 +15,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from xlafuse.kinds import Figure
 from xlafuse.report.format import markdown_table
 from xlafuse.report.lines import lead, lead_time, reference_time, speedup_text
 from xlafuse.results.records import CellResult
 
 # One order in every table, whatever a workload's cells lead with (the lead is in bold).
-_FIGURE_COLUMNS = {"latency": "latency ms", "pipelined": "pipelined ms"}
+_FIGURE_COLUMNS = {Figure.LATENCY: "latency ms", Figure.PIPELINED: "pipelined ms"}
 _WORK_COLUMNS = (
     "variant", "kernels", "launches/call", "real fusions", "modeled MB/call", "GB/s",
     "% copy ceiling", "TFLOP/s", "throughput", "compile s", "numerics",

@@ -3,7 +3,7 @@
 Both read runner records (`CellResult`): the cold-start table those whose `cold_start` part was
 measured (`measure.cold_start`, or a torch variant's warm compile), the graphs table the cells of
 the GRAPH_FLAGS variants (`configs/graphs.toml`). Other records are ignored. `coldstart_text` is
-the text of `xlafuse coldstart` (a `ColdStartResult` of `xlafuse.measure.coldstart`).
+the text of `xlafuse coldstart` (a `ColdStartResult` of `xlafuse.measurement.coldstart`).
 """
 
 from __future__ import annotations

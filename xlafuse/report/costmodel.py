@@ -1,7 +1,7 @@
 """Report section of XLA's cost model against the measured kernels (issue 28).
 
-Reads the records' `trace.cost_model` (`xlafuse.measure.costmodel.cost_model_record`, with
-`decisions` from `xlafuse.measure.decisions.decisions_record`): per traced GPU cell, how many
+Reads the records' `trace.cost_model` (`xlafuse.measurement.costmodel.cost_model_record`, with
+`decisions` from `xlafuse.measurement.decisions.decisions_record`): per traced GPU cell, how many
 kernels have a prediction and a measurement, the error figures, the largest mispredictions,
 and XLA's fusion decisions scored by the measured kernel groups. Nothing without those records.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from xlafuse.measure.costmodel import (
+from xlafuse.measurement.costmodel import (
     KernelCost,
     accuracy,
     accuracy_by,

@@ -11,7 +11,7 @@ from xlafuse.inspect.explain import ExplainReport
 from xlafuse.report.format import format_bytes
 
 if TYPE_CHECKING:  # a type only: reading a dump folder imports no JAX (docs/architecture.md)
-    from xlafuse.measure.costmodel import BoundaryCost
+    from xlafuse.measurement.costmodel import BoundaryCost
 
 NO_REASONS = (
     "XLA wrote no reasons for this compile (the CPU writes no priority-fusion dump; on the GPU "

@@ -3,7 +3,7 @@
 Every figure is a record's own (`CellResult` and the objects its trace part keeps: kernel
 times, the kernel diff, the cost model, the missed fusions); nothing is derived here but the
 order of rows and which record a row came from. A record's kernel table (`kernel_times/2`'s
-`kernel_table`, or an untraced cell's `hlo_kernel_table`: `xlafuse.measure.kernels`) gives every
+`kernel_table`, or an untraced cell's `hlo_kernel_table`: `xlafuse.measurement.kernels`) gives every
 kernel of the cell and, in each row's `producers`, the rows of the kernels whose outputs it
 reads, which the page's graph draws. Where a record does not hold a figure, the value is None and
 the page shows `-`; where it holds fewer kernels than the cell ran (a record from before the
@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from xlafuse.measure.kernels import read_kernel_table, table_rows
+from xlafuse.measurement.kernels import read_kernel_table, table_rows
 from xlafuse.report.html_graph import workload_graph
 from xlafuse.report.lines import cell_label
 from xlafuse.results.records import CellResult

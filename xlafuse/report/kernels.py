@@ -1,7 +1,7 @@
 """Report sections of traced cells: where the traces are, each kernel's time, time saved by fusion.
 
 Reads only the records (their `trace` part: path, kernel_times, kernel_diff; see
-`xlafuse.measure.cell_kernels`): no HLO, no recompilation. Also the per-kernel roofline plot of
+`xlafuse.measurement.cell_kernels`): no HLO, no recompilation. Also the per-kernel roofline plot of
 one cell and the text of `xlafuse diff --measure`.
 """
 
@@ -14,7 +14,7 @@ from typing import Any
 from xlafuse.errors import XlafuseError
 from xlafuse.hlo.lineage import lost_summary
 from xlafuse.kinds import Verdict
-from xlafuse.measure.stats import SAME_WITHIN
+from xlafuse.measurement.stats import SAME_WITHIN
 from xlafuse.report.figure import new_figure, save
 from xlafuse.report.lines import cell_label
 from xlafuse.results.records import CellResult
@@ -341,7 +341,7 @@ def _scatter(ax, rows, kt, point, scale: float) -> None:
 
 def render_measured_diff(measured: Any, top: int | None = 10) -> str:
     """The text of `xlafuse diff --measure`: every side's totals, then the top groups by time
-    saved (`xlafuse.measure.kernel_diff.MeasuredDiff`)."""
+    saved (`xlafuse.measurement.kernel_diff.MeasuredDiff`)."""
     a, b = measured.diff.label_a, measured.diff.label_b
     lines = []
     for label, kt, trace in (

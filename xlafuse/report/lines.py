@@ -3,11 +3,12 @@ progress line per cell, a speedup with its verdict."""
 
 from __future__ import annotations
 
+from xlafuse.kinds import Figure
 from xlafuse.models.names import Cell
 from xlafuse.report.format import LINE_WIDTH
 from xlafuse.results.records import CellResult
 
-FIGURES = ("latency", "pipelined")  # what a record's `speedup.lead` may name
+FIGURES = tuple(Figure)  # what a record's `speedup.lead` may name
 
 
 def speedup_text(speedup: float | None, verdict: str | None) -> str:
@@ -38,16 +39,16 @@ def cell_label(record: CellResult) -> str:
 
 
 def lead(record: CellResult) -> str:
-    """The figure a record leads with (`speedup.lead`: `xlafuse.measure.timing.leading_figure`);
+    """The figure a record leads with (`speedup.lead`: `xlafuse.measurement.timing.leading_figure`);
     a record written before `lead` existed: latency, the figure its speedup was computed on."""
-    return record.speedup.lead if record.speedup.lead in FIGURES else "latency"
+    return record.speedup.lead if record.speedup.lead in FIGURES else Figure.LATENCY
 
 
 def lead_time(record: CellResult, figure: str | None = None) -> float | None:
     """The cell's own seconds per call on `figure` (its lead when None)."""
     figure = figure or lead(record)
     t = record.timing
-    return t.pipelined_s_per_call if figure == "pipelined" else t.median_s
+    return t.pipelined_s_per_call if figure == Figure.PIPELINED else t.median_s
 
 
 def reference_time(
@@ -59,8 +60,8 @@ def reference_time(
     the reference cell's (`reference`) is the one. None when none is known."""
     figure = figure or lead(record)
     s = record.speedup
-    kept = s.reference_pipelined_s if figure == "pipelined" else s.reference_median_s
-    if kept is None and s.basis is None and figure == "latency" and reference is not None:
+    kept = s.reference_pipelined_s if figure == Figure.PIPELINED else s.reference_median_s
+    if kept is None and s.basis is None and figure == Figure.LATENCY and reference is not None:
         return lead_time(reference, figure)
     return kept
 

@@ -12,14 +12,15 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from xlafuse.folders import writable_folder, write_atomically
-from xlafuse.measure.rules import (
+from xlafuse.kinds import Backend
+from xlafuse.measurement.rules import (
     HOST_BOUND,
     TF32,
     TF32_MIN_COMPUTE_CAPABILITY,
     TOLERANCES,
     TRACE_PERTURBED,
 )
-from xlafuse.measure.stats import SAME_WITHIN
+from xlafuse.measurement.stats import SAME_WITHIN
 from xlafuse.report.cells import cell_tables
 from xlafuse.report.coldstart import (
     GRAPHS_SKIPPED,
@@ -179,7 +180,7 @@ def _study_sections(records: Sequence[CellResult]) -> list[str]:
     """Cold start, CUDA graphs, XLA beside PyTorch: each only where its cells exist."""
     ok = [r for r in records if r.ok]
     graphs = graphs_section(ok)
-    if not graphs and ok and all(r.backend == "cpu" for r in ok):
+    if not graphs and ok and all(r.backend == Backend.CPU for r in ok):
         graphs = f"## Graph capture (CUDA graphs)\n\n_{GRAPHS_SKIPPED}_\n"
     sections = (coldstart_section(ok), graphs, frameworks_section(ok))
     return [s for s in sections if s]
@@ -271,7 +272,7 @@ READING_NOTES = (
     "not the kernels. A cell marked TRACE-PERTURBED has a traced kernel time per call above "
     "{perturbed:.2f}x its untraced pipelined time: the profiler ran another program (XLA turns "
     "command buffers off while tracing), so its device time and kernel times are those of the "
-    "traced program, and its rates divide the pipelined time. Numerics (`xlafuse.measure.numerics`): each output element within `atol + "
+    "traced program, and its rates divide the pipelined time. Numerics (`xlafuse.measurement.numerics`): each output element within `atol + "
     "rtol x |ref|` ({tolerances}, atol relative to the output's largest magnitude), at the "
     "precision the program computed in, which the numerics column names: a float32 program "
     "whose dots and convolutions ran in TF32 (an NVIDIA GPU of compute capability "

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from xlafuse.kinds import Figure
 from xlafuse.report.cells import throughput_text
 from xlafuse.report.figure import new_figure, save
 from xlafuse.report.lines import cell_label, lead, lead_time
@@ -36,7 +37,7 @@ def _figures(records: Sequence[CellResult]) -> str:
     """`latency`, `pipelined time`, or both with where each is used."""
     used = list(dict.fromkeys(lead(r) for r in records))
     if len(used) == 1:
-        return {"latency": "latency", "pipelined": "pipelined time"}[used[0]]
+        return {Figure.LATENCY: "latency", Figure.PIPELINED: "pipelined time"}[used[0]]
     return "latency (forward calls on a GPU) or pipelined time (the others)"
 
 

@@ -6,9 +6,10 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from xlafuse.measure.ncu import DETAIL_METRICS
-from xlafuse.measure.validate import (
+from xlafuse.measurement.ncu import DETAIL_METRICS
+from xlafuse.measurement.validate import (
     BYTES_TOLERANCE,
+    L2_ASSUMED,
     L2_CARRY_OVER,
     L2_FACTOR,
     TIME_TOLERANCE,
@@ -89,7 +90,9 @@ def summary_lines(result: ValidationResult) -> list[str]:
     unmatched = [*result.unmatched_hlo, *(f"{n} (ncu)" for n in result.unmatched_ncu)]
     if len(unmatched) > _LISTED:
         unmatched = [*unmatched[:_LISTED], f"... {len(unmatched) - _LISTED} more (see the table)"]
-    threshold = f"{L2_FACTOR} x {_mb(result.l2_bytes)} MB L2 = {_mb(result.judged_min_bytes)} MB"
+    threshold = f"{L2_FACTOR} x {_mb(result.l2_size)} MB L2 = {_mb(result.judged_min_bytes)} MB"
+    if result.l2_assumed:
+        threshold += f"; {L2_ASSUMED}"
     time = f"- time of the call (listed): ncu {_us(result.ncu_time_s)} us"
     if result.profiler_time_s:
         time += f", profiler {_us(result.profiler_time_s)} us ({_pct(result.time_error)})"

@@ -224,7 +224,7 @@ class FusionRecord(Part):
     (`xlafuse.inspect.explain.missed_fusions`: top 5 by modeled bytes).
     kernel_table: a cell whose trace keeps no kernel table (untraced: a CPU run, or no profile)
     keeps every kernel of its program from the HLO alone, without times
-    (`xlafuse.measure.kernels.hlo_kernel_table`; flat key `hlo_kernel_table`).
+    (`xlafuse.measurement.kernels.hlo_kernel_table`; flat key `hlo_kernel_table`).
     kernels and modeled_bytes count each kernel of the program text once; launches_per_call,
     modeled_bytes_per_call and flops_per_call count each as often as it runs in one call (a
     loop body by its trip count), as `per_call_basis` says (None: a record from before these
@@ -261,7 +261,7 @@ class FusionRecord(Part):
 
 @dataclasses.dataclass(frozen=True)
 class TimingRecord(Part):
-    """The wall-clock timing (`xlafuse.measure.timing.Timing`, without its samples): seconds per
+    """The wall-clock timing (`xlafuse.measurement.timing.Timing`, without its samples): seconds per
     synchronized call (median, p10, p90, min) over `iters` calls; the pipelined time per call of
     bursts of `pipelined_iters` calls, and the host's share of it (host_s_per_call)."""
 
@@ -279,7 +279,7 @@ class TimingRecord(Part):
 
 @dataclasses.dataclass(frozen=True)
 class SpeedupRecord(Part):
-    """The speedup over the reference (`xlafuse.measure.timing.Comparison`; 1.0 for the
+    """The speedup over the reference (`xlafuse.measurement.timing.Comparison`; 1.0 for the
     reference itself) on two figures: latency (median synchronized call) and pipelined time per
     call. Each is the reference's figure over this cell's, with its 95% bootstrap interval and
     verdict ("faster", "slower", "same"); `lead` names the figure that leads ("latency" for a
@@ -310,7 +310,7 @@ class SpeedupRecord(Part):
 
 @dataclasses.dataclass(frozen=True)
 class DeviceRecord(Part):
-    """The device profile (`xlafuse.measure.profile.DeviceProfile`, GPU with profiling): kernel
+    """The device profile (`xlafuse.measurement.profile.DeviceProfile`, GPU with profiling): kernel
     seconds and kernels per call, the longest kernels ((name, seconds per call)), and the
     speedup over the reference from per-call kernel time (interval and verdict). A torch twin
     under CUDA graphs also counts the launches that copy its inputs into the graph's buffers
@@ -333,7 +333,7 @@ class DeviceRecord(Part):
 
 @dataclasses.dataclass(frozen=True)
 class TraceRecord(Part):
-    """A traced cell (`xlafuse.measure.cell_kernels`): its kept trace folder (relative to the
+    """A traced cell (`xlafuse.measurement.cell_kernels`): its kept trace folder (relative to the
     results folder; None when not kept), every kernel's time joined to its HLO kernel
     (`KernelTimes.summary()`), against the reference the kernel groups of `xlafuse diff`
     with both sides' times, top savings first (`kernel_diff.kernel_diff_record`), and on a GPU
@@ -372,7 +372,7 @@ class RatesRecord(Part):
 
 @dataclasses.dataclass(frozen=True)
 class CeilingsRecord(Part):
-    """The run's measured ceilings (`xlafuse.measure.calibrate.Ceilings`): copy bandwidth, the
+    """The run's measured ceilings (`xlafuse.measurement.calibrate.Ceilings`): copy bandwidth, the
     time it was measured by, the array it copied, its range over bursts (slowest, fastest), a
     large square matmul's FLOP/s, and the device's last-level cache size. One calibration per
     results file: a resumed run reuses the file's."""
@@ -387,7 +387,7 @@ class CeilingsRecord(Part):
 
 @dataclasses.dataclass(frozen=True)
 class NumericsRecord(Part):
-    """The outputs against the reference's (`xlafuse.measure.numerics.NumericDiff`): forward
+    """The outputs against the reference's (`xlafuse.measurement.numerics.NumericDiff`): forward
     outputs, or a train step's loss, gradient, batch statistics and updated parameters.
     reference_error: why the reference could not be compiled again on resume (then no check).
     precision: the precision whose tolerance judged them ("float32", "tf32", "bfloat16")."""
@@ -402,7 +402,7 @@ class NumericsRecord(Part):
 
 @dataclasses.dataclass(frozen=True)
 class ColdStartRecord(Part):
-    """Cold start in fresh processes (`xlafuse.measure.coldstart.ColdStartResult`): import,
+    """Cold start in fresh processes (`xlafuse.measurement.coldstart.ColdStartResult`): import,
     compile with an empty and a filled persistent cache, first and steady call, AOT export and
     load (deserialize + compile + first call)."""
 
@@ -435,7 +435,7 @@ class CollectivesRecord(Part):
 
 @dataclasses.dataclass(frozen=True)
 class CommRecord(Part):
-    """Communication kernels of one device's trace (`xlafuse.measure.collectives`, GPU with
+    """Communication kernels of one device's trace (`xlafuse.measurement.collectives`, GPU with
     profiling): seconds per call, the part compute kernels overlapped, its fraction, kernels."""
 
     PREFIX = "comm_"
@@ -448,7 +448,7 @@ class CommRecord(Part):
 @dataclasses.dataclass(frozen=True)
 class ProcessesRecord(Part):
     """Each process's own figures, under `jax.distributed` (the record's timing is over the
-    slowest process's samples of each round, `xlafuse.measure.timing`): the figure the cell
+    slowest process's samples of each round, `xlafuse.measurement.timing`): the figure the cell
     leads with ("pipelined" or "latency"), its value per process (by process index), the
     slowest and fastest process's and their spread (slowest / fastest - 1); each process's
     host seconds per call, and device seconds per call where a profile measured them."""

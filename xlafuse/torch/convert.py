@@ -5,7 +5,7 @@ A Flax path such as `("blocks", 0, "attn", "qkv", "kernel")` names the torch ten
 BatchNorm `mean`/`var` -> `running_mean`/`running_var`), and a kernel's layout is changed:
 a dense kernel (in, out) is transposed to torch's (out, in), a convolution kernel (H, W, I, O)
 permuted to OIHW. `to_flax` applies the inverse, so a twin's state can be judged against the
-Flax workload's by `xlafuse.measure.numerics` leaf by leaf.
+Flax workload's by `xlafuse.measurement.numerics` leaf by leaf.
 
 Arrays travel through host memory (bfloat16 as its 16-bit pattern: NumPy has no native
 bfloat16 that torch reads): a copy, once per cell, outside every timed region.

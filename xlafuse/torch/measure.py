@@ -15,10 +15,10 @@ What each figure means here (recorded with its basis, `kernels_basis` and `model
 - modeled_bytes: for Inductor, its own estimate (`GraphLowering.count_bytes`: the bytes each
   generated kernel reads and writes, summed over the graphs of a call); for eager, the input and
   output tensor bytes of every non-view aten op of one call.
-- timing: `xlafuse.measure.reference.time_against`, the XLA cells' one rule and settings: paired
+- timing: `xlafuse.measurement.reference.time_against`, the XLA cells' one rule and settings: paired
   with the XLA reference (timed in alternation) when it is in this process, as an XLA variant is.
 - numerics: the first call (a train step from the Flax workload's initial state) against the
-  XLA reference's outputs, by `xlafuse.measure.reference.judge_against` (as an XLA cell).
+  XLA reference's outputs, by `xlafuse.measurement.reference.judge_against` (as an XLA cell).
 """
 
 from __future__ import annotations
@@ -37,10 +37,17 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from xlafuse.measure import timing
-from xlafuse.measure.profile import DeviceProfile, device_speedup_fields
-from xlafuse.measure.reference import Reference, judge_against, time_against
-from xlafuse.torch.program import TorchProgram, build_program, host_outputs, synchronize
+from xlafuse.kinds import Backend
+from xlafuse.measurement import timing
+from xlafuse.measurement.profile import DeviceProfile, device_speedup_fields
+from xlafuse.measurement.reference import Reference, judge_against, time_against
+from xlafuse.torch.program import (
+    TorchProgram,
+    backend_of,
+    build_program,
+    host_outputs,
+    synchronize,
+)
 
 TOP_KERNELS = 5
 COMPARISON = "comparison"  # the key of a cell's timing.Comparison among its fields
@@ -70,7 +77,7 @@ class TwinRun:
 
     Attributes:
       program: the callable twin (`xlafuse.torch.program.TorchProgram`).
-      outputs: the first call's outputs in the form `xlafuse.measure.numerics.judge_workload` compares.
+      outputs: the first call's outputs in the form `xlafuse.measurement.numerics.judge_workload` compares.
       counts: record fields of that call: compile_s (Inductor), kernels, kernels_basis,
         modeled_bytes, modeled_bytes_basis, generated_kernels (what the device can answer).
     """
@@ -128,15 +135,16 @@ def measure_cell(
     variant: Any,
     request: Any,
     reference: Reference,
+    *,
     cold_start: bool = False,
 ) -> dict[str, Any]:
     """Measure a torch variant's cell; the runner's record fields.
 
     Args:
       workload: the `xlafuse.models.Workload`.
-      variant: the resolved `xlafuse.compile.variants.Variant` (framework "torch").
+      variant: the resolved `xlafuse.compiler.variants.Variant` (framework "torch").
       request: the runner's `MeasureRequest` (timing settings, train, profile calls).
-      reference: the workload's XLA Reference (`xlafuse.measure.reference`: its compiled
+      reference: the workload's XLA Reference (`xlafuse.measurement.reference`: its compiled
         program, outputs, timing, profile), as the XLA cells have it.
       cold_start: also compile again from Inductor's filled cache (warm_compile_s).
 
@@ -193,7 +201,7 @@ def _first_call(program: TorchProgram, kind: str) -> tuple[Any, dict[str, Any]]:
     fields["modeled_bytes"] = int(metrics.num_bytes_accessed) or None
     fields["modeled_bytes_basis"] = BYTES_BASIS["inductor"] if fields["modeled_bytes"] else None
     fields["generated_kernels"] = int(metrics.generated_kernel_count)
-    if program.device.type == "cpu":
+    if backend_of(program.device) == Backend.CPU:
         fields["kernels"] = wrapper_kernel_calls(codes)
         fields["kernels_basis"] = KERNELS_INDUCTOR_CPU
     return out, fields
@@ -258,7 +266,7 @@ def _count_eager(program: TorchProgram, kind: str) -> dict[str, Any]:
         "modeled_bytes": counter.bytes,
         "modeled_bytes_basis": BYTES_BASIS["eager"],
     }
-    if program.device.type == "cpu":
+    if backend_of(program.device) == Backend.CPU:
         fields["kernels"] = counter.ops
         fields["kernels_basis"] = KERNELS_EAGER_CPU
     return fields
@@ -269,15 +277,15 @@ def _advance(program: TorchProgram):
 
 
 def _timed(program: TorchProgram, request, reference: Reference) -> dict[str, Any]:
-    """Timing and speedups, by the XLA cells' one rule (`xlafuse.measure.reference.time_against`):
+    """Timing and speedups, by the XLA cells' one rule (`xlafuse.measurement.reference.time_against`):
     in alternation with the XLA reference when it is compiled in this process (paired
     speedups), otherwise alone, against the reference cell's samples. The Comparison is
     returned under COMPARISON: the runner makes it the record's speedup part, as for an XLA
     cell."""
-    lead = timing.leading_figure(program.train, "cpu" if program.device.type == "cpu" else "gpu")
+    lead = timing.leading_figure(program.train, backend_of(program.device))
     settings, advance = request.settings, _advance(program)
     measured, comparison = time_against(
-        reference, program.call, program.args, settings, advance, lead
+        reference, program.call, program.args, settings, advance=advance, lead=lead
     )
     return {**measured.to_dict(), COMPARISON: comparison}
 

@@ -1,7 +1,7 @@
 """A workload's torch twin made callable: weights loaded, inputs converted, eager or compiled.
 
 `build_program(workload, compile_kwargs)` returns a `TorchProgram` whose `call(*args)` has the
-calling convention of the XLA program, so `xlafuse.measure.timing` times both the same way:
+calling convention of the XLA program, so `xlafuse.measurement.timing` times both the same way:
 - forward: `call(*inputs)` -> a `Ready` handle of the output;
 - train: `call(token, batch) -> (token, Ready(loss))`: one step (zero grads, forward, loss,
   backward, `torch.optim.AdamW.step`); the state lives in the module and optimizer, so the
@@ -27,6 +27,7 @@ from typing import Any
 import jax
 import torch
 
+from xlafuse.kinds import Backend, Mode
 from xlafuse.torch import convert, twins
 
 ADAMW = {"betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 1e-4}  # optax.adamw defaults
@@ -45,7 +46,7 @@ def device() -> torch.device:
     Raises:
       RuntimeError: JAX has a GPU but this torch build cannot use CUDA.
     """
-    if jax.default_backend() == "gpu":
+    if jax.default_backend() == Backend.GPU:
         if not torch.cuda.is_available():
             raise RuntimeError(
                 f"JAX runs on a GPU but torch {torch.__version__} sees no CUDA device: "
@@ -105,6 +106,12 @@ class TorchProgram:
         return {n: p.grad for n, p in self.model.named_parameters() if p.grad is not None}
 
 
+def backend_of(dev: torch.device) -> Backend:
+    """The JAX backend a torch device is judged as (its figures, its kernel counts): torch
+    names its CPU device as JAX names the backend, and a GPU "cuda"."""
+    return Backend.CPU if dev.type == Backend.CPU else Backend.GPU
+
+
 def build_program(
     workload: Any, compile_kwargs: Mapping[str, Any] | None, dev: torch.device | None = None
 ) -> TorchProgram:
@@ -128,12 +135,12 @@ def build_program(
     dev = dev or device()
     if not twins.has_twin(workload.name):
         raise ValueError(twins.no_twin_message(workload.name))
-    if dev.type == "cpu":
+    if backend_of(dev) == Backend.CPU:
         settle_vml_dispatch()
     if workload.name in twins.POINTWISE:
         return _pointwise(workload, compile_kwargs, dev)
     model = _model(workload, dev)
-    if workload.mode == "train":
+    if workload.mode == Mode.TRAIN:
         return _train(workload, model, compile_kwargs, dev)
     model.eval()
     inputs = _inputs(workload, workload.args[1:], dev)
@@ -177,13 +184,13 @@ def _forward(fn, dev) -> Callable[..., Ready]:
 
 def _model(workload, dev) -> torch.nn.Module:
     dtype = convert.torch_dtype(workload.dtype)
-    param_dtype = torch.float32 if workload.mode == "train" else dtype
+    param_dtype = torch.float32 if workload.mode == Mode.TRAIN else dtype
     with dev:
         model = twins.make_model(workload.name, workload.config, dtype, param_dtype)
     if workload.name == "resnet50":
         model = model.to(memory_format=torch.channels_last)
     state = workload.structured_state()
-    if workload.mode == "train":
+    if workload.mode == Mode.TRAIN:
         convert.load_flax_state(model, state["params"], state["batch_stats"])
     else:
         convert.load_flax_state(model, state)
@@ -226,7 +233,7 @@ def _train(workload, model, compile_kwargs, dev) -> TorchProgram:
 
 
 def host_outputs(program: TorchProgram, workload: Any, out: Any) -> Any:
-    """One call's outputs in the form `xlafuse.measure.numerics.judge_workload` compares.
+    """One call's outputs in the form `xlafuse.measurement.numerics.judge_workload` compares.
 
     A forward call: the output on the host. A train step (the first one, from the Flax
     workload's initial state): loss, gradient, batch statistics and updated parameters, as

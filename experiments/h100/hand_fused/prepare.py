@@ -15,7 +15,7 @@ import sys
 import tomllib
 from pathlib import Path
 
-from xlafuse.compile import variants
+from xlafuse.compiler import variants
 from xlafuse.models import implementations, registry
 
 STUDIES = ("attention", "layernorm", "swiglu", "gpt2")

@@ -17,12 +17,13 @@ from typing import Any
 import jax
 
 from xlafuse import models
-from xlafuse.compile.jit import compile_workload
+from xlafuse.compiler.jit import compile_workload
 from xlafuse.errors import XlafuseError, error_line
 from xlafuse.experiment.tune.search import OK, Score
 from xlafuse.experiment.tune.space import Candidate
-from xlafuse.measure import timing
-from xlafuse.measure.numerics import computed_precision, host_outputs, judge_workload
+from xlafuse.kinds import Mode
+from xlafuse.measurement import timing
+from xlafuse.measurement.numerics import computed_precision, host_outputs, judge_workload
 from xlafuse.models import implementations, registry, user
 
 BASE_TIMING = timing.TimingSettings(
@@ -125,7 +126,7 @@ class Evaluator:
             self._compiled[candidate] = (work, compiled)
             compile_s = compiled.compile_s
         work, compiled = self._compiled[candidate]
-        train = work.mode == "train"
+        train = work.mode == Mode.TRAIN
         self.lead = ranked_figure(self.target.figure, train, self.backend)
         advance = timing.thread_state if train else timing.same_args
         measured = timing.measure(compiled, work.fresh_args(), self.settings(effort), advance)

@@ -16,9 +16,10 @@ from typing import Any
 
 from xlafuse.hlo.diff import diff_modules
 from xlafuse.hlo.parse import parse_hlo
-from xlafuse.measure import timing
-from xlafuse.measure.kernel_diff import kernel_diff_record, trace_kernel_times
-from xlafuse.measure.profile import device_speedup, profile_device_time
+from xlafuse.kinds import Mode
+from xlafuse.measurement import timing
+from xlafuse.measurement.kernel_diff import kernel_diff_record, trace_kernel_times
+from xlafuse.measurement.profile import device_speedup, profile_device_time
 
 TRACED_CALLS = 10
 TOP_GROUPS = 5
@@ -100,7 +101,7 @@ def gather(programs, same_program: bool) -> Evidence:
 
 
 def _advance(work):
-    return timing.thread_state if work.mode == "train" else timing.same_args
+    return timing.thread_state if work.mode == Mode.TRAIN else timing.same_args
 
 
 def _groups(programs, same_program: bool):

@@ -5,7 +5,7 @@ The search's own timings are short and ran beside every other candidate; a winne
 as faster only if this rerun's verdict is `faster` too. The parent writes the request (the
 target, both candidates, the imports of the user's code) and runs
 `python -m xlafuse.experiment.tune.rerun FOLDER`, which writes its result there
-(`compile/protocol.py`, as every child of xlafuse).
+(`compiler/protocol.py`, as every child of xlafuse).
 """
 
 from __future__ import annotations
@@ -16,10 +16,11 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from xlafuse.compile.protocol import ChildError, read_request, run_child, write_result
+from xlafuse.compiler.protocol import ChildError, read_request, run_child, write_result
 from xlafuse.errors import XlafuseError
 from xlafuse.experiment.tune.evidence import Evidence, as_tuples, gather
 from xlafuse.experiment.tune.space import Candidate
+from xlafuse.kinds import Backend, Mode
 
 RERUN_TIMEOUT_S = 900
 CHILD = "xlafuse.experiment.tune.rerun"
@@ -62,7 +63,7 @@ class Rerun:
 
 
 def rerun(spec: dict[str, Any], timeout_s: float = RERUN_TIMEOUT_S) -> Rerun:
-    """Runs the proof in a fresh process (`compile/protocol.py`: request.json in, result.json
+    """Runs the proof in a fresh process (`compiler/protocol.py`: request.json in, result.json
     out).
 
     Args:
@@ -89,9 +90,9 @@ def candidate_from(data: dict[str, Any]) -> Candidate:
 def _child(folder: str) -> None:
     import jax
 
-    from xlafuse.compile.jit import compile_workload
+    from xlafuse.compiler.jit import compile_workload
     from xlafuse.experiment.tune.evaluate import Target, ranked_figure
-    from xlafuse.measure import timing
+    from xlafuse.measurement import timing
     from xlafuse.models import user
 
     spec = read_request(folder)
@@ -105,7 +106,7 @@ def _child(folder: str) -> None:
         work = target.build(candidate_from(spec[key]))
         programs.append((work, compile_workload(work, candidate_from(spec[key]).variant())))
     (work, default), (_, winner) = programs
-    train = work.mode == "train"
+    train = work.mode == Mode.TRAIN
     lead = ranked_figure(target.figure, train, jax.default_backend())
     advance = timing.thread_state if train else timing.same_args
     settings = timing.TimingSettings(**spec.get("timing", {}))
@@ -125,7 +126,7 @@ def _child(folder: str) -> None:
         getattr(comparison.reference, figure),
         getattr(own, figure),
         (default.compile_s, winner.compile_s),
-        gather(programs, same_program) if jax.default_backend() == "gpu" else None,
+        gather(programs, same_program) if jax.default_backend() == Backend.GPU else None,
     )
     write_result(folder, out.to_dict())
 

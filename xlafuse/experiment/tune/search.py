@@ -19,10 +19,7 @@ the near ties are combined: on each axis's last line, the values within `MOVE_MA
 line's fastest (at most `TIES_PER_AXIS`), and every point of their product not measured yet, at
 most `COMBINED` of them, those with the most axes at their line's fastest first. Gains each
 under the margin may add up, and a short measurement may rank two near-equal values either way
-(measured on cartpole on the H200: double buffering and a minimum command-buffer size of 1, each
-within 2% of unroll 4 alone, were best together; a descent that moved on neither did not try
-them together, and taking only each line's fastest value missed it when double buffering
-measured 1% slower alone). Its limit: it
+(cartpole's case: experiments/README.md, "Figures behind the code"). Its limit: it
 follows one axis at a time, so an optimum that is only faster with two axes changed together
 (each change alone slower) is missed; `grid` finds it, at the whole space's cost.
 

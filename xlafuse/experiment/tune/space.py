@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
-from xlafuse.compile import variants
+from xlafuse.compiler import variants
 from xlafuse.errors import UnknownNameError, unknown_name
 from xlafuse.models import implementations
 

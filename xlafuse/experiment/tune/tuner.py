@@ -36,7 +36,8 @@ from xlafuse.experiment.tune.space import (
     typed_knobs,
 )
 from xlafuse.folders import write_atomically
-from xlafuse.measure import timing
+from xlafuse.kinds import Verdict
+from xlafuse.measurement import timing
 from xlafuse.models import registry, user
 
 SEARCHES = ("descent", "halving", "grid")
@@ -78,7 +79,7 @@ class TuneResult:
     @property
     def confirmed(self) -> bool:
         """Whether a candidate other than the default is faster, its rerun says so too."""
-        return self.proof is not None and self.proof.verdict == "faster"
+        return self.proof is not None and self.proof.verdict == Verdict.FASTER
 
     def conclusion(self) -> str:
         """One line: the winner and its proof, or why nothing beats the default."""
@@ -459,7 +460,7 @@ def halving_order(space: tuple[Candidate, ...], seed: int = ORDER_SEED) -> list[
 def _shared_clock() -> float:
     """This process's monotonic clock; process 0's under `jax.distributed`, where every process
     runs the same search: the budget read from one clock, each score over the slowest
-    process's rounds (`xlafuse.measure.timing`), so all rank and keep the same candidates."""
+    process's rounds (`xlafuse.measurement.timing`), so all rank and keep the same candidates."""
     return lockstep.current().first(time.monotonic())
 
 

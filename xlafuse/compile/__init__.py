@@ -1,1 +1,0 @@
-"""Variants -> XLA options, the passes of the running XLA, one compile path, child processes."""
