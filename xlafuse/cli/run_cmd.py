@@ -18,7 +18,7 @@ SOME_CELLS_FAILED = 1
 CONFIG_ERROR = 2
 
 
-HELP = "run a config's workloads x variants; write report.md and report.html"
+HELP = "run a config's workloads x variants; write the reports"
 
 
 def add_arguments(parser) -> None:
