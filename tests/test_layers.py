@@ -418,6 +418,21 @@ LONG_MODULES = {
 }
 
 
+# Functions allowed over MAX_FUNCTION_LINES for their docstring only: "path:name" -> why. Their
+# code, the docstring left out, is still held to MAX_FUNCTION_LINES.
+LONG_CONTRACTS = {
+    "experiment/measure_fn.py:measure": (
+        "`xlafuse.measure`, the public entry point: 12 options, each documented in its "
+        "docstring (the contract `help()` shows); the signature and that contract alone are "
+        "over 50 lines, the code is named steps"
+    ),
+    "experiment/tune/tuner.py:tune": (
+        "the tune's entry point: 13 parameters (a 15-line signature), each documented, with "
+        "what it writes and raises; the code is named steps"
+    ),
+}
+
+
 def _modules() -> Iterator[Path]:
     yield from sorted(PACKAGE.rglob("*.py"))
 
@@ -429,12 +444,29 @@ def test_no_module_is_over_800_lines():
     assert {p for p in LONG_MODULES if counts.get(p, 0) <= MAX_MODULE_LINES} == set()
 
 
+def _function_lines(node: ast.FunctionDef | ast.AsyncFunctionDef, *, docstring: bool) -> int:
+    """A def's lines from `def` to its end (its decorators not counted), its docstring's lines
+    left out unless `docstring`."""
+    lines = node.end_lineno - node.lineno + 1
+    first = node.body[0]
+    if not docstring and ast.get_docstring(node, clean=False) is not None:
+        lines -= first.end_lineno - first.lineno + 1
+    return lines
+
+
 def test_no_function_is_over_50_lines():
-    long = []
+    long, exempt = [], set()
     for path in _modules():
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-                lines = node.end_lineno - node.lineno + 1
+                name = f"{path.relative_to(PACKAGE)}:{node.name}"
+                lines = _function_lines(node, docstring=name not in LONG_CONTRACTS)
                 if lines > MAX_FUNCTION_LINES:
-                    long.append(f"{path.relative_to(PACKAGE)}:{node.name} ({lines})")
+                    long.append(f"{name} ({lines})")
+                if (
+                    name in LONG_CONTRACTS
+                    and _function_lines(node, docstring=True) > MAX_FUNCTION_LINES
+                ):
+                    exempt.add(name)
     assert long == []
+    assert exempt == LONG_CONTRACTS.keys()  # an exemption no longer needed is removed

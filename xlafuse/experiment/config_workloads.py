@@ -175,25 +175,12 @@ def _parse_entry(problems, where, item, base, backend) -> WorkloadConfig | None:
     start = len(problems.items)
     spec = typed_field(problems, f"{where}.entry", item.get("entry"), str)
     implementations = _parse_implementations(problems, where, item.get("implementations"), base)
-    for key in _NOT_FOR_ENTRIES:
-        if key in item:
-            problems.add(
-                f"{where}.{key}",
-                "not for an entry: FUNCTION's overrides decide a program of the user's "
-                "(its size and dtype), on one device",
-            )
+    _check_not_for_entries(problems, where, item)
     given = typed_field(problems, f"{where}.mode", item.get("mode"), str, optional=True)
     check_choice(problems, f"{where}.mode", given, registry.MODES, "mode")
     overrides = dict(as_table(problems, f"{where}.overrides", item.get("overrides", {})))
     backends = _parse_backends(problems, f"{where}.backends", item.get("backends", list(BACKENDS)))
-    entry, source_sha256 = None, None
-    if spec is not None:
-        try:
-            entry = user.parse_entry(spec, base)
-            user.check_overrides(entry, overrides)
-            source_sha256 = user.source_sha256(entry)
-        except XlafuseError as err:
-            problems.add(f"{where}.entry", str(err))
+    entry, source_sha256 = _found_entry(problems, where, spec, base, overrides)
     function = entry.function if entry is not None else None
     name = typed_field(problems, f"{where}.name", item.get("name", function), str, optional=True)
     if name is not None:
@@ -208,13 +195,7 @@ def _parse_entry(problems, where, item, base, backend) -> WorkloadConfig | None:
         and not _traced_implementations(problems, where, entry, overrides, implementations)
     ):
         return None
-    if given is not None and returned is not None and given != returned[0]:
-        mode, what = returned
-        problems.add(
-            f"{where}.mode",
-            f"{given!r}, but entry {spec!r} returns {what}, measured as mode {mode!r}: leave "
-            f'mode out (it is what FUNCTION returns) or set mode = "{mode}"',
-        )
+    if _mode_differs(problems, where, spec, given, returned):
         return None
     return WorkloadConfig(
         name,
@@ -227,6 +208,48 @@ def _parse_entry(problems, where, item, base, backend) -> WorkloadConfig | None:
         base=base,
         implementations={n: e.spec for n, e in implementations.items()},
     )
+
+
+def _check_not_for_entries(problems, where, item) -> None:
+    """An entry's table gives none of `_NOT_FOR_ENTRIES` (FUNCTION decides its size and dtype,
+    on one device)."""
+    for key in _NOT_FOR_ENTRIES:
+        if key in item:
+            problems.add(
+                f"{where}.{key}",
+                "not for an entry: FUNCTION's overrides decide a program of the user's "
+                "(its size and dtype), on one device",
+            )
+
+
+def _found_entry(problems, where, spec, base, overrides) -> tuple[user.Entry | None, str | None]:
+    """The entry `spec` names (its function found, `overrides` checked against its parameters)
+    and its source hash; no hash with a problem (added to `problems`), and no entry either
+    where it was not found."""
+    entry = None
+    if spec is None:
+        return entry, None
+    try:
+        entry = user.parse_entry(spec, base)
+        user.check_overrides(entry, overrides)
+        return entry, user.source_sha256(entry)
+    except XlafuseError as err:
+        problems.add(f"{where}.entry", str(err))
+        return entry, None
+
+
+def _mode_differs(problems, where, spec, given, returned) -> bool:
+    """Whether the `mode` given differs from the one FUNCTION returns (`_returned`); the
+    problem added where it does."""
+    if given is None or returned is None or given == returned[0]:
+        return False
+    mode, what = returned
+    problems.add(
+        f"{where}.mode",
+        f"{given!r}, but entry {spec!r} returns {what}, measured as mode {mode!r}: leave "
+        f'mode out (it is what FUNCTION returns) or set mode = "{mode}"',
+    )
+    return True
 
 
 # --- an entry's implementations (issue 46) ------------------------------------------------
