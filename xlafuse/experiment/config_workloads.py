@@ -166,7 +166,7 @@ def _parse_entry(problems, where, item, base, backend) -> WorkloadConfig | None:
 
     Its function is found and its overrides checked against its parameters. Where it runs
     (`backend` is this process's and one of its `backends`), FUNCTION is called once to learn
-    its mode (`_returned_mode`): a `mode` left out is that mode, one given that differs is a
+    its mode (`_returned`): a `mode` left out is that mode, one given that differs is a
     problem. The call makes FUNCTION's arrays and drops them; nothing is traced or compiled,
     and what it returns is checked when the run builds it. A FUNCTION that raises here, or that
     does not run here, keeps the given mode ("forward" when none), and the run records its
