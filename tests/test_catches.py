@@ -94,7 +94,7 @@ KEPT: dict[tuple[str, str], tuple[int, str]] = {
         "cleanup: a record written in part is cut off on any exit (a Ctrl-C included); an "
         "OSError is one line naming the file, anything else raised as it is",
     ),
-    ("experiment/config.py", "_returned"): (
+    ("experiment/config_workloads.py", "_returned"): (
         1,
         "the user's code, called to read the mode it returns: when it raises, the config "
         "infers nothing and the run's build says what is wrong (one line)",

@@ -402,3 +402,71 @@ def test_the_check_finds_a_circle_through_an_import_inside_a_function(tmp_path):
     typing_only = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg.hlo import a\n"
     edges = read_edges(_package(tmp_path / "typing", {**BROKEN, "hlo/b.py": typing_only}), {})
     assert circle(edges, inside_functions=True) is None
+
+
+# --- size: no module over MAX_MODULE_LINES lines, no function over MAX_FUNCTION_LINES (issue 45)
+
+MAX_MODULE_LINES = 800
+MAX_FUNCTION_LINES = 50  # a def's lines, its docstring included, its decorators not
+# Modules allowed over MAX_MODULE_LINES: path under xlafuse/ -> why.
+LONG_MODULES = {
+    "hlo/_reader.py": (
+        "one hand-tuned reader: the pure-Python twin of the C scanner `_scan.c`, a single "
+        "`Reader` class whose methods call each other in the hot loop; split across modules "
+        "(mixins) it would be slower and harder to hold to `_scan.c` line by line"
+    ),
+}
+
+
+# Functions allowed over MAX_FUNCTION_LINES for their docstring only: "path:name" -> why. Their
+# code, the docstring left out, is still held to MAX_FUNCTION_LINES.
+LONG_CONTRACTS = {
+    "experiment/measure_fn.py:measure": (
+        "`xlafuse.measure`, the public entry point: 12 options, each documented in its "
+        "docstring (the contract `help()` shows); the signature and that contract alone are "
+        "over 50 lines, the code is named steps"
+    ),
+    "experiment/tune/tuner.py:tune": (
+        "the tune's entry point: 13 parameters (a 15-line signature), each documented, with "
+        "what it writes and raises; the code is named steps"
+    ),
+}
+
+
+def _modules() -> Iterator[Path]:
+    yield from sorted(PACKAGE.rglob("*.py"))
+
+
+def test_no_module_is_over_800_lines():
+    counts = {str(p.relative_to(PACKAGE)): len(p.read_text().splitlines()) for p in _modules()}
+    long = {path: n for path, n in counts.items() if n > MAX_MODULE_LINES}
+    assert long.keys() - LONG_MODULES.keys() == set(), long
+    assert {p for p in LONG_MODULES if counts.get(p, 0) <= MAX_MODULE_LINES} == set()
+
+
+def _function_lines(node: ast.FunctionDef | ast.AsyncFunctionDef, *, docstring: bool) -> int:
+    """A def's lines from `def` to its end (its decorators not counted), its docstring's lines
+    left out unless `docstring`."""
+    lines = node.end_lineno - node.lineno + 1
+    first = node.body[0]
+    if not docstring and ast.get_docstring(node, clean=False) is not None:
+        lines -= first.end_lineno - first.lineno + 1
+    return lines
+
+
+def test_no_function_is_over_50_lines():
+    long, exempt = [], set()
+    for path in _modules():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                name = f"{path.relative_to(PACKAGE)}:{node.name}"
+                lines = _function_lines(node, docstring=name not in LONG_CONTRACTS)
+                if lines > MAX_FUNCTION_LINES:
+                    long.append(f"{name} ({lines})")
+                if (
+                    name in LONG_CONTRACTS
+                    and _function_lines(node, docstring=True) > MAX_FUNCTION_LINES
+                ):
+                    exempt.add(name)
+    assert long == []
+    assert exempt == LONG_CONTRACTS.keys()  # an exemption no longer needed is removed

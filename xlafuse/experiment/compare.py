@@ -224,20 +224,7 @@ def compare_workload(
         label, overrides included (`rollout[envs=64]/custom/train`), in the mode the workload
         has; None: the workload's own cell, which knows no overrides.
     """
-    if not variants:
-        raise ValueError("compare needs at least one variant")
-    resolved = [get_variant(spec) for spec in variants]  # every name checked before any compile
-    for variant in resolved:  # impl=NAME: one the workload has and the device runs (issue 46)
-        problem = variant.implementation and built_implementation_problem(
-            workload, variant.implementation
-        )
-        if problem:
-            raise XlafuseError(f"variant {variant.name!r}: {problem}")
-    if resolved[0].framework == Framework.TORCH:
-        raise ValueError(
-            f"the first variant is the reference and must be an XLA one, not "
-            f"{resolved[0].name!r} (e.g. default,{resolved[0].name})"
-        )
+    resolved = _checked_variants(workload, variants)
     cell = Cell.of(workload) if cell is None else dataclasses.replace(cell, mode=workload.mode)
     name = cell.label
     rows, reference = [], None
@@ -257,6 +244,31 @@ def compare_workload(
         rows.append(_row(compiled, diff))
     label = f"{cell.short_label} ({cell.on_devices})" if cell.on_devices else cell.short_label
     return Comparison(label, jax.default_backend(), tuple(rows))
+
+
+def _checked_variants(workload, variants: Sequence) -> list:
+    """`variants` resolved (`get_variant`), every one checked before any compile.
+
+    Raises:
+      ValueError: no variant, a name that does not resolve, or a PyTorch variant first (the
+        reference must be an XLA one).
+      XlafuseError: an `impl=NAME` the workload does not have or the device cannot run.
+    """
+    if not variants:
+        raise ValueError("compare needs at least one variant")
+    resolved = [get_variant(spec) for spec in variants]  # every name checked before any compile
+    for variant in resolved:  # impl=NAME: one the workload has and the device runs (issue 46)
+        problem = variant.implementation and built_implementation_problem(
+            workload, variant.implementation
+        )
+        if problem:
+            raise XlafuseError(f"variant {variant.name!r}: {problem}")
+    if resolved[0].framework == Framework.TORCH:
+        raise ValueError(
+            f"the first variant is the reference and must be an XLA one, not "
+            f"{resolved[0].name!r} (e.g. default,{resolved[0].name})"
+        )
+    return resolved
 
 
 def _torch_row(workload, variant, reference) -> VariantRow:

@@ -180,20 +180,46 @@ def measure(
         code (all checked before any compile).
     """
     _check_parameters(profile=profile, name=name, out=out, flags=(fresh, calibrate, verbose))
+    _check_items(items)
+    workload = _workload(fn, args, donate_argnums, name).with_items(items)
+    sha256 = _source_sha256(fn) if isinstance(fn, Workload) else program_sha256(fn)
+    variants = _variants_of(fn, variants, workload)
+    config = _config(workload, sha256, variants, timing, profile, out, calibrate)
+    if out is not None and not fresh:
+        _check_same_program(Path(out) / records_lib.RESULTS_FILE, workload.name, sha256)
+    return _run(config, workload, out, fresh=fresh, calibrate=calibrate, verbose=verbose)
+
+
+def _check_items(items: Items | None) -> None:
+    """Raises XlafuseError unless `items` is an `xlafuse.models.Items` or None."""
     if items is not None and not isinstance(items, Items):
         raise XlafuseError(
             f"measure: items={items!r} is not accepted; accepted: an xlafuse.models.Items "
             '(e.g. Items(51200, "env-steps")) or None'
         )
-    workload = _workload(fn, args, donate_argnums, name).with_items(items)
-    sha256 = _source_sha256(fn) if isinstance(fn, Workload) else program_sha256(fn)
+
+
+def _variants_of(fn, variants: Sequence | None, workload: Workload) -> Sequence:
+    """The variants `measure` runs: those given (None: "default" and "no-fusion"; "default"
+    alone for a dict of functions), each implementation of a dict under each (`crossed`)."""
     if variants is None:
         variants = ("default",) if isinstance(fn, Mapping) else ("default", "no-fusion")
     if isinstance(fn, Mapping):  # each implementation under each variant
         variants = crossed(variants, tuple(workload.implementations))
-    config = _config(workload, sha256, variants, timing, profile, out, calibrate)
-    if out is not None and not fresh:
-        _check_same_program(Path(out) / records_lib.RESULTS_FILE, workload.name, sha256)
+    return variants
+
+
+def _run(
+    config: ExperimentConfig,
+    workload: Workload,
+    out: str | Path | None,
+    *,
+    fresh: bool,
+    calibrate: bool,
+    verbose: bool,
+) -> Measurement:
+    """`measure`'s cells through the runner (`run_experiment`): into `out`, or into a
+    temporary folder without a report when `out` is None."""
     ceilings = _process_ceilings(jax.default_backend()) if calibrate else None
     stream = sys.stderr if verbose else io.StringIO()
     kwargs = {"built": {workload.name: workload}, "ceilings": ceilings, "stream": stream}

@@ -150,12 +150,11 @@ def run_experiment(
     Raises:
       DeviceCountError: more devices than the backend has (`xlafuse run` on a CPU runs
         itself again with enough host devices).
-      XlafuseError: an invalid config, `only`/`variants` naming nothing in it, an output
-        folder that cannot be written, one that another run holds, a results file there of
-        another program (`records.check_appendable`) or written under other settings or from
-        other source files of the user's (resuming would mix them); all before any cell is
-        measured. A record that cannot be written (a full disk) ends the run, naming the file;
-        the records before it are kept.
+      XlafuseError: an invalid config, `only`/`variants` naming nothing in it, an output folder that
+        cannot be written, one that another run holds, a results file there of another program
+        (`records.check_appendable`) or written under other settings or from other source files of
+        the user's (resuming would mix them); all before any cell is measured. A record that cannot
+        be written (a full disk) ends the run, naming the file; the records before it are kept.
 
     Warns:
       SkippedLineWarning: once per line of the results file that is not a record (a field of
@@ -168,15 +167,21 @@ def run_experiment(
     if not scope.layout.writer:
         return _follow(scope, Path(folder))
     with take_folder(scope, folder, fresh=fresh) as taken:
-        for line in taken.skipped:
-            warnings.warn(line, records.SkippedLineWarning, stacklevel=2)
-        with Reporter(progress, taken.todo, stream) as reporter:
-            if taken.torn is not None:
-                reporter.say(
-                    f"a torn last line of {taken.results_path} was moved aside to {taken.torn}"
-                )
-            _run_plan(scope, taken, reporter)
+        _run_taken(scope, taken, progress=progress, stream=stream)
     return selected_records(scope, taken.results_path)
+
+
+def _run_taken(scope, taken, *, progress: bool, stream: TextIO | None) -> None:
+    """`run_experiment` in the folder it took: warns of each skipped line (attributed to
+    `run_experiment`'s caller), says where a torn last line went, then runs the plan."""
+    for line in taken.skipped:
+        warnings.warn(line, records.SkippedLineWarning, stacklevel=3)
+    with Reporter(progress, taken.todo, stream) as reporter:
+        if taken.torn is not None:
+            reporter.say(
+                f"a torn last line of {taken.results_path} was moved aside to {taken.torn}"
+            )
+        _run_plan(scope, taken, reporter)
 
 
 def _follow(scope: Scope, out_dir: Path) -> list[CellResult]:
@@ -451,7 +456,17 @@ def _measure(
             hlo_text=None if "kernel_times" in kernels else compiled.hlo_text,
         ),
         "interpreted": workload.interpreted,
+        **_optional_parts(run, variant, workload, compiled, profile, against),
     }
+    return measured, mine
+
+
+def _optional_parts(
+    run: _Run, variant: VariantConfig, workload, compiled, profile, against: Reference | None
+) -> dict[str, Any]:
+    """The parts of `_measure` that only some cells have: collectives (a cell sharded over
+    devices), device and comm time (a profiled cell), cold start (`[measure] cold_start`)."""
+    measured: dict[str, Any] = {}
     if workload.devices > 1:
         measured["collectives"] = fields_lib.collectives_part(compiled.collectives)
     if profile is not None:
@@ -460,7 +475,7 @@ def _measure(
         measured["comm"] = fields_lib.comm_part(profile.comm)
     if run.config.measure.cold_start:
         measured["cold_start"] = fields_lib.cold_start_part(workload, variant)
-    return measured, mine
+    return measured
 
 
 def _speedup_part(

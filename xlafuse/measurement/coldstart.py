@@ -317,6 +317,33 @@ def measure_cold_start(
         check_cache_dir(cache_dir)
     check_user_program(workload)
     step = on_step or (lambda line: None)
+    cold, warm, first, aot_load_s = _run_children(
+        workload, variant, cache_dir, steady_calls, aot=aot, step=step
+    )
+    name = _variant_dict(variant)["name"]
+    return _result(workload_spec(workload), name, cold, warm, first, aot_load_s, cache_dir)
+
+
+def _run_children(
+    workload: Any,
+    variant: Any,
+    cache_dir: str | os.PathLike | None,
+    steady_calls: int,
+    *,
+    aot: bool,
+    step: Callable[[str], None],
+) -> tuple[Any, Any, Any, float | None]:
+    """The child processes of `measure_cold_start`, one after another: cold (only with an
+    empty cache), warm, export (with `aot`, when no cold child exported) and the AOT load.
+
+    Returns:
+      (cold, warm, first, aot_load_s): the cold child's result (None when the cache was
+      filled already), the warm child's, the first child's (with the export time), and the
+      AOT load's seconds (None without `aot`).
+
+    Raises:
+      RuntimeError: a child failed.
+    """
     with tempfile.TemporaryDirectory(prefix="xlafuse-coldstart-") as tmp:
         folder = Path(cache_dir) if cache_dir is not None else Path(tmp) / "cache"
         exported = Path(tmp) / "exported.bin" if aot else None
@@ -335,8 +362,7 @@ def measure_cold_start(
         if aot:
             step("AOT load: new process, deserialize + compile + first call")
             aot_load_s = run_aot_load(workload, variant, exported)
-    name = _variant_dict(variant)["name"]
-    return _result(workload_spec(workload), name, cold, warm, first, aot_load_s, cache_dir)
+    return cold, warm, first, aot_load_s
 
 
 def check_user_program(workload: Any) -> None:

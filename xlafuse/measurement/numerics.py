@@ -381,9 +381,31 @@ def compare_user_steps(
     ref_leaves, out_leaves = _keyed(reference), [leaf for _, leaf in _keyed(outputs)]
     params = _parameters_of(ref_leaves, moments, mu)
     before = before() if callable(before) else before
+    initial = dict(_keyed((before,)))  # keyed as the new state is: under "[0]"
+    groups, gradient, moves = _user_groups(ref_leaves, out_leaves, params, moments, initial)
+    learning_rate = float(np.concatenate(moves).max(initial=0.0)) if moves else 0.0
+    allowances = _noise_allowance(gradient, compute_dtype, learning_rate) if gradient else []
+    judged = []
+    for part, (refs, outs, extras) in groups.items():
+        if part == "gradient":
+            judged.append((part, *_compare_normwise(refs, outs, compute_dtype)))
+            continue
+        extra = [None if i is None else allowances[i] for i in extras]
+        judged.append((part, *_compare_trees(refs, outs, compute_dtype, extra)))
+    return _joined(judged)
+
+
+def _user_groups(ref_leaves, out_leaves, params, moments, initial):
+    """The leaves of two user steps grouped by the part of the train rule each is judged by.
+
+    Returns:
+      (groups, gradient, moves): part -> (reference leaves, output leaves, the index into
+      `gradient` of each parameter's gradient, else None); the gradient of each parameter
+      recovered from its first moment; each parameter's move from `initial` (its value
+      before the step), flattened.
+    """
     groups: dict[str, tuple[list, list, list]] = {}
     gradient, moves = [], []
-    initial = dict(_keyed((before,)))  # keyed as the new state is: under "[0]"
     for (path, ref), out in zip(ref_leaves, out_leaves, strict=True):
         part = _user_part(path, moments)
         extra = None
@@ -398,16 +420,7 @@ def compare_user_steps(
         refs.append(ref)
         outs.append(out)
         extras.append(extra)
-    learning_rate = float(np.concatenate(moves).max(initial=0.0)) if moves else 0.0
-    allowances = _noise_allowance(gradient, compute_dtype, learning_rate) if gradient else []
-    judged = []
-    for part, (refs, outs, extras) in groups.items():
-        if part == "gradient":
-            judged.append((part, *_compare_normwise(refs, outs, compute_dtype)))
-            continue
-        extra = [None if i is None else allowances[i] for i in extras]
-        judged.append((part, *_compare_trees(refs, outs, compute_dtype, extra)))
-    return _joined(judged)
+    return groups, gradient, moves
 
 
 def _keyed(tree: Any, is_leaf: Any = None) -> list[tuple[tuple[str, ...], Any]]:

@@ -555,6 +555,29 @@ def workload_from(
     resolved = entry.resolved if entry is not None else None
     if isinstance(result, Workload):
         return dataclasses.replace(result, entry=resolved)
+    fn, args, donate, items = _returned_parts(where, result)
+    donate_argnums = _donate_argnums(where, donate[0] if donate else (), len(args))
+    program = static.split(_quiet(fn) if entry is not None else fn, tuple(args))
+    out = _trace(where, program.fn, program.args)
+    if donate_argnums:
+        _check_step(where, out, program)
+    workload = _entry_workload(name, program, donate_argnums, overrides, resolved)
+    if implementations:
+        wrap = _quiet if entry is not None else _same
+        workload = implementations_lib.attach(
+            workload, implementations, tuple(args), where=where, own=own, wrap=wrap
+        )
+    return workload.with_items(items)
+
+
+def _returned_parts(where: str, result: Any) -> tuple[Any, Any, list, Any]:
+    """`(fn, args, donate, items)` of what an entry returned as `(fn, args)` or `(fn, args,
+    donate_argnums)`, maybe ending with `Items` (`donate`: [] or [donate_argnums]; `items`:
+    None without one).
+
+    Raises:
+      EntryError: another shape, naming `where`.
+    """
     result, items = without_items(result)
     if not isinstance(result, tuple | list) or len(result) not in (2, 3):
         raise EntryError(f"{where} returned {_shape_of(result)}; accepted: {ENTRY_FORMS}")
@@ -564,12 +587,13 @@ def workload_from(
             f"{where} returned ({_shape_of(fn)}, {_shape_of(args)}"
             f"{', ...' if donate else ''}); accepted: {ENTRY_FORMS}"
         )
-    donate_argnums = _donate_argnums(where, donate[0] if donate else (), len(args))
-    program = static.split(_quiet(fn) if entry is not None else fn, tuple(args))
-    out = _trace(where, program.fn, program.args)
-    if donate_argnums:
-        _check_step(where, out, program)
-    workload = Workload(
+    return fn, args, donate, items
+
+
+def _entry_workload(name, program, donate_argnums, overrides, resolved) -> Workload:
+    """The Workload of an entry's traced program (`static.split`): "custom" size, mode "train"
+    when it donates, one item per call in "calls", no FLOP count."""
+    return Workload(
         name=name,
         size=ENTRY_SIZE,
         mode="train" if donate_argnums else "forward",
@@ -585,12 +609,6 @@ def workload_from(
         entry=resolved,
         static=program.static,
     )
-    if implementations:
-        wrap = _quiet if entry is not None else _same
-        workload = implementations_lib.attach(
-            workload, implementations, tuple(args), where=where, own=own, wrap=wrap
-        )
-    return workload.with_items(items)
 
 
 def _same(fn: Callable[..., Any]) -> Callable[..., Any]:

@@ -64,17 +64,7 @@ def best_toml(
     variants = ['"default"'] + ([inline_table({"name": "tuned", **winner})] if winner else [])
     name = f"tune-{_slug(target.name)}"
     output = f"{folder}/{RUN_FOLDER}" if folder is not None else f"results/{name}"
-    shown = f"{folder}/best.toml" if folder is not None else "best.toml"
-    lines = [f"# xlafuse tune: {_comment(result.conclusion())}"]
-    if target.figure:
-        lines.append(f"# tuned for {target.figure} time: the run's records hold both speedups")
-    if processes > 1:
-        lines += [
-            f"# tuned as {processes} processes: rerun it the same way:",
-            f"#   xlafuse launch --processes {processes} -- run {_comment(shown)}",
-        ]
-    else:
-        lines.append(f"#   xlafuse run {_comment(shown)}")
+    lines = _head_lines(result, folder, processes=processes)
     if imports:
         files = [_relative(i, folder) if user.is_file_target(i) else i for i in imports]
         lines += ["", f"imports = {toml_value(files)}"]
@@ -90,6 +80,25 @@ def best_toml(
     for label, knobs in zip(PROGRAM_LABELS, programs, strict=False):
         lines += ["", "[[workloads]]", *_workload_lines(target, label, knobs, folder)]
     return "\n".join(lines) + "\n"
+
+
+def _head_lines(result: Any, folder: Path | None, *, processes: int) -> list[str]:
+    """best.toml's comment lines: the tune's conclusion, the figure it tuned for, and the
+    command that reruns it (`xlafuse launch --processes N -- run` when it ran as N > 1)."""
+    shown = f"{folder}/best.toml" if folder is not None else "best.toml"
+    lines = [f"# xlafuse tune: {_comment(result.conclusion())}"]
+    if result.target.figure:
+        lines.append(
+            f"# tuned for {result.target.figure} time: the run's records hold both speedups"
+        )
+    if processes > 1:
+        lines += [
+            f"# tuned as {processes} processes: rerun it the same way:",
+            f"#   xlafuse launch --processes {processes} -- run {_comment(shown)}",
+        ]
+    else:
+        lines.append(f"#   xlafuse run {_comment(shown)}")
+    return lines
 
 
 def _workload_lines(

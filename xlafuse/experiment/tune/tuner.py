@@ -160,23 +160,46 @@ def tune(
         journal, history = _history(out, head, layout, held, say)
         evaluator = evaluate or Evaluator(target, default=space[0])
         board = _Leaderboard(say, _default_label(knobs, defaults))
-        replay = journal_lib.Replay(
-            history, evaluator, clock=_shared_clock, write=_writer(journal), show=board.add
-        )
-        plural = "s" if len(space) != 1 else ""
-        how = f"budget {budget_s:g} s" if budget is not None else "the whole grid, no budget"
-        say(f"tune: {len(space)} candidate{plural}, {how}")
+        replay = _replay(history, journal, evaluator, board)
+        say(_start_line(len(space), budget_s, budget))
         result = _search(search, space, replay, budget_s, replay, grid, clock=replay.clock)
         _check_default_ran(result)
         best = result.ranked[0] if result.ranked else None
-        proof, error = None, unproved or ("" if prove else "not rerun")
-        if prove and best is not None and best != space[0]:
-            spec = _spec(target, space[0], best)
-            proof, error = _recorded_proof(history, best, say) or _prove(prover, spec, say)
-            _record_proof(journal, history, space[0], best, proof)
+        proof, error = _proof(
+            target, space[0], best, history, journal, prover, say, prove=prove, unproved=unproved
+        )
         found = TuneResult(target, space, result, best, proof, error, replay.lead, search, budget)
         _report(found, journal, history, say, imports=imports, processes=layout.processes)
     return found
+
+
+def _replay(history, journal, evaluator, board: _Leaderboard) -> journal_lib.Replay:
+    """The evaluator of a tune's trials behind its journal: a recorded trial replayed, a new
+    one measured, written (`_writer`) and shown on the leaderboard as it ends."""
+    return journal_lib.Replay(
+        history, evaluator, clock=_shared_clock, write=_writer(journal), show=board.add
+    )
+
+
+def _start_line(count: int, budget_s: float, budget: float | None) -> str:
+    """The line a tune starts with: its candidates and its budget (none for the grid)."""
+    plural = "s" if count != 1 else ""
+    how = f"budget {budget_s:g} s" if budget is not None else "the whole grid, no budget"
+    return f"tune: {count} candidate{plural}, {how}"
+
+
+def _proof(
+    target, default: Candidate, best, history, journal, prover, say, *, prove: bool, unproved: str
+) -> tuple[Rerun | None, str]:
+    """The fresh-process proof of `best` against the default program, and why there is none
+    (`unproved`; "not rerun" without `prove`; "" when there is one or `best` is the default).
+    A proof the journal holds is replayed, not run again; a new one is recorded in it."""
+    proof, error = None, unproved or ("" if prove else "not rerun")
+    if prove and best is not None and best != default:
+        spec = _spec(target, default, best)
+        proof, error = _recorded_proof(history, best, say) or _prove(prover, spec, say)
+        _record_proof(journal, history, default, best, proof)
+    return proof, error
 
 
 def knob_defaults(target: Target) -> dict[str, Any] | None:

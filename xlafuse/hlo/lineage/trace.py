@@ -46,26 +46,36 @@ def trace_module(
     matcher.run()
     order = {k: n for n, k in enumerate(opt.kernel_order)}
     traces = fold(ref, {key: matcher.trace(key, order) for key in ref.traced}, order)
-    dots = frozenset(
-        kernel
-        for key, kernel in opt.kernel.items()
-        if kernel and ops.kind(opt.instr[key]) in ops.ORDERED
-    )
-    copies = {
-        key[1]: opt.value_name(opt.source(key), matcher.matched)
-        or ("shape " + _layout_change(opt, key),)
-        for key, kernel in opt.kernel.items()
-        if kernel == key[1] and opt.instr[key].opcode == "copy"
-    }
     return Lineage(
         reference.name,
         optimized.name,
         traces,
         opt.kernel_order,
         matcher.names_kept,
-        dots,
-        MappingProxyType({k: v for k, v in copies.items() if v}),
+        _dots(opt),
+        _copies(opt, matcher),
     )
+
+
+def _dots(opt: NumberedGraph) -> frozenset:
+    """The kernels of `opt` that hold an ordered op (`ops.ORDERED`: a dot, a convolution)."""
+    return frozenset(
+        kernel
+        for key, kernel in opt.kernel.items()
+        if kernel and ops.kind(opt.instr[key]) in ops.ORDERED
+    )
+
+
+def _copies(opt: NumberedGraph, matcher: Matcher) -> MappingProxyType:
+    """Each copy kernel of `opt` -> the value it copies (its matched name, else the layout
+    change it makes); copies with neither are left out."""
+    copies = {
+        key[1]: opt.value_name(opt.source(key), matcher.matched)
+        or ("shape " + _layout_change(opt, key),)
+        for key, kernel in opt.kernel.items()
+        if kernel == key[1] and opt.instr[key].opcode == "copy"
+    }
+    return MappingProxyType({k: v for k, v in copies.items() if v})
 
 
 def _layout_change(graph: NumberedGraph, key: Key) -> str:
