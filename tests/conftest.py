@@ -1,6 +1,7 @@
 """Shared test fixtures: sample paths, a strict JAX configuration, GPU skipping, the recorded
-GPT-2 train step."""
+GPT-2 train step, a compilation cache for a module's tests, how `pytest -n` shares out the files."""
 
+import fnmatch
 import os
 from pathlib import Path
 
@@ -8,6 +9,7 @@ import jax
 import pytest
 from helpers import GPT2_TRAIN, recorded_hlo
 
+from xlafuse.compiler import cache
 from xlafuse.compiler.cache import NO_CACHE_ENV
 
 SAMPLES = Path(__file__).parent / "data" / "h200-jax0.11.2"
@@ -35,6 +37,30 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+# Files whose tests use a session fixture that takes seconds to build (`gpt2_train_diffs`): under
+# `pytest -n` they run on one worker together, so that it is built once.
+SHARED_SESSION_FIXTURE_FILES = ("tests/test_diff.py", "tests/test_lineage*.py")
+
+
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's; unknown without it
+def pytest_xdist_make_scheduler(config, log):
+    """`pytest -n N` (the README's command): each file runs whole on one worker, so that its
+    module fixtures (a run, a child's checks) are built once, not once per worker, and the
+    SHARED_SESSION_FIXTURE_FILES run on one worker. Another `--dist` than -n's own (load) is
+    left to pytest-xdist."""
+    if config.getoption("dist") != "load":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByFile(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            shared = any(fnmatch.fnmatch(path, p) for p in SHARED_SESSION_FIXTURE_FILES)
+            return "gpt2_train_diffs" if shared else path
+
+    return ByFile(config, log)
 
 
 @pytest.fixture
@@ -69,6 +95,16 @@ def gpt2_train_diffs(gpt2_train):
         text_b, other = gpt2_train[b]
         diffs[b] = diff_modules(a, other, ("default", b), ref, (ref_text, text_a, text_b))
     return diffs
+
+
+@pytest.fixture(scope="module")
+def module_compile_cache(tmp_path_factory):
+    """JAX's persistent compilation cache on for a module's tests, in a folder of the module's
+    own: a program that a later test of the module compiles again is read back, not compiled.
+    For modules whose tests check what a program is and computes, never how it was compiled
+    (`pytestmark = pytest.mark.usefixtures("module_compile_cache")`)."""
+    with cache.persistent_cache(tmp_path_factory.mktemp("compile-cache"), xla_caches=False):
+        yield
 
 
 @pytest.fixture

@@ -17,6 +17,9 @@ from helpers import REPO, config_file
 from xlafuse.cli import main
 from xlafuse.results.records import read_results
 
+# Children started, interrupted and resumed: slow by nature, run by .ci/run's second command.
+pytestmark = pytest.mark.slow
+
 CONFIG = (
     '[experiment]\nname = "crash"\nvariants = ["default", "no-fusion"]\n'
     '[[workloads]]\nname = "mul_add_relu"\n'

@@ -12,6 +12,11 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
+# Children started, interrupted and resumed: slow by nature, run by .ci/run's second command.
+pytestmark = pytest.mark.slow
+
 PROGRAM = Path(__file__).parent / "data" / "user" / "tune_flag.py"
 TUNE = ["tune", f"{PROGRAM}:make", "--knob", "flag=false,true", "--space", "none"]
 INTERRUPTED = 130

@@ -18,6 +18,9 @@ import pytest
 from xlafuse.errors import HloParseError
 from xlafuse.hlo import analyze_module, parse_hlo
 
+# The whole corpus, read and compared with XLA's parse: run by .ci/run's second command.
+pytestmark = pytest.mark.slow
+
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "hlo-corpus" / "xla-tests.jsonl.gz"
 # XLA materializes constant literals: a module with a constant of more elements than this takes
 # XLA's parser seconds and gigabytes (f32[10000,10000] constant(0)); those are not compared.

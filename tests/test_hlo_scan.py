@@ -231,6 +231,7 @@ def test_the_scanner_keeps_no_shape_from_one_call_to_the_next():
         assert asked == ["f32[8]{0}"]
 
 
+@pytest.mark.slow  # the whole corpus, read twice: .ci/run's second command
 def test_both_readers_agree_over_the_corpus(monkeypatch):
     if not CORPUS.is_file():
         pytest.skip(f"no HLO corpus at {CORPUS} (the shared/ folder beside the clone)")

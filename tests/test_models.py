@@ -57,6 +57,12 @@ POINTWISE = ["chain", "cos_relu", "gelu", "mul_add_relu"]
 ALWAYS_FLOAT32 = [*POINTWISE, "cartpole"]  # cart-pole physics in bfloat16 would be another game
 
 
+def _slow_if_resnet(names) -> list:
+    """The names, ResNet-50 marked slow: its compiles take ~10 s on 2 cores (.ci/run's second
+    command runs it, as it runs tests/test_truth.py's ResNet-50 cells)."""
+    return [pytest.param(n, marks=pytest.mark.slow) if n == "resnet50" else n for n in names]
+
+
 def _default_dtype(name: str) -> str:
     """bfloat16 on GPU, float32 elsewhere; pointwise workloads and cartpole are always float32."""
     return (
@@ -100,7 +106,7 @@ def test_reference_parameter_counts(name, expected):
     assert models.param_count(name, "full") == expected
 
 
-@pytest.mark.parametrize("name", sorted(TINY_OUTPUT_SHAPES))
+@pytest.mark.parametrize("name", _slow_if_resnet(sorted(TINY_OUTPUT_SHAPES)))
 def test_tiny_forward_runs(name):
     w = _built(name, "forward")
     out = _run(name, "forward")
@@ -111,7 +117,7 @@ def test_tiny_forward_runs(name):
     assert w.items_per_call > 0
 
 
-@pytest.mark.parametrize("name", TRAINABLE)
+@pytest.mark.parametrize("name", _slow_if_resnet(TRAINABLE))
 def test_tiny_train_step_runs(name):
     w = _built(name, "train")
     state, batch = w.args
@@ -125,7 +131,7 @@ def test_tiny_train_step_runs(name):
     assert w.num_params == TINY_PARAMS[name]
 
 
-@pytest.mark.parametrize("name", sorted(TINY_OUTPUT_SHAPES))
+@pytest.mark.parametrize("name", _slow_if_resnet(sorted(TINY_OUTPUT_SHAPES)))
 def test_forward_agrees_without_fusion(name):
     w = _built(name, "forward")
     np.testing.assert_allclose(_run_unfused(w), _run(name, "forward"), **_tolerance(w.dtype))
@@ -143,7 +149,7 @@ def test_train_step_agrees_without_fusion(name):
     assert diff.worst_part in ("loss", "gradient", "batch_stats", "params")
 
 
-@pytest.mark.parametrize("name", ["mlp", "gpt2", "resnet50"])
+@pytest.mark.parametrize("name", _slow_if_resnet(["mlp", "gpt2", "resnet50"]))
 def test_train_steps_lower_the_loss(name):
     w = _built(name, "train")
     step = jax.jit(w.fn)
@@ -155,6 +161,7 @@ def test_train_steps_lower_the_loss(name):
     assert losses[-1] < losses[0], losses
 
 
+@pytest.mark.slow  # ResNet-50's train step compiled (`_slow_if_resnet`)
 def test_resnet_batch_statistics_update_only_in_train_mode():
     state, _ = _run("resnet50", "train")
     w = _built("resnet50", "train")

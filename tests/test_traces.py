@@ -1,6 +1,7 @@
 """Traces kept per profiled cell, kernel times and kernel diffs recorded, and their report."""
 
 import json
+import tempfile
 
 import jax.numpy as jnp
 import pytest
@@ -109,22 +110,20 @@ def test_roofline_cell_option_picks_a_cell_or_names_the_traced_ones(kept, capsys
     ]
 
 
-def test_keep_traces_false_leaves_no_trace_but_still_records_kernel_times(tmp_path):
-    before = _temporary_traces()
-    runner.run_experiment(_config(tmp_path, keep=False), progress=False)
-    records = load_results(tmp_path / "results.jsonl")
-    assert not (tmp_path / "traces").exists()
+def test_keep_traces_false_leaves_no_trace_but_still_records_kernel_times(tmp_path, monkeypatch):
+    # The run's temporary folders in a folder of this test's own: another test run beside it
+    # (pytest -n) keeps its traces in the shared one for a while.
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temporary))
+    out = tmp_path / "out"
+    runner.run_experiment(_config(out, keep=False), progress=False)
+    records = load_results(out / "results.jsonl")
+    assert not (out / "traces").exists()
     assert [r.trace.path for r in records] == [None, None]
     assert all(r.trace.kernel_times["kernels_seen"] == r.fusion.kernels for r in records)
-    assert _temporary_traces() == before
-    assert "## Traces" not in (tmp_path / "report.md").read_text()
-
-
-def _temporary_traces():
-    import tempfile
-    from pathlib import Path
-
-    return sorted(p.name for p in Path(tempfile.gettempdir()).glob("xlafuse-trace-*"))
+    assert list(temporary.glob("xlafuse-trace-*")) == []
+    assert "## Traces" not in (out / "report.md").read_text()
 
 
 def test_keep_traces_must_be_a_bool():
