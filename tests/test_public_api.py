@@ -36,14 +36,14 @@ def test_compile_and_measure_are_plainly_the_functions():
 
 def test_the_old_module_paths_import_the_same_modules_as_the_new():
     import xlafuse.measure.timing as timing  # the subpackages' names before issue 45
+    from xlafuse.compile import cache
     from xlafuse.compile.variants import Variant
+    from xlafuse.measure import rules
 
     import xlafuse.compiler.cache
     import xlafuse.compiler.variants
     import xlafuse.measurement.rules
     import xlafuse.measurement.timing
-    from xlafuse.compile import cache
-    from xlafuse.measure import rules
 
     assert timing is xlafuse.measurement.timing and xlafuse.measure.timing is timing
     assert (timing.__name__, timing.__spec__.name) == ("xlafuse.measurement.timing",) * 2
