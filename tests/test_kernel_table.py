@@ -17,7 +17,8 @@ from xlafuse.compiler.variants import get as get_variant
 from xlafuse.experiment.config import parse_config
 from xlafuse.hlo import analyze_hlo
 from xlafuse.hlo.dataflow import producer_names
-from xlafuse.measurement.kernels import CPU_BASIS, TABLE_COLUMNS, read_kernel_table, table_rows
+from xlafuse.measurement.kernel_table import TABLE_COLUMNS, read_kernel_table, table_rows
+from xlafuse.measurement.kernels import CPU_BASIS
 from xlafuse.models.names import Cell
 from xlafuse.report.html import render_html
 from xlafuse.report.html_data import KERNEL_COLUMNS

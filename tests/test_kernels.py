@@ -22,14 +22,13 @@ from xlafuse.hlo.diff import diff_modules
 from xlafuse.hlo.ir import portable_source
 from xlafuse.hlo.parse import parse_hlo
 from xlafuse.measurement.kernel_diff import kernel_diff_record, time_groups
+from xlafuse.measurement.kernel_table import TABLE_COLUMNS, read_kernel_table
 from xlafuse.measurement.kernels import (
     CPU_BASIS,
     GPU_BASIS,
     REPEATED,
-    TABLE_COLUMNS,
     Event,
     join_trace,
-    read_kernel_table,
     trace_events,
 )
 from xlafuse.measurement.profile import read_trace, trace_calls

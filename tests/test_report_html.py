@@ -13,9 +13,10 @@ import pytest
 from helpers import GPT2_TRAIN, recorded_kernel_times, with_recorded_table
 
 from xlafuse.cli import main
-from xlafuse.experiment import runner
+from xlafuse.experiment import plan
 from xlafuse.hlo.dataflow import producer_names
-from xlafuse.measurement.kernels import hlo_kernel_table, read_kernel_table
+from xlafuse.measurement.kernel_table import read_kernel_table
+from xlafuse.measurement.kernels import hlo_kernel_table
 from xlafuse.report.html import ALL_FAILED, NO_CELLS, REPORT_HTML, render_html
 from xlafuse.report.html_data import KERNEL_COLUMNS, kernel_rows
 from xlafuse.report.html_graph import workload_graph
@@ -281,7 +282,7 @@ def test_every_writer_of_report_md_writes_report_html_beside_it(tmp_path):
 def test_fresh_moves_the_old_report_html_aside(tmp_path):
     for name in ("results.jsonl", "report.md", REPORT_HTML):
         (tmp_path / name).write_text("{}\n")
-    runner._move_aside(tmp_path / "results.jsonl")
+    plan.move_aside(tmp_path / "results.jsonl")
     left = sorted(p.name for p in tmp_path.iterdir())
     stem = next(n for n in left if n.endswith(".jsonl.old")).removesuffix(".jsonl.old")
     assert left == sorted([f"{stem}.jsonl.old", f"{stem}.report.md.old", f"{stem}.report.html.old"])

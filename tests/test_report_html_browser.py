@@ -16,7 +16,8 @@ import pytest
 from helpers import GPT2_TRAIN, recorded_kernel_times, with_recorded_table
 
 from xlafuse.hlo.dataflow import producer_names
-from xlafuse.measurement.kernels import hlo_kernel_table, read_kernel_table, table_rows
+from xlafuse.measurement.kernel_table import read_kernel_table, table_rows
+from xlafuse.measurement.kernels import hlo_kernel_table
 from xlafuse.report.html import ALL_FAILED, NO_CELLS, REPORT_HTML, render_html
 from xlafuse.report.markdown import by_workload, write_report
 from xlafuse.results.parts import FusionRecord

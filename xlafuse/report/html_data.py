@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from xlafuse.measurement.kernels import read_kernel_table, table_rows
+from xlafuse.measurement.kernel_table import read_kernel_table, table_rows
 from xlafuse.report.html_graph import workload_graph
 from xlafuse.report.lines import cell_label
 from xlafuse.results.records import CellResult
