@@ -39,17 +39,24 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
-# Files whose tests use a session fixture that takes seconds to build (`gpt2_train_diffs`): under
-# `pytest -n` they run on one worker together, so that it is built once.
-SHARED_SESSION_FIXTURE_FILES = ("tests/test_diff.py", "tests/test_lineage*.py")
+# Files that share what takes seconds to build run on one worker together under `pytest -n`,
+# so that it is built once: the recorded GPT-2 train step's diffs (`gpt2_train_diffs`), the zoo's
+# programs compiled into the session's cache (`shared_compile_cache`).
+WORKER_GROUPS = {
+    "tests/test_diff.py": "gpt2_train_diffs",
+    "tests/test_lineage*.py": "gpt2_train_diffs",
+    "tests/test_truth.py": "shared_compile_cache",
+    "tests/test_models.py": "shared_compile_cache",
+    "tests/test_hlo_flops.py": "shared_compile_cache",
+}
 
 
 @pytest.hookimpl(optionalhook=True)  # pytest-xdist's; unknown without it
 def pytest_xdist_make_scheduler(config, log):
     """`pytest -n N` (the README's command): each file runs whole on one worker, so that its
-    module fixtures (a run, a child's checks) are built once, not once per worker, and the
-    SHARED_SESSION_FIXTURE_FILES run on one worker. Another `--dist` than -n's own (load) is
-    left to pytest-xdist."""
+    module fixtures (a run, a child's checks) are built once, not once per worker, and the files
+    of one of WORKER_GROUPS run on one worker. Another `--dist` than -n's own (load) is left to
+    pytest-xdist."""
     if config.getoption("dist") != "load":
         return None
     from xdist.scheduler import LoadScopeScheduling
@@ -57,8 +64,8 @@ def pytest_xdist_make_scheduler(config, log):
     class ByFile(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             path = nodeid.split("::", 1)[0]
-            shared = any(fnmatch.fnmatch(path, p) for p in SHARED_SESSION_FIXTURE_FILES)
-            return "gpt2_train_diffs" if shared else path
+            groups = [g for p, g in WORKER_GROUPS.items() if fnmatch.fnmatch(path, p)]
+            return groups[0] if groups else path
 
     return ByFile(config, log)
 
@@ -97,13 +104,21 @@ def gpt2_train_diffs(gpt2_train):
     return diffs
 
 
+@pytest.fixture(scope="session")
+def compile_cache_folder(tmp_path_factory) -> Path:
+    """The session's compilation cache folder (each worker's own under `pytest -n`)."""
+    return tmp_path_factory.mktemp("compile-cache")
+
+
 @pytest.fixture(scope="module")
-def module_compile_cache(tmp_path_factory):
-    """JAX's persistent compilation cache on for a module's tests, in a folder of the module's
-    own: a program that a later test of the module compiles again is read back, not compiled.
-    For modules whose tests check what a program is and computes, never how it was compiled
-    (`pytestmark = pytest.mark.usefixtures("module_compile_cache")`)."""
-    with cache.persistent_cache(tmp_path_factory.mktemp("compile-cache"), xla_caches=False):
+def shared_compile_cache(compile_cache_folder):
+    """JAX's persistent compilation cache on for a module's tests, in the session's folder: a
+    program that a test compiles again, in this module or in another that uses the fixture, is
+    read back, not compiled (the same program and options, or it is compiled). For modules whose
+    tests check what a program is and computes, never how it was compiled
+    (`pytestmark = pytest.mark.usefixtures("shared_compile_cache")`; list the module in
+    WORKER_GROUPS)."""
+    with cache.persistent_cache(compile_cache_folder, xla_caches=False):
         yield
 
 

@@ -14,6 +14,10 @@ from xlafuse.compiler.jit import compile_workload
 from xlafuse.hlo import analyze_hlo, analyze_module, instruction_flops, module_flops, parse_hlo
 from xlafuse.hlo.flops import _undilated_pairs
 
+# The zoo's programs, compiled by test_truth.py and test_models.py too: each compiled once in the
+# session, then read back from the cache (these tests count what the compiled programs hold).
+pytestmark = pytest.mark.usefixtures("shared_compile_cache")
+
 ADD = """
 add {
   a = f32[] parameter(0)

@@ -17,6 +17,10 @@ from xlafuse.models import resnet, transformer
 
 NO_FUSION = variants.get("no-fusion").compiler_options(jax.default_backend())
 
+# The zoo's programs, compiled by test_truth.py's compares too: each compiled once in the session,
+# then read back from the cache (these tests check what the programs compute).
+pytestmark = pytest.mark.usefixtures("shared_compile_cache")
+
 # Output of the forward pass of every tiny workload.
 TINY_OUTPUT_SHAPES = {
     "attention": (2, 16, 64),

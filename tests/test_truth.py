@@ -22,9 +22,10 @@ from xlafuse.measurement import stats, timing
 from xlafuse.measurement.numerics import compare_train_steps, host_outputs, judge_workload
 from xlafuse.models.names import Cell
 
-# The same cells are compiled by run, compare and inspect, test after test: each program is
-# compiled once and read back from the cache after (these tests check kernels and numbers).
-pytestmark = pytest.mark.usefixtures("module_compile_cache")
+# The same cells are compiled by run, compare and inspect, test after test (and by
+# test_models.py and test_hlo_flops.py): each program is compiled once, then read back from the
+# cache (these tests check kernels and numbers).
+pytestmark = pytest.mark.usefixtures("shared_compile_cache")
 
 TRAINABLE = models.available("train")
 EVERY_CELL = [(name, "forward") for name in models.available()] + [
