@@ -223,7 +223,7 @@ def test_warmup_compiles_the_implementation_a_variant_names(tmp_path):
         assert "tokamax" in str(info.value) and "pip install" in str(info.value)
         return
     summary = warmup([{"name": "layernorm", "size": "tiny"}], cache_dir=tmp_path, variants=variants)
-    assert summary.labels == (
+    assert summary.compiled == (
         "layernorm/tiny/forward @ default",
         "layernorm/tiny/forward @ impl=tokamax_xla",
     )

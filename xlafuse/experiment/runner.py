@@ -499,7 +499,7 @@ def _measure_twin(run: _Run, resolved, workload, reference: Reference | None) ->
     reference = reference or Reference()
     request = _measure_request(run, workload)
     cold_start = run.config.measure.cold_start
-    flat = measure_cell(workload, resolved, request, reference, cold_start)
+    flat = measure_cell(workload, resolved, request, reference, cold_start=cold_start)
     comparison = flat.pop(COMPARISON, None)
     measured, unknown = records.unflatten(flat)
     if unknown:
