@@ -109,7 +109,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="xlafuse-bench-cache-") as tmp:
         env = {k: v for k, v in os.environ.items() if k != NO_CACHE_ENV}
         env["XDG_CACHE_HOME"] = tmp
-        folder = default_folder(env)
+        folder = default_folder(environ=env)
         print(f"xlafuse {' '.join(argv)}  (cache folder {folder}, {os.cpu_count()} cores)")
         first, counts = run_once(argv, env)
         print(_line("first, empty caches        ", first, counts))
@@ -120,7 +120,7 @@ def main() -> None:
             print(_line(f"again {i + 1}, filled           ", seconds, counts))
         size = sum(p.stat().st_size for p in Path(folder).rglob("*") if p.is_file())
         print(f"  compilation cache: {cache_entry_count(folder)} entries, {size / 1e6:.1f} MB")
-        stored = results_folder(env)
+        stored = results_folder(environ=env)
         size = sum(p.stat().st_size for p in stored.rglob("*") if p.is_file())
         print(
             f"  inspect's results: {len(list(stored.glob('*.json')))} entries, {size / 1e6:.1f} MB"

@@ -22,7 +22,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     spec = {"name": args.workload, "size": args.size, "mode": args.mode}
-    results = [measure_cold_start(spec, args.variant) for _ in range(args.repeats)]
+    results = [measure_cold_start(spec, variant=args.variant) for _ in range(args.repeats)]
     print(f"{args.workload}/{args.size}/{args.mode} @ {args.variant} on {results[0].backend}")
     print(" repeat  cold_s  warm_s  speedup  aot_load_s  steady_ms  hit")
     for i, r in enumerate(results):

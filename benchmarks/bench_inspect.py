@@ -25,7 +25,7 @@ DEFAULT_FOLDER = Path(__file__).parent.parent / "tests/data/h200-jax0.11.2/dump_
 def time_inspect(folder: Path) -> tuple[float, int]:
     """Seconds to inspect and render `folder`, and the number of modules listed."""
     start = time.perf_counter()
-    result = inspect_target(folder)
+    result = inspect_target(path=folder)
     render_text(result)
     return time.perf_counter() - start, len(result.modules)
 

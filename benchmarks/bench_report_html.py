@@ -69,7 +69,7 @@ def main() -> None:
     args = parser.parse_args()
     out = Path(tempfile.mkdtemp(prefix="xlafuse-report-html-"))
     try:
-        write_report(args.results, out)
+        write_report(args.results, out_dir=out)
         html = out / "report.html"
         print(f"report.html of {args.results}: {html.stat().st_size / 1e6:.2f} MB (budget 5 MB)")
         with sync_playwright() as p:

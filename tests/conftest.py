@@ -100,7 +100,9 @@ def gpt2_train_diffs(gpt2_train):
     diffs = {}
     for b in ("no-gemm-fusion", "no-fusion"):
         text_b, other = gpt2_train[b]
-        diffs[b] = diff_modules(a, other, ("default", b), ref, (ref_text, text_a, text_b))
+        diffs[b] = diff_modules(
+            a, other, labels=("default", b), reference=ref, texts=(ref_text, text_a, text_b)
+        )
     return diffs
 
 

@@ -56,7 +56,14 @@ def recorded_kernel_times(folder: Path, variant: str, ceilings=(4.0e12, 1.0e12))
     text = gzip.decompress((folder / f"{variant}.hlo.txt.gz").read_bytes()).decode()
     report = analyze_hlo(text)
     events = [Event(*e) for e in payload["events"]]
-    times = join_trace(report, events, payload["calls"], GPU_BASIS, *ceilings)
+    times = join_trace(
+        report,
+        events,
+        payload["calls"],
+        basis=GPU_BASIS,
+        copy_ceiling_bytes_per_s=ceilings[0],
+        matmul_ceiling_flops_per_s=ceilings[1],
+    )
     summary = times.summary(producers=producer_names(text, report.kernel_details))
     return times, summary, report, text
 
@@ -79,7 +86,7 @@ def with_recorded_table(records, *, variant: str = "default") -> list:
 
 def small_calibration(backend=None):
     """What the runner's `calibrate` gives, on a 1 MiB copy and a 64 x 64 matmul: fast."""
-    return calibrate(backend, copy_bytes=1 << 20, matmul_size=64)
+    return calibrate(backend=backend, copy_bytes=1 << 20, matmul_size=64)
 
 
 def run_in_new_folder(tmp_path_factory, name: str, config_for) -> tuple[Path, list]:

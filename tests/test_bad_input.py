@@ -164,12 +164,12 @@ def test_too_many_devices_are_refused_before_a_child(capsys, no_child, command):
 def test_the_accepted_device_counts():
     limit = devices_lib.max_host_devices()
     assert limit == max(8, 4 * os.cpu_count())
-    assert devices_lib.device_count_problem(100000, "cpu") == (
+    assert devices_lib.device_count_problem(100000, backend="cpu") == (
         f"must be from 1 to {limit} (host devices: 4 per core of this machine, at least 8), "
         "not 100000"
     )
-    assert devices_lib.device_count_problem(0, "cpu").endswith(", not 0")
-    assert devices_lib.device_count_problem(limit, "cpu") is None
+    assert devices_lib.device_count_problem(0, backend="cpu").endswith(", not 0")
+    assert devices_lib.device_count_problem(limit, backend="cpu") is None
     if jax.default_backend() == "gpu":
         assert devices_lib.device_count_problem(len(jax.devices()) + 1).endswith(
             "(the gpu devices JAX sees), not " + str(len(jax.devices()) + 1)

@@ -39,7 +39,7 @@ def test_warmup_fills_cache_and_a_new_process_hits_it(tmp_path):
     assert summary.entries_after == coldstart.cache_entry_count(cache)
     assert summary.compiled == ("gpt2/tiny/train @ default",)
 
-    run = run_start(GPT2_TRAIN, "default", cache_dir=cache, steady_calls=1)
+    run = run_start(GPT2_TRAIN, variant="default", cache_dir=cache, steady_calls=1)
 
     assert run.cache_hit and run.cache_hits == 1
     assert run.cache_misses == 0
@@ -186,12 +186,12 @@ def test_graphs_section_pairs_runner_cells_by_fusion():
 
 @pytest.mark.gpu
 def test_command_buffers_cut_per_call_latency_of_a_dispatch_bound_chain():
-    workload = models.build("chain", "tiny", ops=32, rows=32, cols=128)
+    workload = models.build("chain", size="tiny", ops=32, rows=32, cols=128)
     settings = timing.TimingSettings(warmup=5, min_time_s=1.0, min_iters=200)
     median = {}
     for name in ("no-fusion", "no-fusion-no-graphs"):
         compiled = compile_workload(workload, variants.get(name))
-        median[name] = timing.measure(compiled, workload.args, settings).time_median_s
+        median[name] = timing.measure(compiled, workload.args, settings=settings).time_median_s
     assert median["no-fusion-no-graphs"] > median["no-fusion"]
 
 

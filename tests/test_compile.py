@@ -83,7 +83,7 @@ def test_pointwise_figures_are_exact():
 
 
 def test_compile_caches_per_signature_and_times_honestly():
-    f = xlafuse.compile(chain8, "no-fusion")
+    f = xlafuse.compile(chain8, variant="no-fusion")
     (x,) = _inputs(1)
     c1 = f.compile(x)
     assert f.compile(x) is c1

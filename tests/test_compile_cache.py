@@ -111,7 +111,7 @@ def test_cold_start_reads_no_cache_it_inherits(tmp_path, monkeypatch):
     entries = cache.cache_entry_count(theirs)
     monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", str(theirs))
 
-    run = run_start(cell, "default", cache_dir=None, steady_calls=1)
+    run = run_start(cell, variant="default", cache_dir=None, steady_calls=1)
 
     assert (run.cache_hits, run.cache_misses, run.cache_entries) == (0, 0, 0)
     assert cache.cache_entry_count(theirs) == entries

@@ -209,7 +209,7 @@ def test_accuracy_of_known_pairs():
     assert got.median_ratio == pytest.approx(1.0)  # ratios 0.5, 1, 2, 1.2, 0.9
     assert got.predicted_s == pytest.approx(36e-6) and got.measured_s == pytest.approx(37e-6)
     assert got.spearman == pytest.approx(spearman([5, 4, 6, 12, 9], [10, 4, 3, 10, 10]))
-    assert [p.name for p in costmodel.worst(pairs, 2)] == ["a", "c"]  # 5 us off, then 3 us
+    assert [p.name for p in costmodel.worst(pairs, top=2)] == ["a", "c"]  # 5 us off, then 3 us
 
 
 def test_accuracy_of_nothing_is_none_not_a_number():
@@ -256,10 +256,10 @@ def test_a_loop_body_kernel_is_predicted_once_per_run_and_unknown_trips_have_no_
     kernels = analyze_hlo(text).kernel_details
     entry_name = kernels[0].computation
     measured = {k.name: (1e-5, 1.0) for k in kernels}
-    looped = join_costs(kernels, times_of(measured), {entry_name: 16})
+    looped = join_costs(kernels, times_of(measured), runs={entry_name: 16})
     first = next(p for p in looped.pairs if p.name == "input_reduce_fusion")
     assert first.predicted_s == pytest.approx(16 * 1e-6)
-    unknown = join_costs(kernels, times_of(measured), {entry_name: None})
+    unknown = join_costs(kernels, times_of(measured), runs={entry_name: None})
     assert unknown.pairs == () and unknown.reasons()[NO_RUNS] == 12
 
 
@@ -273,13 +273,13 @@ def test_an_op_that_runs_alone_is_no_fusion_and_gets_no_prediction():
 
 def test_the_record_of_a_twin_holds_its_coverage_figures_and_every_pair():
     text, expected = with_estimates((SAMPLES / "block_fwd.default.hlo.txt").read_text())
-    twin = twin_of(text, analyze_hlo(SAMPLES / "block_fwd.default.hlo.txt"))
+    twin = twin_of(text, traced_report=analyze_hlo(SAMPLES / "block_fwd.default.hlo.txt"))
     assert twin.same_kernels and twin.dump is None
     kernels = twin.report.kernel_details
     # measured = 2 x predicted for every fusion: every error +-50%, ranks agree
     measured = {k.name: (2e-6 * (k.predicted_us or 1.0), 1.0) for k in kernels}
     times = times_of(measured)
-    record = cost_model_record(join_costs(kernels, times, twin.runs), times)
+    record = cost_model_record(join_costs(kernels, times, runs=twin.runs), times)
     assert record["schema"] == "xlafuse.cost_model/1"
     assert (record["kernels"], record["paired"]) == (20, 12)
     assert record["median_abs_error_pct"] == pytest.approx(50.0)
@@ -329,7 +329,7 @@ def test_decisions_take_the_last_estimate_before_each_fusion_and_their_groups_ve
         group(["K2"], -2.0, Verdict.FASTER),  # no-fusion 2 us faster: the fusion loses
         group(["K3"], 0.01, Verdict.SAME),
     ]
-    decisions = fusion_decisions(steps, kernel_of, groups, {"q0": "m.py:7", "r0": "m.py:8"})
+    decisions = fusion_decisions(steps, kernel_of, groups, sources={"q0": "m.py:7", "r0": "m.py:8"})
     assert [(d.step, d.kernel, d.outcome) for d in decisions] == [
         (2, "K1", "gain"), (4, "K2", "loss"), (5, "K3", "noise"), (7, "K1", "gain"),
     ]  # fmt: skip
@@ -357,8 +357,8 @@ def chain():
             "0000.fusion.after_sort-iota-fusion.before_priority-fusion",
         )
     ]
-    ref, a, b = (parse_hlo(t, n) for t, n in zip(texts, "uab", strict=True))
-    diff = diff_modules(a, b, ("default", "unfused"), ref, tuple(texts))
+    ref, a, b = (parse_hlo(t, source=n) for t, n in zip(texts, "uab", strict=True))
+    diff = diff_modules(a, b, labels=("default", "unfused"), reference=ref, texts=tuple(texts))
     dump = read_priority_dump(CHAIN / "module_1325.jit_f.priority_fusion_dump.txt")
     return ref, texts[0], diff, dump
 
@@ -415,7 +415,7 @@ def traced_cell(tmp_path, variant, baseline=None, twin="filled"):
     folder.mkdir()
     shutil.copy(CHAIN4 / f"{variant}.xplane.pb", folder)
     if twin == "filled":
-        twin = twin_of(with_estimates(text)[0], analyze_hlo(text))
+        twin = twin_of(with_estimates(text)[0], traced_report=analyze_hlo(text))
     compiled = Compiled(analyze_hlo(text), text)
     labels = ("default", variant)
     return cell_kernels.kernel_fields(
@@ -516,7 +516,7 @@ def test_boundary_costs_add_the_two_kernels_and_xlas_estimate_of_both():
     costs = costmodel.boundary_costs(
         [B("wrapped_add", "wrapped_maximum"), B("wrapped_add", "gone")],
         times,
-        kernels.kernel_details,
+        kernels=kernels.kernel_details,
     )
     assert costs[0].measured_s == pytest.approx(5e-6)
     assert costs[0].predicted_s == pytest.approx((4 + 6) * 1e-6)  # the 4th and 6th fusions
@@ -605,7 +605,7 @@ def test_recorded_block_every_kernel_has_an_estimate_and_the_join_pairs_them_all
     the option changed no kernel and the device time by 0.14% (3.5713 vs 3.5663 ms)."""
     summary = json.loads((RECORDED / "summary.json").read_text())
     default = analyze_hlo(recorded("default", "hlo.txt"))
-    twin = twin_of(recorded("costmodel", "hlo.txt"), default)
+    twin = twin_of(recorded("costmodel", "hlo.txt"), traced_report=default)
     assert twin.same_kernels and not has_estimates(recorded("default", "hlo.txt"))
     assert summary["costmodel"]["kernels_per_call"] == summary["default"]["kernels_per_call"]
     kernels = twin.report.kernel_details
@@ -620,8 +620,8 @@ def test_recorded_block_every_kernel_has_an_estimate_and_the_join_pairs_them_all
     ]
     assert twin.estimates["fusion.21"][0].is_sentinel
     payload = recorded("default", "events.json")
-    times = join_trace(default, payload["events"], payload["calls"], payload["basis"])
-    join = join_costs(kernels, times, twin.runs)
+    times = join_trace(default, payload["events"], payload["calls"], basis=payload["basis"])
+    join = join_costs(kernels, times, runs=twin.runs)
     assert len(join.pairs) == 20 and join.uncovered == ()
     record = cost_model_record(join, times, estimates=twin.estimates)
     assert record["median_abs_error_pct"] == pytest.approx(29.14, abs=0.01)

@@ -31,7 +31,7 @@ def block():
     """transformer_block full forward, compiled as is and with the option."""
     work = models.build("transformer_block", size="full", mode="forward")
     plain = compile_workload(work, get_variant("default"))
-    option = compile_workload(work, from_options({COST_MODEL_OPTION: True}, "costmodel"))
+    option = compile_workload(work, from_options({COST_MODEL_OPTION: True}, name="costmodel"))
     return work, plain, option
 
 
@@ -45,7 +45,7 @@ def test_the_option_changes_no_kernel_and_no_device_time_beyond_noise(block):
     per_call, kernels = ([], []), set()
     for _ in range(3):
         for side, compiled in zip(per_call, (plain, option), strict=True):
-            profile = profile_device_time(compiled, work.fresh_args(), CALLS)
+            profile = profile_device_time(compiled, work.fresh_args(), calls=CALLS)
             kernels.add(profile.device_kernels_per_call)
             side.extend(profile.per_call_s)
     assert len(kernels) == 1 and len(per_call[0]) == len(per_call[1]) == 3 * CALLS
@@ -62,7 +62,7 @@ def test_every_fusion_of_the_block_gets_a_prediction_and_a_measured_time(block, 
         k.name for k in fusions if k.predicted_us is None
     ]
     times = trace_kernel_times(plain, work, 10, tmp_path)
-    join = join_costs(twin.report.kernel_details, times, twin.runs)
+    join = join_costs(twin.report.kernel_details, times, runs=twin.runs)
     paired = {p.name for p in join.pairs}
     assert paired >= {k.name for k in fusions}
     # a library call is paired where a model (XLA's speed-of-light one) estimated it

@@ -47,6 +47,6 @@ def test_in_one_computation_the_producers_are_the_dot_graphs_kernel_edges():
     found = kernel_producers(module, kernels)
     ours = {(kernels[p].name, k.name) for k, ps in zip(kernels, found, strict=True) for p in ps}
     names = {f"{k.computation}/{k.name}": k.name for k in kernels}
-    edges = re.findall(r'^  "([^"]+)" -> "([^"]+)"', to_dot(module, report), re.M)
+    edges = re.findall(r'^  "([^"]+)" -> "([^"]+)"', to_dot(module, report=report), re.M)
     drawn = {(names[a], names[b]) for a, b in edges if a in names and b in names}
     assert ours == drawn and len(ours) == 1643

@@ -23,7 +23,7 @@ def run(capsys, *argv):
 
 def load(path):
     text = path.read_text()
-    return parse_hlo(text, str(path)), text
+    return parse_hlo(text, source=str(path)), text
 
 
 def assert_one_to_one(diff, a, b):
@@ -324,7 +324,9 @@ ENTRY %main (p: f32[8,16], q: f32[128]) -> f32[128] {
   ROOT %loop_fusion = f32[128]{0} fusion(%bc, %q), kind=kLoop, calls=%fused
 }
 """
-    lineage = trace_module(parse_hlo(ref_text), parse_hlo(opt_text), ref_text, opt_text)
+    lineage = trace_module(
+        parse_hlo(ref_text), parse_hlo(opt_text), reference_text=ref_text, optimized_text=opt_text
+    )
     by = lineage.by_name
     assert (by["up"].status, by["up"].how) == ("outside", "view")  # the round trip is p itself
     assert (by["div"].kernel, by["div"].optimized) == ("loop_fusion", ("multiply.7",))

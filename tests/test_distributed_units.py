@@ -79,8 +79,8 @@ def test_layout_of_one_process_adds_nothing_to_settings_or_ids():
     cell = Cell("mlp", "tiny", "train", None, {"batch": 4}, devices=4)
     old = cell.cell_id("default", "cpu")
     assert old == 'mlp/tiny/train/auto/{"batch":4}/default/cpu/data4'
-    assert cell.cell_id("default", "cpu", None) == old
-    assert cell.cell_id("default", "cpu", "2x2") == old + "/processes2x2"
+    assert cell.cell_id("default", "cpu", processes=None) == old
+    assert cell.cell_id("default", "cpu", processes="2x2") == old + "/processes2x2"
 
 
 def test_resume_refuses_a_file_of_another_layout(tmp_path):
@@ -135,7 +135,7 @@ def test_a_coordinator_port_in_use_or_unreachable_is_one_line():
 def test_rounds_wait_at_a_barrier_and_take_the_slowest_process(peer):
     clock = FakeClock(0.001)
     settings = timing.TimingSettings(warmup=1, min_time_s=0, min_iters=9, max_iters=9, repeats=3)
-    result = timing.measure(clock.fn, (1,), settings, clock=clock)
+    result = timing.measure(clock.fn, (1,), settings=settings, clock=clock)
     assert peer.barriers == 3  # one per round
     assert peer.asked[0] == pytest.approx(0.001)  # the calls per round: process 0's estimate
     assert len(peer.asked) == 1 + 3  # ...and each round's decision to stop
@@ -157,7 +157,7 @@ def test_a_pair_decides_on_process_0_and_on_the_slowest_rounds(peer):
 
     settings = timing.TimingSettings(warmup=1, min_time_s=0, min_iters=3, max_iters=60)
     measured, comparison = timing.measure_pair(
-        ref.fn, (1,), own.fn, (1,), settings, clock=clock, lead=timing.PIPELINED
+        ref.fn, (1,), own.fn, (1,), settings=settings, clock=clock, lead=timing.PIPELINED
     )
     rounds = len(measured.pipelined_samples_s)
     assert peer.barriers == 2 * rounds  # each side's round waits for the other process
@@ -169,7 +169,7 @@ def test_one_process_times_as_before():
     assert lockstep.current() is lockstep.SOLO
     clock = FakeClock(0.001)
     settings = timing.TimingSettings(warmup=1, min_time_s=0, min_iters=3, max_iters=3, repeats=1)
-    result = timing.measure(clock.fn, (1,), settings, clock=clock)
+    result = timing.measure(clock.fn, (1,), settings=settings, clock=clock)
     assert result.per_process == () and result.time_median_s == pytest.approx(0.001)
     assert fields.processes_part(result, timing.PIPELINED).times_s is None
     assert messages.share({"todo": [[0, ["default"]]]}, 1) == {"todo": [[0, ["default"]]]}
@@ -248,7 +248,7 @@ def test_each_process_keeps_its_trace_in_its_own_folder(tmp_path):
     from xlafuse.measurement.cell_kernels import new_trace_dir
 
     cell = "mlp/tiny/train/auto/{}/default/cpu/data4/processes2x2"
-    folders = [new_trace_dir(tmp_path, cell, True, i) for i in (0, 1)]
+    folders = [new_trace_dir(tmp_path, cell, True, process=i) for i in (0, 1)]
     name = "mlp_tiny_train_auto_default_cpu_data4_processes2x2"
     assert folders == [tmp_path / "traces" / name / f"process-{i}" for i in (0, 1)]
     assert all(f.is_dir() for f in folders)

@@ -27,7 +27,13 @@ def files(samples, sample):
 
 def explained(samples, sample):
     before, after, dump = files(samples, sample)
-    return explain_module(parse_hlo(before), parse_hlo(after), dump, before, after)
+    return explain_module(
+        parse_hlo(before),
+        parse_hlo(after),
+        dump=dump,
+        unoptimized_text=before,
+        optimized_text=after,
+    )
 
 
 @pytest.mark.parametrize(
@@ -77,7 +83,7 @@ def test_priority_dump_fields(samples):
 )
 def test_priority_dump_errors(text, message):
     with pytest.raises(ValueError, match=message):
-        parse_priority_dump(text, "x.txt")
+        parse_priority_dump(text, source="x.txt")
 
 
 def test_priority_dump_errors_name_their_line_deep_into_a_long_dump():
@@ -85,16 +91,18 @@ def test_priority_dump_errors_name_their_line_deep_into_a_long_dump():
     # quadratic, minutes for a GPT-2 train step's dump)
     step = 'fusion_steps {\n  fusion {\n    producer_name: "a"\n  }\n}\n'
     long = step * 5000
-    assert len(parse_priority_dump(long, "x.txt").steps) == 5000
+    assert len(parse_priority_dump(long, source="x.txt").steps) == 5000
     with pytest.raises(ValueError, match=r"x.txt:25002: unexpected text '@@'"):
-        parse_priority_dump(long + "\n@@", "x.txt")
+        parse_priority_dump(long + "\n@@", source="x.txt")
     with pytest.raises(ValueError, match=r"'fusion_steps' opened at line 25002"):
-        parse_priority_dump(long + "\nfusion_steps {\n", "x.txt")
+        parse_priority_dump(long + "\nfusion_steps {\n", source="x.txt")
 
 
 def test_gelu_lineage_is_exact(samples):
     before, after, _ = files(samples, GELU)
-    lineage = trace_module(parse_hlo(before), parse_hlo(after), before, after)
+    lineage = trace_module(
+        parse_hlo(before), parse_hlo(after), reference_text=before, optimized_text=after
+    )
     assert lineage.counts() == {"kernel": 13, "outside": 0, "lost": 0}
     assert {t.kernel for t in lineage.traces} == {"loop_multiply_fusion"}
     assert {t.how for t in lineage.traces} == {"structure"}
@@ -104,7 +112,9 @@ def test_gelu_lineage_is_exact(samples):
 
 def test_chain_lineage_says_what_is_lost(samples):
     before, after, _ = files(samples, CHAIN)
-    lineage = trace_module(parse_hlo(before), parse_hlo(after), before, after)
+    lineage = trace_module(
+        parse_hlo(before), parse_hlo(after), reference_text=before, optimized_text=after
+    )
     assert lineage.counts() == {"kernel": 24, "outside": 1, "lost": 0}
     by = lineage.by_name
     # XLA folded transpose.1 into reduce_max.15 (a reduce over the other dimension), which CSE

@@ -31,7 +31,7 @@ def _kinds(report, sub_kind_prefix):
 
 
 def test_gpu_pass_discovery_knows_the_fusion_pipeline():
-    passes = known_passes("gpu")
+    passes = known_passes(backend="gpu")
     assert {"fusion", "priority-fusion", "fusion-wrapper", "triton-softmax-rewriter"} <= passes
 
 
@@ -52,7 +52,7 @@ def test_no_gemm_fusion_moves_matmuls_to_cublas():
         _normal((1024,), 3, jnp.bfloat16),
     )
     default = xlafuse.compile(matmul_bias_gelu).compile(x, w, b).report
-    no_gemm = xlafuse.compile(matmul_bias_gelu, "no-gemm-fusion").compile(x, w, b).report
+    no_gemm = xlafuse.compile(matmul_bias_gelu, variant="no-gemm-fusion").compile(x, w, b).report
     gemm_fusions = [k for k in default.kernel_details if "gemm" in (k.sub_kind or "")]
     assert len(gemm_fusions) == 1 and default.custom_calls == 0
     assert not any("gemm" in (k.sub_kind or "") for k in no_gemm.kernel_details)
@@ -65,7 +65,7 @@ def test_no_gemm_fusion_moves_matmuls_to_cublas():
 def test_no_norm_fusion_removes_triton_softmax():
     x = _normal((4096, 1024))
     default = xlafuse.compile(softmax_rows).compile(x).report
-    no_norm = xlafuse.compile(softmax_rows, "no-norm-fusion").compile(x).report
+    no_norm = xlafuse.compile(softmax_rows, variant="no-norm-fusion").compile(x).report
     assert default.kinds.get("kCustom", 0) >= 1
     assert no_norm.kinds.get("kCustom", 0) == 0
     assert no_norm.kernels > default.kernels

@@ -46,7 +46,7 @@ def _runnable(name: str, mode: str) -> list[str]:
 def test_each_implementation_compiles_counts_its_kernels_and_agrees(name, mode):
     implementations = _runnable(name, mode)
     assert "tokamax_xla" in implementations
-    workload = registry.build(name, "small", mode, "bfloat16")
+    workload = registry.build(name, size="small", mode=mode, dtype="bfloat16")
     table = compare_workload(
         workload, variants=["default", *(f"impl={n}" for n in implementations)]
     )

@@ -165,7 +165,9 @@ def test_every_module_is_traced_to_its_reprint(corpus, ours):
         text, printed = ours[r["id"], "text"], ours[r["id"], "canonical"]
         if isinstance(text, HloParseError) or isinstance(printed, HloParseError):
             continue
-        lineage = trace_module(text, printed, r["text"], r["canonical"])
+        lineage = trace_module(
+            text, printed, reference_text=r["text"], optimized_text=r["canonical"]
+        )
         counts.update(lineage.counts())
         digests.append(lineage_digest(lineage))
     assert len(digests) == 5870

@@ -380,7 +380,7 @@ gemm {
 """,
         )
     )
-    count = instruction_flops(module.entry.root, module.entry, module)
+    count = instruction_flops(module.entry.root, module.entry, module=module)
     assert (count.flops, count.matmul_flops) == (2 * 4 * 2 * 8 + 8, 2 * 4 * 2 * 8)
     assert instruction_flops(module.entry.root, module.entry) is None  # no module: not found
 
@@ -397,7 +397,7 @@ ZOO = [
     pytest.param(name, marks=pytest.mark.xfail(reason=RESNET_MISS, strict=True))
     if name == "resnet50"
     else name
-    for name in models.available("forward")
+    for name in models.available(mode="forward")
 ]
 
 

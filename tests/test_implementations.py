@@ -108,7 +108,7 @@ def test_each_zoo_workload_declares_its_implementations(name):
 def test_a_built_zoo_workload_carries_its_implementations_over_the_same_arguments(monkeypatch):
     monkeypatch.setattr(implementations, "tokamax_installed", lambda: True)  # nothing is traced
     monkeypatch.setattr(implementations, "offered", lambda op: ("tokamax_xla",))
-    workload = registry.build("layernorm", "tiny")
+    workload = registry.build("layernorm", size="tiny")
     assert (workload.implementation, list(workload.implementations)) == (
         "xla",
         ["tokamax_xla", "triton"],
@@ -129,7 +129,7 @@ def test_a_built_zoo_workload_carries_its_implementations_over_the_same_argument
 
 
 def test_gpt2_has_its_lm_head_loss_implementations_in_train_mode_only():
-    assert list(registry.build("gpt2", "tiny", "forward").implementations) == []
+    assert list(registry.build("gpt2", size="tiny", mode="forward").implementations) == []
     problem = registry.implementation_problem("gpt2", "xla_chunked", mode="forward")
     assert problem == (
         "implementation 'xla_chunked' of 'gpt2' replaces its LM head and loss (logits never "
@@ -291,7 +291,9 @@ def test_an_interpreted_pallas_kernel_is_marked_and_its_times_never_compared():
     assert pallas.numerics.within_tolerance  # its numerics are judged all the same
     assert pallas.speedup.basis == INTERPRETED_BASIS and pallas.speedup.vs_reference is None
     assert pallas.timing.median_s > 0
-    assert "INTERPRETED (Pallas in interpret mode: times not compared)" in cell_line(pallas, own)
+    assert "INTERPRETED (Pallas in interpret mode: times not compared)" in cell_line(
+        pallas, reference=own
+    )
 
 
 def test_an_implementation_of_other_outputs_is_refused_before_any_compile(monkeypatch):
@@ -516,7 +518,7 @@ def test_tunes_implementation_family_is_searched_only_when_named():
     from xlafuse.experiment.tune.space import Candidate, families_for, restricted
 
     assert "implementation" not in [f.name for f in families_for("cpu")]
-    (family,) = restricted(families_for("cpu", ["implementation"]), ("xla", "tokamax_xla"))
+    (family,) = restricted(families_for("cpu", names=["implementation"]), ("xla", "tokamax_xla"))
     assert list(family.choices) == ["xla", "tokamax_xla"]
     candidate = Candidate((), (("implementation", "tokamax_xla"),))
     assert (candidate.name, candidate.options(), candidate.implementation) == (

@@ -301,7 +301,7 @@ def test_pass_cache_is_keyed_by_backend_platform_version_and_jaxlib(tmp_path, mo
     monkeypatch.setattr(passes, "_probe_passes", lambda backend: frozenset({"probed"}))
     passes.known_passes.cache_clear()
     try:
-        assert passes.known_passes("cpu") == {"probed"}
+        assert passes.known_passes(backend="cpu") == {"probed"}
         version = jax.devices("cpu")[0].client.platform_version
         digest = hashlib.sha256(version.encode()).hexdigest()[:10]
         (path,) = (tmp_path / "xlafuse").iterdir()
@@ -315,7 +315,7 @@ def test_pass_cache_is_keyed_by_backend_platform_version_and_jaxlib(tmp_path, mo
         # A file whose key does not match (written by another stack) is not trusted.
         path.write_text(json.dumps({"backend": "gpu", "passes": ["stale"]}))
         passes.known_passes.cache_clear()
-        assert passes.known_passes("cpu") == {"probed"}
+        assert passes.known_passes(backend="cpu") == {"probed"}
     finally:
         passes.known_passes.cache_clear()
 
@@ -344,7 +344,7 @@ def terminal_stderr(monkeypatch):
     monkeypatch.setattr(
         _progress,
         "steps",
-        lambda command, total=None: real(command, total, stream=drawn, force=True),
+        lambda command, total=None: real(command, total=total, stream=drawn, force=True),
     )
     return drawn
 
@@ -430,19 +430,19 @@ def test_git_commit_names_a_dirty_tree_and_honours_the_override(tmp_path, monkey
         subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
 
     monkeypatch.delenv(COMMIT_ENV, raising=False)
-    assert git_commit(tmp_path) is None  # not a checkout
+    assert git_commit(folder=tmp_path) is None  # not a checkout
     git("init", "-q")
     (tmp_path / "a.txt").write_text("one\n")
     git("add", "a.txt")
     git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "one")
-    head = git_commit(tmp_path)
+    head = git_commit(folder=tmp_path)
     assert len(head) == 40 and not head.endswith("-dirty")
     (tmp_path / "untracked.txt").write_text("not part of the tree\n")
-    assert git_commit(tmp_path) == head
+    assert git_commit(folder=tmp_path) == head
     (tmp_path / "a.txt").write_text("two\n")
-    assert git_commit(tmp_path) == f"{head}-dirty"
+    assert git_commit(folder=tmp_path) == f"{head}-dirty"
     monkeypatch.setenv(COMMIT_ENV, "abc1234")
-    assert git_commit(tmp_path) == "abc1234"
+    assert git_commit(folder=tmp_path) == "abc1234"
 
 
 def test_records_name_the_host_cpu_that_compiled_and_dispatched(tmp_path, monkeypatch):
@@ -456,14 +456,14 @@ def test_records_name_the_host_cpu_that_compiled_and_dispatched(tmp_path, monkey
         "processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC   9654 96-Core\n\n"
         "processor\t: 1\nmodel name\t: AMD EPYC 9654 96-Core\n"
     )
-    assert run_environment.host_cpu(cpuinfo) == "AMD EPYC 9654 96-Core"
+    assert run_environment.host_cpu(cpuinfo=cpuinfo) == "AMD EPYC 9654 96-Core"
     monkeypatch.setattr(run_environment.platform, "processor", lambda: "x86_64")
     # no cpuinfo: what platform says
-    assert run_environment.host_cpu(tmp_path / "absent") == "x86_64"
+    assert run_environment.host_cpu(cpuinfo=tmp_path / "absent") == "x86_64"
     monkeypatch.setattr(run_environment.platform, "processor", lambda: "")
-    assert run_environment.host_cpu(tmp_path / "absent") is None
+    assert run_environment.host_cpu(cpuinfo=tmp_path / "absent") is None
 
-    env = run_environment.environment("abc")
+    env = run_environment.environment(config_hash="abc")
     assert env["host_cpus"] == len(os.sched_getaffinity(0))
     lines = _environment([SimpleNamespace(env={**env, "host_cpu": "AMD EPYC 9654 96-Core"})])
     assert "- host_cpu: `AMD EPYC 9654 96-Core`" in lines

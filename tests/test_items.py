@@ -52,7 +52,7 @@ def program(tmp_path, monkeypatch):
 
 
 def test_functions_return_says_items_and_measure_shows_them_per_second(program):
-    rollout = user.build_entry(f"{program}:rollout", {"envs": 8})
+    rollout = user.build_entry(f"{program}:rollout", overrides={"envs": 8})
     assert (rollout.mode, rollout.items_per_call, rollout.items_unit) == (
         "forward",
         32,
@@ -126,7 +126,7 @@ def test_a_config_tables_items_are_checked_with_the_config(table, problem):
 
 def test_the_command_line_says_items(program, capsys):
     argv = ["inspect", "--workload", f"{program}:plain", "--items", "512", "--items-unit", "rows"]
-    cell = _devices.cell_of(build_parser("inspect").parse_args(argv))
+    cell = _devices.cell_of(build_parser(command="inspect").parse_args(argv))
     workload = cell.build()
     assert (workload.items_per_call, workload.items_unit) == (512, "rows")
     assert main([*argv[:3], "--items-unit", "rows"]) == 2
@@ -156,4 +156,4 @@ def test_an_override_of_the_wrong_type_names_its_parameter_and_default(capsys):
         "default is 64)"
     )
     with pytest.raises(user.EntryError, match=r"override n=2.5 of .*:forward must be an int"):
-        user.build_entry(f"{PROGRAMS}:forward", {"n": 2.5})
+        user.build_entry(f"{PROGRAMS}:forward", overrides={"n": 2.5})

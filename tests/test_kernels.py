@@ -57,7 +57,13 @@ NO_FUSION_NS = {
 
 def _joined(variant: str):
     basis, events = trace_events(DATA / f"{variant}.xplane.pb")
-    return join_trace((DATA / f"{variant}.hlo.txt").read_text(), events, 3, basis, CEILING)
+    return join_trace(
+        (DATA / f"{variant}.hlo.txt").read_text(),
+        events,
+        3,
+        basis=basis,
+        copy_ceiling_bytes_per_s=CEILING,
+    )
 
 
 @pytest.mark.parametrize(
@@ -153,8 +159,8 @@ def test_a_kernel_times_1_record_has_no_table_and_a_newer_one_is_refused():
 
 def test_recorded_before_after_measures_the_fusion_saving():
     texts = [(DATA / f"{v}.hlo.txt").read_text() for v in ("default", "no-fusion")]
-    a, b = (parse_hlo(t, v) for t, v in zip(texts, ("default", "no-fusion"), strict=True))
-    diff = diff_modules(a, b, ("default", "no-fusion"), None, (None, *texts))
+    a, b = (parse_hlo(t, source=v) for t, v in zip(texts, ("default", "no-fusion"), strict=True))
+    diff = diff_modules(a, b, labels=("default", "no-fusion"), reference=None, texts=(None, *texts))
     fused, unfused = _joined("default"), _joined("no-fusion")
     timed = time_groups(diff, fused.times_by_kernel(), unfused.times_by_kernel())
     assert sum(len(t.group.kernels_b) for t in timed) == 8
@@ -249,7 +255,7 @@ def test_cpu_trace_joins_host_thunks_by_their_hlo_op(tmp_path):
     path = trace_calls(compiled, (x,), 4, same_args, tmp_path)
     basis, events = trace_events(path)
     assert basis == CPU_BASIS
-    times = join_trace(compiled.as_text(), events, 4, basis)
+    times = join_trace(compiled.as_text(), events, 4, basis=basis)
     report = analyze_hlo(compiled.as_text())
     assert {k.name for k in times.kernels} == {k.name for k in report.kernel_details}
     assert times.unattributed == ()
@@ -340,8 +346,8 @@ def test_a_groups_change_has_its_interval_and_verdict(a, b, verdict):
 
 def test_recorded_diff_splits_the_groups_by_verdict_and_their_sums_add_up():
     texts = [(DATA / f"{v}.hlo.txt").read_text() for v in ("default", "no-fusion")]
-    a, b = (parse_hlo(t, v) for t, v in zip(texts, ("default", "no-fusion"), strict=True))
-    diff = diff_modules(a, b, ("default", "no-fusion"), None, (None, *texts))
+    a, b = (parse_hlo(t, source=v) for t, v in zip(texts, ("default", "no-fusion"), strict=True))
+    diff = diff_modules(a, b, labels=("default", "no-fusion"), reference=None, texts=(None, *texts))
     fused, unfused = _joined("default"), _joined("no-fusion")
     assert len(fused.samples_by_kernel()["loop_add_fusion"]) == 3  # one time per traced call
     record = kernel_diff_record(diff, fused, unfused)
@@ -365,7 +371,12 @@ def test_each_kernel_gets_its_bound_from_both_ceilings_and_the_headroom_above_it
     matmul = 5.0e14  # FLOP/s: a round ceiling
     _, events = trace_events(DATA / "default.xplane.pb")
     times = join_trace(
-        (DATA / "default.hlo.txt").read_text(), events, 3, GPU_BASIS, CEILING, matmul
+        (DATA / "default.hlo.txt").read_text(),
+        events,
+        3,
+        basis=GPU_BASIS,
+        copy_ceiling_bytes_per_s=CEILING,
+        matmul_ceiling_flops_per_s=matmul,
     )
     (fused,) = [k for k in times.kernels if k.name == "loop_add_fusion"]
     memory_s = 8388608 / CEILING
@@ -378,7 +389,14 @@ def test_each_kernel_gets_its_bound_from_both_ceilings_and_the_headroom_above_it
     gemm = next(k for k in report.kernel_details if k.name == "gemm_fusion_dot.11")
     events = [Event(mangle(k.name) + ("_0" if k.name.startswith("gemm") else ""), j * 10**5, 50_000)
               for j, k in enumerate(report.kernel_details) if k.opcode != "custom-call"]  # fmt: skip
-    joined = join_trace(report, events, 1, GPU_BASIS, 4.0e12, 1.0e12)
+    joined = join_trace(
+        report,
+        events,
+        1,
+        basis=GPU_BASIS,
+        copy_ceiling_bytes_per_s=4.0e12,
+        matmul_ceiling_flops_per_s=1.0e12,
+    )
     row = next(k for k in joined.kernels if k.name == gemm.name)
     compute_s = gemm.flops / 1.0e12
     assert compute_s > (gemm.bytes_in + gemm.bytes_out) / 4.0e12
@@ -456,7 +474,14 @@ def test_the_kernel_roofline_plots_intensity_against_flops_under_both_ceilings(t
     report = analyze_hlo(SAMPLES / "block_fwd.default.hlo.txt")
     events = [Event(mangle(k.name) + ("_0" if k.name.startswith("gemm") else ""), j * 10**5, 50_000)
               for j, k in enumerate(report.kernel_details) if k.opcode != "custom-call"]  # fmt: skip
-    summary = join_trace(report, events, 1, GPU_BASIS, 4.0e12, 1.0e12).summary()
+    summary = join_trace(
+        report,
+        events,
+        1,
+        basis=GPU_BASIS,
+        copy_ceiling_bytes_per_s=4.0e12,
+        matmul_ceiling_flops_per_s=1.0e12,
+    ).summary()
     cell = dict(workload="block", size="full", mode="forward", dtype="bfloat16", variant="default")
     record = CellResult(**cell, backend="gpu", device_kind="NVIDIA H200",
                         trace=TraceRecord(kernel_times=summary))  # fmt: skip
@@ -479,7 +504,7 @@ def test_a_library_call_that_launches_two_kernels_is_bounded_by_its_work_once():
         Event(name, j * 10**5, 40_000, "", call.name)
         for j, name in enumerate(("nvjet_sm90_tst_splitK", "splitKreduce_kernel"))
     ]
-    row = next(k for k in join_trace(report, events, 1, GPU_BASIS, 4.0e12, 1.0e12).kernels
+    row = next(k for k in join_trace(report, events, 1, basis=GPU_BASIS, copy_ceiling_bytes_per_s=4.0e12, matmul_ceiling_flops_per_s=1.0e12).kernels
                if k.name == call.name)  # fmt: skip
     assert row.launches_per_call == 2
     work_s = max(call.flops / 1.0e12, (call.bytes_in + call.bytes_out) / 4.0e12)

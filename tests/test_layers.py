@@ -470,3 +470,105 @@ def test_no_function_is_over_50_lines():
                     exempt.add(name)
     assert long == []
     assert exempt == LONG_CONTRACTS.keys()  # an exemption no longer needed is removed
+
+
+# --- signatures: options keyword-only and every parameter typed at a boundary (issue 45)
+
+# Boundary functions that keep a positional option: "path:name" -> why.
+POSITIONAL_OPTIONS = {
+    "cli/__init__.py:main": (
+        "the console-script convention, `main(argv=None)`: the entry point, tests and "
+        "`python -m xlafuse` pass the argument list positionally as argparse does"
+    ),
+}
+
+
+def _imported_private_names() -> set[str]:
+    """Private names that a module of xlafuse imports from another: called across modules."""
+    names = set()
+    for path in _modules():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (
+                node.level or (node.module or "").startswith("xlafuse")
+            ):
+                names |= {a.name for a in node.names if re.fullmatch(r"_[^_]\w*", a.name)}
+    return names
+
+
+def boundary_functions(root: Path) -> Iterator[tuple[str, ast.FunctionDef]]:
+    """("path:name", def) for each function at a boundary of the package at `root`: a public
+    module-level function, a public method or `__init__` of a public class, and a private
+    module-level function that another module imports."""
+    crossing = _imported_private_names() if root == PACKAGE else set()
+    for path in sorted(root.rglob("*.py")):
+        where = path.relative_to(root).as_posix()
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.FunctionDef) and (
+                not node.name.startswith("_") or node.name in crossing
+            ):
+                yield f"{where}:{node.name}", node
+            elif isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
+                for item in node.body:
+                    if isinstance(item, ast.FunctionDef) and (
+                        not item.name.startswith("_") or item.name == "__init__"
+                    ):
+                        yield f"{where}:{node.name}.{item.name}", item
+
+
+def signature_problems(name: str, node: ast.FunctionDef) -> list[str]:
+    """What is wrong with one boundary function's signature: a positional parameter with a
+    default (an option not after `*`), a parameter or a return without an annotation."""
+    args = node.args
+    positional = args.posonlyargs + args.args
+    options = positional[len(positional) - len(args.defaults) :] if args.defaults else []
+    problems = [f"{name}: option {a.arg!r} is positional" for a in options]
+    every = positional + args.kwonlyargs + [a for a in (args.vararg, args.kwarg) if a]
+    is_method = "." in name.split(":")[1]
+    for i, a in enumerate(every):
+        if a.annotation is None and not (is_method and i == 0 and a.arg in ("self", "cls")):
+            problems.append(f"{name}: {a.arg!r} has no annotation")
+    if node.returns is None and node.name != "__init__":
+        problems.append(f"{name}: no return annotation")
+    return problems
+
+
+def test_no_boundary_function_has_a_positional_option_or_an_untyped_parameter():
+    problems = {}
+    for name, node in boundary_functions(PACKAGE):
+        found = signature_problems(name, node)
+        if name in POSITIONAL_OPTIONS:
+            found = [p for p in found if "is positional" not in p]
+        if found:
+            problems[name] = found
+    assert problems == {}
+    # an exemption no longer needed is removed
+    positional = {n for n, node in boundary_functions(PACKAGE) if node.args.defaults}
+    assert POSITIONAL_OPTIONS.keys() <= positional
+
+
+def test_the_signature_check_finds_positional_options_and_missing_annotations(tmp_path):
+    root = _package(
+        tmp_path,
+        {
+            "a.py": (
+                "def ok(x: int, *, top: int = 3) -> int: ...\n"
+                "def bad(x, top: int = 3): ...\n"
+                "def _private(x, top=3): ...\n"
+                "class Public:\n"
+                "    def __init__(self, size: int = 1): ...\n"
+                "    def method(self, y: int, *, z: int = 0) -> None: ...\n"
+                "    def _hidden(self, y=1): ...\n"
+            )
+        },
+    )
+    found = {n: signature_problems(n, node) for n, node in boundary_functions(root)}
+    assert found == {
+        "a.py:ok": [],
+        "a.py:bad": [
+            "a.py:bad: option 'top' is positional",
+            "a.py:bad: 'x' has no annotation",
+            "a.py:bad: no return annotation",
+        ],
+        "a.py:Public.__init__": ["a.py:Public.__init__: option 'size' is positional"],
+        "a.py:Public.method": [],
+    }

@@ -428,7 +428,9 @@ def test_every_rule_has_its_case_and_every_case_a_rule():
 def _found(case: Case, rules) -> tuple:
     """How the program's instruction is traced, and to what, under `rules`."""
     program, xla = parse_hlo(case.program), parse_hlo(case.xla)
-    trace = trace_module(program, xla, case.program, case.xla, rules=rules).by_name
+    trace = trace_module(
+        program, xla, reference_text=case.program, optimized_text=case.xla, rules=rules
+    ).by_name
     return trace[case.instruction].how, trace[case.instruction].optimized
 
 

@@ -63,7 +63,7 @@ def test_resnet50_train_follows_every_convolution_into_a_cudnn_call(resnet50_tra
     ref_text, ref = resnet50_train["unoptimized"]
     texts = {n: resnet50_train[n][0] for n in ("default", "no-gemm-fusion")}
     diff = diff_modules(resnet50_train["default"][1], resnet50_train["no-gemm-fusion"][1],
-                        ("default", "no-gemm-fusion"), ref, (ref_text, *texts.values()))  # fmt: skip
+                        labels=("default", "no-gemm-fusion"), reference=ref, texts=(ref_text, *texts.values()))  # fmt: skip
     for side, lineage in zip(texts, (diff.lineage_a, diff.lineage_b), strict=True):
         # each side traced to the unoptimized one
         assert lineage.counts() == {"kernel": 7654, "outside": 427, "lost": 17}
@@ -106,7 +106,7 @@ def gpt2_forward():
 def test_gpt2_forward_traces_each_softmax_and_each_cublas_epilogue(gpt2_forward, variant):
     ref_text, ref = gpt2_forward["unoptimized"]
     text, module = gpt2_forward[variant]
-    lineage = trace_module(ref, module, ref_text, text)
+    lineage = trace_module(ref, module, reference_text=ref_text, optimized_text=text)
     counts, besides_layout = GPT2_FORWARD_COUNTS[variant]
     assert lineage.counts() == counts
     assert_digest(f"trace-gpt2-fwd/{variant}", lineage_digest(lineage))
@@ -133,7 +133,9 @@ def test_gpt2_forward_traces_each_softmax_and_each_cublas_epilogue(gpt2_forward,
 def test_gpt2_forward_diff_leaves_no_dot_alone(gpt2_forward, b):
     ref_text, ref = gpt2_forward["unoptimized"]
     (text_a, a), (text_b, other) = gpt2_forward["default"], gpt2_forward[b]
-    diff = diff_modules(a, other, ("default", b), ref, (ref_text, text_a, text_b))
+    diff = diff_modules(
+        a, other, labels=("default", b), reference=ref, texts=(ref_text, text_a, text_b)
+    )
     assert diff.unlinked_dots == ()
     assert sum(g.bytes_delta for g in diff.groups) == diff.modeled_bytes_delta
     assert_digest(f"trace-gpt2-fwd/groups default-{b}", digest(diff.to_dict()))
@@ -154,7 +156,7 @@ def test_gpt2_small_train_follows_transposes_xla_made_bitcasts(variant, counts):
     # and a sum).
     hlo = recorded_hlo(GPT2_SMALL_TRAIN, ("unoptimized", variant))
     (ref_text, ref), (text, module) = hlo["unoptimized"], hlo[variant]
-    lineage = trace_module(ref, module, ref_text, text)
+    lineage = trace_module(ref, module, reference_text=ref_text, optimized_text=text)
     assert lineage.counts() == counts
     assert_digest(f"trace-gpt2-small-train/{variant}", lineage_digest(lineage))
     lost = lineage.lost_by_opcode()
@@ -235,7 +237,9 @@ def test_the_report_gives_the_lost_shares_of_a_record_with_its_total():
 
 
 def trace(ref_text: str, opt_text: str):
-    return trace_module(parse_hlo(ref_text), parse_hlo(opt_text), ref_text, opt_text).by_name
+    return trace_module(
+        parse_hlo(ref_text), parse_hlo(opt_text), reference_text=ref_text, optimized_text=opt_text
+    ).by_name
 
 
 def test_a_dropped_round_trip_is_the_value_under_it_both_ways():
@@ -584,7 +588,7 @@ ENTRY %main (m: pred[64], a: f32[64], b: f32[64]) -> (f32[64], f32[64]) {
 }
 """
     )
-    lineage = trace_module(parse_hlo(ref), parse_hlo(opt), ref, opt)
+    lineage = trace_module(parse_hlo(ref), parse_hlo(opt), reference_text=ref, optimized_text=opt)
     by = lineage.by_name
     assert [(by[n].kernel, by[n].how) for n in ("t.1", "t.2")] == [
         ("k1", "structure"),
@@ -1177,5 +1181,7 @@ ENTRY %main () -> f32[] {
   ROOT %call2 = f32[] call(%call1, %constant2), to_apply=%Subcomputation
 }
 """  # XLA's canonical re-print of it (the corpus's)
-    lineage = trace_module(parse_hlo(text), parse_hlo(printed), text, printed)
+    lineage = trace_module(
+        parse_hlo(text), parse_hlo(printed), reference_text=text, optimized_text=printed
+    )
     assert [t.instruction for t in lineage.traces] == ["add"]

@@ -55,7 +55,7 @@ def test_a_sharded_cell_keeps_its_devices_in_the_cold_start_spec(monkeypatch):
     assert coldstart.workload_spec("mlp")["devices"] == 1
     started = []
     monkeypatch.setattr(
-        coldstart, "run_child", lambda *a, **k: started.append(a[4]) or [{"ok": True}]
+        coldstart, "run_child", lambda *a, **k: started.append(k["process_flags"]) or [{"ok": True}]
     )
     coldstart._run_child({"phase": "jit", "workload": spec, "variant": {}})
     # On a CPU the child gets the host devices the sharded program needs.
@@ -83,10 +83,13 @@ def test_cold_start_of_a_sharded_cell_runs_the_sharded_program():
     from xlafuse.models.names import Cell
 
     cell = Cell("mlp", mode="train", devices=2, parallelism="model")
-    run = coldstart.run_start(cell, "default", steady_calls=1)
+    run = coldstart.run_start(cell, variant="default", steady_calls=1)
     # The child (2 host devices) rebuilt the cell sharded: its first call's outputs span both.
     assert run.devices == 2
-    assert coldstart.run_start(Cell("mlp", mode="train"), "default", steady_calls=1).devices == 1
+    assert (
+        coldstart.run_start(Cell("mlp", mode="train"), variant="default", steady_calls=1).devices
+        == 1
+    )
 
 
 SHARDED = Path(__file__).resolve().parents[1] / "configs" / "sharded.toml"

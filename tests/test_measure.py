@@ -35,7 +35,7 @@ def test_rounds_on_a_fake_clock():
     rounds += [[7.0, 8.0, 9.0], [3.0] * burst]
     clock = FakeClock([100.0, 100.0, 5.0] + [d for r in rounds for d in r])
     settings = timing.TimingSettings(warmup=2, min_time_s=0, min_iters=9, max_iters=9, repeats=3)
-    result = timing.measure(clock.fn, (jnp.zeros(3),), settings, clock=clock)
+    result = timing.measure(clock.fn, (jnp.zeros(3),), settings=settings, clock=clock)
     assert (result.iters, result.pipelined_iters, result.warmup_iters) == (9, burst, 2)
     assert result.time_median_s == pytest.approx(5.0)
     assert result.time_p10_s == pytest.approx(1.8)
@@ -49,7 +49,7 @@ def test_rounds_on_a_fake_clock():
 def test_min_time_keeps_timing_past_min_iters():
     clock = FakeClock([0.1])
     settings = timing.TimingSettings(warmup=1, min_time_s=5.0, min_iters=3, max_iters=100)
-    result = timing.measure(clock.fn, (1,), settings, clock=clock)
+    result = timing.measure(clock.fn, (1,), settings=settings, clock=clock)
     # Rounds of 3 + 10 calls of 0.1 s: the fourth round is the first to end past min_time_s
     # (5.2 s), after the 3 rounds that `repeats` asks for.
     assert result.iters == 12
@@ -58,17 +58,19 @@ def test_min_time_keeps_timing_past_min_iters():
 def test_max_iters_caps_timing():
     clock = FakeClock([0.1])
     settings = timing.TimingSettings(warmup=1, min_time_s=1e9, min_iters=3, max_iters=7)
-    result = timing.measure(clock.fn, (1,), settings, clock=clock)
+    result = timing.measure(clock.fn, (1,), settings=settings, clock=clock)
     # A long min_time_s asks for the longest rounds; max_iters caps a round too: one round of 7.
     assert (result.iters, result.pipelined_iters) == (7, timing.BURST_MIN)
     settings = timing.TimingSettings(warmup=1, min_time_s=1e9, min_iters=3, max_iters=170)
-    assert timing.measure(clock.fn, (1,), settings, clock=clock).iters == 150  # 3 rounds of 50
+    assert (
+        timing.measure(clock.fn, (1,), settings=settings, clock=clock).iters == 150
+    )  # 3 rounds of 50
 
 
 def test_real_function_stats_are_ordered():
     f = jax.jit(lambda x: jnp.sin(x) * 2)
     settings = timing.TimingSettings(warmup=1, min_time_s=0, min_iters=6, max_iters=6, repeats=2)
-    result = timing.measure(f, (jnp.ones((64, 64)),), settings)
+    result = timing.measure(f, (jnp.ones((64, 64)),), settings=settings)
     assert result.iters == 6
     assert 0 < result.time_p10_s <= result.time_median_s <= result.time_p90_s
     assert result.pipelined_s_per_call > 0
@@ -79,9 +81,9 @@ def test_train_state_is_threaded_through_calls():
     settings = timing.TimingSettings(warmup=2, min_time_s=0, min_iters=3, max_iters=3, repeats=1)
     args = (jnp.zeros(4), jnp.ones(4))
     # With a donated state, reusing the first state would raise "buffer has been deleted".
-    warm = timing.warm_up(step, args, settings.warmup, timing.thread_state)
+    warm = timing.warm_up(step, args, settings.warmup, advance=timing.thread_state)
     assert float(warm[0][0]) == 2.0
-    timed = timing.measure(step, warm, settings, timing.thread_state)
+    timed = timing.measure(step, warm, settings=settings, advance=timing.thread_state)
     assert timed.iters == 3  # rounds of 3 synchronized calls and a burst of 3, on a fresh state
 
 

@@ -15,7 +15,7 @@ from xlafuse.compiler import variants
 from xlafuse.measurement.numerics import host_outputs, judge_workload
 from xlafuse.models import resnet, transformer
 
-NO_FUSION = variants.get("no-fusion").compiler_options(jax.default_backend())
+NO_FUSION = variants.get("no-fusion").compiler_options(backend=jax.default_backend())
 
 # The zoo's programs, compiled by test_truth.py's compares too: each compiled once in the session,
 # then read back from the cache (these tests check what the programs compute).
@@ -101,13 +101,13 @@ def _shapes(tree):
 
 def test_available_lists_every_workload():
     assert models.available() == sorted(TINY_OUTPUT_SHAPES)
-    assert models.available("train") == TRAINABLE
+    assert models.available(mode="train") == TRAINABLE
 
 
 @pytest.mark.parametrize(("name", "expected"), [("gpt2", 124_439_808), ("resnet50", 25_557_032)])
 def test_reference_parameter_counts(name, expected):
-    assert models.param_count(name, "small") == expected
-    assert models.param_count(name, "full") == expected
+    assert models.param_count(name, size="small") == expected
+    assert models.param_count(name, size="full") == expected
 
 
 @pytest.mark.parametrize("name", _slow_if_resnet(sorted(TINY_OUTPUT_SHAPES)))
@@ -170,7 +170,7 @@ def test_resnet_batch_statistics_update_only_in_train_mode():
     state, _ = _run("resnet50", "train")
     w = _built("resnet50", "train")
     before = w.structured_state()["batch_stats"]
-    after = w.structured_state(state)["batch_stats"]
+    after = w.structured_state(leaves=state)["batch_stats"]
     moved = jax.tree.leaves(jax.tree.map(lambda a, b: bool(jnp.any(a != b)), after, before))
     assert moved and all(moved)
 
@@ -250,7 +250,7 @@ def test_unknown_names_say_what_is_accepted(kwargs, fragments):
 
 def test_param_count_rejects_unknown_override():
     with pytest.raises(ValueError, match="did you mean 'layers'"):
-        models.param_count("gpt2", "small", layer=6)
+        models.param_count("gpt2", size="small", layer=6)
 
 
 def test_cudnn_attention_needs_a_gpu():

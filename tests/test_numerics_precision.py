@@ -161,8 +161,8 @@ def test_an_explicit_dot_algorithm_names_its_precision(algorithm, expected):
 
 
 def test_a_lower_dtype_stays_the_looser():
-    assert judging_precision("float32", "tf32") == "tf32"
-    assert judging_precision("bfloat16", "tf32") == "bfloat16"
+    assert judging_precision("float32", precision="tf32") == "tf32"
+    assert judging_precision("bfloat16", precision="tf32") == "bfloat16"
     assert judging_precision(np.float32) == "float32"
 
 

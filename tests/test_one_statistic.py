@@ -27,7 +27,11 @@ def contradictions(records) -> list[str]:
     for r in records:
         if not r.ok or r.variant == r.reference or r.speedup.vs_reference is None:
             continue
-        own, ref, speedup = lead_time(r), reference_time(r, None, _reference(records, r)), r.speedup
+        own, ref, speedup = (
+            lead_time(r),
+            reference_time(r, figure=None, reference=_reference(records, r)),
+            r.speedup,
+        )
         if own is None or ref is None:
             wrong.append(f"{r.cell_id}: a speedup without both times")
             continue
@@ -56,7 +60,7 @@ def _reference(records, record):
 
 def _shown(records) -> tuple[str, list[str]]:
     table = render_markdown(records)
-    lines = [cell_line(r, _reference(records, r)) for r in records]
+    lines = [cell_line(r, reference=_reference(records, r)) for r in records]
     return table, lines
 
 
@@ -67,10 +71,14 @@ def test_published_times_imply_their_speedups(path):
     table, lines = _shown(records)
     for r in records:
         reference = _reference(records, r)
-        if r.ok and r.variant != r.reference and reference_time(r, None, reference):
-            own, ref = lead_time(r) * 1e3, reference_time(r, None, reference) * 1e3
+        if (
+            r.ok
+            and r.variant != r.reference
+            and reference_time(r, figure=None, reference=reference)
+        ):
+            own, ref = lead_time(r) * 1e3, reference_time(r, figure=None, reference=reference) * 1e3
             assert f"{own:.3g} (ref {ref:.3g})" in table
-            assert f"{own:.3g} vs {ref:.3g} ms" in cell_line(r, reference)
+            assert f"{own:.3g} vs {ref:.3g} ms" in cell_line(r, reference=reference)
     assert all(len(part) <= LINE_WIDTH for line in lines for part in line.splitlines())
 
 

@@ -177,7 +177,7 @@ def test_published_schema_1_results_still_read(path):
 @pytest.mark.parametrize("path", PUBLISHED, ids=_published_id)
 def test_published_schema_1_results_still_report(path, tmp_path):
     read = read_results(path)
-    write_report(path, tmp_path)
+    write_report(path, out_dir=tmp_path)
     report = (tmp_path / "report.md").read_text()
     assert all(r.variant in report for r in read.records)
 

@@ -367,7 +367,7 @@ def test_a_report_interrupted_while_writing_keeps_the_earlier_report(
 ):
     from xlafuse.report.markdown import write_report
 
-    write_report(measured, tmp_path)
+    write_report(measured, out_dir=tmp_path)
     earlier = (tmp_path / "report.md").read_bytes()
     written = Path.write_text
 
@@ -377,7 +377,7 @@ def test_a_report_interrupted_while_writing_keeps_the_earlier_report(
 
     monkeypatch.setattr(Path, "write_text", interrupted)
     with pytest.raises(KeyboardInterrupt):
-        write_report(measured, tmp_path)
+        write_report(measured, out_dir=tmp_path)
     assert (tmp_path / "report.md").read_bytes() == earlier
     assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".")]
 

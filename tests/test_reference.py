@@ -80,7 +80,7 @@ def test_the_reference_cell_itself_is_timed_alone_without_a_comparison():
 
 def test_without_its_program_a_cell_is_compared_with_the_reference_cells_samples():
     clock = Clock()
-    ref_timing = timing.measure(Program(clock, 3e-3), (1.0,), SETTINGS, clock=clock)
+    ref_timing = timing.measure(Program(clock, 3e-3), (1.0,), settings=SETTINGS, clock=clock)
     # A recorded reference that could not be compiled again: its error, no program.
     reference = Reference(timing=ref_timing, error="recompiling the reference failed: x")
     assert not reference.pairs

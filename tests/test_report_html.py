@@ -262,7 +262,7 @@ def test_no_cell_gives_a_page_that_says_so():
 
 def test_every_writer_of_report_md_writes_report_html_beside_it(tmp_path):
     out = tmp_path / "out"
-    assert write_report(QUICKSTART, out) == out / "report.md"
+    assert write_report(QUICKSTART, out_dir=out) == out / "report.md"
     text = (out / REPORT_HTML).read_text()
     # self-contained: no script, style or picture from elsewhere
     assert not re.search(r'(src|href)="(?!data:)', text)
@@ -291,7 +291,7 @@ def test_fresh_moves_the_old_report_html_aside(tmp_path):
 def test_the_gpt2_full_train_report_is_under_five_megabytes(tmp_path):
     """The published GPT-2 records with every kernel of each cell (the cost model's join),
     plots included."""
-    write_report(TRANSFORMER, tmp_path)
+    write_report(TRANSFORMER, out_dir=tmp_path)
     size = (tmp_path / REPORT_HTML).stat().st_size
     print(f"report.html of {TRANSFORMER.parent.name}: {size / 1e6:.2f} MB")
     assert size < FIVE_MB

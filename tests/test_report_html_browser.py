@@ -64,7 +64,7 @@ def browser():
 def report(tmp_path_factory):
     """report.html of the published GPT-2 (and transformer block) records, plots included."""
     out = tmp_path_factory.mktemp("report")
-    write_report(TRANSFORMER, out)
+    write_report(TRANSFORMER, out_dir=out)
     return out / REPORT_HTML
 
 

@@ -162,10 +162,12 @@ def test_ring_bytes_model():
 
 
 def test_host_device_flags():
-    flags = with_host_devices(4, "--xla_cpu_foo=1 --xla_force_host_platform_device_count=2")
+    flags = with_host_devices(
+        4, xla_flags="--xla_cpu_foo=1 --xla_force_host_platform_device_count=2"
+    )
     assert flags == "--xla_cpu_foo=1 --xla_force_host_platform_device_count=4"
-    assert forced_host_devices(flags) == 4
-    assert forced_host_devices("") is None
+    assert forced_host_devices(xla_flags=flags) == 4
+    assert forced_host_devices(xla_flags="") is None
 
 
 def test_runner_records_collectives_per_cell(checks):

@@ -22,9 +22,9 @@ from xlafuse.results.scaling import scaling
 
 
 def test_no_collective_combining_switches_off_the_cpu_combiner():
-    options = variants.get("no-collective-combining").compiler_options("cpu")
+    options = variants.get("no-collective-combining").compiler_options(backend="cpu")
     assert options == {"xla_disable_hlo_passes": "cpu-all-reduce-combiner"}
-    composed = variants.get("no-fusion+no-collective-combining").compiler_options("cpu")
+    composed = variants.get("no-fusion+no-collective-combining").compiler_options(backend="cpu")
     assert composed["xla_disable_hlo_passes"] == (
         "fusion,dot-library-rewriter,cpu-all-reduce-combiner"
     )
@@ -42,7 +42,7 @@ def test_collective_variants_on_the_gpu_name_every_combiner_and_the_async_pass()
     assert asynchronous.passes_for("gpu") == ("async-collective-creator",)
     assert asynchronous.applies_to("gpu") and not asynchronous.applies_to("cpu")
     with pytest.raises(ValueError, match="applies to gpu only, not to the 'cpu' backend"):
-        asynchronous.compiler_options("cpu")
+        asynchronous.compiler_options(backend="cpu")
 
 
 def test_more_devices_than_exist_is_one_clear_error():

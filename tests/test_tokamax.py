@@ -37,7 +37,7 @@ ON_CPU = [
 @pytest.mark.parametrize("name, mode, implementation", ON_CPU)
 def test_tokamax_agrees_with_the_workloads_own_program(name, mode, implementation):
     assert registry.implementation_problem(name, implementation, mode=mode) is None
-    workload = registry.build(name, "tiny", mode)
+    workload = registry.build(name, size="tiny", mode=mode)
     other = workload.with_implementation(implementation)
     assert jax.tree.structure(jax.eval_shape(other.fn, *other.args)) == jax.tree.structure(
         jax.eval_shape(workload.fn, *workload.args)
@@ -148,7 +148,7 @@ def test_measure_of_a_zoo_workload_takes_its_implementations_as_variants():
     import xlafuse
 
     m = xlafuse.measure(
-        registry.build("layernorm", "tiny"),
+        registry.build("layernorm", size="tiny"),
         variants=["default", "impl=tokamax_xla"],
         calibrate=False,
         timing={"warmup": 1, "min_time_s": 0.01, "min_iters": 3, "repeats": 1},

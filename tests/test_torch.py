@@ -34,7 +34,7 @@ from xlafuse.torch.program import build_program, settle_vml_dispatch  # noqa: E4
 
 pytestmark = pytest.mark.torch
 
-WITH_PARAMS = [n for n in models.available("train") if twins.has_twin(n)]
+WITH_PARAMS = [n for n in models.available(mode="train") if twins.has_twin(n)]
 
 
 def _xla_outputs(workload):
@@ -49,7 +49,7 @@ def _twin_outputs(workload, variant="torch-eager"):
 
 @pytest.mark.parametrize("name", twins.twin_names())
 def test_twin_forward_agrees_with_flax(name):
-    workload = models.build(name, "tiny", "forward", "float32")
+    workload = models.build(name, size="tiny", mode="forward", dtype="float32")
     twin = _twin_outputs(workload)
     diff = judge_workload(workload, _xla_outputs(workload), twin.outputs)
     assert diff.within_tolerance, diff
@@ -68,7 +68,7 @@ def test_a_cpu_twin_settles_mkl_s_kernel_choice_before_its_first_call(monkeypatc
 
     monkeypatch.setattr(torch, "cos", cos)
     settle_vml_dispatch.cache_clear()
-    workload = models.build("cos_relu", "tiny", "forward", "float32")
+    workload = models.build("cos_relu", size="tiny", mode="forward", dtype="float32")
     _twin_outputs(workload)  # the judged call, then one more that counts the aten ops
     settling, twin = calls[:2], calls[2:]
     assert settling == [(1, torch.float32), (1, torch.float64)]
@@ -80,7 +80,7 @@ def test_a_cpu_twin_settles_mkl_s_kernel_choice_before_its_first_call(monkeypatc
 @pytest.mark.parametrize("name", WITH_PARAMS)
 def test_twin_train_step_agrees_with_flax(name):
     """Loss, gradient, batch statistics and AdamW-updated parameters after one step."""
-    workload = models.build(name, "tiny", "train", "float32")
+    workload = models.build(name, size="tiny", mode="train", dtype="float32")
     twin = _twin_outputs(workload)
     reference = _xla_outputs(workload)
     diff = judge_workload(workload, reference, twin.outputs)
@@ -92,7 +92,7 @@ def test_twin_train_step_agrees_with_flax(name):
 def test_every_workload_has_a_twin_or_says_why_not():
     assert sorted([*twins.twin_names(), *twins.NO_TWIN]) == models.available()
     with pytest.raises(ValueError, match=r"'cartpole' has no torch twin \(its actions are sampled"):
-        build_program(models.build("cartpole", "tiny"), get_variant("torch-eager"))
+        build_program(models.build("cartpole", size="tiny"), get_variant("torch-eager"))
 
 
 @pytest.mark.parametrize(
@@ -101,7 +101,7 @@ def test_every_workload_has_a_twin_or_says_why_not():
 def test_twin_has_the_flax_parameter_count(name, params):
     spec = models.registry.spec(name)
     config = spec.config("full")
-    flax_count = models.registry.param_count(name, "full")
+    flax_count = models.registry.param_count(name, size="full")
     assert twins.count_params(name, config) == flax_count
     if params is not None:
         assert flax_count == params
@@ -115,7 +115,7 @@ def test_kernel_layouts_round_trip():
     for array in (dense, conv):
         back = convert.to_flax_layout(convert.to_torch_layout(array))
         np.testing.assert_array_equal(back, array)
-    assert convert.to_torch_layout(dense, "embedding") is dense
+    assert convert.to_torch_layout(dense, key="embedding") is dense
     assert convert.torch_name(("blocks", 0, "attn", "qkv", "kernel")) == "blocks.0.attn.qkv.weight"
     assert convert.torch_name(("stem", "bn", "var")) == "stem.bn.running_var"
 
@@ -135,7 +135,7 @@ def test_a_workload_without_twin_support_says_what_to_use():
 
 def test_inductor_launches_fewer_kernels_than_eager_on_a_chain():
     """8 elementwise ops: eager dispatches 8 aten ops; Inductor fuses them into one loop."""
-    workload = models.build("chain", "tiny", "forward", "float32", ops=8)
+    workload = models.build("chain", size="tiny", mode="forward", dtype="float32", ops=8)
     eager = _twin_outputs(workload, "torch-eager").counts
     inductor = _twin_outputs(workload, "torch-inductor").counts
     array_bytes = 64 * 128 * 4
@@ -167,7 +167,7 @@ def test_wrapper_kernel_calls_counts_loops_library_calls_and_fallbacks():
 
 
 def test_warm_compile_reads_inductor_s_cache():
-    workload = models.build("chain", "tiny", "forward", "float32", ops=4)
+    workload = models.build("chain", size="tiny", mode="forward", dtype="float32", ops=4)
     request = MeasureRequest(TimingSettings(**FAST_TIMING))
     fields = torch_measure.measure_cell(
         workload, get_variant("torch-inductor"), request, Reference(), cold_start=True
@@ -298,7 +298,7 @@ TORCH_GPU_WARNINGS = "ignore::UserWarning:torch.*"
 @pytest.mark.gpu
 @pytest.mark.filterwarnings(TORCH_GPU_WARNINGS)
 def test_gpu_inductor_fuses_the_chain_into_one_device_kernel():
-    workload = models.build("chain", "tiny", "forward", "float32", ops=8)
+    workload = models.build("chain", size="tiny", mode="forward", dtype="float32", ops=8)
     request = MeasureRequest(TimingSettings(**FAST_TIMING), profile_calls=5)
     cells = {}
     for name in ("torch-eager", "torch-inductor", "torch-inductor-cudagraphs"):
@@ -319,7 +319,7 @@ def test_gpu_inductor_fuses_the_chain_into_one_device_kernel():
 @pytest.mark.gpu
 @pytest.mark.filterwarnings(TORCH_GPU_WARNINGS)
 def test_gpu_twin_agrees_in_bfloat16():
-    workload = models.build("transformer_block", "tiny", "forward", "bfloat16")
+    workload = models.build("transformer_block", size="tiny", mode="forward", dtype="bfloat16")
     twin = _twin_outputs(workload, "torch-inductor")
     diff = judge_workload(workload, _xla_outputs(workload), twin.outputs)
     assert diff.within_tolerance, diff

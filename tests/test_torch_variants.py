@@ -53,7 +53,7 @@ def test_presets_are_registered_as_torch_variants():
     for name in TORCH_VARIANTS:
         v = variants.get(name)
         assert v.framework == "torch"
-        assert v.compiler_options("gpu") == {}
+        assert v.compiler_options(backend="gpu") == {}
     assert variants.get("torch-eager").torch_compile is None
     assert dict(variants.get("torch-inductor").torch_compile) == {}
     assert dict(variants.get("torch-inductor-cudagraphs").torch_compile) == {
@@ -130,7 +130,7 @@ def test_torch_variants_do_not_compose():
 
 
 def test_xla_compile_path_refuses_a_torch_variant():
-    workload = models.build("chain", "tiny")
+    workload = models.build("chain", size="tiny")
     with pytest.raises(ValueError, match=r"'torch-inductor' runs the workload's PyTorch twin"):
         compile_workload(workload, "torch-inductor")
 

@@ -166,7 +166,7 @@ def test_diff_measure_refuses_files(capsys):
 def test_cpu_profile_without_a_folder_traces_nothing():
     from xlafuse.measurement.profile import profile_device_time
 
-    assert profile_device_time(lambda x: x + 1, (jnp.ones(4),), 2) is None
+    assert profile_device_time(lambda x: x + 1, (jnp.ones(4),), calls=2) is None
 
 
 def test_a_cpu_cell_records_no_cost_model(kept):

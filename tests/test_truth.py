@@ -27,7 +27,7 @@ from xlafuse.models.names import Cell
 # cache (these tests check kernels and numbers).
 pytestmark = pytest.mark.usefixtures("shared_compile_cache")
 
-TRAINABLE = models.available("train")
+TRAINABLE = models.available(mode="train")
 EVERY_CELL = [(name, "forward") for name in models.available()] + [
     (name, "train") for name in TRAINABLE
 ]
@@ -59,8 +59,8 @@ def _run(tmp_path, workloads, variant_names=("default", "no-fusion")):
 @pytest.mark.parametrize("name", [n for n in TRAINABLE if n not in ("resnet50", "cartpole")])
 def test_run_compare_and_inspect_count_the_same_kernels(tmp_path, name):
     (record,) = _run(tmp_path, [{"name": name, "mode": "train"}], ("default",))
-    workload = models.build(name, "tiny", "train")
-    row = compare_workload(workload, ["default"]).rows[0]
+    workload = models.build(name, size="tiny", mode="train")
+    row = compare_workload(workload, variants=["default"]).rows[0]
     inspected = inspect_target(cell=Cell(name, mode="train")).report
     assert record.fusion.kernels == row.kernels == inspected.kernels
     assert record.fusion.modeled_bytes == inspected.modeled_bytes
@@ -109,7 +109,7 @@ def test_a_full_size_train_step_on_the_gpu_is_device_bound(tmp_path):
 
 
 def test_train_state_is_donated():
-    workload = models.build("mlp", "tiny", "train")
+    workload = models.build("mlp", size="tiny", mode="train")
     hlo = compile_workload(workload, "default").hlo_text
     # XLA marks donated parameters that alias outputs in the module header.
     assert "input_output_alias=" in hlo.split("\n", 1)[0]
@@ -121,8 +121,8 @@ def test_train_state_is_donated():
 
 @pytest.mark.parametrize(("name", "mode"), _slow_if_resnet(EVERY_CELL))
 def test_no_fusion_leaves_no_real_fusion_and_agrees(name, mode):
-    workload = models.build(name, "tiny", mode)
-    table = compare_workload(workload, ["default", "no-fusion"])
+    workload = models.build(name, size="tiny", mode=mode)
+    table = compare_workload(workload, variants=["default", "no-fusion"])
     unfused = table.row("no-fusion")
     assert unfused.real_fusions == 0
     assert unfused.within_tolerance, unfused
@@ -134,8 +134,8 @@ def test_run_and_compare_give_one_verdict(tmp_path):
     for record in records:
         if record.variant != "no-fusion":
             continue
-        workload = models.build(record.workload, "tiny", record.mode)
-        row = compare_workload(workload, ["default", "no-fusion"]).row("no-fusion")
+        workload = models.build(record.workload, size="tiny", mode=record.mode)
+        row = compare_workload(workload, variants=["default", "no-fusion"]).row("no-fusion")
         assert row.within_tolerance == record.numerics.within_tolerance
         assert row.max_abs_diff == pytest.approx(record.numerics.max_abs_diff, rel=1e-6, abs=1e-12)
         assert row.kernels == record.fusion.kernels
@@ -149,28 +149,34 @@ def test_train_step_rule_judges_loss_gradient_and_parameters():
     # The third gradient is zero within tolerance: its sign is noise, so its parameter may end
     # up 2 x lr away (Adam's first step moves it by +-lr).
     flipped = dict(base, params={"w": np.array([0.5, 0.5, 0.5 + 2 * lr], np.float32)})
-    assert compare_train_steps(base, flipped, "float32", lr).within_tolerance
+    assert compare_train_steps(
+        base, flipped, compute_dtype="float32", learning_rate=lr
+    ).within_tolerance
     # A clear gradient gets no such allowance.
     moved = dict(base, params={"w": np.array([0.5 + 2 * lr, 0.5, 0.5], np.float32)})
-    verdict = compare_train_steps(base, moved, "float32", lr)
+    verdict = compare_train_steps(base, moved, compute_dtype="float32", learning_rate=lr)
     assert not verdict.within_tolerance and verdict.worst_part == "params"
     # A wrong gradient is caught whatever the parameters do.
     wrong = dict(base, gradient={"w": np.array([1.0, 2.0, 1e-6], np.float32)})
-    verdict = compare_train_steps(base, wrong, "float32", lr)
+    verdict = compare_train_steps(base, wrong, compute_dtype="float32", learning_rate=lr)
     assert not verdict.within_tolerance and verdict.worst_part == "gradient"
     # The loss is judged at the compute dtype's tolerance.
     off = dict(base, loss=np.float32(1.001))
-    assert not compare_train_steps(base, off, "float32", lr).within_tolerance
-    assert compare_train_steps(base, off, "bfloat16", lr).within_tolerance
+    assert not compare_train_steps(
+        base, off, compute_dtype="float32", learning_rate=lr
+    ).within_tolerance
+    assert compare_train_steps(
+        base, off, compute_dtype="bfloat16", learning_rate=lr
+    ).within_tolerance
 
 
 def test_judge_workload_flags_a_perturbed_train_step():
-    workload = models.build("mlp", "tiny", "train")
+    workload = models.build("mlp", size="tiny", mode="train")
     compiled = compile_workload(workload, "default")
     reference = host_outputs(workload, compiled(*workload.fresh_args()))
     assert judge_workload(workload, reference, reference).within_tolerance
     leaves, loss = compiled(*workload.fresh_args())
-    params = jax.tree.leaves(workload.structured_state(leaves)["params"])
+    params = jax.tree.leaves(workload.structured_state(leaves=leaves)["params"])
     position = next(i for i, leaf in enumerate(leaves) if leaf is params[0])
     leaves = [leaf + 0.1 if i == position else leaf for i, leaf in enumerate(leaves)]
     verdict = judge_workload(workload, reference, host_outputs(workload, (leaves, loss)))
@@ -279,7 +285,7 @@ def test_measure_pair_alternates_and_stops_when_decided():
     clock = PairClock()
     settings = timing.TimingSettings(warmup=1, min_time_s=0.1, min_iters=5, max_iters=10_000)
     measured, comparison = timing.measure_pair(
-        clock.slow, (jnp.zeros(1),), clock.fast, (jnp.zeros(1),), settings, clock=clock
+        clock.slow, (jnp.zeros(1),), clock.fast, (jnp.zeros(1),), settings=settings, clock=clock
     )
     speedup = comparison.latency
     assert speedup.speedup == pytest.approx(2.0)
@@ -304,7 +310,7 @@ def test_a_pair_leads_with_the_pipelined_figure_for_a_train_step():
     clock = PairClock()
     settings = timing.TimingSettings(warmup=1, min_time_s=0.1, min_iters=5, max_iters=10_000)
     _, comparison = timing.measure_pair(
-        clock.slow, (1,), clock.fast, (1,), settings, clock=clock, lead=timing.PIPELINED
+        clock.slow, (1,), clock.fast, (1,), settings=settings, clock=clock, lead=timing.PIPELINED
     )
     assert comparison.speedup(timing.PIPELINED) is comparison.pipelined
     assert comparison.basis(timing.PIPELINED) == timing.BASES[(timing.PIPELINED, True)]

@@ -39,7 +39,7 @@ def run(capsys, *argv):
 
 
 def test_the_space_is_every_combination_with_the_default_first():
-    families = families_for("gpu", ["gemm-fusion", "command-buffers"])
+    families = families_for("gpu", names=["gemm-fusion", "command-buffers"])
     space = enumerate_space({"unroll": (1, 8)}, families)
     assert len(space) == 1 + 2 * 3 * 3  # the default, then knobs x choices
     assert space[0] == Candidate((), (("gemm-fusion", "on"), ("command-buffers", "on")))
@@ -63,15 +63,15 @@ def test_families_apply_where_they_exist():
     # the CPU's fusion off is the no-fusion variant's passes, validated as variants are
     (off,) = [c for c in enumerate_space({}, families_for("cpu")) if c.name == "fusion=off"]
     assert off.options() == {"xla_disable_hlo_passes": "fusion,dot-library-rewriter"}
-    off.variant().compiler_options("cpu")
+    off.variant().compiler_options(backend="cpu")
     with pytest.raises(UnknownNameError, match=r"'fusoin' \(did you mean 'fusion'\?\)"):
-        families_for("cpu", ["fusoin"])
+        families_for("cpu", names=["fusoin"])
     with pytest.raises(UnknownNameError, match="'fusion' applies on cpu only, not on this gpu"):
-        families_for("gpu", ["fusion"])
+        families_for("gpu", names=["fusion"])
     with pytest.raises(UnknownNameError, match="unknown option family 'gemm'; accepted: "):
-        families_for("gpu", ["gemm"])
+        families_for("gpu", names=["gemm"])
     with pytest.raises(UnknownNameError, match="applies on gpu only, not on this cpu"):
-        families_for("cpu", ["gemm-fusion"])
+        families_for("cpu", names=["gemm-fusion"])
 
 
 def test_a_knob_is_its_name_and_each_value_s_text():
@@ -140,7 +140,7 @@ def test_a_grid_tune_says_so_in_its_record(tmp_path):
     evaluate, calls = fake_evaluate({space[0]: 2.0, space[1]: 1.9, space[2]: 1.0}, clock)
     lines = []
     target = Target("examples/cartpole.py:rollout", {}, {"envs": 16})
-    result = tune(target, {"unroll": (2, 8)}, [], 1, tmp_path, False, lines.append, evaluate,
+    result = tune(target, {"unroll": (2, 8)}, [], 1, out=tmp_path, prove=False, say=lines.append, evaluate=evaluate,
                   search="grid")  # fmt: skip
     assert lines[0] == "tune: 3 candidates, the whole grid, no budget"
     assert {e for _, e in calls} == {GRID_EFFORT} and len(calls) == 3
@@ -173,8 +173,8 @@ def tuned(verdict, speedup, tmp_path, lines):
     clock = FakeClock()
     evaluate, _ = fake_evaluate(times, clock)
     target = Target("examples/cartpole.py:rollout", {}, {"envs": 16})
-    return tune(target, {"unroll": (2, 8)}, [], 100, tmp_path, True, lines.append, evaluate,
-                fake_rerun(verdict, speedup))  # fmt: skip
+    return tune(target, {"unroll": (2, 8)}, [], 100, out=tmp_path, prove=True, say=lines.append, evaluate=evaluate,
+                prover=fake_rerun(verdict, speedup))  # fmt: skip
 
 
 def test_a_winner_the_rerun_does_not_confirm_is_noise(tmp_path):
@@ -224,9 +224,9 @@ def test_the_evidence_of_a_gpu_rerun_reads_back_and_prints():
 
 
 def test_best_toml_puts_options_beside_the_default_and_runs(tmp_path, capsys):
-    space = enumerate_space({}, families_for("gpu", ["gemm-fusion"]))
-    result = tune(Target("mul_add_relu", {"size": "tiny"}), {}, families_for("gpu", ["gemm-fusion"]),
-                  100, None, False, lambda line: None, fake_evaluate({space[0]: 2.0, space[1]: 1.0,
+    space = enumerate_space({}, families_for("gpu", names=["gemm-fusion"]))
+    result = tune(Target("mul_add_relu", {"size": "tiny"}), {}, families_for("gpu", names=["gemm-fusion"]),
+                  100, out=None, prove=False, say=lambda line: None, evaluate=fake_evaluate({space[0]: 2.0, space[1]: 1.0,
                   space[2]: 1.5}, FakeClock())[0])  # fmt: skip
     text = best_toml(result)
     config = tomllib.loads(text)
@@ -308,7 +308,7 @@ def test_tune_finds_an_unroll_of_the_rollout_and_proves_it_on_a_gpu(tmp_path):
     # on latency and 1.18x on device time (experiments/h200/tune); tiny cartpole (64 x 32) is
     # not (its default won there).
     target = Target("cartpole", {"size": "full"})
-    result = tune(target, {"unroll": (1, 4)}, [], 60, tmp_path, say=lambda line: None)
+    result = tune(target, {"unroll": (1, 4)}, [], 60, out=tmp_path, say=lambda line: None)
     assert result.best is not None and dict(result.best.knobs).get("unroll", 1) > 1
     assert result.confirmed and result.proof.verdict == "faster"
     evidence = result.proof.evidence  # where the time went, from traced calls
@@ -342,7 +342,9 @@ def test_a_sharded_target_is_tuned_with_its_host_devices(capfd):
 def test_the_target_s_own_knob_values_are_not_measured_twice():
     defaults = Target("cartpole", {"size": "small"}).defaults()
     assert (defaults["unroll"], defaults["envs"]) == (1, 256)
-    space = enumerate_space({"unroll": (1, 2)}, families_for("gpu", ["command-buffers"]), defaults)
+    space = enumerate_space(
+        {"unroll": (1, 2)}, families_for("gpu", names=["command-buffers"]), defaults=defaults
+    )
     names = [c.name for c in space]
     assert "unroll=1" not in names  # the default program again
     assert names[:3] == [
@@ -431,7 +433,9 @@ def test_run_and_tune_of_a_tune_config_search_it(tmp_path, capsys):
 def test_halving_measures_the_default_first_then_a_fixed_sample_of_the_space():
     from xlafuse.experiment.tune.tuner import halving_order
 
-    space = tuple(enumerate_space({"unroll": (2, 4, 8, 16)}, families_for("gpu", ["autotune"])))
+    space = tuple(
+        enumerate_space({"unroll": (2, 4, 8, 16)}, families_for("gpu", names=["autotune"]))
+    )
     order = halving_order(space)
     assert order[0] == space[0] and sorted(order, key=space.index) == list(space)
     assert order == halving_order(space)  # the same every time
@@ -483,10 +487,10 @@ COMPILE_S = 5.0  # what the fake clock charges a candidate's first measurement
 def synthetic_space():
     """6 x 2 x 2 x 3 = 72 candidates (the default program is unroll=1 with XLA's defaults), and
     the same as a grid."""
-    families = families_for("gpu", SYNTHETIC_FAMILIES)
+    families = families_for("gpu", names=SYNTHETIC_FAMILIES)
     defaults = {"unroll": 1}
-    space = enumerate_space(SYNTHETIC_KNOBS, families, defaults)
-    return space, space_grid(SYNTHETIC_KNOBS, families, defaults)
+    space = enumerate_space(SYNTHETIC_KNOBS, families, defaults=defaults)
+    return space, space_grid(SYNTHETIC_KNOBS, families, defaults=defaults)
 
 
 def synthetic_ms(candidate):
@@ -651,9 +655,9 @@ def test_near_ties_are_combined_on_the_h200_s_measurements():
     each line's fastest value gives unroll=4 min-graph-1, measured already; the product of the
     near ties holds the grid's best, which then wins the finish."""
     knobs = {"unroll": (1, 4, 16, 32)}
-    families = families_for("gpu", ("while-loop-double-buffering", "command-buffers"))
-    coordinates = space_grid(knobs, families, {"unroll": 1})
-    space = enumerate_space(knobs, families, {"unroll": 1})
+    families = families_for("gpu", names=("while-loop-double-buffering", "command-buffers"))
+    coordinates = space_grid(knobs, families, defaults={"unroll": 1})
+    space = enumerate_space(knobs, families, defaults={"unroll": 1})
 
     def point(candidate):
         choices = dict(candidate.choices)
@@ -701,7 +705,7 @@ def test_the_space_grid_is_the_space_as_coordinates():
     # the target's own unroll not listed (or not known): the descent starts at the first one,
     # and the default program is measured first but is no point of the grid
     for defaults in ({"unroll": 1}, None):
-        off_grid = space_grid({"unroll": (2, 8)}, [], defaults)
+        off_grid = space_grid({"unroll": (2, 8)}, [], defaults=defaults)
         assert off_grid.start == (2,) and off_grid.candidate((2,)).name == "unroll=2"
         assert off_grid.default == Candidate()
 
@@ -758,7 +762,17 @@ def test_the_figure_tuned_for_is_the_user_s_choice_else_the_cell_s_lead(tmp_path
     space = enumerate_space({"unroll": (2, 8)}, [])
     prover = fake_rerun("faster", 2.0)
     evaluate, _ = fake_evaluate({space[0]: 2.0, space[1]: 1.9, space[2]: 1.0}, FakeClock())
-    result = tune(target, {"unroll": (2, 8)}, [], 100, None, True, lines.append, evaluate, prover)
+    result = tune(
+        target,
+        {"unroll": (2, 8)},
+        [],
+        100,
+        out=None,
+        prove=True,
+        say=lines.append,
+        evaluate=evaluate,
+        prover=prover,
+    )
     assert prover.spec["figure"] == "latency"
     assert best_toml(result).splitlines()[1] == (
         "# tuned for latency time: the run's records hold both speedups"
@@ -816,8 +830,10 @@ def test_knob_values_take_the_type_of_the_target_s_own():
         typed_knobs({"rate": (1, 1.0)}, defaults)
     # a value equal to the target's own is the default program, measured once
     for knob, names in (("flag", ["default", "flag=True"]), ("count", ["default", "count=2"])):
-        assert [c.name for c in enumerate_space({knob: typed[knob]}, [], defaults)] == names
-    one = enumerate_space({"flag": (1,)}, [], {"flag": True})  # 1 is not True to a program
+        assert [
+            c.name for c in enumerate_space({knob: typed[knob]}, [], defaults=defaults)
+        ] == names
+    one = enumerate_space({"flag": (1,)}, [], defaults={"flag": True})  # 1 is not True to a program
     assert [c.name for c in one] == ["default", "flag=1"]
 
 
@@ -873,7 +889,7 @@ def tuned_unproved(why, out):
     space = enumerate_space({"unroll": (2, 8)}, [])
     evaluate, _ = fake_evaluate({space[0]: 2.0, space[1]: 1.9, space[2]: 1.0}, FakeClock())
     target = Target("examples/cartpole.py:rollout", {}, {"envs": 16})
-    return tune(target, {"unroll": (2, 8)}, [], 100, out, False, lambda line: None, evaluate,
+    return tune(target, {"unroll": (2, 8)}, [], 100, out=out, prove=False, say=lambda line: None, evaluate=evaluate,
                 unproved=why)  # fmt: skip
 
 

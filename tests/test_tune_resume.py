@@ -23,7 +23,7 @@ from xlafuse.results import records
 
 ROLLOUT = Target("examples/cartpole.py:rollout", {}, {"envs": 16})
 KNOBS = {"unroll": (1, 2, 4, 8)}
-FAMILIES = families_for("gpu", ["command-buffers"])  # data only: nothing compiles here
+FAMILIES = families_for("gpu", names=["command-buffers"])  # data only: nothing compiles here
 MS = {1: 6.0, 2: 5.0, 4: 4.0, 8: 4.5}
 CHOICE_MS = {"on": 0.0, "off": 0.3, "min-graph-1": -0.2}
 
@@ -57,7 +57,7 @@ def prover(verdict="faster"):
 
 def tuned(out, measure, prove=None, *, target=ROLLOUT, knobs=KNOBS, search="descent"):
     prove = prove or prover()
-    return tune(target, knobs, FAMILIES, 100, out, True, lambda line: None, measure, prove,
+    return tune(target, knobs, FAMILIES, 100, out=out, prove=True, say=lambda line: None, evaluate=measure, prover=prove,
                 search=search)  # fmt: skip
 
 
@@ -139,7 +139,16 @@ def test_a_torn_last_line_and_a_bad_line_are_set_aside_and_named(tmp_path):
     bad["effort"] = "lots"
     path.write_text("\n".join([*text[:2], json.dumps(bad), *text[3:]]) + '\n{"kind": "tri')
     said = []
-    tune(ROLLOUT, KNOBS, FAMILIES, 100, tmp_path, False, said.append, Measure())
+    tune(
+        ROLLOUT,
+        KNOBS,
+        FAMILIES,
+        100,
+        out=tmp_path,
+        prove=False,
+        say=said.append,
+        evaluate=Measure(),
+    )
     torn = next(tmp_path.glob("tune.torn-*.txt"))
     assert torn.read_text() == '{"kind": "tri'
     assert said[:3] == [
@@ -318,11 +327,11 @@ EVERY_KIND = {
 
 def test_every_kind_of_knob_value_is_valid_toml_and_reads_back_the_same(tmp_path):
     result = result_of(ROLLOUT, tuple(EVERY_KIND.items()))
-    config = tomllib.loads(best_toml(result, tmp_path))
+    config = tomllib.loads(best_toml(result, folder=tmp_path))
     assert config["workloads"][1]["overrides"] == {"envs": 16, **EVERY_KIND}
     for value in EVERY_KIND.values():
         assert tomllib.loads(f"v = {toml_value(value)}")["v"] == value
-    assert "\\ud83d" not in best_toml(result, tmp_path)  # JSON's surrogates are not TOML
+    assert "\\ud83d" not in best_toml(result, folder=tmp_path)  # JSON's surrogates are not TOML
 
 
 def test_a_value_toml_cannot_hold_is_refused_before_anything_measures():
@@ -339,7 +348,7 @@ def test_a_value_toml_cannot_hold_is_refused_before_anything_measures():
 def test_best_toml_reruns_a_sharded_target_with_its_mesh_into_its_own_folder(tmp_path):
     target = Target("mlp", {"size": "tiny", "mode": "forward", "devices": 2,
                             "parallelism": "model"}, {"batch": 8})  # fmt: skip
-    text = best_toml(result_of(target, (("batch", 16),)), tmp_path / "t", processes=2)
+    text = best_toml(result_of(target, (("batch", 16),)), folder=tmp_path / "t", processes=2)
     config = tomllib.loads(text)
     assert config["experiment"]["name"] == "tune-mlp"
     assert config["experiment"]["output"] == f"{tmp_path}/t/run"  # not results/tune

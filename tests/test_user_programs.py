@@ -183,7 +183,7 @@ def test_measure_records_are_a_runs_and_report(tmp_path):
         "default",
         "no-fusion",
     ]
-    write_report(tmp_path / "results.jsonl", tmp_path / "again")
+    write_report(tmp_path / "results.jsonl", out_dir=tmp_path / "again")
     other = xlafuse.measure(mul_add, x, a, b, timing={**FAST_TIMING, "min_iters": 2,
                             "max_iters": 2}, calibrate=False)  # fmt: skip
     with pytest.raises(XlafuseError, match="holds results measured under other settings"):
@@ -361,7 +361,7 @@ def test_a_child_process_rebuilds_a_program_of_the_users(tmp_path, monkeypatch):
         {"n": 8},
     )
     assert str(MY_MODELS) in spec["imports"]
-    result = coldstart.run_start(spec, "default", steady_calls=1)
+    result = coldstart.run_start(spec, variant="default", steady_calls=1)
     assert result.compile_s > 0
 
 

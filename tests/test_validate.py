@@ -157,11 +157,13 @@ def test_count_mismatch_and_unmatched_launch_are_reported():
 
 def test_time_against_profiler_per_call_and_per_kernel():
     measured = parse_ncu_csv(_csv("default"))
-    result = compare_kernels(DEFAULT_KERNELS, measured, {"loop_add_fusion": 500e-6})
+    result = compare_kernels(
+        DEFAULT_KERNELS, measured, profiler_kernel_s={"loop_add_fusion": 500e-6}
+    )
     assert result.time_error == pytest.approx(501_088e-9 / 500e-6 - 1, rel=1e-9)
     assert result.rows[0].time_error == pytest.approx(0.002176, abs=1e-6)
     assert result.ok
-    slow = compare_kernels(DEFAULT_KERNELS, measured, {"loop_add_fusion": 450e-6})
+    slow = compare_kernels(DEFAULT_KERNELS, measured, profiler_kernel_s={"loop_add_fusion": 450e-6})
     # ncu slower than the profiler: not the direction a cache flush explains.
     assert (slow.rows[0].verdict, slow.rows[0].explanation) == ("time off", None)
     assert slow.verdict == "1 time off"
@@ -176,7 +178,9 @@ def test_a_miss_within_one_l2_in_the_flush_direction_is_explained():
     def judged(modeled, dram, ncu_us, profiler_us):
         launch = NcuKernel(0, 1, "wrapped_maximum", dram - 100, 100, ncu_us * 1e-6)
         return compare_kernels(
-            [("wrapped_maximum", modeled)], [launch], {"wrapped_maximum": profiler_us * 1e-6}
+            [("wrapped_maximum", modeled)],
+            [launch],
+            profiler_kernel_s={"wrapped_maximum": profiler_us * 1e-6},
         )
 
     result = judged(308_300_000, 285_000_000, 69.4, 74.3)
@@ -220,7 +224,7 @@ def test_whole_call_time_is_listed_not_judged_when_its_kernels_fit_in_l2():
     # GPT-2 small forward on the H200: every kernel under 4 x L2; ncu +39% over the call.
     small = [("loop_add_fusion", 100_000_000)]
     launch = _fake_launches(["loop_add_fusion"])
-    result = compare_kernels(small, launch, {"loop_add_fusion": 0.72e-6})
+    result = compare_kernels(small, launch, profiler_kernel_s={"loop_add_fusion": 0.72e-6})
     assert result.time_error == pytest.approx(1e-6 / 0.72e-6 - 1)
     assert (result.judged_time_error, result.ok) == (None, True)
 
@@ -229,7 +233,7 @@ def test_profiler_time_of_a_reused_kernel_is_shared_among_its_launches():
     measured = parse_ncu_csv(_csv("no-fusion"))
     profiler = {name: 0.0 for name in {k.name for k in measured}}
     profiler["wrapped_add"] = 4 * 730e-6  # four launches of one kernel, per call
-    result = compare_kernels(NO_FUSION_KERNELS, measured, profiler)
+    result = compare_kernels(NO_FUSION_KERNELS, measured, profiler_kernel_s=profiler)
     adds = [r for r in result.rows if r.ncu_names == ("wrapped_add",)]
     assert [r.profiler_time_s for r in adds] == pytest.approx([730e-6] * 4)
     assert adds[-1].time_error == pytest.approx(733_984e-9 / 730e-6 - 1)
@@ -343,7 +347,9 @@ def test_markdown_and_json_carry_the_figures(tmp_path):
     fused = compare_kernels(
         DEFAULT_KERNELS, parse_ncu_csv(_csv("default")), workload=CHAIN, variant="default"
     )
-    md_path, json_path = write_validation([fused], tmp_path, "xlafuse validate --workload chain")
+    md_path, json_path = write_validation(
+        [fused], tmp_path, command="xlafuse validate --workload chain"
+    )
     md = md_path.read_text()
     assert "| chain[ops=8]/full/forward | default | 1 / 1 | 1 of 1 | -1.1% | - | ok |" in md
     assert (
@@ -363,7 +369,11 @@ def test_rejudge_reads_recorded_measurements_and_judges_them_again(tmp_path, cap
     # A validation.json as an older version wrote it: its verdict strings are not read back.
     measured = parse_ncu_csv(_csv("default"))
     cell = compare_kernels(
-        DEFAULT_KERNELS, measured, {"loop_add_fusion": 520e-6}, workload=CHAIN, variant="default"
+        DEFAULT_KERNELS,
+        measured,
+        profiler_kernel_s={"loop_add_fusion": 520e-6},
+        workload=CHAIN,
+        variant="default",
     ).to_dict()
     cell.update(ok=False, verdict="call time off", judged_ok=0)
     for row in cell["rows"]:
@@ -455,7 +465,7 @@ def test_config_selection_names_what_the_config_has():
 def test_child_without_gpu_says_so(monkeypatch, tmp_path):
     monkeypatch.setattr(validate_run, "require_tools", lambda ncu=None: "/bin/true")
     with pytest.raises(XlafuseError, match=r"^no GPU: JAX in a child process has only the 'cpu'"):
-        validate_run.validate_cell(CHAIN, "default", cache_dir=tmp_path)
+        validate_run.validate_cell(CHAIN, variant="default", cache_dir=tmp_path)
     request = {"phase": "warm", "workload": CHAIN, "variant": {"name": "default"}}
     (tmp_path / "request.json").write_text(json.dumps(request))
     validate_child.main(str(tmp_path))
@@ -466,7 +476,7 @@ def test_child_without_gpu_says_so(monkeypatch, tmp_path):
 @pytest.mark.skipif(shutil.which("ncu") is None, reason="needs Nsight Compute (ncu) on PATH")
 @pytest.mark.parametrize(("variant", "kernels"), [("default", 1), ("no-fusion", 12)])
 def test_validate_one_gib_chain_on_the_gpu(variant, kernels, tmp_path):
-    result = validate_run.validate_cell(CHAIN, variant, cache_dir=tmp_path / "cache")
+    result = validate_run.validate_cell(CHAIN, variant=variant, cache_dir=tmp_path / "cache")
     assert (result.hlo_kernels, result.ncu_kernels) == (kernels, kernels)
     assert result.judged == kernels
     assert all(abs(r.bytes_error) <= 0.10 for r in result.rows), format_text([result])
@@ -479,7 +489,9 @@ def test_validate_one_gib_chain_on_the_gpu(variant, kernels, tmp_path):
 def test_validate_detail_says_the_fused_chain_is_memory_bound_on_the_gpu(tmp_path):
     from xlafuse.measurement.ncu import DETAIL_METRICS
 
-    result = validate_run.validate_cell(CHAIN, "default", cache_dir=tmp_path / "cache", detail=True)
+    result = validate_run.validate_cell(
+        CHAIN, variant="default", cache_dir=tmp_path / "cache", detail=True
+    )
     (row,) = result.rows
     assert set(row.detail) == set(DETAIL_METRICS), format_text([result])
     assert 50 < row.detail["memory_pct"] <= 100 and row.detail["sm_pct"] < row.detail["memory_pct"]
@@ -535,7 +547,9 @@ def test_a_failed_cell_does_not_stop_the_others(monkeypatch):
     monkeypatch.setattr(validate_run, "require_tools", lambda ncu=None: "/bin/true")
     monkeypatch.setattr(validate_run, "validate_cell", fake_cell)
     said = []
-    results = validate_run.validate_cells([(CHAIN, "no-fusion"), (CHAIN, "default")], said.append)
+    results = validate_run.validate_cells(
+        [(CHAIN, "no-fusion"), (CHAIN, "default")], say=said.append
+    )
     assert [r.verdict for r in results] == [f"failed: {stopped}", "ok"]
     assert said == [
         "validate chain[ops=8]/full/forward no-fusion",

@@ -49,14 +49,14 @@ def test_every_preset_changes_something_on_each_backend_it_applies_to(name):
 def test_presets_of_the_design_exist_and_gpu_only_ones_stay_off_the_cpu():
     design = ("default", "no-fusion", "no-gemm-fusion", "no-norm-fusion", "no-cuda-graphs")
     assert set(design) <= set(variants.available())
-    cpu = variants.available("cpu")
+    cpu = variants.available(backend="cpu")
     assert {"default", "no-fusion"} <= set(cpu)
     assert not {"no-gemm-fusion", "no-norm-fusion", "no-cuda-graphs"} & set(cpu)
     assert cpu == [n for n in variants.available() if variants.get(n).applies_to("cpu")]
 
 
 def test_no_fusion_disables_every_fusion_making_pass():
-    options = variants.get("no-fusion").compiler_options("cpu")
+    options = variants.get("no-fusion").compiler_options(backend="cpu")
     assert options == {"xla_disable_hlo_passes": "fusion,dot-library-rewriter"}
     assert "fusion-wrapper" not in options["xla_disable_hlo_passes"].split(",")
     gpu = variants.get("no-fusion")
@@ -93,7 +93,7 @@ def test_gpu_presets_carry_their_options():
 
 def test_gpu_preset_on_cpu_is_refused_with_reason():
     with pytest.raises(ValueError, match="'no-cuda-graphs' applies to gpu only, not to the 'cpu'"):
-        variants.get("no-cuda-graphs").compiler_options("cpu")
+        variants.get("no-cuda-graphs").compiler_options(backend="cpu")
 
 
 def test_compose_unites_passes_and_options():
@@ -118,28 +118,28 @@ def test_unknown_preset_suggests_closest():
 
 def test_env_flags_are_parsed():
     flags = "--xla_dump_to=/x --xla_disable_hlo_passes=fusion,cse --xla_disable_hlo_passes=dce"
-    assert variants.env_disabled_passes(flags) == ("fusion", "cse", "dce")
-    assert variants.env_disabled_passes("") == ()
+    assert variants.env_disabled_passes(xla_flags=flags) == ("fusion", "cse", "dce")
+    assert variants.env_disabled_passes(xla_flags="") == ()
 
 
 def test_env_disabled_passes_are_merged(monkeypatch):
     monkeypatch.setenv("XLA_FLAGS", "--xla_disable_hlo_passes=dot-library-rewriter")
-    options = variants.get("no-fusion").compiler_options("cpu")
+    options = variants.get("no-fusion").compiler_options(backend="cpu")
     assert options["xla_disable_hlo_passes"] == "dot-library-rewriter,fusion"  # merged once
-    assert variants.get("default").compiler_options("cpu") == {
+    assert variants.get("default").compiler_options(backend="cpu") == {
         "xla_disable_hlo_passes": "dot-library-rewriter"
     }
 
 
 def test_pass_discovery_knows_the_cpu_fusion_passes():
-    assert {"fusion", "fusion-wrapper"} <= known_passes("cpu")
-    assert "fusion" in fusion_passes("cpu")
-    assert len(known_passes("cpu")) > 30
+    assert {"fusion", "fusion-wrapper"} <= known_passes(backend="cpu")
+    assert "fusion" in fusion_passes(backend="cpu")
+    assert len(known_passes(backend="cpu")) > 30
 
 
 def test_unknown_pass_is_an_error_naming_backend_and_version(xab):
     with pytest.raises(xlafuse.UnknownPassError) as info:
-        xlafuse.compile(mul_add_relu, {"xla_disable_hlo_passes": "fusoin"}).compile(*xab)
+        xlafuse.compile(mul_add_relu, variant={"xla_disable_hlo_passes": "fusoin"}).compile(*xab)
     message = str(info.value)
     assert "unknown HLO pass 'fusoin' (did you mean 'fusion'?)" in message
     assert "for backend 'cpu'" in message
@@ -152,12 +152,12 @@ def test_unknown_option_key_keeps_xla_message(xab):
     with pytest.raises(
         ValueError, match=r"XLA rejected its options: .*No such compile option: 'xla_bogus'"
     ):
-        xlafuse.compile(mul_add_relu, {"xla_bogus": True}).compile(*xab)
+        xlafuse.compile(mul_add_relu, variant={"xla_bogus": True}).compile(*xab)
 
 
 def test_bad_option_value_keeps_xla_message(xab):
     with pytest.raises(ValueError, match="'maybe' is not a valid bool value"):
-        xlafuse.compile(mul_add_relu, {"xla_cpu_enable_fast_math": "maybe"}).compile(*xab)
+        xlafuse.compile(mul_add_relu, variant={"xla_cpu_enable_fast_math": "maybe"}).compile(*xab)
 
 
 _CHILD = textwrap.dedent(
@@ -165,7 +165,7 @@ _CHILD = textwrap.dedent(
     import json, jax, jax.numpy as jnp, xlafuse
     f = lambda x: jnp.cos(jnp.sin(x) * 2.0) + 1.0
     x = jnp.ones(256)
-    c = xlafuse.compile(f, "default").compile(x)
+    c = xlafuse.compile(f, variant="default").compile(x)
     opts = xlafuse.variants.get("no-fusion").compiler_options()
     print(json.dumps({"options": opts, "real_fusions": c.report.real_fusions,
                       "kernels": c.report.kernels}))
@@ -186,7 +186,7 @@ def test_pass_disabled_in_xla_flags_stays_disabled_in_a_new_process():
 
 def test_process_flag_variant_compiles_in_a_child(xab):
     v = variants.Variant("child-no-fusion", process_flags=("--xla_disable_hlo_passes=fusion",))
-    c = xlafuse.compile(mul_add_relu, v).compile(*xab)
+    c = xlafuse.compile(mul_add_relu, variant=v).compile(*xab)
     assert c.compiled is None
     assert c.report.real_fusions == 0
     assert c.report.kernels > xlafuse.compile(mul_add_relu).compile(*xab).report.kernels

@@ -20,7 +20,7 @@ class XlafuseError(ValueError):
 class HloParseError(XlafuseError):
     """Text that is not well-formed optimized HLO. The message names the line and the reason."""
 
-    def __init__(self, reason: str, line: int | None = None, source: str | None = None):
+    def __init__(self, reason: str, *, line: int | None = None, source: str | None = None):
         where = f"{source}: " if source else ""
         at = f"line {line}: " if line is not None else ""
         super().__init__(f"{where}{at}{reason}")
@@ -49,7 +49,7 @@ def did_you_mean(value: object, accepted: Iterable[object]) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
-def unknown_name(kind: str, value: object, accepted: Iterable[object], where: str = "") -> str:
+def unknown_name(kind: str, value: object, accepted: Iterable[object], *, where: str = "") -> str:
     """The message for a look-up that matched nothing: what, the closest name, what is accepted.
 
     Example: "unknown size 'smal' for workload 'mlp' (did you mean 'small'?); accepted: tiny,

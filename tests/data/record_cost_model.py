@@ -41,11 +41,13 @@ def main() -> None:
     advance = timing.thread_state if work.mode == "train" else timing.same_args
     summary = {}
     for name, options in (("default", {}), ("costmodel", OPTION)):
-        compiled = compile_workload(work, from_options(options, name))
+        compiled = compile_workload(work, from_options(options, name=name))
         text = compiled.hlo_text
         write(args.out / f"{name}.hlo.txt.gz", text)
         compiled(*work.fresh_args())
-        profile = profile_device_time(compiled, work.fresh_args(), args.calls, advance)
+        profile = profile_device_time(
+            compiled, work.fresh_args(), calls=args.calls, advance=advance
+        )
         record_events(compiled, work, 2, advance, args.out / f"{name}.events.json.gz")
         summary[name] = {
             "kernels": compiled.report.kernels,

@@ -22,7 +22,12 @@ def main() -> None:
     parser.add_argument("--process-id", type=int)
     parser.add_argument("--timeout", type=float)
     args = parser.parse_args()
-    layout = runtime.initialize(args.coordinator, args.num_processes, args.process_id, args.timeout)
+    layout = runtime.initialize(
+        coordinator=args.coordinator,
+        num_processes=args.num_processes,
+        process_id=args.process_id,
+        timeout_s=args.timeout,
+    )
     import jax  # after initialize: JAX's backend starts with the processes joined
     import numpy as np
 

@@ -65,7 +65,7 @@ def texts(mode: str, devices: int, parallelism: str) -> tuple[dict, dict, bool]:
     inspected = inspect_target(cell=Cell("mlp", **build), variant="default")
     [(_, lower)] = list(_targets(work, (), {}))
     warm = lower()
-    options = get_variant("default").compiler_options(jax.default_backend())
+    options = get_variant("default").compiler_options(backend=jax.default_backend())
     child = compile_lowered(lower_workload(work), get_variant("default"), options)
     unoptimized = {
         "run": compiled.unoptimized_hlo(),
@@ -81,7 +81,9 @@ def texts(mode: str, devices: int, parallelism: str) -> tuple[dict, dict, bool]:
         "cold start": child.as_text(),
     }
     # inspect keeps the parsed module, not its text: its report must be the run's
-    same_report = inspected.report == analyze_module(parse_hlo(compiled.hlo_text, "workload mlp"))
+    same_report = inspected.report == analyze_module(
+        parse_hlo(compiled.hlo_text, source="workload mlp")
+    )
     return unoptimized, optimized, same_report
 
 

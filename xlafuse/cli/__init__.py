@@ -64,7 +64,7 @@ NO_CACHE_HELP = (
 )
 
 
-def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+def build_parser(*, command: str | None = None) -> argparse.ArgumentParser:
     """The argument parser: with `command`, that subcommand only; else every one registered.
 
     One command's module is imported, not all of them; none imports JAX before it runs, so a
@@ -110,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     # The first word that is not an option names the command (`--debug` takes no value); an
     # unknown word or none: every command is registered, for argparse's list and --help.
     command = next((word for word in argv if not word.startswith("-")), None)
-    parser = build_parser(command)
+    parser = build_parser(command=command)
     args, extra = parser.parse_known_args(argv)
     if extra:  # as argparse says it, from the command's parser: `xlafuse variants: error: ...`
         parser.commands[args.command].error(f"unrecognized arguments: {' '.join(extra)}")
@@ -186,7 +186,7 @@ def _compile_cache(args: argparse.Namespace) -> contextlib.AbstractContextManage
         )
         stack.enter_context(cache.no_persistent_cache())
         return stack
-    stack.enter_context(cache.use_cache(folder))
+    stack.enter_context(cache.use_cache(cache_dir=folder))
     return stack
 
 

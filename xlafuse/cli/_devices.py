@@ -184,7 +184,15 @@ def check_workload(args) -> None:
     _check_devices(devices)
     parallelism = getattr(args, "parallelism", "data")
     dtype = getattr(args, "dtype", None)
-    check_build(args.workload, args.size, args.mode, dtype, devices, parallelism, **overrides(args))
+    check_build(
+        args.workload,
+        size=args.size,
+        mode=args.mode,
+        dtype=dtype,
+        devices=devices,
+        parallelism=parallelism,
+        **overrides(args),
+    )
 
 
 def rerun_if_needed(args) -> int | None:

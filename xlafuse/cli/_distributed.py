@@ -63,7 +63,12 @@ def start(args) -> bool:
     timeout_s = runtime.DEFAULT_TIMEOUT_S if args.timeout is None else args.timeout
     if not timeout_s > 0:
         raise XlafuseError(f"--timeout {timeout_s:g}: need a number of seconds above 0")
-    layout = runtime.initialize(args.coordinator, args.num_processes, args.process_id, timeout_s)
+    layout = runtime.initialize(
+        coordinator=args.coordinator,
+        num_processes=args.num_processes,
+        process_id=args.process_id,
+        timeout_s=timeout_s,
+    )
     args.layout = layout
     if layout.distributed:
         import jax  # joined: its backend may start now

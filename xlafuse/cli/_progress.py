@@ -25,7 +25,7 @@ def silence() -> None:
 
 @contextlib.contextmanager
 def steps(
-    command: str, total: int | None = None, stream: TextIO | None = None, force: bool = False
+    command: str, *, total: int | None = None, stream: TextIO | None = None, force: bool = False
 ) -> Iterator[Callable[[str], None]]:
     """Yield `step(line)`, which shows `[i/total] line`: drawn on a terminal, else one line.
 

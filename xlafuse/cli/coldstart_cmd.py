@@ -40,7 +40,7 @@ def run(args) -> int:
     with _progress.steps("coldstart", total=(1 if warm else 2) if args.no_aot else 3) as step:
         result = coldstart.measure_cold_start(
             cell,
-            args.variant,
+            variant=args.variant,
             cache_dir=args.cache,
             steady_calls=args.calls,
             aot=not args.no_aot,

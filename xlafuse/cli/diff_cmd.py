@@ -44,14 +44,16 @@ def run(args) -> int:
         return _measured(args, variants)
     with _progress.steps("diff", total=2) as step:
         diff = diff_targets(
-            args.a,
-            args.b,
+            a=args.a,
+            b=args.b,
             variants=variants,
             reference=args.reference,
             on_step=step,
             cell=cell_of(args),
         )
-    print(json.dumps(diff.to_dict(), indent=1) if args.json else fit(render_diff(diff, args.top)))
+    print(
+        json.dumps(diff.to_dict(), indent=1) if args.json else fit(render_diff(diff, top=args.top))
+    )
     return 0
 
 
@@ -75,11 +77,11 @@ def _measured(args, variants: tuple[str, ...]) -> int:
     cell = cell_of(args)
     with _progress.steps("diff", total=1) as step:
         step(f"compiling and tracing {cell.label} @ {' and @ '.join(variants)}")
-        measured = measure_workload_diff(cell, variants, args.calls, args.traces)
+        measured = measure_workload_diff(cell, variants, calls=args.calls, trace_dir=args.traces)
     if args.json:
         print(json.dumps(measured.to_dict(), indent=1))
     else:
-        print(fit(render_diff(measured.diff, args.top)))
+        print(fit(render_diff(measured.diff, top=args.top)))
         print()
-        print(fit(render_measured_diff(measured, args.top)))
+        print(fit(render_measured_diff(measured, top=args.top)))
     return 0

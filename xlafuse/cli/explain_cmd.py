@@ -51,8 +51,8 @@ def run(args) -> int:
     total = len(explained_variants(args.variant, args.against))
     with _progress.steps("explain", total=total) as step:
         report = explain_target(
-            args.folder,
-            args.module,
+            folder=args.folder,
+            module=args.module,
             variant=args.variant,
             against=args.against,
             on_step=step,
@@ -65,7 +65,7 @@ def run(args) -> int:
             out["history"] = [s.step.to_dict() for s in report.explanation.history(args.kernel)]
         print(json.dumps(out, indent=1))
     else:
-        print(fit(render_explain(report, args.top, args.kernel)))
+        print(fit(render_explain(report, top=args.top, kernel=args.kernel)))
     return 0
 
 
@@ -85,11 +85,21 @@ def _measured(args) -> int:
     total = len(explained_variants(args.variant, args.against)) + 1
     with _progress.steps("explain", total=total) as step:
         measured = explain_measured(
-            cell_of(args), args.variant, args.against, args.calls, on_step=step
+            cell_of(args),
+            variant=args.variant,
+            against=args.against,
+            calls=args.calls,
+            on_step=step,
         )
     if args.json:
         print(json.dumps(measured.to_dict(), indent=1))
         return 0
     report, basis = measured.report, measured.times.basis
-    print(fit(render_explain(report, args.top, args.kernel, measured.costs, basis)))
+    print(
+        fit(
+            render_explain(
+                report, top=args.top, kernel=args.kernel, costs=measured.costs, basis=basis
+            )
+        )
+    )
     return 0

@@ -63,8 +63,8 @@ def run(args) -> int:
             return status
         with _progress.steps("inspect", total=1) as step:
             result = inspect_target(
-                args.target,
-                args.module,
+                path=args.target,
+                module=args.module,
                 variant=args.variant,
                 on_step=step,
                 cell=cell_of(args),
@@ -91,7 +91,7 @@ def _write_graph(result, dot_path: Path | None, svg_path: Path | None) -> None:
 
     if result.hlo is None:
         raise XlafuseError("--dot/--svg draw one module: pick one with --module NAME")
-    dot_text = to_dot(result.hlo, result.report)
+    dot_text = to_dot(result.hlo, report=result.report)
     if dot_path:
         dot_path.write_text(dot_text)
     if svg_path:

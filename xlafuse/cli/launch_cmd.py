@@ -77,7 +77,7 @@ def _check_counts(processes: int, devices_per_process: int) -> None:
     problem = process_count_problem(processes)
     if problem:
         raise XlafuseError(f"--processes {problem}")
-    problem = device_count_problem(devices_per_process, "cpu")
+    problem = device_count_problem(devices_per_process, backend="cpu")
     if problem:
         raise XlafuseError(f"--devices-per-process {problem}")
     total, limit = processes * devices_per_process, max_host_devices()

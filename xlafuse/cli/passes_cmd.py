@@ -22,7 +22,7 @@ def run(args) -> int:
     from xlafuse.compiler.passes import fusion_passes, known_passes
 
     backend = args.backend or jax.default_backend()
-    names = sorted(known_passes(backend)) if args.all else fusion_passes(backend)
+    names = sorted(known_passes(backend=backend)) if args.all else fusion_passes(backend=backend)
     which = "HLO passes" if args.all else "fusion-related HLO passes"
     print(f"{len(names)} {which} of XLA ({backend}, jax {jax.__version__}):")
     print("\n".join(f"  {n}" for n in names))

@@ -38,5 +38,5 @@ def run(args: argparse.Namespace) -> int:
             "report.html say so",
             file=sys.stderr,
         )
-    print(write_report(args.results, args.out, args.roofline_cell))
+    print(write_report(args.results, out_dir=args.out, roofline_cell=args.roofline_cell))
     return 0

@@ -55,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
     if has_tune_table(args.config):  # a tuning written down: `xlafuse tune CONFIG` runs it
         from xlafuse.cli.tune_cmd import run_config
 
-        return run_config(args.config, args.argv, args)
+        return run_config(args.config, args.argv, args=args)
     import_user_code(args)
     try:
         config = load_config(args.config)

@@ -85,7 +85,7 @@ def run(args) -> int:
     """`xlafuse tune`: exit 0, 2 on bad input, 130 on an interrupt (`_interrupted`)."""
     try:
         if args.workload.endswith(".toml"):
-            return run_config(args.workload, args.argv, args)
+            return run_config(args.workload, args.argv, args=args)
         return _run(args)
     except KeyboardInterrupt:
         _interrupted()
@@ -124,7 +124,7 @@ def _run(args) -> int:
     values = {name: tuple(map(override_value, given)) for name, given in texts.items()}
     knobs = typed_knobs(values, knob_defaults(target), texts=texts)
     spaces = None if args.space is None else [s for s in args.space.split(",") if s.strip()]
-    families = [] if spaces == ["none"] else families_for(jax.default_backend(), spaces)
+    families = [] if spaces == ["none"] else families_for(jax.default_backend(), names=spaces)
     if any(f.name == IMPLEMENTATION for f in families):  # the target's, that run here
         families = restricted(families, target.implementations())
     tune(
@@ -195,7 +195,7 @@ def _interrupted() -> NoReturn:
     os._exit(INTERRUPTED)
 
 
-def run_config(path: str, argv, args=None) -> int:
+def run_config(path: str, argv, *, args=None) -> int:
     """`xlafuse tune CONFIG.toml` and `xlafuse run CONFIG.toml` of a config with a `[tune]`
     table (`xlafuse.experiment.tune.table`): the search it describes, into its output folder
     (`--out` replaces it). Options of the command line that the table also sets are refused.

@@ -58,7 +58,7 @@ def run(args) -> int:
     _check_usage(args)
     if args.rejudge:
         return _rejudge(args)
-    require_tools(args.ncu)
+    require_tools(ncu=args.ncu)
     kwargs = {
         "cache_dir": args.cache,
         "ncu": args.ncu,
@@ -71,13 +71,13 @@ def run(args) -> int:
     if args.config:
         import_user_code(args)
         config = load_config(args.config, backend="gpu")
-        results = validate_config(config, args.only, args.variants, say=say, **kwargs)
+        results = validate_config(config, only=args.only, variants=args.variants, say=say, **kwargs)
     else:
         cell = cell_of(args)
         cells = [(cell, v) for v in args.variants or ["default"]]
         results = validate_cells(cells, say=say, **kwargs)
     if args.out:
-        write_validation(results, args.out, _command())
+        write_validation(results, args.out, command=_command())
     return _print(results, args.json)
 
 
@@ -99,7 +99,7 @@ def _rejudge(args) -> int:
     if args.out:
         measured = payload.get("command") or "(not recorded)"
         command = f"{measured}\n# verdicts judged again from those measurements:\n{_command()}"
-        write_validation(results, args.out, command)
+        write_validation(results, args.out, command=command)
     return _print(results, args.json)
 
 

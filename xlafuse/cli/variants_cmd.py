@@ -71,7 +71,7 @@ def _describe(variant, backend: str) -> dict:
 
     applies = variant.applies_to(backend)
     if applies:
-        options = variant.compiler_options(backend)
+        options = variant.compiler_options(backend=backend)
     else:  # not validated: its passes belong to another backend's XLA
         options = variant.options_for(backend)
         if variant.passes_for(backend):

@@ -66,7 +66,7 @@ ENVIRONMENT_PREFIXES = ("XLA_", "JAX_", "XLAFUSE_", "TF_XLA_", "TPU_", "LIBTPU_"
 _PACKAGE = Path(__file__).resolve().parents[1]  # xlafuse's own folder
 
 
-def default_folder(environ: Mapping[str, str] | None = None) -> Path:
+def default_folder(*, environ: Mapping[str, str] | None = None) -> Path:
     """The cache folder of xlafuse's commands: `$XDG_CACHE_HOME/xlafuse/jax`, or
     `~/.cache/xlafuse/jax` where XDG_CACHE_HOME is unset or empty."""
     environ = os.environ if environ is None else environ
@@ -74,7 +74,7 @@ def default_folder(environ: Mapping[str, str] | None = None) -> Path:
     return Path(root) / "xlafuse" / "jax"
 
 
-def disabled_by_env(environ: Mapping[str, str] | None = None) -> bool:
+def disabled_by_env(*, environ: Mapping[str, str] | None = None) -> bool:
     """Whether `XLAFUSE_NO_CACHE` turns the commands' cache off (any value but empty or 0)."""
     environ = os.environ if environ is None else environ
     return environ.get(NO_CACHE_ENV, "").strip() not in ("", "0")
@@ -147,7 +147,7 @@ def no_persistent_cache() -> Iterator[None]:
         yield
 
 
-def use_cache(cache_dir: str | os.PathLike | None = None) -> contextlib.AbstractContextManager:
+def use_cache(*, cache_dir: str | os.PathLike | None = None) -> contextlib.AbstractContextManager:
     """The persistent cache of xlafuse's commands, for the `with` block (the commands enter it
     around their work; the Python API, where the user asks).
 
@@ -208,12 +208,14 @@ def from_cache(counts: Mapping[str, int]) -> bool:
     return counts[CACHE_HITS] > 0 or counts[BACKEND_COMPILES] == 0
 
 
-def results_folder(environ: Mapping[str, str] | None = None) -> Path:
+def results_folder(*, environ: Mapping[str, str] | None = None) -> Path:
     """Where `inspect --workload` keeps what it compiled: `inspect` beside `default_folder()`."""
-    return default_folder(environ).parent / RESULTS_FOLDER
+    return default_folder(environ=environ).parent / RESULTS_FOLDER
 
 
-def result_key(identity: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> str | None:
+def result_key(
+    identity: Mapping[str, Any], *, environ: Mapping[str, str] | None = None
+) -> str | None:
     """The key of a stored compile: the SHA-256 (hex) of `identity` (what the caller built and
     under which options) and of everything else the program depends on (`program_context`,
     `environment_settings`); None when `identity` is not JSON (then nothing is stored).
@@ -227,7 +229,7 @@ def result_key(identity: Mapping[str, Any], environ: Mapping[str, str] | None = 
         "format": RESULT_FORMAT,
         "identity": identity,
         "context": program_context(),
-        "environment": environment_settings(environ),
+        "environment": environment_settings(environ=environ),
     }
     try:
         text = json.dumps(_plain(whole), sort_keys=True, allow_nan=False)
@@ -293,7 +295,7 @@ def installed_packages() -> str:
     return hashlib.sha256("\n".join(sorted(names)).encode()).hexdigest()
 
 
-def environment_settings(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+def environment_settings(*, environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """The environment variables that can change a compiled program (`ENVIRONMENT_PREFIXES`:
     XLA_FLAGS, JAX's settings, ...), `XLAFUSE_NO_CACHE` left out."""
     environ = os.environ if environ is None else environ

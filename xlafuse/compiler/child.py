@@ -34,6 +34,7 @@ def run_exported(
     arg_leaves: list,
     options: dict[str, Any],
     process_flags: tuple[str, ...],
+    *,
     donate_argnums: tuple[int, ...] = (),
     measure: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
@@ -64,7 +65,9 @@ def run_exported(
             pickle.dump([np.asarray(a) for a in arg_leaves], f)
         request = {"options": options, "donate_argnums": list(donate_argnums), "measure": measure}
         command = [sys.executable, "-m", CHILD_MODULE, str(folder)]
-        result, _ = run_child(command, folder, request, "child process", process_flags)
+        result, _ = run_child(
+            command, folder, request, "child process", process_flags=process_flags
+        )
         result["hlo_text"] = (folder / "optimized.hlo.txt").read_text()
         with open(folder / "outputs.pkl", "rb") as f:
             result["out_leaves"] = pickle.load(f)

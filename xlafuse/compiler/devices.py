@@ -21,7 +21,7 @@ from xlafuse.kinds import Backend
 HOST_DEVICES_FLAG = "--xla_force_host_platform_device_count"
 
 
-def forced_host_devices(xla_flags: str | None = None) -> int | None:
+def forced_host_devices(*, xla_flags: str | None = None) -> int | None:
     """The host device count that XLA_FLAGS (or the given string) forces, or None."""
     flags = os.environ.get("XLA_FLAGS", "") if xla_flags is None else xla_flags
     count = None
@@ -32,16 +32,16 @@ def forced_host_devices(xla_flags: str | None = None) -> int | None:
     return count
 
 
-def with_host_devices(devices: int, xla_flags: str = "") -> str:
+def with_host_devices(devices: int, *, xla_flags: str = "") -> str:
     """XLA_FLAGS with the host device count set to `devices` (an earlier count replaced)."""
     kept = [t for t in shlex.split(xla_flags) if t.partition("=")[0] != HOST_DEVICES_FLAG]
     return " ".join([*kept, f"{HOST_DEVICES_FLAG}={devices}"])
 
 
-def host_devices_env(devices: int, env: Mapping[str, str] | None = None) -> dict[str, str]:
+def host_devices_env(devices: int, *, env: Mapping[str, str] | None = None) -> dict[str, str]:
     """A copy of the environment whose XLA_FLAGS give the CPU backend `devices` devices."""
     out = dict(os.environ if env is None else env)
-    out["XLA_FLAGS"] = with_host_devices(devices, out.get("XLA_FLAGS", ""))
+    out["XLA_FLAGS"] = with_host_devices(devices, xla_flags=out.get("XLA_FLAGS", ""))
     return out
 
 
@@ -55,7 +55,7 @@ def max_host_devices() -> int:
     return max(8, 4 * (os.cpu_count() or 1))
 
 
-def device_count_problem(devices: object, backend: str | None = None) -> str | None:
+def device_count_problem(devices: object, *, backend: str | None = None) -> str | None:
     """What is wrong with asking for `devices` devices of `backend`; None when nothing is.
 
     Accepted: an integer from 1 to `max_host_devices()` on a CPU, or to the number of devices

@@ -251,7 +251,7 @@ def compile_variant(
             "use it in `xlafuse run` and `xlafuse compare`"
         )
     backend = jax.default_backend()
-    options = variant.compiler_options(backend)
+    options = variant.compiler_options(backend=backend)
     if variant.process_flags:
         if "out_shardings" in jit_kwargs or _is_sharded(args):
             raise ValueError(
@@ -342,11 +342,15 @@ def _compile_in_child(fn, args, kwargs, variant, backend, options, jit_kwargs, m
 
     def run(*call_args, **call_kwargs):
         leaves = jax.tree.leaves((call_args, call_kwargs))
-        result = child.run_exported(blob, leaves, options, variant.process_flags, donate)
+        result = child.run_exported(
+            blob, leaves, options, variant.process_flags, donate_argnums=donate
+        )
         return jax.tree.unflatten(exported.out_tree, result["out_leaves"])
 
     leaves = jax.tree.leaves((tuple(args), kwargs))
-    first = child.run_exported(blob, leaves, options, variant.process_flags, donate, request)
+    first = child.run_exported(
+        blob, leaves, options, variant.process_flags, donate_argnums=donate, measure=request
+    )
     outputs = jax.tree.unflatten(exported.out_tree, first["out_leaves"])
     measured = None
     if request is not None:
@@ -388,7 +392,7 @@ def _as_tuple(value) -> tuple:
 class FusedFunction:
     """What `xlafuse.compile` returns: callable like `jax.jit(fn)`, compiled per input signature."""
 
-    def __init__(self, fn: Callable, variant: str | Variant | dict = "default", **jit_kwargs):
+    def __init__(self, fn: Callable, *, variant: str | Variant | dict = "default", **jit_kwargs):
         self.fn = fn
         self.variant = get_variant(variant)
         self.jit_kwargs = jit_kwargs
@@ -422,7 +426,9 @@ class FusedFunction:
         return f"xlafuse.compile({name}, variant={self.variant.name!r})"
 
 
-def compile(fn: Callable, variant: str | Variant | dict = "default", **jit_kwargs) -> FusedFunction:
+def compile(
+    fn: Callable, *, variant: str | Variant | dict = "default", **jit_kwargs
+) -> FusedFunction:
     """Wrap `fn` like `jax.jit`, compiling it under a fusion variant.
 
     Args:
@@ -438,4 +444,4 @@ def compile(fn: Callable, variant: str | Variant | dict = "default", **jit_kwarg
     Raises:
       UnknownNameError: an unknown preset name.
     """
-    return FusedFunction(fn, variant, **jit_kwargs)
+    return FusedFunction(fn, variant=variant, **jit_kwargs)

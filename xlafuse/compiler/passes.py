@@ -110,7 +110,7 @@ def _probe_passes(backend: str) -> frozenset[str]:
 
 
 @functools.cache
-def known_passes(backend: str | None = None) -> frozenset[str]:
+def known_passes(*, backend: str | None = None) -> frozenset[str]:
     """Every HLO pass and pipeline name the running XLA uses for `backend`.
 
     Args:
@@ -143,6 +143,6 @@ def known_passes(backend: str | None = None) -> frozenset[str]:
     return names
 
 
-def fusion_passes(backend: str | None = None) -> list[str]:
+def fusion_passes(*, backend: str | None = None) -> list[str]:
     """The fusion-related subset of `known_passes(backend)`, sorted."""
-    return sorted(p for p in known_passes(backend) if any(m in p for m in _FUSION_MARKERS))
+    return sorted(p for p in known_passes(backend=backend) if any(m in p for m in _FUSION_MARKERS))

@@ -32,7 +32,7 @@ class ChildError(RuntimeError):
     """A child process failed, wrote no result, or ran past its time limit."""
 
 
-def child_env(process_flags: Sequence[str] = ()) -> dict[str, str]:
+def child_env(*, process_flags: Sequence[str] = ()) -> dict[str, str]:
     """This process's environment with `process_flags` appended to XLA_FLAGS.
 
     GPU children must not preallocate memory that the parent may already hold.
@@ -43,7 +43,7 @@ def child_env(process_flags: Sequence[str] = ()) -> dict[str, str]:
     return env
 
 
-def error_line(stderr: str, stdout: str = "") -> str:
+def error_line(stderr: str, *, stdout: str = "") -> str:
     """ncu's own ==ERROR== line, else a traceback's exception line, else the last stderr line."""
     errors = [ln.strip() for ln in f"{stdout}\n{stderr}".splitlines() if ln.startswith("==ERROR==")]
     lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
@@ -56,6 +56,7 @@ def run_child(
     folder: Path,
     request: dict[str, Any],
     what: str,
+    *,
     process_flags: Sequence[str] = (),
     timeout_s: float | None = None,
 ) -> tuple[dict[str, Any], str]:
@@ -79,7 +80,7 @@ def run_child(
     try:
         proc = subprocess.run(
             list(command),
-            env=child_env(process_flags),
+            env=child_env(process_flags=process_flags),
             capture_output=True,
             text=True,
             timeout=timeout_s,
@@ -89,7 +90,7 @@ def run_child(
         raise ChildError(f"{what} ran past {timeout_s:g} s and was stopped") from None
     result_path = folder / RESULT_FILE
     if proc.returncode != 0 or not result_path.exists():
-        line = error_line(proc.stderr, proc.stdout)
+        line = error_line(proc.stderr, stdout=proc.stdout)
         raise ChildError(f"{what} failed (exit {proc.returncode}): {line}")
     return json.loads(result_path.read_text()), proc.stdout
 

@@ -182,7 +182,7 @@ class Split:
 
 
 def split(
-    fn: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any] | None = None
+    fn: Callable[..., Any], args: Sequence[Any], *, kwargs: Mapping[str, Any] | None = None
 ) -> Split:
     """`fn` and its arguments with every non-array leaf static (see the module docstring).
 
@@ -250,7 +250,7 @@ def taking_static_leaves(compile_variant: Callable[..., Any]) -> Callable[..., A
         options = {"jit_kwargs": jit_kwargs, "measure": measure}
         if _jit_static(jit_kwargs or {}):
             return compile_variant(fn, args, kwargs, variant, **options)
-        parts = split(fn, tuple(args), kwargs)
+        parts = split(fn, tuple(args), kwargs=kwargs)
         if not parts.static:
             return compile_variant(fn, args, kwargs, variant, **options)
         compiled = compile_variant(parts.fn, parts.args, parts.kwargs, variant, **options)

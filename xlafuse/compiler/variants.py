@@ -123,7 +123,7 @@ class Variant:
         except importlib.metadata.PackageNotFoundError:
             return None
 
-    def compiler_options(self, backend: str | None = None) -> dict[str, Any]:
+    def compiler_options(self, *, backend: str | None = None) -> dict[str, Any]:
         """The `compiler_options` dict for `Lowered.compile`, validated for `backend`.
 
         Passes disabled in the environment's XLA_FLAGS are merged in (XLA would drop them).
@@ -306,7 +306,7 @@ register(
 )
 
 
-def available(backend: str | None = None) -> list[str]:
+def available(*, backend: str | None = None) -> list[str]:
     """Preset names, all of them or only those that apply to `backend`."""
     return [n for n, v in _PRESETS.items() if backend is None or v.applies_to(backend)]
 
@@ -388,7 +388,7 @@ def implementation_problem(name: Any) -> str | None:
     )
 
 
-def from_options(options: Mapping[str, Any], name: str = "custom") -> Variant:
+def from_options(options: Mapping[str, Any], *, name: str = "custom") -> Variant:
     """A variant from a dict of XLA options, e.g. `{"xla_disable_hlo_passes": "fusion"}`.
 
     The pass list may be a comma-separated string or a list of names.
@@ -445,17 +445,17 @@ def validate_passes(names: Iterable[str], backend: str) -> None:
     names = list(names)
     if not names:
         return
-    known = known_passes(backend)
+    known = known_passes(backend=backend)
     for name in names:
         if name not in known:
             raise UnknownPassError(
                 f"unknown HLO pass {name!r}{did_you_mean(name, known)} for backend {backend!r} with jaxlib "
                 f"{jaxlib.__version__}: XLA would silently ignore it. Fusion passes here: "
-                f"{', '.join(fusion_passes(backend))}"
+                f"{', '.join(fusion_passes(backend=backend))}"
             )
 
 
-def env_disabled_passes(xla_flags: str | None = None) -> tuple[str, ...]:
+def env_disabled_passes(*, xla_flags: str | None = None) -> tuple[str, ...]:
     """Pass names disabled through `--xla_disable_hlo_passes` in XLA_FLAGS (or the given string)."""
     flags = os.environ.get("XLA_FLAGS", "") if xla_flags is None else xla_flags
     passes: list[str] = []

@@ -55,7 +55,7 @@ def process_count_problem(processes: object) -> str | None:
     )
 
 
-def free_port(host: str = "localhost") -> int:
+def free_port(*, host: str = "localhost") -> int:
     """A TCP port nobody listens on now (the kernel's pick; free until someone binds it)."""
     with socket.socket() as sock:
         sock.bind((host, 0))

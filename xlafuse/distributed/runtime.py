@@ -173,6 +173,7 @@ def check_coordinator(address: str, process_id: int, timeout_s: float) -> None:
 
 
 def initialize(
+    *,
     coordinator: str | None = None,
     num_processes: int | None = None,
     process_id: int | None = None,

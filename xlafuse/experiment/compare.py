@@ -135,7 +135,7 @@ class Comparison:
             for r in self.rows
         ]
         right = range(1, len(header))
-        table = text_table(header, lines, right)
+        table = text_table(header, lines, right=right)
         return f"{self.function} on {self.backend}\n" + "\n".join([table, *self._basis_notes()])
 
     def _basis_notes(self) -> list[str]:
@@ -205,9 +205,9 @@ def compare(
 
 def compare_workload(
     workload,
+    *,
     variants: Sequence = ("default", "no-fusion"),
     on_step: Callable | None = None,
-    *,
     cell: Cell | None = None,
 ) -> Comparison:
     """`compare` for an `xlafuse.models.Workload`, on the same program and rule as `xlafuse run`.

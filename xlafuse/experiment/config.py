@@ -110,7 +110,7 @@ TIMING_RANGES = {
 }
 
 
-def load_config(path: str | Path, backend: str | None = None) -> ExperimentConfig:
+def load_config(path: str | Path, *, backend: str | None = None) -> ExperimentConfig:
     """Read and validate a TOML experiment config.
 
     Args:
@@ -159,7 +159,7 @@ def check_config_file(path: str | Path) -> Path:
 
 
 def parse_config(
-    data: Mapping[str, Any], backend: str | None = None, source: Path | None = None
+    data: Mapping[str, Any], *, backend: str | None = None, source: Path | None = None
 ) -> ExperimentConfig:
     """Validate a config already parsed into a dict (as from `tomllib`).
 

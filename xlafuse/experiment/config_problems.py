@@ -55,7 +55,7 @@ def type_name(value: Any) -> str:
     return names.get(type(value), type(value).__name__)
 
 
-def typed_field(problems, where, value, kind, optional=False, default=None):
+def typed_field(problems, where, value, kind, *, optional=False, default=None):
     """`value` if it has type `kind` (ints accepted as floats, bools never as numbers)."""
     if value is None:
         if not optional:

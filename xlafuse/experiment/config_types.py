@@ -94,9 +94,9 @@ class WorkloadConfig:
         """
         if not self.implementations:
             return self.cell.build()
-        entries = {n: user.parse_entry(s, self.base) for n, s in self.implementations.items()}
-        entry = user.parse_entry(self.entry, self.base)
-        workload = user.build_entry(entry, self.overrides, implementations=entries)
+        entries = {n: user.parse_entry(s, base=self.base) for n, s in self.implementations.items()}
+        entry = user.parse_entry(self.entry, base=self.base)
+        workload = user.build_entry(entry, overrides=self.overrides, implementations=entries)
         return workload.with_items(self.items)
 
     @functools.cached_property

@@ -201,7 +201,7 @@ def variant_problem(config: VariantConfig, backend: str) -> str | None:
     if backend != jax.default_backend():
         return None  # pass names can only be checked against the XLA that will run them
     try:
-        options = variant.compiler_options(backend)
+        options = variant.compiler_options(backend=backend)
     except ValueError as err:
         return str(err)
     rejected = xla_rejects(options)

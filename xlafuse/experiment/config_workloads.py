@@ -43,7 +43,7 @@ def parse_imports(problems, value, base) -> list[str]:
         return []
     for i, target in enumerate(value):
         try:
-            user.import_target(target, base)
+            user.import_target(target, base=base)
         except XlafuseError as err:
             problems.add(f"imports[{i}]", str(err))
     return list(value)
@@ -230,7 +230,7 @@ def _found_entry(problems, where, spec, base, overrides) -> tuple[user.Entry | N
     if spec is None:
         return entry, None
     try:
-        entry = user.parse_entry(spec, base)
+        entry = user.parse_entry(spec, base=base)
         user.check_overrides(entry, overrides)
         return entry, user.source_sha256(entry)
     except XlafuseError as err:
@@ -273,7 +273,7 @@ def _parse_implementations(problems, where, value, base) -> dict[str, user.Entry
             continue
         spec = typed_field(problems, at, spec, str)
         try:
-            entry = user.parse_entry(spec, base) if spec is not None else None
+            entry = user.parse_entry(spec, base=base) if spec is not None else None
             if entry is not None:
                 user.load_function(entry)
                 found[name] = entry
@@ -286,7 +286,7 @@ def _traced_implementations(problems, where, entry, overrides, found) -> bool:
     """Whether the entry's implementations trace with its arguments to its program's outputs
     (`user.build_entry`: FUNCTION called, nothing compiled); the problem added where not."""
     try:
-        user.build_entry(entry, overrides, implementations=found)
+        user.build_entry(entry, overrides=overrides, implementations=found)
     except XlafuseError as err:
         problems.add(f"{where}.implementations", str(err).splitlines()[0])
         return False
@@ -340,7 +340,7 @@ def _check_entry_name(problems, where, name, function) -> None:
 
 def _check_mesh(problems, where, name, devices, parallelism, backend) -> None:
     """The device count and the parallelism (each when it has a value of its type)."""
-    problem = device_count_problem(devices, backend) if devices is not None else None
+    problem = device_count_problem(devices, backend=backend) if devices is not None else None
     if problem:
         problems.add(f"{where}.devices", problem)
     check_choice(problems, f"{where}.parallelism", parallelism, PARALLELISMS, "parallelism")
@@ -355,7 +355,7 @@ def _check_mesh(problems, where, name, devices, parallelism, backend) -> None:
 def _check_workload(problems, where, name, size, mode, dtype, overrides, backend) -> None:
     """The registry's problems with the workload and its override values, GPU-only options."""
     before = len(problems.items)
-    found = registry.problems(name, size, mode, dtype, overrides)
+    found = registry.problems(name, size=size, mode=mode, dtype=dtype, overrides=overrides)
     for field, message in found:
         problems.add(f"{where}.{field}", message)
     if found and found[0][0] == "name":
@@ -368,7 +368,9 @@ def _check_workload(problems, where, name, size, mode, dtype, overrides, backend
     if len(problems.items) != before or backend != jax.default_backend():
         return
     # Builders may ask the running backend (cudnn needs a GPU): only build where it runs.
-    for field, message in registry.problems(name, size, mode, dtype, overrides, build=True):
+    for field, message in registry.problems(
+        name, size=size, mode=mode, dtype=dtype, overrides=overrides, build=True
+    ):
         problems.add(f"{where}.{field}", message)
 
 

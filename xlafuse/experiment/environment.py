@@ -94,7 +94,7 @@ def cell_settings(settings: Mapping[str, Any], variant: VariantConfig) -> dict[s
     return {**settings, "variant": variant_settings(variant)}
 
 
-def environment(config_hash: str | None = None) -> dict[str, Any]:
+def environment(*, config_hash: str | None = None) -> dict[str, Any]:
     """Versions, host CPU, device, XLA_FLAGS, git commit and config hash, in every record."""
     device = jax.devices()[0]
     env = {
@@ -120,7 +120,7 @@ def environment(config_hash: str | None = None) -> dict[str, Any]:
     return env
 
 
-def host_cpu(cpuinfo: str | Path = "/proc/cpuinfo") -> str | None:
+def host_cpu(*, cpuinfo: str | Path = "/proc/cpuinfo") -> str | None:
     """The host processor's model name (Linux's `/proc/cpuinfo`; elsewhere what `platform`
     says, which may be only the architecture), or None when nothing says."""
     try:
@@ -157,7 +157,7 @@ def _driver(device: Any) -> str | None:
 COMMIT_ENV = "XLAFUSE_GIT_COMMIT"
 
 
-def git_commit(folder: str | Path | None = None) -> str | None:
+def git_commit(*, folder: str | Path | None = None) -> str | None:
     """HEAD's commit of the checkout holding xlafuse (or `folder`), `-dirty` when tracked files differ
     from it; None if not a git checkout. `XLAFUSE_GIT_COMMIT` names the commit instead, for a copy of
     a checkout made without its `.git` (as on a machine the tree is copied to)."""

@@ -55,6 +55,7 @@ class MeasuredExplain:
 
 def explain_measured(
     cell: Cell,
+    *,
     variant: str = "default",
     against: str | None = "no-fusion",
     calls: int = 10,
@@ -83,5 +84,5 @@ def explain_measured(
     with tempfile.TemporaryDirectory(prefix="xlafuse-explain-") as folder:
         times = trace_kernel_times(compiled, work, calls, Path(folder))
     kernels = analyze_hlo(report.optimized_text).kernel_details
-    costs = boundary_costs(report.explanation.boundaries, times, kernels)
+    costs = boundary_costs(report.explanation.boundaries, times, kernels=kernels)
     return MeasuredExplain(report, times, costs)

@@ -57,7 +57,7 @@ def compile_part(compiled: Any) -> parts.CompileRecord:
 
 
 def fusion_part(
-    report: Any, missed_fusions: Any = None, *, hlo_text: str | None = None
+    report: Any, *, missed_fusions: Any = None, hlo_text: str | None = None
 ) -> parts.FusionRecord:
     """The FusionReport's counts and modeled bytes (and the default program's missed fusions);
     given the program's `hlo_text` (a cell whose trace keeps no kernel table), also every
@@ -104,7 +104,7 @@ def timing_part(measured: Timing) -> parts.TimingRecord:
 
 
 def processes_part(
-    measured: Timing, lead: str, device_times: list[float | None] | None = None
+    measured: Timing, lead: str, *, device_times: list[float | None] | None = None
 ) -> parts.ProcessesRecord:
     """Each process's own figures (`Timing.per_process`, under `jax.distributed`): the one the
     cell leads with per process, the slowest and fastest and their spread, host seconds per
@@ -185,7 +185,7 @@ def comm_part(data: dict[str, Any] | None) -> parts.CommRecord:
 
 def cold_start_part(workload: Any, variant: Any) -> parts.ColdStartRecord:
     """Cold/warm-cache compile and AOT load of this cell, measured in fresh processes."""
-    return parts.ColdStartRecord.of(measure_cold_start(workload, variant.resolve()))
+    return parts.ColdStartRecord.of(measure_cold_start(workload, variant=variant.resolve()))
 
 
 def with_rates(record: CellResult, backend: str) -> CellResult:

@@ -103,7 +103,7 @@ class Measurement:
             check_resumable(path, shared, sources=sources)
         for record in self.records:
             records_lib.append_result(path, record)
-        return write_report(path, folder)
+        return write_report(path, out_dir=folder)
 
     def __str__(self) -> str:
         if not self.records:
@@ -112,7 +112,7 @@ class Measurement:
         label = cell_label(first)
         reference = first if first.ok else None
         lines = [f"{label} on {first.backend} ({first.device_kind})"]
-        lines += [cell_line(r, None if r is first else reference) for r in self.records]
+        lines += [cell_line(r, reference=None if r is first else reference) for r in self.records]
         return "\n".join([*lines, "", *cell_tables(self.records)])
 
 

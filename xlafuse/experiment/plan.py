@@ -72,7 +72,7 @@ class Scope:
         (`Cell.cell_id`, its processes appended under `jax.distributed`)."""
         processes = self.layout.label if self.layout.distributed else None
         return RunCell(
-            w=w, variant=variant, id=w.cell.cell_id(variant.name, self.backend, processes)
+            w=w, variant=variant, id=w.cell.cell_id(variant.name, self.backend, processes=processes)
         )
 
 
@@ -212,7 +212,12 @@ def _plan(scope: Scope, results_path: Path) -> tuple[Plan, int]:
     config = scope.config
     sources = {w.name: (w.entry, w.source_sha256) for w in config.workloads}
     _check_source_files(results_path, config)
-    check_resumable(results_path, scope.settings, run_environment.by_name(config.variants), sources)
+    check_resumable(
+        results_path,
+        scope.settings,
+        variants=run_environment.by_name(config.variants),
+        sources=sources,
+    )
     done = records.finished_cells(results_path)
     return [(w, _todo(scope, w, done)) for w in config.workloads], len(done)
 
@@ -249,7 +254,7 @@ def source_files(w: WorkloadConfig) -> dict[str, str]:
         return {}
     try:
         if w.entry:
-            files = user.entry_sources(user.parse_entry(w.entry, w.base))
+            files = user.entry_sources(user.parse_entry(w.entry, base=w.base))
         else:
             files = registry.source_files(w.name)
     except XlafuseError:

@@ -29,7 +29,7 @@ class Reporter:
       stream: where to print; stdout when None.
     """
 
-    def __init__(self, enabled: bool, total: int, stream: TextIO | None = None):
+    def __init__(self, enabled: bool, total: int, *, stream: TextIO | None = None):
         self._stream = stream if stream is not None else sys.stdout
         self._enabled = enabled and total > 1 and is_terminal(self._stream)
         self._total = total

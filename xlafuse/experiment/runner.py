@@ -176,7 +176,7 @@ def _run_taken(scope, taken, *, progress: bool, stream: TextIO | None) -> None:
     `run_experiment`'s caller), says where a torn last line went, then runs the plan."""
     for line in taken.skipped:
         warnings.warn(line, records.SkippedLineWarning, stacklevel=3)
-    with Reporter(progress, taken.todo, stream) as reporter:
+    with Reporter(progress, taken.todo, stream=stream) as reporter:
         if taken.torn is not None:
             reporter.say(
                 f"a torn last line of {taken.results_path} was moved aside to {taken.torn}"
@@ -219,7 +219,7 @@ def _run_plan(scope: Scope, taken: Taken, reporter: Reporter) -> None:
 def _following(scope: Scope, results_path: Path) -> _Run:
     """The run of a process other than 0: it writes no record, so it measures no ceilings,
     and it says nothing."""
-    env = run_environment.environment(scope.config.config_hash())
+    env = run_environment.environment(config_hash=scope.config.config_hash())
     return _Run(scope=scope, results_path=results_path, env=env, ceilings=None, say=_quiet)
 
 
@@ -235,7 +235,7 @@ def _start(scope: Scope, taken: Taken, say: Callable[[str], None]) -> _Run:
     ceilings = None
     if config.measure.calibrate:
         ceilings = _ceilings(results_path, scope.backend, say, scope.ceilings)
-    env = run_environment.environment(config.config_hash())
+    env = run_environment.environment(config_hash=config.config_hash())
     return _Run(scope=scope, results_path=results_path, env=env, ceilings=ceilings, say=say)
 
 
@@ -244,7 +244,7 @@ def _ceilings(results_path: Path, backend: str, say, given=None) -> parts.Ceilin
     one `given`, else a new one (`xlafuse.measurement.calibrate`)."""
     earlier = records.parse_file(results_path)[0] if results_path.exists() else []
     kept = next((r.ceilings for r in earlier if r.ceilings.copy_bytes_per_s), None)
-    ceilings = kept or given or fields_lib.ceilings_part(calibrate(backend))
+    ceilings = kept or given or fields_lib.ceilings_part(calibrate(backend=backend))
     flops = ceilings.matmul_flops_per_s
     say(
         f"ceilings{' (reused from the results file)' if kept else ''}: "
@@ -452,7 +452,7 @@ def _measure(
         "trace": parts.TraceRecord.from_flat(kernels),
         "fusion": fields_lib.fusion_part(
             compiled.report,
-            _missed(variant, workload, compiled),
+            missed_fusions=_missed(variant, workload, compiled),
             hlo_text=None if "kernel_times" in kernels else compiled.hlo_text,
         ),
         "interpreted": workload.interpreted,
@@ -554,7 +554,7 @@ def _per_process(run: _Run, timed, comparison, request, profile) -> parts.Proces
         own = profile.time_s if profile is not None and profile.time_s else float("nan")
         gathered = lockstep.current().gather([own])[:, 0]
         device_times = [None if t != t else float(t) for t in gathered]
-    return fields_lib.processes_part(timed, lead, device_times)
+    return fields_lib.processes_part(timed, lead, device_times=device_times)
 
 
 def _missed_fusions(workload, compiled) -> dict[str, Any]:
@@ -573,7 +573,9 @@ def _profile(compiled, workload, request: MeasureRequest, advance):
     if not request.profile_calls:
         return None
     args, calls = workload.fresh_args(), request.profile_calls
-    return profile_device_time(compiled, args, calls, advance, request.trace_dir)
+    return profile_device_time(
+        compiled, args, calls=calls, advance=advance, log_dir=request.trace_dir
+    )
 
 
 def _new_trace_dir(run: _Run, cell_id: str) -> Path | None:
@@ -582,7 +584,7 @@ def _new_trace_dir(run: _Run, cell_id: str) -> Path | None:
         return None
     process = run.layout.index if run.layout.distributed else None
     folder = run.results_path.parent
-    return cell_kernels.new_trace_dir(folder, cell_id, measure.keep_traces, process)
+    return cell_kernels.new_trace_dir(folder, cell_id, measure.keep_traces, process=process)
 
 
 def _kernel_fields(run: _Run, compiled, workload, trace_dir, reference, variant: str):
@@ -679,7 +681,7 @@ def _finish(run: _Run, record: CellResult, reference: CellResult | None, advance
     if run.layout.writer:
         watch.doing(f"writing the record of {record.cell_id}")
         append_result(run.results_path, record)
-        run.say(cell_line(record, reference))
+        run.say(cell_line(record, reference=reference))
         advance()
         interrupts.check()  # a Ctrl-C that Python swallowed stops the run here
     return record
@@ -691,7 +693,7 @@ def _write_report(results_path: Path, say: Callable[[str], None]) -> None:
     if not results_path.exists() or not results_path.stat().st_size:
         return
     watch.doing(f"writing the report into {results_path.parent}")
-    say(f"report: {write_report(results_path, results_path.parent)}")
+    say(f"report: {write_report(results_path, out_dir=results_path.parent)}")
 
 
 def _report_after_failure(results_path: Path, say) -> None:

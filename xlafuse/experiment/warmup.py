@@ -115,7 +115,7 @@ def warmup(
 
 
 def warmup_config(
-    config: Any, cache_dir: str | os.PathLike, on_step: Callable[[str], None] | None = None
+    config: Any, cache_dir: str | os.PathLike, *, on_step: Callable[[str], None] | None = None
 ) -> WarmupSummary:
     """Pre-compile every cell (workload x variant) of an experiment config into `cache_dir`.
 
@@ -201,7 +201,7 @@ def _targets(fn_or_workloads, args, jit_kwargs):
 def _compile(lower: Callable[[str | None], Any], variant) -> float:
     """Lower afresh, by the implementation the variant names (`impl=NAME`; None: the program's
     own), and compile (the cache stores it); returns the compile seconds."""
-    options = variant.compiler_options(jax.default_backend())
+    options = variant.compiler_options(backend=jax.default_backend())
     lowered = lower(variant.implementation)
     start = time.perf_counter()
     compile_lowered(lowered, variant, options)

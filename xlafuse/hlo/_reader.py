@@ -121,7 +121,7 @@ _INT64_MAX = (1 << 63) - 1
 _INT64_DIGITS = 18  # a number of at most this many digits fits in int64
 
 
-def scan(reader: Reader, pos: int, body: list[Instruction] | None = None) -> int:
+def scan(reader: Reader, pos: int, *, body: list[Instruction] | None = None) -> int:
     """Reads from pos what is in the one-line forms XLA prints, as far as they go.
 
     Args:
@@ -149,7 +149,11 @@ def _scan_computations(reader: Reader, pos: int) -> int:
     for name, is_entry, instructions, index, checked in read:
         if not checked:
             reader._check_operands(name, instructions, index)
-        reader.computations.append(_new_computation(name, instructions, is_entry, None, index))
+        reader.computations.append(
+            _new_computation(
+                name, instructions, is_entry=is_entry, execution_thread=None, index=index
+            )
+        )
     return pos
 
 
@@ -231,8 +235,10 @@ class Reader:
             return self.line_no
         return self.s.count("\n", 0, pos) + 1
 
-    def error(self, reason: str, pos: int | None = None) -> HloParseError:
-        return HloParseError(reason, self.line_of(self.pos if pos is None else pos), self.source)
+    def error(self, reason: str, *, pos: int | None = None) -> HloParseError:
+        return HloParseError(
+            reason, line=self.line_of(self.pos if pos is None else pos), source=self.source
+        )
 
     def run(self) -> HloModule:
         try:
@@ -272,11 +278,11 @@ class Reader:
                 comp, pos = self._computation(pos)
                 computations.append(comp)
         if not computations:
-            raise self.error("no computation (truncated or not a whole module?)", n)
+            raise self.error("no computation (truncated or not a whole module?)", pos=n)
         if not any(c.is_entry for c in computations):  # as XLA: the last one is the entry
             last = computations[-1]
             computations[-1] = _new_computation(
-                last.name, last.instructions, True, last.execution_thread
+                last.name, last.instructions, is_entry=True, execution_thread=last.execution_thread
             )
         return _new_module(name, _unique_names(computations), self.source, header, self.s)
 
@@ -284,7 +290,7 @@ class Reader:
         s = self.s
         pos = self.ws(0)
         if pos >= self.n:
-            raise self.error("empty text: expected an 'HloModule name, ...' header", 0)
+            raise self.error("empty text: expected an 'HloModule name, ...' header", pos=0)
         self.pos = pos
         fast = _FAST_MODULE(s, pos)
         if fast:  # `HloModule name, key=value, ...` on one line, as XLA prints it
@@ -328,7 +334,7 @@ class Reader:
     def _table_error(self, table: str, number: str, pos: int, row: int) -> HloParseError:
         """The error for a number out of int64's range in row `row` of the table at pos."""
         at = next(islice(_TABLE_ROW_AT(self.s, pos), row, None)).start()
-        return self.error(f"{_digits(number)} in the {table} table does not fit in int64", at)
+        return self.error(f"{_digits(number)} in the {table} table does not fit in int64", pos=at)
 
     def _frame_source(self, frame: int) -> tuple[str | None, int | None]:
         cached = self.frame_cache.get(frame)
@@ -362,10 +368,12 @@ class Reader:
             pos = self.ws(pos)
         if not s.startswith("{", pos):
             if s.startswith("=", pos) or s.startswith("=", self.ws(pos)):
-                raise self.error(f"instruction outside a computation: {self._clip(start)}", start)
+                raise self.error(
+                    f"instruction outside a computation: {self._clip(start)}", pos=start
+                )
             raise self.error(
                 f"expected a computation header 'name (...) -> shape {{': {self._clip(start)}",
-                start,
+                pos=start,
             )
         comp, pos = self._body(pos + 1, name, is_entry, start)
         return self._thread(comp, pos)
@@ -377,7 +385,9 @@ class Reader:
         attrs, pos = self._attributes(pos, keep=True)
         if attrs:
             thread = attrs.get("execution_thread", "").strip('"') or None
-            comp = _new_computation(comp.name, comp.instructions, comp.is_entry, thread)
+            comp = _new_computation(
+                comp.name, comp.instructions, is_entry=comp.is_entry, execution_thread=thread
+            )
         return comp, pos
 
     def _body(self, pos: int, name: str, is_entry: bool, start: int) -> tuple[Computation, int]:
@@ -387,7 +397,7 @@ class Reader:
         instrs = self.instrs
         pos = _ws(s, pos).end()
         while True:
-            pos = self._general_line(scan(self, pos, instrs), name, start)
+            pos = self._general_line(scan(self, pos, body=instrs), name, start)
             if s.startswith("}", pos):
                 break
         self.instrs = outer
@@ -398,7 +408,9 @@ class Reader:
         instructions = tuple(instrs)
         index = _index_of(instructions)
         self._check_operands(name, instructions, index)
-        return _new_computation(name, instructions, is_entry, None, index)
+        return _new_computation(
+            name, instructions, is_entry=is_entry, execution_thread=None, index=index
+        )
 
     def _fast_shape(self, m: re.Match) -> Shape | None:
         """The shape of a `_FAST` line not yet in the cache, then kept under its text; None where
@@ -443,7 +455,7 @@ class Reader:
             last = f", last instruction at line {self.instrs[-1].line}" if self.instrs else ""
             raise self.error(
                 f"truncated: computation {name!r} (opened at line {opened}{last}) is not closed",
-                pos,
+                pos=pos,
             )
         if s[pos] == "}":
             return pos
@@ -495,7 +507,7 @@ class Reader:
                 reason = f"{key}={_digits(value)} in metadata does not fit in int64"
                 if line is None:
                     raise self.error(reason)
-                raise HloParseError(reason, line, self.source)
+                raise HloParseError(reason, line=line, source=self.source)
             if key == "source_line":
                 source_line = number
             elif source_file is None:
@@ -543,7 +555,7 @@ class Reader:
         pos = self.ws(op.end())
         while not s.startswith(")", pos):
             if pos >= self.n:
-                raise self.error(f"unbalanced parentheses in operands of {owner!r}", pos)
+                raise self.error(f"unbalanced parentheses in operands of {owner!r}", pos=pos)
             name, index, pos = self._operand(pos, owner)
             operands.append(name)
             indices.append(index)
@@ -584,7 +596,7 @@ class Reader:
             raise self.error(
                 f"tuple index #{_digits(m.group(2))} in the operands of {owner!r} does not fit in "
                 "int64",
-                m.start(2),
+                pos=m.start(2),
             )
         return m.group(1), index, m.end()
 
@@ -604,14 +616,14 @@ class Reader:
             p = self.ws(p + 1)
             m = _KEY.match(s, p)
             if not m:
-                raise self.error(f"expected attribute=value, got {self._clip(p)}", p)
+                raise self.error(f"expected attribute=value, got {self._clip(p)}", pos=p)
             start = self.ws(m.end())
             if s.startswith("{", start) and _NESTED_HEAD.match(s, self.ws(start + 1)):
                 attrs[m.group(1)], pos = self._nested_computation(start)
                 continue
             pos = self._value(start)
             if pos == start:
-                raise self.error(f"attribute {m.group(1)!r} without a value", p)
+                raise self.error(f"attribute {m.group(1)!r} without a value", pos=p)
             if keep:
                 attrs[m.group(1)] = s[start:pos]
 
@@ -627,7 +639,7 @@ class Reader:
             elif c == '"':
                 m = _STRING(s, pos)
                 if not m:
-                    raise self.error("unterminated string", pos)
+                    raise self.error("unterminated string", pos=pos)
                 pos = m.end()
             else:
                 m = _BARE.match(s, pos)
@@ -672,7 +684,9 @@ class Reader:
             elif c == "/*":
                 end = self._comment_end(end)
             tok = _GROUP_TOK(s, end)
-        raise self.error(f"unbalanced brackets (an unclosed {s[pos]!r}): {self._clip(pos)}", pos)
+        raise self.error(
+            f"unbalanced brackets (an unclosed {s[pos]!r}): {self._clip(pos)}", pos=pos
+        )
 
     def _string_end(self, start: int) -> int:
         """Position after the string opened at start; start + 1 where it never ends."""
@@ -707,10 +721,10 @@ class Reader:
             shape, pos = self._shape(self.ws(pos + 2))
             pos = self.ws(pos)
             if not s.startswith(")", pos):
-                raise self.error(f"malformed buffer type b(...): {self._clip(pos)}", pos)
+                raise self.error(f"malformed buffer type b(...): {self._clip(pos)}", pos=pos)
             return shape, pos + 1
         if not s.startswith("(", pos):
-            raise self.error(f"expected a shape like f32[8,128]: {self._clip(pos)}", pos)
+            raise self.error(f"expected a shape like f32[8,128]: {self._clip(pos)}", pos=pos)
         elements: list[Shape] = []
         pos = self.ws(pos + 1)
         while not s.startswith(")", pos):
@@ -720,14 +734,14 @@ class Reader:
             if s.startswith(",", pos):
                 pos = self.ws(pos + 1)
             elif not s.startswith(")", pos):
-                raise self.error(f"malformed tuple shape: {self._clip(pos)}", pos)
+                raise self.error(f"malformed tuple shape: {self._clip(pos)}", pos=pos)
         return _new_shape(None, (), tuple(elements), None, ()), pos + 1
 
     def _array(self, m: re.Match, pos: int) -> Shape:
         dtype, dims_text, layout, spaced_layout = m.groups()
         layout = layout or spaced_layout
         if dtype not in DTYPE_BITS:
-            raise self.error(f"unknown element type {dtype!r} in shape {m.group(0)!r}", pos)
+            raise self.error(f"unknown element type {dtype!r} in shape {m.group(0)!r}", pos=pos)
         if _STATIC_DIMS.fullmatch(dims_text):
             sizes = dims_text.split(",") if dims_text else []
             dynamic = (False,) * len(sizes)
@@ -741,7 +755,7 @@ class Reader:
                 if dim == "?":
                     digits = "-1"
                 elif not digits.isdecimal():
-                    raise self.error(f"bad dimension {dim!r} in shape {_clip(m.group(0))}", pos)
+                    raise self.error(f"bad dimension {dim!r} in shape {_clip(m.group(0))}", pos=pos)
                 sizes.append(digits)
                 dynamic.append(dim != digits)
         return _new_shape(dtype, self._dims(sizes, m.group(0), pos), (), layout, tuple(dynamic))
@@ -755,13 +769,14 @@ class Reader:
             dim = -1 if size == "-1" else _int64(size)
             if dim is None:
                 raise self.error(
-                    f"dimension {_digits(size)} in shape {_clip(shape)} does not fit in int64", pos
+                    f"dimension {_digits(size)} in shape {_clip(shape)} does not fit in int64",
+                    pos=pos,
                 )
             if dim >= 0:
                 product *= dim
                 if product > _INT64_MAX:
                     raise self.error(
-                        f"shape {_clip(shape)} has more elements than int64 holds", pos
+                        f"shape {_clip(shape)} has more elements than int64 holds", pos=pos
                     )
             dims.append(dim)
         return tuple(dims)
@@ -776,8 +791,8 @@ class Reader:
                 if instr.name in seen:
                     raise HloParseError(
                         f"instruction %{instr.name} defined twice in computation {name!r}",
-                        instr.line,
-                        self.source,
+                        line=instr.line,
+                        source=self.source,
                     )
                 seen.add(instr.name)
         # each operand looked up in C, in the dict itself (a mappingproxy costs 1.7x more; a set
@@ -789,8 +804,8 @@ class Reader:
                 if operand not in index:
                     raise HloParseError(
                         f"unknown operand %{operand} of %{instr.name} in computation {name!r}",
-                        instr.line,
-                        self.source,
+                        line=instr.line,
+                        source=self.source,
                     )
 
     def _clip(self, pos: int, width: int = 80) -> str:
@@ -868,7 +883,11 @@ def _unique_names(computations: list[Computation]) -> tuple[Computation, ...]:
             _renamed(i, renamed) if renamed[i.name] != i.name or _any_renamed(i, renamed) else i
             for i in comp.instructions
         )
-        out.append(_new_computation(comp.name, instrs, comp.is_entry, comp.execution_thread))
+        out.append(
+            _new_computation(
+                comp.name, instrs, is_entry=comp.is_entry, execution_thread=comp.execution_thread
+            )
+        )
     return tuple(out)
 
 

@@ -175,6 +175,7 @@ class FusionDiff:
 def diff_modules(
     a: HloModule,
     b: HloModule,
+    *,
     labels: tuple[str, str] = ("A", "B"),
     reference: HloModule | None = None,
     texts: tuple[str | None, str | None, str | None] = (None, None, None),
@@ -194,8 +195,8 @@ def diff_modules(
     ref_text, a_text, b_text = texts
     if reference is None:
         reference, ref_text = a, a_text
-    lineage_a = trace_module(reference, a, ref_text, a_text)
-    lineage_b = trace_module(reference, b, ref_text, b_text)
+    lineage_a = trace_module(reference, a, reference_text=ref_text, optimized_text=a_text)
+    lineage_b = trace_module(reference, b, reference_text=ref_text, optimized_text=b_text)
     ra, rb = analyze_module(a), analyze_module(b)
     per_call = ra.modeled_bytes_per_call is not None and rb.modeled_bytes_per_call is not None
     bytes_a, bytes_b = _kernel_bytes(ra, per_call), _kernel_bytes(rb, per_call)
@@ -229,9 +230,9 @@ def _kernel_bytes(report: FusionReport, per_call: bool) -> dict[str, int]:
 
 def _direct_links(a, b, a_text, b_text) -> list[tuple[str, str]]:
     """(A kernel, B kernel) pairs holding one of A's own instructions (B traced to A)."""
-    own = trace_module(a, a, a_text, a_text).by_name
+    own = trace_module(a, a, reference_text=a_text, optimized_text=a_text).by_name
     links = []
-    for t in trace_module(a, b, a_text, b_text).traces:
+    for t in trace_module(a, b, reference_text=a_text, optimized_text=b_text).traces:
         home = own.get(t.instruction)
         if t.kernel is not None and home is not None and home.kernel is not None:
             links.append((home.kernel, t.kernel))

@@ -64,14 +64,14 @@ def read_text_file(path: str | Path, what: str, expected: str) -> str:
     nul = data.find(b"\x00")
     if nul >= 0:
         raise HloParseError(
-            f"binary file (NUL byte), not {what}", data.count(b"\n", 0, nul) + 1, source
+            f"binary file (NUL byte), not {what}", line=data.count(b"\n", 0, nul) + 1, source=source
         )
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         line = data.count(b"\n", 0, exc.start) + 1
         raise HloParseError(
-            f"not UTF-8 text ({exc.reason} at byte {exc.start})", line, source
+            f"not UTF-8 text ({exc.reason} at byte {exc.start})", line=line, source=source
         ) from None
 
 

@@ -170,6 +170,7 @@ class Explanation:
 def explain_module(
     unoptimized: HloModule,
     optimized: HloModule,
+    *,
     dump: PriorityDump | None = None,
     unoptimized_text: str | None = None,
     optimized_text: str | None = None,
@@ -186,7 +187,9 @@ def explain_module(
     Returns:
         The Explanation.
     """
-    lineage = trace_module(unoptimized, optimized, unoptimized_text, optimized_text)
+    lineage = trace_module(
+        unoptimized, optimized, reference_text=unoptimized_text, optimized_text=optimized_text
+    )
     steps = resolve_steps(unoptimized, unoptimized_text, dump) if dump else ()
     boundaries, unjudged = _boundaries(unoptimized, lineage)
     boundaries = _per_call(boundaries, optimized)
@@ -317,9 +320,16 @@ def resolve_steps(
     holds: dict[str, frozenset[str]] = {}
     known: set[str] = set()
     if dump.hlo_before_fusion:
-        before = parse_hlo(dump.hlo_before_fusion, f"{dump.source} (hlo_module_before_fusion)")
+        before = parse_hlo(
+            dump.hlo_before_fusion, source=f"{dump.source} (hlo_module_before_fusion)"
+        )
         known = {i.name for c in before.computations for i in c.instructions}
-        lineage = trace_module(unoptimized, before, unoptimized_text, dump.hlo_before_fusion)
+        lineage = trace_module(
+            unoptimized,
+            before,
+            reference_text=unoptimized_text,
+            optimized_text=dump.hlo_before_fusion,
+        )
         groups: dict[str, set[str]] = defaultdict(set)
         for t in lineage.traces:
             for holder in t.holders:

@@ -149,7 +149,7 @@ _NOTHING = FlopCount(0, 0)
 
 
 def instruction_flops(
-    instr: Instruction, computation: Computation, module: HloModule | None = None
+    instr: Instruction, computation: Computation, *, module: HloModule | None = None
 ) -> FlopCount | None:
     """FLOPs of one instruction, by the table of the module docstring.
 
@@ -221,7 +221,7 @@ def module_flops(module: HloModule, kernels: Iterable) -> ModuleFlops:
     flops = matmul = unknown = unknown_runs = 0
     for kernel in kernels:
         comp = module.computation(kernel.computation)
-        count = instruction_flops(comp.by_name[kernel.name], comp, module)
+        count = instruction_flops(comp.by_name[kernel.name], comp, module=module)
         times = runs.get(comp.name)
         if times is None:
             unknown_runs += 1

@@ -253,7 +253,9 @@ def _kernels(module: HloModule) -> list[KernelInfo]:
                     kernels.append(_fusion_kernel(module, comp, instr, estimated))
     except RecursionError:
         line = instr.line if instr else None
-        raise HloParseError("fusions nested too deeply to walk", line, module.source) from None
+        raise HloParseError(
+            "fusions nested too deeply to walk", line=line, source=module.source
+        ) from None
     return kernels
 
 
@@ -277,7 +279,7 @@ def analyze_hlo(text_or_path: str | Path) -> FusionReport:
         HloParseError: malformed text, a binary file, or a path that does not exist.
     """
     text, source = read_hlo(text_or_path)
-    return analyze_module(parse_hlo(text, source))
+    return analyze_module(parse_hlo(text, source=source))
 
 
 def executed_computations(module: HloModule) -> list[Computation]:
@@ -461,8 +463,8 @@ def _fused_instructions(
             raise HloParseError(
                 f"fusion %{instr.name} calls computation {comp.name!r} inside itself "
                 f"({' -> '.join((*calling, comp.name))}): a cycle, which XLA rejects",
-                instr.line,
-                module.source,
+                line=instr.line,
+                source=module.source,
             )
         instructions = comp.instructions
         if "fusion" not in map(_opcode_of, instructions):  # most: no nested fusion, in C

@@ -366,6 +366,7 @@ class Computation:
 def _new_computation(
     name: str,
     instructions: tuple[Instruction, ...],
+    *,
     is_entry: bool = False,
     execution_thread: str | None = None,
     index: dict[str, Instruction] | None = None,

@@ -15,7 +15,7 @@ from xlafuse.hlo._reader import Reader
 from xlafuse.hlo.ir import HloModule
 
 
-def parse_hlo(text: str, source: str | None = None) -> HloModule:
+def parse_hlo(text: str, *, source: str | None = None) -> HloModule:
     """Parses HLO text into an `HloModule`.
 
     Leaves the process's GC as it was; an application that reads many modules may read them
@@ -34,11 +34,13 @@ def parse_hlo(text: str, source: str | None = None) -> HloModule:
             names the line and the reason.
     """
     if not isinstance(text, str):
-        raise HloParseError(f"expected HLO text (str), got {type(text).__name__}", 1, source)
+        raise HloParseError(
+            f"expected HLO text (str), got {type(text).__name__}", line=1, source=source
+        )
     nul = text.find("\x00")
     if nul >= 0:
         line = text.count("\n", 0, nul) + 1
-        raise HloParseError("binary data (NUL byte), not HLO text", line, source)
+        raise HloParseError("binary data (NUL byte), not HLO text", line=line, source=source)
     return Reader(text, source).run()
 
 

@@ -82,7 +82,7 @@ class PriorityDump:
         return tuple(s for s in self.steps if s.kind == kind)
 
 
-def find_priority_dump(folder: str | Path, module: str | None = None) -> Path:
+def find_priority_dump(folder: str | Path, *, module: str | None = None) -> Path:
     """The `*.priority_fusion_dump.txt` of a dump folder.
 
     Args:
@@ -131,10 +131,10 @@ def read_priority_dump(path: str | Path) -> PriorityDump:
     if path_kind(path) == NOTHING:
         raise FileNotFoundError(f"no such priority-fusion dump: {str(path)!r}")
     text = read_text_file(path, "a priority-fusion dump", f"expected a *{DUMP_SUFFIX} file")
-    return parse_priority_dump(text, str(path))
+    return parse_priority_dump(text, source=str(path))
 
 
-def parse_priority_dump(text: str, source: str = "<text>") -> PriorityDump:
+def parse_priority_dump(text: str, *, source: str = "<text>") -> PriorityDump:
     """Parses the text protobuf of a priority-fusion dump.
 
     Raises:

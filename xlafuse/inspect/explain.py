@@ -12,6 +12,7 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from xlafuse.errors import FOLDER, REGULAR_FILE, XlafuseError, check_path_kind
 from xlafuse.hlo.diff import FusionDiff, diff_modules
@@ -29,6 +30,10 @@ from xlafuse.hlo.priority_dump import (
 from xlafuse.inspect.targets import ACCEPTED, load_module
 from xlafuse.kinds import Backend
 from xlafuse.models.names import Cell
+
+if TYPE_CHECKING:
+    from xlafuse.hlo.ir import HloModule
+    from xlafuse.models.workload import Workload
 
 
 @dataclass(frozen=True)
@@ -76,8 +81,9 @@ class ExplainReport:
 def compile_for_explain(
     cell: Cell,
     variants: tuple[str, ...],
+    *,
     on_step: Callable[[str], None] | None = None,
-    workload=None,
+    workload: Workload | None = None,
     estimates: bool = False,
 ) -> CompiledHlo:
     """Lowers a cell's workload once and compiles it under each variant (dumping on the GPU).
@@ -122,7 +128,11 @@ def _compile_with_reasons(work, variant, backend: str, estimates: bool = False):
     if backend != Backend.GPU or variant.process_flags:
         return compile_workload(work, variant).hlo_text, None
     with tempfile.TemporaryDirectory(prefix="xlafuse-explain-") as folder:
-        options = {**variant.compiler_options(backend), **DUMP_OPTIONS, "xla_dump_to": folder}
+        options = {
+            **variant.compiler_options(backend=backend),
+            **DUMP_OPTIONS,
+            "xla_dump_to": folder,
+        }
         if estimates:
             options[COST_MODEL_OPTION] = True
         text = compile_lowered(lower_workload(work), variant, options).as_text()
@@ -130,14 +140,27 @@ def _compile_with_reasons(work, variant, backend: str, estimates: bool = False):
         return text, read_priority_dump(found[-1]) if found else None
 
 
+def _explained(hlo: CompiledHlo, unoptimized: HloModule, variant: str) -> Explanation:
+    """The explanation of `variant`'s optimized module against the unoptimized one."""
+    text = hlo.optimized[variant]
+    return explain_module(
+        unoptimized,
+        parse_hlo(text, source=f"{hlo.label} ({variant})"),
+        dump=hlo.dumps.get(variant),
+        unoptimized_text=hlo.unoptimized,
+        optimized_text=text,
+    )
+
+
 def explain_target(
+    *,
     folder: str | Path | None = None,
     module: str | None = None,
     cell: Cell | None = None,
     variant: str = "default",
     against: str | None = "no-fusion",
     on_step: Callable[[str], None] | None = None,
-    workload=None,
+    workload: Workload | None = None,
     estimates: bool = False,
 ) -> ExplainReport:
     """Explains a dump folder's module, or a cell's workload under `variant` (compared with
@@ -157,17 +180,12 @@ def explain_target(
     if folder is not None:
         return _explain_folder(Path(folder), module)
     variants = explained_variants(variant, against)
-    hlo = compile_for_explain(cell, variants, on_step, workload, estimates)
-    unopt = parse_hlo(hlo.unoptimized, f"{hlo.label} (unoptimized)")
-
-    def explain(v: str) -> Explanation:
-        text = hlo.optimized[v]
-        return explain_module(
-            unopt, parse_hlo(text, f"{hlo.label} ({v})"), hlo.dumps.get(v), hlo.unoptimized, text
-        )
-
-    main = explain(variant)
-    other = explain(variants[1]) if len(variants) == 2 else None
+    hlo = compile_for_explain(
+        cell, variants, on_step=on_step, workload=workload, estimates=estimates
+    )
+    unopt = parse_hlo(hlo.unoptimized, source=f"{hlo.label} (unoptimized)")
+    main = _explained(hlo, unopt, variant)
+    other = _explained(hlo, unopt, variants[1]) if len(variants) == 2 else None
     removed = removed_boundaries(main, other) if other else ()
     return ExplainReport(
         hlo.label,
@@ -197,7 +215,7 @@ def _explain_folder(folder: Path, module: str | None) -> ExplainReport:
             f"no such folder: {str(folder)!r} (expected an --xla_dump_to folder)"
         )
     try:
-        dump_path = find_priority_dump(folder, module)
+        dump_path = find_priority_dump(folder, module=module)
     except ValueError as err:
         raise XlafuseError(str(err)) from None
     prefix = dump_path.name[: -len(DUMP_SUFFIX)]
@@ -211,11 +229,11 @@ def _explain_folder(folder: Path, module: str | None) -> ExplainReport:
         )
     u_text, o_text = read_hlo(before)[0], read_hlo(after[0])[0]
     explanation = explain_module(
-        parse_hlo(u_text, str(before)),
-        parse_hlo(o_text, str(after[0])),
-        read_priority_dump(dump_path),
-        u_text,
-        o_text,
+        parse_hlo(u_text, source=str(before)),
+        parse_hlo(o_text, source=str(after[0])),
+        dump=read_priority_dump(dump_path),
+        unoptimized_text=u_text,
+        optimized_text=o_text,
     )
     return ExplainReport(f"{folder} (module {prefix})", "gpu", None, explanation)
 
@@ -233,7 +251,7 @@ def reference_beside(path: str | Path) -> Path | None:
     return found if found.is_file() else None
 
 
-def missed_fusions(unoptimized_text: str, optimized_text: str, top: int = 5) -> dict:
+def missed_fusions(unoptimized_text: str, optimized_text: str, *, top: int = 5) -> dict:
     """A small JSON-able summary of one compiled cell's largest kernel boundaries.
 
     Meant to be recorded per result cell (default variant) and rendered by
@@ -250,11 +268,11 @@ def missed_fusions(unoptimized_text: str, optimized_text: str, top: int = 5) -> 
         producer_kernel, producer_source, consumer, consumer_kernel, consumer_source, readers}]}.
     """
     e = explain_module(
-        parse_hlo(unoptimized_text, "unoptimized"),
-        parse_hlo(optimized_text, "optimized"),
-        None,
-        unoptimized_text,
-        optimized_text,
+        parse_hlo(unoptimized_text, source="unoptimized"),
+        parse_hlo(optimized_text, source="optimized"),
+        dump=None,
+        unoptimized_text=unoptimized_text,
+        optimized_text=optimized_text,
     )
     rows = [
         {
@@ -307,6 +325,7 @@ def _two(variants) -> tuple[str, str]:
 
 
 def diff_targets(
+    *,
     a: str | Path | None = None,
     b: str | Path | None = None,
     cell: Cell | None = None,
@@ -336,13 +355,13 @@ def diff_targets(
     if cell is not None:
         if a is not None or b is not None or reference is not None:
             raise XlafuseError("give two HLO files, or --workload with --variants, not both")
-        hlo = compile_for_explain(cell, _two(variants), on_step)
+        hlo = compile_for_explain(cell, _two(variants), on_step=on_step)
         texts = (hlo.unoptimized, *(hlo.optimized[v] for v in _two(variants)))
-        ref, module_a, module_b = (parse_hlo(t, hlo.label) for t in texts)
-        return diff_modules(module_a, module_b, _two(variants), ref, texts)
+        ref, module_a, module_b = (parse_hlo(t, source=hlo.label) for t in texts)
+        return diff_modules(module_a, module_b, labels=_two(variants), reference=ref, texts=texts)
     _check_files(a, b)
     reference = reference if reference is not None else reference_beside(a)
     ref, module_a, module_b = (load_module(p) if p else None for p in (reference, a, b))
     texts = tuple(read_hlo(Path(p))[0] if p else None for p in (reference, a, b))
     labels = (Path(a).name, Path(b).name)
-    return diff_modules(module_a, module_b, labels, ref, texts)
+    return diff_modules(module_a, module_b, labels=labels, reference=ref, texts=texts)

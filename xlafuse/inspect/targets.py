@@ -51,6 +51,7 @@ ACCEPTED = (
 
 
 def inspect_target(
+    *,
     path: str | Path | None = None,
     module: str | None = None,
     cell: Cell | None = None,
@@ -114,11 +115,11 @@ def load_module(path: str | Path) -> HloModule:
     try:
         text, source = read_hlo(path)
     except HloParseError as err:
-        raise HloParseError(f"{err.reason}; {ACCEPTED}", err.line, err.source) from None
+        raise HloParseError(f"{err.reason}; {ACCEPTED}", line=err.line, source=err.source) from None
     try:
-        return parse_hlo(text, source)
+        return parse_hlo(text, source=source)
     except HloParseError as err:
-        raise HloParseError(f"{err.reason}; {HLO_TEXT}", err.line, err.source) from err
+        raise HloParseError(f"{err.reason}; {HLO_TEXT}", line=err.line, source=err.source) from err
 
 
 def _inspect_file(path: Path, kind: str, target: str | None = None) -> InspectResult:
@@ -214,7 +215,7 @@ def _inspect_workload(cell: Cell, variant, on_step=None, on_compiled=None) -> In
     if on_step is not None:
         on_step(f"compiling {cell.label} @ {chosen.name}")
     compiled = compile_workload(work, chosen)
-    hlo = parse_hlo(compiled.hlo_text, f"workload {cell.name}")
+    hlo = parse_hlo(compiled.hlo_text, source=f"workload {cell.name}")
     report = analyze_module(hlo)
     if report.backend is None:
         report = _with_backend(report, compiled.backend)
@@ -270,7 +271,7 @@ def inspect_stored(
         text, _ = read_hlo(hlo_path)
         if hashlib.sha256(text.encode()).hexdigest() != hlo_sha256:
             return None
-        hlo = parse_hlo(text, f"workload {name}")
+        hlo = parse_hlo(text, source=f"workload {name}")
         leaves = tuple(StaticLeaf(x["path"], x["name"]) for x in fields["static_leaves"])
         report = analyze_module(hlo)
         if report.backend is None:

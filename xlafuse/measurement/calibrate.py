@@ -91,7 +91,7 @@ def _bursts(fn, args, calls: int, repeats: int) -> tuple[float, float, float]:
 
 
 def copy_bandwidth(
-    array_bytes: int, calls: int = CALLS_PER_BURST, repeats: int = 7
+    array_bytes: int, *, calls: int = CALLS_PER_BURST, repeats: int = 7
 ) -> tuple[float, str, tuple[float, float]]:
     """Bytes per second (read + write) of a jitted `x + 1` on a float32 array of `array_bytes`.
 
@@ -158,7 +158,7 @@ def copy_array_bytes(backend: str, cache_bytes: int | None) -> int:
     return least
 
 
-def matmul_throughput(size: int, dtype: Any, repeats: int = 5) -> float:
+def matmul_throughput(size: int, dtype: Any, *, repeats: int = 5) -> float:
     """FLOP/s of a jitted `size x size` matmul (2 * size**3 FLOPs)."""
     key_a, key_b = jax.random.split(jax.random.key(0))
     a = jax.random.normal(key_a, (size, size), dtype)
@@ -168,6 +168,7 @@ def matmul_throughput(size: int, dtype: Any, repeats: int = 5) -> float:
 
 
 def calibrate(
+    *,
     backend: str | None = None,
     copy_bytes: int | None = None,
     matmul: bool = True,
@@ -191,7 +192,9 @@ def calibrate(
     size = (matmul_size or MATMUL_SIZE.get(backend, MATMUL_SIZE["cpu"])) if matmul else 0
     dtype = jnp.bfloat16 if backend == Backend.GPU else jnp.float32
     calls, bursts = COPY_BURSTS.get(backend, COPY_BURSTS["cpu"])
-    copy_bytes_per_s, copy_basis, copy_range = copy_bandwidth(copy_bytes, calls, bursts)
+    copy_bytes_per_s, copy_basis, copy_range = copy_bandwidth(
+        copy_bytes, calls=calls, repeats=bursts
+    )
     return Ceilings(
         copy_bytes_per_s=copy_bytes_per_s,
         matmul_flops_per_s=matmul_throughput(size, dtype) if matmul else None,

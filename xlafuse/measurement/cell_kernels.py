@@ -60,7 +60,7 @@ def trace_folder_name(cell: str) -> str:
     return re.sub(r"[^A-Za-z0-9.=+-]+", "_", cell).strip("_")
 
 
-def new_trace_dir(results_dir: Path, cell: str, keep: bool, process: int | None = None) -> Path:
+def new_trace_dir(results_dir: Path, cell: str, keep: bool, *, process: int | None = None) -> Path:
     """An empty folder for a cell's trace: `results_dir/traces/<cell>/` when kept (an earlier
     trace of the cell is removed), else a temporary folder (the caller removes it). Under
     `jax.distributed` each process keeps its own: `traces/<cell>/process-<process>/`."""
@@ -114,8 +114,7 @@ def kernel_fields(
     basis, events = trace_events(path)
     if not events:
         return fields, None
-    ceilings = ceilings_bytes_flops if basis == GPU_BASIS else (None, None)
-    times = join_trace(compiled.report, events, calls, basis, *ceilings)
+    times = _joined(compiled.report, events, calls, basis, ceilings_bytes_flops)
     producers = producer_names(compiled.hlo_text, compiled.report.kernel_details)
     fields["kernel_times"] = times.summary(producers=producers)
     decisions = None
@@ -126,12 +125,31 @@ def kernel_fields(
     return fields, Baseline(times, compiled.hlo_text, own)
 
 
+def _joined(
+    report: Any,
+    events: list,
+    calls: int,
+    basis: str,
+    ceilings_bytes_flops: tuple[float | None, float | None],
+) -> KernelTimes:
+    """The traced events joined to the report's kernels, at the ceilings on a GPU's basis only."""
+    copy, matmul = ceilings_bytes_flops if basis == GPU_BASIS else (None, None)
+    return join_trace(
+        report,
+        events,
+        calls,
+        basis=basis,
+        copy_ceiling_bytes_per_s=copy,
+        matmul_ceiling_flops_per_s=matmul,
+    )
+
+
 def _cost_model(twin, times: KernelTimes, decisions) -> dict[str, Any]:
     """{"cost_model": each kernel's prediction against its measured time (a failed twin: its
     error), with the reference's decisions scored}; {} with neither."""
     cost = twin
     if isinstance(twin, Twin):
-        join = join_costs(twin.report.kernel_details, times, twin.runs)
+        join = join_costs(twin.report.kernel_details, times, runs=twin.runs)
         record = cost_model_record(join, times, estimates=twin.estimates)
         cost = {**record, "same_kernels": twin.same_kernels}
     if decisions is not None:
@@ -146,9 +164,10 @@ def _diff(baseline: Baseline, compiled, workload, times: KernelTimes, labels):
         unoptimized = compiled.unoptimized_hlo() or unoptimized_hlo(workload)
         texts = (unoptimized, baseline.hlo_text, compiled.hlo_text)
         ref, a, b = (
-            parse_hlo(t, name) for t, name in zip(texts, ("unoptimized", *labels), strict=True)
+            parse_hlo(t, source=name)
+            for t, name in zip(texts, ("unoptimized", *labels), strict=True)
         )
-        diff = diff_modules(a, b, labels, ref, texts)
+        diff = diff_modules(a, b, labels=labels, reference=ref, texts=texts)
         timed = timed_groups(diff, baseline.times, times)
         record = kernel_diff_record(diff, baseline.times, times, timed=timed)
     except Exception as err:

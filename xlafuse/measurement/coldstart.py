@@ -225,6 +225,7 @@ def _for_child(cell: Cell) -> Cell:
 
 def run_start(
     workload: Any,
+    *,
     variant: Any = "default",
     cache_dir: str | os.PathLike | None = None,
     steady_calls: int = DEFAULT_STEADY_CALLS,
@@ -263,6 +264,7 @@ def run_aot_load(
     workload: Any,
     variant: Any,
     exported_path: str | os.PathLike,
+    *,
     outputs_to: str | os.PathLike | None = None,
 ) -> float:
     """Start a fresh process that loads an export, compiles it and makes the first call.
@@ -287,6 +289,7 @@ def run_aot_load(
 
 def measure_cold_start(
     workload: Any,
+    *,
     variant: Any = "default",
     cache_dir: str | os.PathLike | None = None,
     steady_calls: int = DEFAULT_STEADY_CALLS,
@@ -350,14 +353,22 @@ def _run_children(
         cold = None
         if cache_entry_count(folder) == 0:
             step("cold start: new process, empty cache (import, build, compile, calls)")
-            cold = run_start(workload, variant, folder, steady_calls, export_to=exported)
+            cold = run_start(
+                workload,
+                variant=variant,
+                cache_dir=folder,
+                steady_calls=steady_calls,
+                export_to=exported,
+            )
         step("warm start: new process, filled cache")
-        warm = run_start(workload, variant, folder, steady_calls)
+        warm = run_start(workload, variant=variant, cache_dir=folder, steady_calls=steady_calls)
         first = cold or warm
         aot_load_s = None
         if aot and cold is None:  # the warm child did not export: a child without a cache does
             step("export: new process, no cache")
-            exporting = run_start(workload, variant, None, 1, exported)
+            exporting = run_start(
+                workload, variant=variant, cache_dir=None, steady_calls=1, export_to=exported
+            )
             first = dataclasses.replace(first, aot_export_s=exporting.aot_export_s)
         if aot:
             step("AOT load: new process, deserialize + compile + first call")
@@ -435,4 +446,4 @@ def _run_child(request: dict[str, Any]) -> dict[str, Any]:
             devices > 1 and jax.default_backend() == Backend.CPU
         ):  # N host devices, as `run` has them
             flags.append(f"{HOST_DEVICES_FLAG}={devices}")
-        return run_child(command, Path(tmp), request, what, flags)[0]
+        return run_child(command, Path(tmp), request, what, process_flags=flags)[0]

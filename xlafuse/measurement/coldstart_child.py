@@ -35,7 +35,7 @@ from xlafuse.kinds import Mode
 from xlafuse.measurement.coldstart import build_workload
 
 
-def per_call_seconds(compiled, args, calls: int, on_first=None, train=False) -> list[float]:
+def per_call_seconds(compiled, args, calls: int, *, on_first=None, train=False) -> list[float]:
     """Seconds of each of `calls` synchronized calls of `compiled(*args)`.
 
     Args:
@@ -80,7 +80,7 @@ def _phase_jit(request: dict[str, Any], import_s: float) -> dict[str, Any]:
     # the implementation the variant names (`impl=NAME`), as the runner compiles the cell
     workload = build_workload(request["workload"]).with_implementation(variant.implementation)
     build_s = time.perf_counter() - start
-    options = variant.compiler_options(jax.default_backend())
+    options = variant.compiler_options(backend=jax.default_backend())
     args = workload.args  # this process calls it alone: no copies (they would compile)
     aot_export_s = _export(workload, request["export_to"])
     # The runner's lowering (`lower_workload`: donated, sharded alike), so a warm-up serves both.
@@ -136,7 +136,7 @@ def _export(workload, path: str | None) -> float | None:
 def _phase_aot(request: dict[str, Any], import_s: float) -> dict[str, Any]:
     workload = build_workload(request["workload"])
     leaves = jax.tree.leaves(workload.args)
-    options = Variant.from_dict(request["variant"]).compiler_options(jax.default_backend())
+    options = Variant.from_dict(request["variant"]).compiler_options(backend=jax.default_backend())
     blob = Path(request["exported_path"]).read_bytes()
     start = time.perf_counter()
     exported = jax.export.deserialize(bytearray(blob))

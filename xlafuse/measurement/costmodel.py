@@ -138,6 +138,7 @@ class CostModelJoin:
 def join_costs(
     kernels: Sequence[KernelInfo],
     times: KernelTimes,
+    *,
     runs: Mapping[str, int | None] | None = None,
 ) -> CostModelJoin:
     """Pairs each kernel's prediction with its measured time, by kernel name.
@@ -255,7 +256,7 @@ def accuracy(pairs: Sequence[KernelCost]) -> Accuracy:
     )
 
 
-def worst(pairs: Sequence[KernelCost], top: int = TOP) -> list[KernelCost]:
+def worst(pairs: Sequence[KernelCost], *, top: int = TOP) -> list[KernelCost]:
     """The largest mispredictions: the most seconds per call between predicted and measured."""
     return sorted(pairs, key=lambda p: (-abs(p.predicted_s - p.measured_s), p.name))[:top]
 
@@ -280,6 +281,7 @@ def by_model(
 def cost_model_record(
     join: CostModelJoin,
     times: KernelTimes,
+    *,
     top: int = TOP,
     estimates: Mapping[str, Sequence[Estimate]] | None = None,
 ) -> dict[str, Any]:
@@ -300,7 +302,7 @@ def cost_model_record(
         "models": models,
         "uncovered": join.reasons(),
         "uncovered_top": [list(u) for u in join.uncovered[:top]],
-        "worst": [p.to_dict() for p in worst(join.pairs, top)],
+        "worst": [p.to_dict() for p in worst(join.pairs, top=top)],
         "pairs": [p.to_row() for p in join.pairs],
         "by_model": {
             model: dataclasses.asdict(accuracy(rows))
@@ -338,7 +340,7 @@ class BoundaryCost:
 
 
 def boundary_costs(
-    boundaries: Sequence[Any], times: KernelTimes, kernels: Sequence[KernelInfo] = ()
+    boundaries: Sequence[Any], times: KernelTimes, *, kernels: Sequence[KernelInfo] = ()
 ) -> tuple[BoundaryCost, ...]:
     """Each boundary's two kernels measured (`times`) and, from `kernels` (the explained
     program's, compiled with the option), XLA's estimate of them; in the boundaries' order."""
@@ -358,7 +360,7 @@ def pairs_of_rows(rows: Sequence[Sequence[Any]]) -> list[KernelCost]:
     return [KernelCost(str(n), str(k), str(m), float(p), float(t)) for n, k, m, p, t in rows]
 
 
-def accuracy_by(pairs: Sequence[KernelCost], field: str = "kind") -> dict[str, Accuracy]:
+def accuracy_by(pairs: Sequence[KernelCost], *, field: str = "kind") -> dict[str, Accuracy]:
     """`accuracy` of all the pairs ("all") and of each kernel kind's (or of each value of
     another KernelCost `field`, e.g. "model"), the most kernels first."""
     kinds: dict[str, list[KernelCost]] = {}

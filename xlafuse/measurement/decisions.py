@@ -91,6 +91,7 @@ def fusion_decisions(
     steps: Sequence[ResolvedStep],
     kernel_of: Mapping[str, str | None],
     groups: Sequence[TimedGroup],
+    *,
     sources: Mapping[str, str] | None = None,
 ) -> tuple[Decision, ...]:
     """Every `fusion` step of the dump with its predicted gain and its group's measured gain.
@@ -145,7 +146,7 @@ def _measured(decision: Decision, group: TimedGroup | None) -> Decision:
     )
 
 
-def decisions_record(decisions: Sequence[Decision], top: int = TOP) -> dict[str, Any]:
+def decisions_record(decisions: Sequence[Decision], *, top: int = TOP) -> dict[str, Any]:
     """How often the predicted gain's sign agrees with the measured one, and the decisions
     where it does not: predicted a gain, measured a loss (the candidates to un-fuse), and the
     reverse; each list the largest measured difference first."""
@@ -197,5 +198,5 @@ def decisions_of_diff(
         for i in c.instructions
         if i.source_file
     }
-    record = decisions_record(fusion_decisions(steps, kernel_of, timed, sources))
+    record = decisions_record(fusion_decisions(steps, kernel_of, timed, sources=sources))
     return {"a": diff.label_a, "b": diff.label_b, **record}

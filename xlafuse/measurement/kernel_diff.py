@@ -61,7 +61,7 @@ class TimedGroup:
         """B's time - A's time: what A's grouping saves per call (negative: A is slower)."""
         return self.time_b_s - self.time_a_s
 
-    def to_dict(self, names: int | None = None) -> dict[str, Any]:
+    def to_dict(self, *, names: int | None = None) -> dict[str, Any]:
         """JSON-able form (`names`: keep at most this many kernel names per side)."""
         g = self.group
         return {
@@ -87,6 +87,7 @@ def time_groups(
     diff: FusionDiff,
     times_a: Mapping[str, float],
     times_b: Mapping[str, float],
+    *,
     samples_a: Mapping[str, Sequence[float]] | None = None,
     samples_b: Mapping[str, Sequence[float]] | None = None,
 ) -> tuple[TimedGroup, ...]:
@@ -135,8 +136,8 @@ def timed_groups(diff: FusionDiff, times_a: KernelTimes, times_b: KernelTimes):
         diff,
         times_a.times_by_kernel(),
         times_b.times_by_kernel(),
-        times_a.samples_by_kernel(),
-        times_b.samples_by_kernel(),
+        samples_a=times_a.samples_by_kernel(),
+        samples_b=times_b.samples_by_kernel(),
     )
 
 
@@ -144,6 +145,7 @@ def kernel_diff_record(
     diff: FusionDiff,
     times_a: KernelTimes,
     times_b: KernelTimes,
+    *,
     top: int = TOP,
     timed: Sequence[TimedGroup] | None = None,
 ) -> dict[str, Any]:
@@ -170,12 +172,12 @@ def kernel_diff_record(
             "b": diff.lineage_b.lost_by_opcode(),
         },
         "unlinked_dots": list(diff.unlinked_dots),
-        "top": [t.to_dict(NAMES_KEPT) for t in timed[:top]],
-        **changes(timed, top),
+        "top": [t.to_dict(names=NAMES_KEPT) for t in timed[:top]],
+        **changes(timed, top=top),
     }
 
 
-def changes(timed: Sequence[TimedGroup], top: int = TOP) -> dict[str, Any]:
+def changes(timed: Sequence[TimedGroup], *, top: int = TOP) -> dict[str, Any]:
     """Where B gains (`gains`: groups B runs faster, the largest gain first) and loses
     (`losses`), and the sums of the groups' differences by verdict (`changed_s`: "faster",
     "slower", "same"; they add up to the groups' total B - A); {} without intervals."""
@@ -186,8 +188,8 @@ def changes(timed: Sequence[TimedGroup], top: int = TOP) -> dict[str, Any]:
     gains = sorted(by[Verdict.FASTER], key=lambda t: t.change.delta_s)
     losses = sorted(by[Verdict.SLOWER], key=lambda t: -t.change.delta_s)
     return {
-        "gains": [t.to_dict(NAMES_KEPT) for t in gains[:top]],
-        "losses": [t.to_dict(NAMES_KEPT) for t in losses[:top]],
+        "gains": [t.to_dict(names=NAMES_KEPT) for t in gains[:top]],
+        "losses": [t.to_dict(names=NAMES_KEPT) for t in losses[:top]],
         "changed_s": {v: sum(t.change.delta_s for t in by[v]) for v in VERDICTS},
         "changed_groups": {v: len(by[v]) for v in VERDICTS},
     }
@@ -227,6 +229,7 @@ class MeasuredDiff:
 def measure_workload_diff(
     cell: Cell,
     variants: tuple[str, str],
+    *,
     calls: int = 10,
     trace_dir: str | Path | None = None,
 ) -> MeasuredDiff:
@@ -260,19 +263,19 @@ def measure_workload_diff(
         texts.append(compiled.hlo_text)
         traces[variant.name] = str(folder) if trace_dir is not None else None
     label = f"workload {cell.name} ({work.size}, {work.mode})"
-    ref, a, b = (parse_hlo(t, label) for t in texts)
-    diff = diff_modules(a, b, tuple(variants), ref, tuple(texts))
+    ref, a, b = (parse_hlo(t, source=label) for t in texts)
+    diff = diff_modules(a, b, labels=tuple(variants), reference=ref, texts=tuple(texts))
     timed = time_groups(
         diff,
         times[0].times_by_kernel(),
         times[1].times_by_kernel(),
-        times[0].samples_by_kernel(),
-        times[1].samples_by_kernel(),
+        samples_a=times[0].samples_by_kernel(),
+        samples_b=times[1].samples_by_kernel(),
     )
     return MeasuredDiff(diff, times[0], times[1], timed, traces)
 
 
-def trace_kernel_times(compiled, work, calls: int, folder: Path, ceiling=None) -> KernelTimes:
+def trace_kernel_times(compiled, work, calls: int, folder: Path, *, ceiling=None) -> KernelTimes:
     """Trace `calls` calls of a compiled workload into `folder` and join the kernels.
 
     Raises:
@@ -284,4 +287,4 @@ def trace_kernel_times(compiled, work, calls: int, folder: Path, ceiling=None) -
     basis, events = trace_events(path) if path is not None else ("", [])
     if not events:
         raise XlafuseError(f"the trace in {folder} holds no kernel or thunk event")
-    return join_trace(compiled.report, events, calls, basis, ceiling)
+    return join_trace(compiled.report, events, calls, basis=basis, copy_ceiling_bytes_per_s=ceiling)

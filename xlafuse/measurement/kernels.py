@@ -186,7 +186,7 @@ class KernelTimes:
         return {k.name: k.per_call_s or zeros for k in self.kernels}
 
     def summary(
-        self, top: int = TOP, *, producers: Mapping[str, Sequence[str]] | None = None
+        self, *, top: int = TOP, producers: Mapping[str, Sequence[str]] | None = None
     ) -> dict[str, Any]:
         """The compact record of a cell (`CellResult.trace.kernel_times`): totals and the top
         kernels; given each kernel's producers (kernel name -> the names of the kernels whose
@@ -286,6 +286,7 @@ def join_trace(
     report: Any,
     events: Sequence[Event | tuple],
     calls: int,
+    *,
     basis: str = GPU_BASIS,
     copy_ceiling_bytes_per_s: float | None = None,
     matmul_ceiling_flops_per_s: float | None = None,
@@ -412,7 +413,7 @@ def _join_names(modeled, launched, index) -> tuple[dict[int, int], dict[int, str
         how.update(dict.fromkeys(known.values(), BY_OP))
     else:
         owner, how = {}, {}
-        for i, js, match in join_kernels(modeled, [_Launch(n) for n in names], known):
+        for i, js, match in join_kernels(modeled, [_Launch(n) for n in names], known=known):
             if i is None:
                 continue
             how[i] = match

@@ -47,7 +47,7 @@ DETAIL_METRICS = {
 }
 
 
-def ncu_flags(detail: bool = False) -> tuple[str, ...]:
+def ncu_flags(*, detail: bool = False) -> tuple[str, ...]:
     """ncu's flags: the metrics (`METRICS`, plus `DETAIL_METRICS` with `detail`), CSV output,
     profiling only between cuProfilerStart/Stop, and the clocks left as they run (the profiler's
     device time, which ncu's durations are compared with, is measured at those clocks too)."""
@@ -115,7 +115,7 @@ class NcuKernel:
         return {**dataclasses.asdict(self), "dram_bytes": self.dram_bytes}
 
 
-def find_ncu(path: str | None = None) -> str:
+def find_ncu(*, path: str | None = None) -> str:
     """The ncu executable: `path` if given, else $XLAFUSE_NCU, else `ncu` on PATH.
 
     Raises:
@@ -131,10 +131,10 @@ def find_ncu(path: str | None = None) -> str:
     return found
 
 
-def ncu_command(ncu: str, program: Sequence[str], detail: bool = False) -> list[str]:
+def ncu_command(ncu: str, program: Sequence[str], *, detail: bool = False) -> list[str]:
     """The argv that runs `program` under ncu with xlafuse's metrics and flags (`ncu_flags`);
     `detail` asks for `DETAIL_METRICS` too."""
-    return [ncu, *ncu_flags(detail), *program]
+    return [ncu, *ncu_flags(detail=detail), *program]
 
 
 def parse_ncu_csv(text: str) -> tuple[NcuKernel, ...]:
@@ -192,7 +192,7 @@ def _kernel(process_id: int, launch_id: int, values: dict[str, Any]) -> NcuKerne
     )
 
 
-def to_bytes(value: str, unit: str, where: str = "") -> float:
+def to_bytes(value: str, unit: str, *, where: str = "") -> float:
     """An ncu value ("1,073,828,864") in `unit` ("byte", "Kbyte", "Mbyte", ...) as bytes.
 
     Raises:
@@ -201,7 +201,7 @@ def to_bytes(value: str, unit: str, where: str = "") -> float:
     return _scaled(value, unit, _BYTE_UNITS, where)
 
 
-def to_seconds(value: str, unit: str, where: str = "") -> float:
+def to_seconds(value: str, unit: str, *, where: str = "") -> float:
     """An ncu value ("501,088") in `unit` ("ns", "nsecond", "usecond", "msecond", ...) as seconds.
 
     Raises:

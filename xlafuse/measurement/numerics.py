@@ -120,7 +120,7 @@ class NumericDiff:
         }
 
 
-def compare_outputs(reference: Any, outputs: Any, compute_dtype: Any = None) -> NumericDiff:
+def compare_outputs(reference: Any, outputs: Any, *, compute_dtype: Any = None) -> NumericDiff:
     """Compare two pytrees of arrays leaf by leaf.
 
     Args:
@@ -184,6 +184,7 @@ GRADIENT_RTOL = {
 def compare_train_steps(
     reference: Mapping[str, Any],
     outputs: Mapping[str, Any],
+    *,
     compute_dtype: Any = None,
     learning_rate: float = 0.0,
 ) -> NumericDiff:
@@ -304,7 +305,7 @@ def host_outputs(workload: Any, outputs: Any) -> Any:
         return to_host(outputs)
 
     new_leaves, loss = outputs
-    state = workload.structured_state(to_host(new_leaves))
+    state = workload.structured_state(leaves=to_host(new_leaves))
     return {
         "loss": to_host(loss),
         "gradient": gradient_of_first_step(state["opt_state"]),
@@ -329,18 +330,22 @@ def judge_workload(
       The verdict by the rule of this module's docstring, judged at the looser of the
       workload's dtype and `precision`, which its `precision` names.
     """
-    judging = judging_precision(workload.dtype, precision)
+    judging = judging_precision(workload.dtype, precision=precision)
     if _zoo_train_step(workload):
         learning_rate = float(workload.config.get("learning_rate", 0.0))
-        diff = compare_train_steps(reference, outputs, judging, learning_rate)
+        diff = compare_train_steps(
+            reference, outputs, compute_dtype=judging, learning_rate=learning_rate
+        )
     elif workload.mode == Mode.TRAIN:
-        diff = compare_user_steps(reference, outputs, lambda: to_host(workload.args[0]), judging)
+        diff = compare_user_steps(
+            reference, outputs, lambda: to_host(workload.args[0]), compute_dtype=judging
+        )
     else:
         diff = compare_outputs(reference, outputs, compute_dtype=judging)
     return dataclasses.replace(diff, precision=judging)
 
 
-def judging_precision(dtype: Any, precision: str | None = None) -> str:
+def judging_precision(dtype: Any, *, precision: str | None = None) -> str:
     """The precision a program of `dtype` is judged at: the looser of its dtype and the
     `precision` its dots ran at ("tf32" for a float32 program on TF32; a bfloat16 program stays
     bfloat16)."""
@@ -355,7 +360,7 @@ STATE = "[0]"  # the path key of a step's new state in its outputs
 
 
 def compare_user_steps(
-    reference: Any, outputs: Any, before: Any, compute_dtype: Any = None
+    reference: Any, outputs: Any, before: Any, *, compute_dtype: Any = None
 ) -> NumericDiff:
     """Judge a user's step `(new_state, *outputs)` against a reference step from the same state.
 
@@ -374,9 +379,11 @@ def compare_user_steps(
     """
     found = _first_moment(reference)
     if found is None:
-        return compare_outputs(reference, outputs, compute_dtype)
+        return compare_outputs(reference, outputs, compute_dtype=compute_dtype)
     if jax.tree.structure(reference) != jax.tree.structure(outputs):
-        return compare_outputs(reference, outputs, compute_dtype)  # raises, naming both
+        return compare_outputs(
+            reference, outputs, compute_dtype=compute_dtype
+        )  # raises, naming both
     moments, mu = found
     ref_leaves, out_leaves = _keyed(reference), [leaf for _, leaf in _keyed(outputs)]
     params = _parameters_of(ref_leaves, moments, mu)

@@ -64,7 +64,7 @@ def compile_twin(workload: Any, variant: Any, traced_report: FusionReport) -> Tw
     """
     with tempfile.TemporaryDirectory(prefix="xlafuse-costmodel-") as folder:
         options = {
-            **variant.compiler_options("gpu"),
+            **variant.compiler_options(backend="gpu"),
             COST_MODEL_OPTION: True,
             **DUMP_OPTIONS,
             "xla_dump_to": folder,
@@ -72,14 +72,14 @@ def compile_twin(workload: Any, variant: Any, traced_report: FusionReport) -> Tw
         text = compile_lowered(lower_workload(workload), variant, options).as_text()
         found = sorted(Path(folder).glob(f"*{DUMP_SUFFIX}"))
         dump = read_priority_dump(found[-1]) if found else None
-    return twin_of(text, traced_report, dump)
+    return twin_of(text, traced_report=traced_report, dump=dump)
 
 
 def twin_of(
-    text: str, traced_report: FusionReport | None = None, dump: PriorityDump | None = None
+    text: str, *, traced_report: FusionReport | None = None, dump: PriorityDump | None = None
 ) -> Twin:
     """A Twin from an optimized HLO text carrying estimates (a recording, or `compile_twin`)."""
-    module = parse_hlo(text, "cost model twin")
+    module = parse_hlo(text, source="cost model twin")
     report = analyze_module(module)
     names = [k.name for k in report.kernel_details]
     same = traced_report is None or names == [k.name for k in traced_report.kernel_details]

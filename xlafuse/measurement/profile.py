@@ -77,6 +77,7 @@ class DeviceProfile:
 def profile_device_time(
     fn: Callable,
     args: tuple,
+    *,
     calls: int = 10,
     advance: Advance = same_args,
     log_dir: str | Path | None = None,
@@ -141,10 +142,10 @@ def read_trace(path: str | Path, calls: int) -> DeviceProfile | None:
     if not by_device:
         return None
     first = min(by_device, key=_plane_number)
-    return summarize_device(by_device[first], calls, len(by_device))
+    return summarize_device(by_device[first], calls, devices=len(by_device))
 
 
-def summarize_device(kernels: list[tuple[str, int, int]], calls: int, devices: int = 1):
+def summarize_device(kernels: list[tuple[str, int, int]], calls: int, *, devices: int = 1):
     """`summarize_kernels` of one device, with its communication summary and device count."""
     profile = summarize_kernels(kernels, calls)
     comm = None
@@ -195,7 +196,7 @@ def summarize_kernels(kernels: list[tuple[str, int, int]], calls: int) -> Device
     )
 
 
-def gpu_kernel_events(planes: Iterable[Any], ops: bool = False):
+def gpu_kernel_events(planes: Iterable[Any], *, ops: bool = False):
     """(name, start_ns, duration_ns) of every event on a "Stream" line of a GPU plane; with
     `ops`, also its `hlo_op` stat (None without one): the HLO instruction the runtime launched
     it for, the kernel's own name outside a command buffer, `command_buffer_N` inside one."""

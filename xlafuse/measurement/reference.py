@@ -98,9 +98,16 @@ def time_against(
     if reference is not None and reference.pairs:
         ref_args = reference.fresh_args()
         return timing.measure_pair(
-            reference.compiled, ref_args, fn, args, settings, advance, clock, lead
+            reference.compiled,
+            ref_args,
+            fn,
+            args,
+            settings=settings,
+            advance=advance,
+            clock=clock,
+            lead=lead,
         )
-    measured = timing.measure(fn, args, settings, advance, clock)
+    measured = timing.measure(fn, args, settings=settings, advance=advance, clock=clock)
     return measured, compared_apart(reference, measured)
 
 

@@ -94,6 +94,7 @@ def is_decided(ci: tuple[float, float]) -> bool:
 def speedup_interval(
     reference_s: Sequence[float],
     variant_s: Sequence[float],
+    *,
     resamples: int = RESAMPLES,
     seed: int = 0,
 ) -> Speedup:
@@ -127,6 +128,7 @@ def speedup_interval(
 def paired_speedup(
     reference_rounds: np.ndarray,
     variant_rounds: np.ndarray,
+    *,
     resamples: int = RESAMPLES,
     seed: int = 0,
 ) -> Speedup:
@@ -192,7 +194,7 @@ class Difference:
 
 
 def difference_interval(
-    a_s: Sequence[float], b_s: Sequence[float], resamples: int = RESAMPLES, seed: int = 0
+    a_s: Sequence[float], b_s: Sequence[float], *, resamples: int = RESAMPLES, seed: int = 0
 ) -> Difference:
     """B's mean time minus A's, per call, with its interval and verdict (see `Difference`).
 

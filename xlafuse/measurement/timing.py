@@ -180,7 +180,7 @@ def thread_state(args: tuple, out: Any) -> tuple:
     return (out[0], *args[1:])
 
 
-def warm_up(fn: Callable, args: tuple, count: int, advance: Advance = same_args) -> tuple:
+def warm_up(fn: Callable, args: tuple, count: int, *, advance: Advance = same_args) -> tuple:
     """Call `fn` `count` times, untimed, synchronizing each; returns the next call's args."""
     for _ in range(max(1, count)):
         out = jax.block_until_ready(fn(*args))
@@ -193,6 +193,7 @@ def time_pipelined(
     args: tuple,
     calls: int,
     repeats: int,
+    *,
     advance: Advance = same_args,
     clock: Clock = time.perf_counter,
 ) -> tuple[float, float, tuple]:
@@ -288,7 +289,7 @@ def _start(fn, args, settings: TimingSettings, advance, clock) -> _Side:
     """Warm `fn` up and choose its calls per round from one more (timed) call (process 0's,
     under `jax.distributed`: every process makes as many)."""
     step = lockstep_lib.current()
-    args = warm_up(fn, tuple(args), settings.warmup, advance)
+    args = warm_up(fn, tuple(args), settings.warmup, advance=advance)
     t0 = clock()
     out = jax.block_until_ready(fn(*args))
     estimate = step.first(max(clock() - t0, 1e-7))
@@ -301,6 +302,7 @@ def _start(fn, args, settings: TimingSettings, advance, clock) -> _Side:
 def measure(
     fn: Callable,
     args: Sequence,
+    *,
     settings: TimingSettings = TimingSettings(),
     advance: Advance = same_args,
     clock: Clock = time.perf_counter,
@@ -336,6 +338,7 @@ def measure_pair(
     reference_args: Sequence,
     fn: Callable,
     args: Sequence,
+    *,
     settings: TimingSettings = TimingSettings(),
     advance: Advance = same_args,
     clock: Clock = time.perf_counter,

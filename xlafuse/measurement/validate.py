@@ -498,6 +498,7 @@ def base_name(name: str) -> str:
 def join_kernels(
     modeled: Sequence[ModeledKernel | tuple],
     measured: Sequence[NcuKernel],
+    *,
     known: Mapping[int, int] | None = None,
 ) -> list[tuple[int | None, list[int], str]]:
     """Pair HLO kernels with ncu launches (see the module docstring for the four passes).
@@ -651,6 +652,7 @@ def is_memcpy(launch_name: str) -> bool:
 def compare_kernels(
     modeled: Sequence[ModeledKernel | tuple],
     measured: Sequence[NcuKernel],
+    *,
     profiler_kernel_s: Mapping[str, float] | None = None,
     l2_bytes: int | None = None,
     **fields: Any,

@@ -58,7 +58,7 @@ def _phase_warm(request: dict[str, Any], folder: Path) -> dict[str, Any]:
     workload, variant = _build(request)
     compiled = _compile(workload, variant)
     advance = _advance(workload)
-    args = warm_up(compiled, workload.args, 1, advance)
+    args = warm_up(compiled, workload.args, 1, advance=advance)
     (folder / "optimized.hlo.txt").write_text(compiled.hlo_text)
     return {
         "backend": "gpu",
@@ -72,7 +72,7 @@ def _phase_ncu(request: dict[str, Any], folder: Path) -> dict[str, Any]:
     with cache_events() as events:
         compiled = _compile(workload, variant)
     hits = events[CACHE_HITS]
-    args = warm_up(compiled, workload.args, 2, _advance(workload))
+    args = warm_up(compiled, workload.args, 2, advance=_advance(workload))
     driver = _driver()
     _check(driver.cuProfilerStart(), "cuProfilerStart")
     jax.block_until_ready(compiled(*args))

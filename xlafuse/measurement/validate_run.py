@@ -41,7 +41,7 @@ DEFAULT_TIMEOUT_S = 600.0
 _CHILD_MODULE = "xlafuse.measurement.validate_child"
 
 
-def require_tools(ncu: str | None = None) -> str:
+def require_tools(*, ncu: str | None = None) -> str:
     """The ncu executable, once ncu and the CUDA driver are both there.
 
     Args:
@@ -52,7 +52,7 @@ def require_tools(ncu: str | None = None) -> str:
     """
     missing, path = [], None
     try:
-        path = find_ncu(ncu)
+        path = find_ncu(path=ncu)
     except XlafuseError as err:
         missing.append(str(err))
     try:
@@ -66,8 +66,8 @@ def require_tools(ncu: str | None = None) -> str:
 
 def validate_cell(
     workload: Any,
-    variant: Any = "default",
     *,
+    variant: Any = "default",
     cache_dir: str | os.PathLike | None = None,
     ncu: str | None = None,
     profile_calls: int = DEFAULT_PROFILE_CALLS,
@@ -95,7 +95,7 @@ def validate_cell(
       XlafuseError: ncu or the CUDA driver is missing, or the child sees no GPU.
       RuntimeError: a child failed or ran past `timeout_s` (its last error line is in the message).
     """
-    ncu_path, spec, chosen = require_tools(ncu), workload_spec(workload), get(variant)
+    ncu_path, spec, chosen = require_tools(ncu=ncu), workload_spec(workload), get(variant)
     request = {"workload": spec, "variant": chosen.to_dict(), "profile_calls": int(profile_calls)}
     flags = tuple(chosen.process_flags)
     with tempfile.TemporaryDirectory(prefix="xlafuse-validate-") as tmp:
@@ -110,7 +110,7 @@ def validate_cell(
         measured = _measured(csv_text, spec, chosen.name)
         profiler_s, l2 = warm.get("profiler_kernel_s"), warm.get("l2_bytes")
         return compare_kernels(
-            modeled, measured, profiler_s, l2, workload=spec, variant=chosen.name,
+            modeled, measured, profiler_kernel_s=profiler_s, l2_bytes=l2, workload=spec, variant=chosen.name,
             compiled_under_ncu=profiled["cache_hits"] == 0, same_kernels=same,
         )  # fmt: skip
 
@@ -130,7 +130,7 @@ def _profile(request, folder: Path, flags, timeout_s: float, ncu_path: str, deta
             "(xlafuse validate needs an NVIDIA GPU and Nsight Compute)"
         )
     program = [sys.executable, "-m", _CHILD_MODULE, str(folder / "ncu")]
-    command = ncu_command(ncu_path, program, detail)
+    command = ncu_command(ncu_path, program, detail=detail)
     profiled, csv_text = _run_child(
         {**request, "phase": "ncu"}, folder / "ncu", flags, timeout_s, command
     )
@@ -139,6 +139,7 @@ def _profile(request, folder: Path, flags, timeout_s: float, ncu_path: str, deta
 
 def validate_config(
     config: Any,
+    *,
     only: Sequence[str] | None = None,
     variants: Sequence[str] | None = None,
     say=None,
@@ -179,11 +180,11 @@ def validate_config(
     cells = [
         (w.cell, dataclasses.replace(v.resolve(), name=v.name)) for w in workloads for v in chosen
     ]
-    return validate_cells(cells, say, **kwargs)
+    return validate_cells(cells, say=say, **kwargs)
 
 
 def validate_cells(
-    cells: Iterable[tuple[Any, Any]], say=None, **kwargs: Any
+    cells: Iterable[tuple[Any, Any]], *, say=None, **kwargs: Any
 ) -> list[ValidationResult]:
     """Validate (workload, variant) cells one after another; a failed child fails its cell only.
 
@@ -198,14 +199,14 @@ def validate_cells(
     Raises:
       XlafuseError: ncu or the CUDA driver is missing (checked before the first cell); no GPU.
     """
-    require_tools(kwargs.get("ncu"))
+    require_tools(ncu=kwargs.get("ncu"))
     results = []
     for workload, variant in cells:
         spec, chosen = workload_spec(workload), get(variant)
         if say:
             say(f"validate {ValidationResult((), 0, 0, workload=spec).label} {chosen.name}")
         try:
-            results.append(validate_cell(spec, chosen, **kwargs))
+            results.append(validate_cell(spec, variant=chosen, **kwargs))
         except RuntimeError as err:
             results.append(
                 ValidationResult((), 0, 0, workload=spec, variant=chosen.name, error=str(err))
@@ -222,7 +223,9 @@ def _run_child(request, folder: Path, flags, timeout_s, argv=None):
     folder.mkdir(parents=True, exist_ok=True)
     command = argv or [sys.executable, "-m", _CHILD_MODULE, str(folder)]
     what = f"{request['phase']} child ({request['workload']['name']}, {request['variant']['name']})"
-    result, stdout = run_child(command, folder, request, f"validate {what}", flags, timeout_s)
+    result, stdout = run_child(
+        command, folder, request, f"validate {what}", process_flags=flags, timeout_s=timeout_s
+    )
     return (result, stdout) if argv else result
 
 

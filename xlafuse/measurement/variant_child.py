@@ -54,13 +54,15 @@ def main(folder: Path) -> None:
         settings = timing.TimingSettings(**measure["settings"])
         advance = timing.thread_state if measure["train"] else timing.same_args
         args, _ = fresh_args()
-        measured = timing.measure(compiled, args, settings, advance)
+        measured = timing.measure(compiled, args, settings=settings, advance=advance)
         result["timing"] = dataclasses.asdict(measured)
         result["profile"] = None
         if measure["profile_calls"]:
             args, _ = fresh_args()
             calls, trace_dir = measure["profile_calls"], measure.get("trace_dir")
-            traced = profile.profile_device_time(compiled, args, calls, advance, trace_dir)
+            traced = profile.profile_device_time(
+                compiled, args, calls=calls, advance=advance, log_dir=trace_dir
+            )
             result["profile"] = dataclasses.asdict(traced) if traced else None
     write_result(folder, result)
 

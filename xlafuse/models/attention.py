@@ -65,7 +65,7 @@ def check_implementation(implementation: str, ctx: BuildContext, workload: str) 
         ValueError: "cudnn" without an NVIDIA GPU backend, or with a dtype cuDNN cannot take.
     """
     where = f" for workload {workload!r}"
-    choose("attention implementation", implementation, IMPLEMENTATIONS, where)
+    choose("attention implementation", implementation, IMPLEMENTATIONS, where=where)
     if implementation != "cudnn":
         return implementation
     backend = jax.default_backend()

@@ -38,6 +38,7 @@ def token_recipe(
     shape: tuple[int, int, int],
     ctx: BuildContext,
     make_model: Callable[[nnx.Rngs], nnx.Module],
+    *,
     flops: int | None = None,
 ) -> Recipe:
     """The Recipe of a module applied to one standard-normal (batch, seq_len, d_model)

@@ -33,6 +33,7 @@ def display_name(name: str) -> str:
 
 def workload_label(
     name: str,
+    *,
     size: str | None = None,
     mode: str | None = None,
     overrides: Mapping[str, Any] | None = None,

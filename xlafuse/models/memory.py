@@ -36,7 +36,7 @@ def nbytes(tree: Any) -> int:
     return sum(math.prod(leaf.shape) * _itemsize(leaf.dtype) for leaf in jax.tree.leaves(tree))
 
 
-def device_memory(devices: int = 1) -> tuple[int, str] | None:
+def device_memory(*, devices: int = 1) -> tuple[int, str] | None:
     """(bytes, what they are) of the memory that `devices` devices of the backend hold.
 
     A GPU: its `memory_stats()["bytes_limit"]` (what XLA may allocate) times `devices`. The CPU:
@@ -53,7 +53,7 @@ def device_memory(devices: int = 1) -> tuple[int, str] | None:
     return None
 
 
-def check_fits(what: str, state: Any, inputs: Any, train: bool, devices: int = 1) -> None:
+def check_fits(what: str, state: Any, inputs: Any, train: bool, *, devices: int = 1) -> None:
     """Refuse a workload whose state and inputs alone need more memory than its devices have.
 
     Args:
@@ -68,7 +68,7 @@ def check_fits(what: str, state: Any, inputs: Any, train: bool, devices: int = 1
     """
     state_bytes = nbytes(state) * (TRAIN_STATE_COPIES if train else 1)
     input_bytes = nbytes(inputs)
-    memory = device_memory(devices)
+    memory = device_memory(devices=devices)
     if memory is None or state_bytes + input_bytes <= memory[0]:
         return
     have, where = memory

@@ -83,14 +83,21 @@ class Cell:
     @property
     def short_label(self) -> str:
         """`chain[ops=16]/tiny/forward`: what the report's tables group a workload's cells by."""
-        return workload_label(self.head, self.size, self.mode)
+        return workload_label(self.head, size=self.size, mode=self.mode)
 
     @property
     def label(self) -> str:
         """`chain[ops=16]/tiny/forward/bfloat16 @data2`: dtype when asked for, mesh when sharded."""
-        return workload_label(self.head, self.size, self.mode, None, self.dtype, self.mesh)
+        return workload_label(
+            self.head,
+            size=self.size,
+            mode=self.mode,
+            overrides=None,
+            dtype=self.dtype,
+            mesh=self.mesh,
+        )
 
-    def cell_id(self, variant: str, backend: str, processes: str | None = None) -> str:
+    def cell_id(self, variant: str, backend: str, *, processes: str | None = None) -> str:
         """The resume key of the cell under `variant` on `backend`, e.g.
         `chain/tiny/forward/auto/{"ops":16}/no-fusion/cpu`; a sharded cell ends with its mesh
         (`.../gpu/data2`), a one-device cell keeps the key published before meshes. A cell of
@@ -108,9 +115,9 @@ class Cell:
             return self.name
         from xlafuse.models import user  # JAX: only a build needs it (user.py imports no Cell)
 
-        return user.parse_entry(self.entry, self.base).resolved
+        return user.parse_entry(self.entry, base=self.base).resolved
 
-    def build(self, seed: int = 0):
+    def build(self, *, seed: int = 0):
         """The `xlafuse.models.Workload` of this cell (`xlafuse.models.build`), sharded over its
         devices.
 
@@ -123,9 +130,9 @@ class Cell:
 
         workload = registry.build(
             self.build_name,
-            self.size,
-            self.mode,
-            self.dtype,
+            size=self.size,
+            mode=self.mode,
+            dtype=self.dtype,
             seed=seed,
             devices=self.devices,
             parallelism=self.parallelism,

@@ -108,7 +108,7 @@ def register(
     return decorate
 
 
-def available(mode: str | None = None) -> list[str]:
+def available(*, mode: str | None = None) -> list[str]:
     """Returns the registered workload names, sorted.
 
     Args:
@@ -153,7 +153,7 @@ def source_files(name: str) -> dict[str, str]:
     return user.source_files(path)
 
 
-def choose(kind: str, value: Any, accepted: tuple[str, ...] | list[str], where: str = "") -> Any:
+def choose(kind: str, value: Any, accepted: tuple[str, ...] | list[str], *, where: str = "") -> Any:
     """Returns `value` if it is in `accepted`, else raises a "did you mean" error.
 
     Args:
@@ -167,7 +167,7 @@ def choose(kind: str, value: Any, accepted: tuple[str, ...] | list[str], where: 
     """
     if value in accepted:
         return value
-    raise UnknownNameError(unknown_name(kind, value, accepted, where))
+    raise UnknownNameError(unknown_name(kind, value, accepted, where=where))
 
 
 def spec(name: str) -> WorkloadSpec:
@@ -181,6 +181,7 @@ def spec(name: str) -> WorkloadSpec:
 
 def build(
     name: str,
+    *,
     size: str = "tiny",
     mode: str = "forward",
     dtype: Any = None,
@@ -221,13 +222,13 @@ def build(
     """
     if user.is_entry(name):
         _check_entry_devices(name, devices)
-        return user.build_entry(name, overrides, dtype)
-    sharding.check_parallelism(parallelism, name)
+        return user.build_entry(name, overrides=overrides, dtype=dtype)
+    sharding.check_parallelism(parallelism, workload=name)
     if devices != 1:
         sharding.check_device_count(devices)
     cfg, ctx, recipe, abstract = _prepare(name, size, mode, dtype, devices, overrides, seed)
     workload = _workload(name, size, mode, cfg, ctx, recipe, seed, abstract)
-    return sharding.shard(workload, devices, parallelism)
+    return sharding.shard(workload, devices, parallelism=parallelism)
 
 
 def _workload(name, size, mode, cfg, ctx, recipe: Recipe, seed, abstract) -> Workload:
@@ -312,6 +313,7 @@ def implementation_problem(
 
 def check_build(
     name: str,
+    *,
     size: str = "tiny",
     mode: str = "forward",
     dtype: Any = None,
@@ -335,7 +337,7 @@ def check_build(
         _check_entry_devices(name, devices)
         user.check_overrides(user.parse_entry(name), overrides)
         return
-    sharding.check_parallelism(parallelism, name)
+    sharding.check_parallelism(parallelism, workload=name)
     _prepare(name, size, mode, dtype, devices, overrides)
 
 
@@ -353,12 +355,18 @@ def _prepare(name, size, mode, dtype, devices, overrides, seed=0):
     ctx = _context(workload_spec, mode, dtype)
     recipe = workload_spec.builder(cfg, ctx)
     abstract = _abstract_model(recipe, seed)
-    _check_fits(workload_label(name, size, mode, overrides), recipe, abstract, mode, devices)
+    _check_fits(
+        workload_label(name, size=size, mode=mode, overrides=overrides),
+        recipe,
+        abstract,
+        mode,
+        devices,
+    )
     return cfg, ctx, recipe, abstract
 
 
 def recipe(
-    name: str, size: str = "tiny", mode: str = "forward", dtype: Any = None, **overrides: Any
+    name: str, *, size: str = "tiny", mode: str = "forward", dtype: Any = None, **overrides: Any
 ) -> Recipe:
     """Returns the workload's Recipe without making any array: checks a configuration cheaply.
 
@@ -370,7 +378,7 @@ def recipe(
     return workload_spec.builder(cfg, _context(workload_spec, mode, dtype))
 
 
-def param_count(name: str, size: str = "tiny", **overrides: Any) -> int:
+def param_count(name: str, *, size: str = "tiny", **overrides: Any) -> int:
     """Returns the exact number of parameters of a workload, without allocating them.
 
     The model is traced with `nnx.eval_shape`; `Workload.num_params` counts the same way.
@@ -400,6 +408,7 @@ def count_params(model: nnx.Module) -> int:
 
 def problems(
     name: str,
+    *,
     size: str = "tiny",
     mode: str = "forward",
     dtype: Any = None,
@@ -422,7 +431,7 @@ def problems(
     found = [(field, str(err)) for field, err in _errors(name, size, mode, dtype, overrides)]
     if build and not found:
         try:
-            recipe(name, size, mode, dtype, **overrides)
+            recipe(name, size=size, mode=mode, dtype=dtype, **overrides)
         except ValueError as err:
             at = f"overrides.{next(iter(overrides))}" if len(overrides) == 1 else "overrides"
             found.append((at if overrides else "name", str(err).strip().splitlines()[0]))
@@ -431,6 +440,7 @@ def problems(
 
 def check(
     name: str,
+    *,
     size: str = "tiny",
     mode: str = "forward",
     dtype: Any = None,
@@ -501,7 +511,7 @@ def _errors(name, size, mode, dtype, overrides: dict) -> list[tuple[str, ValueEr
         return [("name", err)]
     where = f" for workload {name!r}"
     checks = [
-        ("size", lambda: choose("size", size, SIZES, where)),
+        ("size", lambda: choose("size", size, SIZES, where=where)),
         ("mode", lambda: _check_mode(workload_spec, mode)),
     ]
     if dtype is not None:
@@ -524,7 +534,7 @@ def _errors(name, size, mode, dtype, overrides: dict) -> list[tuple[str, ValueEr
 
 
 def _check_key(name: str, key: str, value: Any, defaults: Mapping[str, Any]) -> None:
-    choose("override", key, sorted(defaults), f" for workload {name!r}")
+    choose("override", key, sorted(defaults), where=f" for workload {name!r}")
     check_override(name, key, value, defaults[key])
 
 
@@ -532,7 +542,7 @@ def _resolve(
     name: str, size: str, mode: str, overrides: Mapping[str, Any]
 ) -> tuple[WorkloadSpec, dict[str, Any]]:
     """Validates the look-ups and returns the spec and the resolved configuration."""
-    check(name, size, mode, None, overrides)
+    check(name, size=size, mode=mode, dtype=None, overrides=overrides)
     cfg = spec(name).config(size)
     cfg.update(overrides)
     return spec(name), cfg
@@ -540,13 +550,13 @@ def _resolve(
 
 def _check_mode(workload_spec: WorkloadSpec, mode: str) -> None:
     if mode in MODES and mode not in workload_spec.modes:
-        trainable = ", ".join(available("train"))
+        trainable = ", ".join(available(mode="train"))
         raise UnknownNameError(
             f"mode {mode!r} needs parameters and workload {workload_spec.name!r} has none; "
             f"accepted modes for {workload_spec.name!r}: {', '.join(workload_spec.modes)}. "
             f"Workloads with a train mode: {trainable}"
         )
-    choose("mode", mode, workload_spec.modes, f" for workload {workload_spec.name!r}")
+    choose("mode", mode, workload_spec.modes, where=f" for workload {workload_spec.name!r}")
 
 
 def _context(workload_spec: WorkloadSpec, mode: str, dtype: Any) -> BuildContext:
@@ -584,7 +594,7 @@ def _check_fits(label: str, recipe: Recipe, abstract, mode: str, devices: int) -
     """Refuse arrays that cannot fit in the devices' memory, from their shapes alone."""
     state = nnx.state(abstract) if abstract is not None else ()
     inputs = jax.eval_shape(lambda: recipe.make_inputs(_key(0, 1)))
-    memory.check_fits(label, state, inputs, mode == Mode.TRAIN, devices)
+    memory.check_fits(label, state, inputs, mode == Mode.TRAIN, devices=devices)
 
 
 def _assemble(

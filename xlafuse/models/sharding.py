@@ -64,7 +64,7 @@ class MeshPlan:
         return {"devices": self.devices, "parallelism": self.parallelism}
 
 
-def check_parallelism(parallelism: str, workload: str | None = None) -> str:
+def check_parallelism(parallelism: str, *, workload: str | None = None) -> str:
     """Returns `parallelism` if it is accepted (for `workload`, when given).
 
     Raises:
@@ -144,7 +144,7 @@ def _key_name(key: Any) -> str:
     return str(key)
 
 
-def shard(workload, devices: int, parallelism: str = "data"):
+def shard(workload, devices: int, *, parallelism: str = "data"):
     """The workload with its arguments placed on a mesh of `devices` devices.
 
     Args:
@@ -160,7 +160,7 @@ def shard(workload, devices: int, parallelism: str = "data"):
       XlafuseError: unknown parallelism, a workload the model rule does not know, too few
         devices (DeviceCountError), or a dimension the devices do not divide.
     """
-    check_parallelism(parallelism, workload.name)
+    check_parallelism(parallelism, workload=workload.name)
     if devices == 1:
         return workload
     mesh = make_mesh(devices)

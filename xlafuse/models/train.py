@@ -67,7 +67,7 @@ def flat_state_fn(fn: Callable[..., Any], tree: Any, returns_state: bool) -> Cal
     return flat
 
 
-def gradient_of_first_step(opt_state: Any, b1: float = ADAM_B1) -> Any:
+def gradient_of_first_step(opt_state: Any, *, b1: float = ADAM_B1) -> Any:
     """The gradient of an Adam-family optimizer's first step, from its state; None without one.
 
     After one step from zeros, the first moment `mu` is `(1 - b1) * gradient`.

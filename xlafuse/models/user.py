@@ -111,7 +111,7 @@ def is_file_target(target: str) -> bool:
     return target.endswith(".py") or "/" in target or "\\" in target
 
 
-def parse_entry(spec: str, base: str | Path | None = None) -> Entry:
+def parse_entry(spec: str, *, base: str | Path | None = None) -> Entry:
     """Splits `FILE.py:FUNCTION` or `MODULE:FUNCTION`; a relative file is relative to `base`
     (a config's folder; the working directory when None).
 
@@ -129,7 +129,7 @@ def parse_entry(spec: str, base: str | Path | None = None) -> Entry:
     return Entry(spec, target, function)
 
 
-def import_target(target: str | Path, base: str | Path | None = None) -> ModuleType:
+def import_target(target: str | Path, *, base: str | Path | None = None) -> ModuleType:
     """Imports a file or a module of the user's, once per process.
 
     Args:
@@ -483,9 +483,9 @@ def _restore_fd1(saved: int | None) -> None:
 
 def build_entry(
     spec: str | Entry,
+    *,
     overrides: Mapping[str, Any] | None = None,
     dtype: Any = None,
-    *,
     implementations: Mapping[str, Entry] | None = None,
 ) -> Workload:
     """Calls the entry's FUNCTION with `overrides` and turns what it returns into a Workload.
@@ -523,15 +523,17 @@ def build_entry(
     except USER_CODE_ERRORS as err:  # the user's code
         raise EntryError(f"entry {entry.spec!r} raised {error_line(err)}") from err
     functions = {n: load_function(e) for n, e in (implementations or {}).items()}
-    return workload_from(result, entry.function, overrides, entry, implementations=functions)
+    return workload_from(
+        result, entry.function, overrides=overrides, entry=entry, implementations=functions
+    )
 
 
 def workload_from(
     result: Any,
     name: str,
+    *,
     overrides: Mapping[str, Any] | None = None,
     entry: Entry | None = None,
-    *,
     implementations: Mapping[str, Callable[..., Any]] | None = None,
     own: str = implementations_lib.OWN,
 ) -> Workload:

@@ -180,7 +180,7 @@ class Workload:
         """ "data" or "model" on a mesh; None on one device."""
         return self.plan.parallelism if self.plan is not None else None
 
-    def structured_state(self, leaves: Any = None) -> Any:
+    def structured_state(self, *, leaves: Any = None) -> Any:
         """The state as a pytree (`nnx.State`, or the train-state dict) from its flat leaves.
 
         Args:

@@ -56,20 +56,22 @@ def _time_row(r: CellResult, figures: Sequence[str], reference: CellResult | Non
     return [
         f"{r.variant} (interpreted)" if r.interpreted else r.variant,
         *times,
-        fmt(r.device.time_s, 1e3, ".3g") + (" TRACE-PERTURBED" if r.rates.trace_perturbed else ""),
+        fmt(r.device.time_s, scale=1e3, spec=".3g")
+        + (" TRACE-PERTURBED" if r.rates.trace_perturbed else ""),
         "1.00x" if is_reference else speedup_text(speedup.vs_reference, speedup.verdict),
         "-" if is_reference else _interval(speedup.ci),
         "reference" if is_reference else _basis(r),
         speedup_text(r.device.speedup, r.device.speedup_verdict),
-        fmt(r.timing.host_s_per_call, 1e3, ".3g") + (" HOST-BOUND" if r.rates.host_bound else ""),
+        fmt(r.timing.host_s_per_call, scale=1e3, spec=".3g")
+        + (" HOST-BOUND" if r.rates.host_bound else ""),
     ]
 
 
 def _time(r: CellResult, figure: str, reference: CellResult | None) -> str:
     """`0.0353 (ref 0.0244)`: the cell's time, and the reference's over the same rounds (no
     reference: the reference's own row); in bold when it is the figure the cell leads with."""
-    own = fmt(lead_time(r, figure), 1e3, ".3g")
-    ref = None if reference is None else reference_time(r, figure, reference)
+    own = fmt(lead_time(r, figure=figure), scale=1e3, spec=".3g")
+    ref = None if reference is None else reference_time(r, figure=figure, reference=reference)
     text = own if ref is None or own == "-" else f"{own} (ref {ref * 1e3:.3g})"
     return f"**{text}**" if figure == lead(r) and own != "-" else text
 
@@ -89,7 +91,7 @@ def _basis(r: CellResult) -> str:
 def _work_row(r: CellResult) -> list[str]:
     if not r.ok:
         return [r.variant, r.status, *[""] * (len(_WORK_COLUMNS) - 2)]
-    pct = fmt(r.rates.pct_of_copy_ceiling, 1, ".1f", "%")
+    pct = fmt(r.rates.pct_of_copy_ceiling, scale=1, spec=".1f", suffix="%")
     if r.rates.cache_resident:
         pct = "cache-resident"
     return [
@@ -98,11 +100,11 @@ def _work_row(r: CellResult) -> list[str]:
         _launches(r),
         fmt(r.fusion.real_fusions),
         _bytes_per_call(r),
-        fmt(r.rates.achieved_bytes_per_s, 1e-9),
+        fmt(r.rates.achieved_bytes_per_s, scale=1e-9),
         pct,
-        fmt(r.rates.tflops, 1, ".3g"),
+        fmt(r.rates.tflops, scale=1, spec=".3g"),
         throughput_text(r.rates.items_per_s, r.model.items_unit),
-        "cached" if r.compile.compile_cached else fmt(r.compile.compile_s, 1, ".2f"),
+        "cached" if r.compile.compile_cached else fmt(r.compile.compile_s, scale=1, spec=".2f"),
         _numerics(r),
     ]
 
@@ -118,8 +120,8 @@ def _launches(r: CellResult) -> str:
 def _bytes_per_call(r: CellResult) -> str:
     """Modeled MB per call; where a trip count is unknown, one iteration's, said so."""
     if r.fusion.per_call_basis is not None and r.fusion.modeled_bytes_per_call is None:
-        return f"{fmt(r.fusion.modeled_bytes, 1e-6)} ({r.fusion.per_call_basis})"
-    return fmt(r.fusion.bytes_per_call, 1e-6)
+        return f"{fmt(r.fusion.modeled_bytes, scale=1e-6)} ({r.fusion.per_call_basis})"
+    return fmt(r.fusion.bytes_per_call, scale=1e-6)
 
 
 def _interval(ci: Sequence[float] | None) -> str:
@@ -154,7 +156,7 @@ def throughput_text(items_per_s: float | None, unit: str | None) -> str:
     return f"{scaled:.3g}{prefix} {unit or 'items'}/s"
 
 
-def fmt(value: Any, scale: float = 1, spec: str = "", suffix: str = "") -> str:
+def fmt(value: Any, *, scale: float = 1, spec: str = "", suffix: str = "") -> str:
     """Scaled and formatted; without a spec, large numbers get thousands separators."""
     if value is None:
         return "-"

@@ -122,7 +122,7 @@ def worst_rows(record: CellResult) -> list[dict[str, Any]]:
     ]
 
 
-def worst_table(rows: Sequence[Mapping[str, Any]], cells: Sequence[str] = ()) -> list[str]:
+def worst_table(rows: Sequence[Mapping[str, Any]], *, cells: Sequence[str] = ()) -> list[str]:
     """The largest mispredictions: most µs per call between predicted and measured (`cells`:
     each row's cell, a first column, where rows of several cells are pooled)."""
     columns = ("kernel", "kind", "model", "predicted µs", "measured µs", "error",
@@ -219,7 +219,7 @@ def study_section(records: Sequence[CellResult]) -> list[str]:
         + ".",
     ]
     for head, field in (("kernels", "kind"), ("prediction from", "model")):
-        lines += ["", *_pooled_table(head, accuracy_by(pairs, field))]
+        lines += ["", *_pooled_table(head, accuracy_by(pairs, field=field))]
     lines += ["", *_pooled_table("variant", _by_variant(cells))]
     lines += ["", *_pooled_table("measured per call", _by_time(pairs))]
     lines += _pooled_worst(cells)
@@ -268,7 +268,7 @@ def _pooled_worst(cells: Sequence[CellResult]) -> list[str]:
         return []
     labels = [f"{r.workload}/{r.mode} {r.variant}" for r, _ in rows[:ROWS]]
     title = f"The {min(ROWS, len(rows))} largest mispredictions of all cells (µs per call apart)"
-    return ["", title, "", *worst_table([k for _, k in rows], labels)]
+    return ["", title, "", *worst_table([k for _, k in rows], cells=labels)]
 
 
 def _pooled_decisions(decisions: Sequence[Mapping[str, Any]]) -> list[str]:

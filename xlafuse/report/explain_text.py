@@ -25,7 +25,7 @@ def check_top(top: int | None) -> None:
         raise ValueError(f"--top must be 1 or more, got {top}")
 
 
-def render_diff(diff: FusionDiff, top: int | None = 10) -> str:
+def render_diff(diff: FusionDiff, *, top: int | None = 10) -> str:
     """The counts A -> B, then each group that changed (largest byte change first).
 
     Every kernel of A and B is in exactly one group, so the groups' deltas add up to the
@@ -53,7 +53,7 @@ def render_diff(diff: FusionDiff, top: int | None = 10) -> str:
     )
     for side, lineage in (("A", diff.lineage_a), ("B", diff.lineage_b)):
         if lineage.counts()["lost"]:
-            lines.append(f"  lost in {side}: {lineage.lost_summary(8)}")
+            lines.append(f"  lost in {side}: {lineage.lost_summary(limit=8)}")
     unlinked = diff.unlinked_dots
     if unlinked:
         lines.append(
@@ -91,6 +91,7 @@ def _names(names: tuple[str, ...], limit: int = 3) -> str:
 
 def render_explain(
     report: ExplainReport,
+    *,
     top: int | None = 10,
     kernel: str | None = None,
     costs: Sequence[BoundaryCost] | None = None,
@@ -224,7 +225,7 @@ def _step_line(s: ResolvedStep, e: Explanation) -> str:
     return text
 
 
-def missed_fusions_markdown(summary: dict, top: int = 5) -> list[str]:
+def missed_fusions_markdown(summary: dict, *, top: int = 5) -> list[str]:
     """Markdown lines: one cell's largest kernel boundaries, from `xlafuse.inspect.explain.missed_fusions`.
 
     Args:

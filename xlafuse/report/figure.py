@@ -15,7 +15,7 @@ from typing import Any
 from xlafuse.folders import write_atomically
 
 
-def new_figure(figsize: tuple[float, float], subplots: tuple[int, int] = (1, 1)) -> tuple:
+def new_figure(figsize: tuple[float, float], *, subplots: tuple[int, int] = (1, 1)) -> tuple:
     """(figure, axes) of a new off-screen figure; axes as `Figure.subplots` gives them."""
     from matplotlib.figure import Figure  # deferred: see the module doc
 
@@ -23,7 +23,7 @@ def new_figure(figsize: tuple[float, float], subplots: tuple[int, int] = (1, 1))
     return fig, fig.subplots(*subplots)
 
 
-def save(fig: Any, path: str | Path, tight: bool = True, dpi: int = 110) -> bool:
+def save(fig: Any, path: str | Path, *, tight: bool = True, dpi: int = 110) -> bool:
     """Write `fig` as an image of its file's kind (PNG by default), laid out tightly unless
     `tight` is False, whole or not at all; returns True.
 

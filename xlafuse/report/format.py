@@ -30,7 +30,7 @@ def format_bytes(n: int) -> str:
 
 
 def text_table(
-    header: Sequence[str], rows: Sequence[Sequence[str]], right: Collection[int] = ()
+    header: Sequence[str], rows: Sequence[Sequence[str]], *, right: Collection[int] = ()
 ) -> str:
     """Columns two spaces apart, as wide as their widest cell; `right`: right-aligned columns.
 
@@ -48,7 +48,7 @@ def text_table(
     return "\n".join([line(header), *(line(r) for r in rows)])
 
 
-def fit(text: str, width: int = LINE_WIDTH) -> str:
+def fit(text: str, *, width: int = LINE_WIDTH) -> str:
     """`text` with every line of prose longer than `width` wrapped at spaces; a continuation is
     indented four columns past its line's own indent (a word longer than the line is left
     whole). A table row (two spaces between its cells) is left as it is: wrapped, its columns

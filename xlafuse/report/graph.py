@@ -114,7 +114,7 @@ class _Graph:
         return "\n".join(lines) + "\n"
 
 
-def to_dot(module: HloModule, report: FusionReport | None = None, max_ops: int = 6) -> str:
+def to_dot(module: HloModule, *, report: FusionReport | None = None, max_ops: int = 6) -> str:
     """The kernel graph of `module` in Graphviz DOT.
 
     Args:

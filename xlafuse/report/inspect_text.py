@@ -51,7 +51,7 @@ def render_summary(result: InspectResult) -> str:
     return "\n".join(lines)
 
 
-def static_line(leaves, shown: int = 8) -> str:
+def static_line(leaves, *, shown: int = 8) -> str:
     """`static: 3 leaves (relu, ravel, 3)`: a program's arguments' leaves made static."""
     names = [leaf.name for leaf in leaves[:shown]] + (["..."] if len(leaves) > shown else [])
     return f"static: {len(leaves)} {'leaf' if len(leaves) == 1 else 'leaves'} ({', '.join(names)})"
@@ -68,7 +68,7 @@ def per_call_traffic(report: FusionReport) -> str:
     return line
 
 
-def render_collectives(report: CollectiveReport, limit: int = 12) -> list[str]:
+def render_collectives(report: CollectiveReport, *, limit: int = 12) -> list[str]:
     """Lines for the collectives: totals per kind, then each collective (the first `limit`)."""
     ring = report.ring_bytes
     lines = [
@@ -102,7 +102,7 @@ def _targets(targets: Mapping[str, int]) -> str:
     return f" ({_counts(targets)})" if targets else ""
 
 
-def sort_kernels(report: FusionReport, sort: str = "bytes") -> list[KernelInfo]:
+def sort_kernels(report: FusionReport, *, sort: str = "bytes") -> list[KernelInfo]:
     """The report's kernels ordered by `sort`: "bytes" (most traffic per call first, as
     `traffic_share` counts it), "ops" (most first) or "name".
 
@@ -119,7 +119,7 @@ def sort_kernels(report: FusionReport, sort: str = "bytes") -> list[KernelInfo]:
     return sorted(kernels, key=lambda k: (-traffic_share(k, report), k.name))
 
 
-def main_ops(kernel: KernelInfo, limit: int = 3) -> str:
+def main_ops(kernel: KernelInfo, *, limit: int = 3) -> str:
     """The kernel's most frequent ops, the ubiquitous ones (broadcast, convert, ...) last."""
     counts = Counter(kernel.ops)
     order = sorted(counts, key=lambda op: (op in _MINOR_OPS, -counts[op], op))
@@ -139,7 +139,7 @@ def _source_label(kernel: KernelInfo, limit: int = 2) -> str:
 
 
 def render_kerneltext_table(
-    result: InspectResult, top: int | None = None, sort: str = "bytes"
+    result: InspectResult, *, top: int | None = None, sort: str = "bytes"
 ) -> str:
     """One row per kernel: name, kind, ops, main ops, bytes in/out, traffic %, source lines.
 
@@ -156,7 +156,7 @@ def render_kerneltext_table(
     report = result.report
     if report is None:
         return ""
-    kernels = sort_kernels(report, sort)
+    kernels = sort_kernels(report, sort=sort)
     rows = [_row(k, report) for k in kernels[:top]]
     header = ("kernel", "kind", "ops", "main ops", "in", "out", "launches", "traffic", "source")
     text = text_table(header, rows, right={2, 4, 5, 6, 7})
@@ -207,8 +207,8 @@ def render_modules(result: InspectResult) -> str:
     return "\n".join([title, text_table(header, rows, right={1, 2, 3, 4, 5}), hint, *notes])
 
 
-def render_text(result: InspectResult, top: int | None = None, sort: str = "bytes") -> str:
+def render_text(result: InspectResult, *, top: int | None = None, sort: str = "bytes") -> str:
     """The full text report: the folder listing, or the summary and the kernel table."""
     if result.report is None:
         return render_modules(result)
-    return render_summary(result) + "\n\n" + render_kerneltext_table(result, top, sort)
+    return render_summary(result) + "\n\n" + render_kerneltext_table(result, top=top, sort=sort)

@@ -84,7 +84,7 @@ def _totals_table(traced: Sequence[CellResult]) -> list[str]:
     return lines
 
 
-def top_kernels_table(kernel_times: Mapping[str, Any], rows: int = DETAIL_ROWS) -> list[str]:
+def top_kernels_table(kernel_times: Mapping[str, Any], *, rows: int = DETAIL_ROWS) -> list[str]:
     """The top kernels of a `kernel_times` record as a markdown table; with both ceilings,
     each kernel's bound and the kernels furthest above theirs (headroom)."""
     bounded = kernel_times.get("matmul_ceiling_flops_per_s") is not None
@@ -339,7 +339,7 @@ def _scatter(ax, rows, kt, point, scale: float) -> None:
                     textcoords="offset points")  # fmt: skip
 
 
-def render_measured_diff(measured: Any, top: int | None = 10) -> str:
+def render_measured_diff(measured: Any, *, top: int | None = 10) -> str:
     """The text of `xlafuse diff --measure`: every side's totals, then the top groups by time
     saved (`xlafuse.measurement.kernel_diff.MeasuredDiff`)."""
     a, b = measured.diff.label_a, measured.diff.label_b

@@ -44,7 +44,7 @@ def lead(record: CellResult) -> str:
     return record.speedup.lead if record.speedup.lead in FIGURES else Figure.LATENCY
 
 
-def lead_time(record: CellResult, figure: str | None = None) -> float | None:
+def lead_time(record: CellResult, *, figure: str | None = None) -> float | None:
     """The cell's own seconds per call on `figure` (its lead when None)."""
     figure = figure or lead(record)
     t = record.timing
@@ -52,7 +52,7 @@ def lead_time(record: CellResult, figure: str | None = None) -> float | None:
 
 
 def reference_time(
-    record: CellResult, figure: str | None = None, reference: CellResult | None = None
+    record: CellResult, *, figure: str | None = None, reference: CellResult | None = None
 ) -> float | None:
     """The reference's seconds per call on `figure` over the rounds this cell's speedup was
     measured in (paired), or the reference cell's own (timed apart). Records older than the
@@ -62,11 +62,11 @@ def reference_time(
     s = record.speedup
     kept = s.reference_pipelined_s if figure == Figure.PIPELINED else s.reference_median_s
     if kept is None and s.basis is None and figure == Figure.LATENCY and reference is not None:
-        return lead_time(reference, figure)
+        return lead_time(reference, figure=figure)
     return kept
 
 
-def cell_line(record: CellResult, reference: CellResult | None = None) -> str:
+def cell_line(record: CellResult, *, reference: CellResult | None = None) -> str:
     """One line per cell, within LINE_WIDTH columns (what does not fit goes on an indented
     continuation line):
     `mlp/tiny/train  no-fusion  219 kernels (+170)  pipelined 0.519 vs 0.187 ms  0.36x slower`;
@@ -91,7 +91,10 @@ def _figures(record: CellResult, reference: CellResult | None) -> list[str]:
     if ref_kernels is not None and record.fusion.kernels is not None:
         kernels += f" ({record.fusion.kernels - ref_kernels:+d})"
     figure = lead(record)
-    own, ref = lead_time(record, figure), reference_time(record, figure, reference)
+    own, ref = (
+        lead_time(record, figure=figure),
+        reference_time(record, figure=figure, reference=reference),
+    )
     shown = f"{figure} {_ms(own)}"
     if own is not None and ref is not None:
         shown = f"{figure} {own * 1e3:.3g} vs {_ms(ref)}"

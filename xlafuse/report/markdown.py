@@ -64,7 +64,7 @@ COLD_START_PNG = "cold_start.png"
 
 
 def write_report(
-    results_path: str | Path, out_dir: str | Path | None = None, roofline_cell: str | None = None
+    results_path: str | Path, *, out_dir: str | Path | None = None, roofline_cell: str | None = None
 ) -> Path:
     """Write `report.md`, its PNG plots and `report.html` (`xlafuse.report.html`) for a
     results file.
@@ -91,7 +91,7 @@ def write_report(
     choose_roofline_cell([r for r in records if r.ok], roofline_cell)
     out_dir = writable_folder(data.path.parent if out_dir is None else out_dir, "output folder")
     plots = write_plots(records, out_dir) + _kernel_plot(records, out_dir, roofline_cell)
-    text = render_markdown(records, data.path, plots, data.skipped_note())
+    text = render_markdown(records, source=data.path, plots=plots, skipped=data.skipped_note())
     path = out_dir / "report.md"
     write_atomically(path, lambda temp: temp.write_text(text, encoding="utf-8"), noun="report")
     groups = by_workload(records)
@@ -101,6 +101,7 @@ def write_report(
 
 def render_markdown(
     records: Sequence[CellResult],
+    *,
     source: Path | None = None,
     plots: Iterable[str] = (),
     skipped: str | None = None,

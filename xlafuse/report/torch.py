@@ -120,7 +120,7 @@ def _lead_time(r: CellResult, reference: CellResult | None) -> str:
     """`0.52 (ref 0.19) pipelined`: the figure the speedup divides, the reference's beside it
     (over the same rounds; in records that predate that, the reference row's own)."""
     own = lead_time(r)
-    ref = reference_time(r, None, reference) if r.variant != r.reference else None
+    ref = reference_time(r, figure=None, reference=reference) if r.variant != r.reference else None
     text = _num(own, 1e3, ".4g")
     if own is not None and ref is not None:
         text += f" (ref {ref * 1e3:.4g})"

@@ -38,7 +38,7 @@ def has_detail(result: ValidationResult) -> bool:
     return any(r.detail for r in result.rows)
 
 
-def kernel_columns(detail: bool = False) -> tuple[str, ...]:
+def kernel_columns(*, detail: bool = False) -> tuple[str, ...]:
     """The kernel table's columns: `_COLUMNS`, with `detail` the detail columns before the
     verdict."""
     if not detail:
@@ -46,7 +46,7 @@ def kernel_columns(detail: bool = False) -> tuple[str, ...]:
     return (*_COLUMNS[:-1], *(column for column, _ in _DETAIL.values()), _COLUMNS[-1])
 
 
-def kernel_cells(index: int, row: KernelRow, detail: bool = False) -> list[str]:
+def kernel_cells(index: int, row: KernelRow, *, detail: bool = False) -> list[str]:
     """The table cells of one kernel row, in `kernel_columns(detail)` order."""
     measured = [
         str(index),
@@ -136,8 +136,8 @@ def _count_differences(result: ValidationResult) -> str:
 def _kernel_table(result: ValidationResult) -> tuple[tuple[str, ...], list[list[str]]]:
     """A cell's kernel table: its columns (with the detail ones when a row has detail), its rows."""
     detail = has_detail(result)
-    rows = [kernel_cells(i, r, detail) for i, r in enumerate(result.rows, 1)]
-    return kernel_columns(detail), rows
+    rows = [kernel_cells(i, r, detail=detail) for i, r in enumerate(result.rows, 1)]
+    return kernel_columns(detail=detail), rows
 
 
 def format_text(results: Sequence[ValidationResult]) -> str:
@@ -153,7 +153,7 @@ def format_text(results: Sequence[ValidationResult]) -> str:
     return "\n\n".join(blocks)
 
 
-def render_markdown(results: Sequence[ValidationResult], command: str | None = None) -> str:
+def render_markdown(results: Sequence[ValidationResult], *, command: str | None = None) -> str:
     """`validation.md`: what is judged, a summary table, then every cell's kernel table."""
     lines = ["# Validation against Nsight Compute", "", _intro(results), ""]
     if command:
@@ -202,7 +202,7 @@ def _intro(results: Sequence[ValidationResult]) -> str:
 
 
 def write_validation(
-    results: Sequence[ValidationResult], out_dir: str | Path, command: str | None = None
+    results: Sequence[ValidationResult], out_dir: str | Path, *, command: str | None = None
 ) -> tuple[Path, Path]:
     """Write `validation.md` and `validation.json` into `out_dir` (created if missing).
 
@@ -212,7 +212,7 @@ def write_validation(
     folder = Path(out_dir)
     folder.mkdir(parents=True, exist_ok=True)
     md, js = folder / "validation.md", folder / "validation.json"
-    md.write_text(render_markdown(results, command))
+    md.write_text(render_markdown(results, command=command))
     payload = {"command": command, "cells": [r.to_dict() for r in results]}
     js.write_text(json.dumps(payload, indent=1) + "\n")
     return md, js

@@ -29,12 +29,12 @@ KEY = "key"  # the field metadata that names a flat key not made of PREFIX + nam
 PAIR = "pair"  # the field metadata of a list of two numbers (an interval, a range), or None
 
 
-def keyed(key: str, default: Any = None) -> Any:
+def keyed(key: str, *, default: Any = None) -> Any:
     """A field whose flat key is `key` (instead of PREFIX + its name)."""
     return dataclasses.field(default=default, metadata={KEY: key})
 
 
-def pair(key: str | None = None) -> Any:
+def pair(*, key: str | None = None) -> Any:
     """A field holding two numbers, (low, high), or None; its flat key `key` where given."""
     return dataclasses.field(default=None, metadata={PAIR: True, **({KEY: key} if key else {})})
 
@@ -381,7 +381,7 @@ class CeilingsRecord(Part):
     copy_basis: str | None = keyed("copy_ceiling_basis")
     matmul_flops_per_s: float | None = keyed("matmul_ceiling_flops_per_s")
     copy_array_bytes: int | None = keyed("copy_ceiling_array_bytes")
-    copy_range: Sequence[float] | None = pair("copy_ceiling_range")
+    copy_range: Sequence[float] | None = pair(key="copy_ceiling_range")
     cache_bytes: int | None = keyed("last_level_cache_bytes")
 
 

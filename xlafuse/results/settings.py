@@ -18,7 +18,7 @@ from xlafuse.errors import XlafuseError
 from xlafuse.results.records import CellResult, parse_file, plain
 
 
-def shown_differences(differences: Sequence[str], most: int = 3) -> str:
+def shown_differences(differences: Sequence[str], *, most: int = 3) -> str:
     """The first `most` differences, `; `-joined, and how many more there are."""
     more = f" and {len(differences) - most} more" if len(differences) > most else ""
     return "; ".join(differences[:most]) + more
@@ -27,6 +27,7 @@ def shown_differences(differences: Sequence[str], most: int = 3) -> str:
 def check_resumable(
     path: str | Path,
     settings: Mapping[str, Any],
+    *,
     variants: Mapping[str, Any] | None = None,
     sources: Mapping[str, tuple[str | None, str | None]] | None = None,
 ) -> None:

@@ -55,7 +55,7 @@ def torch_name(path: tuple[Any, ...]) -> str:
     return ".".join([*head, _RENAME.get(last, last)])
 
 
-def to_torch_layout(array: np.ndarray, key: Any = "kernel") -> np.ndarray:
+def to_torch_layout(array: np.ndarray, *, key: Any = "kernel") -> np.ndarray:
     """A Flax kernel in torch's layout: (in, out) -> (out, in); (H, W, I, O) -> OIHW.
 
     Only kernels (the last path key `key`) change layout; embeddings and vectors do not.
@@ -63,7 +63,7 @@ def to_torch_layout(array: np.ndarray, key: Any = "kernel") -> np.ndarray:
     return _kernel_layout(array, key, conv_axes=(3, 2, 0, 1))
 
 
-def to_flax_layout(array: np.ndarray, key: Any = "kernel") -> np.ndarray:
+def to_flax_layout(array: np.ndarray, *, key: Any = "kernel") -> np.ndarray:
     """The inverse of `to_torch_layout`."""
     return _kernel_layout(array, key, conv_axes=(2, 3, 1, 0))
 
@@ -79,7 +79,7 @@ def _kernel_layout(array: np.ndarray, key: Any, conv_axes: tuple[int, ...]) -> n
     return array
 
 
-def to_tensor(array: Any, device: str | torch.device = "cpu") -> torch.Tensor:
+def to_tensor(array: Any, *, device: str | torch.device = "cpu") -> torch.Tensor:
     """A host copy of a JAX or NumPy array as a torch tensor on `device` (bfloat16 kept)."""
     host = np.array(jax.device_get(array), order="C")  # a writable copy: torch may write
     if host.dtype.name == "bfloat16":
@@ -123,7 +123,7 @@ def load_flax_state(model: torch.nn.Module, *states: Any) -> None:
             name = torch_name(path)
             if name not in tensors:
                 raise ValueError(f"Flax parameter {path} has no torch twin tensor {name!r}")
-            array = to_torch_layout(np.asarray(jax.device_get(_value(var))), path[-1])
+            array = to_torch_layout(np.asarray(jax.device_get(_value(var))), key=path[-1])
             target = tensors[name]
             if tuple(array.shape) != tuple(target.shape):
                 raise ValueError(
@@ -131,7 +131,7 @@ def load_flax_state(model: torch.nn.Module, *states: Any) -> None:
                     f"twin tensor {name!r} has {list(target.shape)}"
                 )
             with torch.no_grad():
-                target.copy_(to_tensor(np.ascontiguousarray(array), target.device))
+                target.copy_(to_tensor(np.ascontiguousarray(array), device=target.device))
             filled.add(name)
     missing = sorted(set(tensors) - filled)
     if missing:
@@ -152,7 +152,7 @@ def to_flax(like: Any, tensors: Mapping[str, torch.Tensor]) -> Any:
         for end in range(len(keys), 0, -1):
             name = torch_name(keys[:end])
             if name in tensors:
-                return to_flax_layout(to_numpy(tensors[name]), keys[end - 1])
+                return to_flax_layout(to_numpy(tensors[name]), key=keys[end - 1])
         raise ValueError(f"no twin tensor for Flax path {keys}")
 
     return jax.tree_util.tree_map_with_path(leaf, like)

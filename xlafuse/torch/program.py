@@ -113,7 +113,7 @@ def backend_of(dev: torch.device) -> Backend:
 
 
 def build_program(
-    workload: Any, compile_kwargs: Mapping[str, Any] | None, dev: torch.device | None = None
+    workload: Any, compile_kwargs: Mapping[str, Any] | None, *, dev: torch.device | None = None
 ) -> TorchProgram:
     """The twin of `workload` with its weights and inputs, eager or `torch.compile`d.
 
@@ -198,7 +198,7 @@ def _model(workload, dev) -> torch.nn.Module:
 
 
 def _inputs(workload, arrays, dev) -> tuple[torch.Tensor, ...]:
-    tensors = tuple(convert.to_tensor(a, dev) for a in arrays)
+    tensors = tuple(convert.to_tensor(a, device=dev) for a in arrays)
     if workload.name == "resnet50":  # NHWC -> NCHW: a permuted view, channels-last in memory
         tensors = (tensors[0].permute(0, 3, 1, 2),)
     return tensors
@@ -208,7 +208,7 @@ def _train(workload, model, compile_kwargs, dev) -> TorchProgram:
     model.train()
     batch = workload.args[1]
     inputs = _inputs(workload, batch["inputs"], dev)
-    targets = convert.to_tensor(batch["targets"], dev)
+    targets = convert.to_tensor(batch["targets"], device=dev)
     lr = float(workload.config["learning_rate"])
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, **ADAMW)
     loss = twins.loss_fn(workload.name)

@@ -39,8 +39,8 @@ _ESCAPES = {
 
 def best_toml(
     result: Any,
-    folder: Path | None = None,
     *,
+    folder: Path | None = None,
     imports: Sequence[str] = (),
     processes: int = 1,
 ) -> str:

@@ -100,8 +100,8 @@ class Evaluator:
     def __init__(
         self,
         target: Target,
-        base: timing.TimingSettings = BASE_TIMING,
         *,
+        base: timing.TimingSettings = BASE_TIMING,
         default: Candidate | None = None,
     ):
         self.target = target
@@ -129,7 +129,9 @@ class Evaluator:
         train = work.mode == Mode.TRAIN
         self.lead = ranked_figure(self.target.figure, train, self.backend)
         advance = timing.thread_state if train else timing.same_args
-        measured = timing.measure(compiled, work.fresh_args(), self.settings(effort), advance)
+        measured = timing.measure(
+            compiled, work.fresh_args(), settings=self.settings(effort), advance=advance
+        )
         seconds = (
             measured.pipelined_s_per_call
             if self.lead == timing.PIPELINED and measured.pipelined_s_per_call

@@ -85,7 +85,8 @@ def gather(programs, same_program: bool) -> Evidence:
         kernels by their optimized graphs alone).
     """
     ref, own = (
-        profile_device_time(c, w.fresh_args(), TRACED_CALLS, _advance(w)) for w, c in programs
+        profile_device_time(c, w.fresh_args(), calls=TRACED_CALLS, advance=_advance(w))
+        for w, c in programs
     )
     speedup = device_speedup(own, ref)
     gains, losses = _groups(programs, same_program)
@@ -113,13 +114,13 @@ def _groups(programs, same_program: bool):
         ]
     (_, default), (_, winner) = programs
     unoptimized = default.unoptimized_hlo() if same_program else None
-    reference = parse_hlo(unoptimized, "default") if unoptimized else None
+    reference = parse_hlo(unoptimized, source="default") if unoptimized else None
     diff = diff_modules(
-        parse_hlo(default.hlo_text, "default"),
-        parse_hlo(winner.hlo_text, "winner"),
-        ("default", "winner"),
-        reference,
-        (unoptimized, default.hlo_text, winner.hlo_text),
+        parse_hlo(default.hlo_text, source="default"),
+        parse_hlo(winner.hlo_text, source="winner"),
+        labels=("default", "winner"),
+        reference=reference,
+        texts=(unoptimized, default.hlo_text, winner.hlo_text),
     )
     record = kernel_diff_record(diff, times[0], times[1], top=TOP_GROUPS)
     return tuple(record.get("gains", ())), tuple(record.get("losses", ()))

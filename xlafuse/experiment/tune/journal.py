@@ -101,7 +101,7 @@ class History:
     skipped: tuple[str, ...] = ()
 
     @classmethod
-    def of(cls, lines: Sequence[Any], first_line: int = 2) -> History:
+    def of(cls, lines: Sequence[Any], *, first_line: int = 2) -> History:
         """From the records after the header (JSON values, one per line)."""
         trials, proofs, conclusion, skipped = {}, {}, None, []
         for number, record in enumerate(lines, first_line):

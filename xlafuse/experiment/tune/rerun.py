@@ -62,7 +62,7 @@ class Rerun:
         return cls(**{**fields, "evidence": Evidence.from_dict(evidence) if evidence else None})
 
 
-def rerun(spec: dict[str, Any], timeout_s: float = RERUN_TIMEOUT_S) -> Rerun:
+def rerun(spec: dict[str, Any], *, timeout_s: float = RERUN_TIMEOUT_S) -> Rerun:
     """Runs the proof in a fresh process (`compiler/protocol.py`: request.json in, result.json
     out).
 
@@ -111,7 +111,7 @@ def _child(folder: str) -> None:
     advance = timing.thread_state if train else timing.same_args
     settings = timing.TimingSettings(**spec.get("timing", {}))
     own, comparison = timing.measure_pair(
-        default, work.fresh_args(), winner, programs[1][0].fresh_args(), settings, advance,
+        default, work.fresh_args(), winner, programs[1][0].fresh_args(), settings=settings, advance=advance,
         lead=lead,
     )  # fmt: skip
     lead = comparison.lead(lead)

@@ -104,6 +104,7 @@ def successive_halving(
     candidates: Sequence[Any],
     evaluate: Callable[[Any, int], Score],
     budget_s: float,
+    *,
     eta: int = 2,
     clock: Callable[[], float] = time.monotonic,
     on_trial: Callable[[Trial], None] | None = None,
@@ -179,6 +180,7 @@ def grid(
     candidates: Sequence[Any],
     evaluate: Callable[[Any, int], Score],
     effort: int,
+    *,
     clock: Callable[[], float] = time.monotonic,
     on_trial: Callable[[Trial], None] | None = None,
 ) -> SearchResult:
@@ -204,6 +206,7 @@ def coordinate_descent(
     space: Any,
     evaluate: Callable[[Any, int], Score],
     budget_s: float,
+    *,
     eta: int = 2,
     clock: Callable[[], float] = time.monotonic,
     on_trial: Callable[[Trial], None] | None = None,
@@ -214,20 +217,17 @@ def coordinate_descent(
     `FINALISTS` fastest it measured (this module's docstring says how, and what it can miss).
 
     Args:
-      space: the space as coordinates (`space.SpaceGrid`): its `axes`, its `start` point, its
-        `default` program (measured first: the others are judged against it) and
-        `candidate(point)`.
+      space: the space as coordinates (`space.SpaceGrid`): `axes`, `start` point, `default`
+        program (measured first: the others are judged against it) and `candidate(point)`.
       evaluate: `(candidate, effort) -> Score`; the descent's effort is `DESCENT_EFFORT`.
       budget_s: seconds of `clock` the search may take (the finish gets what the descent left);
         when it runs out the ranking is of every candidate measured, and budget_spent is True.
-      eta: the finish's halving factor.
-      clock: seconds (injectable).
+      eta: the finish's halving factor. clock: seconds (injectable).
       on_trial: called after each trial; a trial's round is its sweep, then the finish's.
       keep: called with the candidates still worth keeping compiled (the others may be let go).
       finish_effort: the effort of the finish's first round.
 
-    Returns:
-      The SearchResult.
+    Returns the SearchResult.
     """
     walk = _Walk(evaluate, budget_s, clock, on_trial)
     walk.score(space.default)
@@ -239,7 +239,15 @@ def coordinate_descent(
         spent = walk.spent or (left <= 0 and len(finalists) > 1)
         return SearchResult(tuple(walk.trials), tuple(ranked), spent, walk.elapsed())
     finish = successive_halving(
-        finalists, evaluate, left, eta, clock, on_trial, keep, finish_effort, walk.sweep + 1
+        finalists,
+        evaluate,
+        left,
+        eta=eta,
+        clock=clock,
+        on_trial=on_trial,
+        keep=keep,
+        effort=finish_effort,
+        first_round=walk.sweep + 1,
     )
     trials = (*walk.trials, *finish.trials)
     spent = finish.budget_spent or finish.seconds >= left  # also a round cut after one

@@ -150,7 +150,7 @@ class Candidate:
         return {"name": self.name, "knobs": dict(self.knobs), "choices": dict(self.choices)}
 
 
-def families_for(backend: str, names: Sequence[str] | None = None) -> list[Family]:
+def families_for(backend: str, *, names: Sequence[str] | None = None) -> list[Family]:
     """The families to search on `backend`: `names` (all that apply when None), in the order
     given.
 
@@ -212,7 +212,7 @@ def typed_knobs(
         given = (texts or {}).get(name, (None,) * len(values))
         has_default = defaults is not None and name in defaults
         typed = tuple(
-            as_default_type(v, defaults[name], text) if has_default else v
+            as_default_type(v, defaults[name], text=text) if has_default else v
             for v, text in zip(values, given, strict=True)
         )
         if len(set(map(value_key, typed))) != len(typed):
@@ -223,7 +223,7 @@ def typed_knobs(
     return out
 
 
-def as_default_type(value: Any, default: Any, text: str | None = None) -> Any:
+def as_default_type(value: Any, default: Any, *, text: str | None = None) -> Any:
     """`value` as the type of the target's own value `default` where that is unambiguous: an
     integer for a float as a float (2 -> 2.0), and for a string the text as given
     (`--knob mode=1`: "1", not 1). Anything else is kept as read (a program of the user's is
@@ -243,6 +243,7 @@ def value_key(value: Any) -> tuple[str, Any]:
 def enumerate_space(
     knobs: Mapping[str, Sequence[Any]],
     families: Sequence[Family],
+    *,
     defaults: Mapping[str, Any] | None = None,
 ) -> list[Candidate]:
     """Every combination of the knobs' values and the families' choices, the default program
@@ -322,6 +323,7 @@ class SpaceGrid:
 def space_grid(
     knobs: Mapping[str, Sequence[Any]],
     families: Sequence[Family],
+    *,
     defaults: Mapping[str, Any] | None = None,
 ) -> SpaceGrid:
     """The grid of `enumerate_space(knobs, families, defaults)`'s space."""

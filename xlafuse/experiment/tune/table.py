@@ -112,11 +112,11 @@ def load_tune_table(path: str | Path, backend: str) -> TuneTable:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
         raise XlafuseError(f"{path}: not a TOML config: {err}") from None
-    return parse_tune_table(data, backend, path)
+    return parse_tune_table(data, backend, source=path)
 
 
 def parse_tune_table(
-    data: Mapping[str, Any], backend: str, source: Path | None = None
+    data: Mapping[str, Any], backend: str, *, source: Path | None = None
 ) -> TuneTable:
     """`load_tune_table` of a config already parsed into a dict."""
     problems: list[str] = []
@@ -244,7 +244,7 @@ def _target(workload: WorkloadConfig | None) -> Target:
     if workload is None:
         return Target("")
     if workload.entry is not None:
-        name = user.parse_entry(workload.entry, workload.base).resolved
+        name = user.parse_entry(workload.entry, base=workload.base).resolved
         settings = {"mode": workload.mode}
     else:
         name = workload.name

@@ -106,6 +106,7 @@ def tune(
     knobs: Mapping[str, Sequence[Any]],
     families: Sequence[Family],
     budget_s: float,
+    *,
     out: Path | None = None,
     prove: bool = True,
     say: Callable[[str], None] = print,
@@ -113,7 +114,6 @@ def tune(
     prover: Callable[[dict[str, Any]], Rerun] = rerun,
     unproved: str = "",
     search: str = DEFAULT_SEARCH,
-    *,
     imports: Sequence[str] | None = None,
 ) -> TuneResult:
     """Searches the space of `knobs` x `families` for `target` within `budget_s` seconds,
@@ -291,7 +291,7 @@ def _report(
         journal.append(summary)
     folder = journal.path.parent
     best = folder / journal_lib.BEST_FILE
-    text = best_toml(found, folder, imports=imports, processes=processes)
+    text = best_toml(found, folder=folder, imports=imports, processes=processes)
     write_atomically(best, lambda temp: temp.write_text(text, encoding="utf-8"), noun="config")
     say(f"wrote {journal.path} and {best}")
 
@@ -351,7 +351,9 @@ def _checked_knobs(knobs, defaults: Mapping[str, Any] | None, name: str) -> dict
 
 def _space(knobs, families, defaults) -> tuple[tuple[Candidate, ...], SpaceGrid]:
     """The candidates, the default program first, and the same as a grid."""
-    return tuple(enumerate_space(knobs, families, defaults)), space_grid(knobs, families, defaults)
+    return tuple(enumerate_space(knobs, families, defaults=defaults)), space_grid(
+        knobs, families, defaults=defaults
+    )
 
 
 def _check_knobs(knobs, defaults: Mapping[str, Any] | None, name: str) -> None:
@@ -469,7 +471,7 @@ def _search(
     )
 
 
-def halving_order(space: tuple[Candidate, ...], seed: int = ORDER_SEED) -> list[Candidate]:
+def halving_order(space: tuple[Candidate, ...], *, seed: int = ORDER_SEED) -> list[Candidate]:
     """The order successive halving's first round measures the space in: the default program
     first (every other is judged against it), the rest shuffled with a fixed seed, so that a
     budget that ends the first round early has measured a sample of the whole space, not the

@@ -112,7 +112,7 @@ class NumberedGraph(Graph):
             found = self._rules_for[opcode] = tuple(r for r in self.rules if opcode in r.opcodes)
         return found
 
-    def item(self, key: Key, operands: tuple[Key, ...] | None = None, attrs=None) -> tuple:
+    def item(self, key: Key, *, operands: tuple[Key, ...] | None = None, attrs=None) -> tuple:
         """The plain value item of `key`: (opcode, shape, attributes, the operands' numbers);
         `operands` and `attrs` replace the instruction's own (a rule that reads it otherwise)."""
         instr = self.instr[key]

@@ -107,10 +107,10 @@ class Lineage:
                 counts[t.opcode] += 1
         return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
 
-    def lost_summary(self, limit: int = 8) -> str:
+    def lost_summary(self, *, limit: int = 8) -> str:
         """What was lost, per opcode with its share of all traced instructions
         (`lost_summary`)."""
-        return lost_summary(self.lost_by_opcode(), len(self.traces), limit)
+        return lost_summary(self.lost_by_opcode(), len(self.traces), limit=limit)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able dict: module names, counts, names_kept, dot kernels and the traces."""
@@ -125,7 +125,7 @@ class Lineage:
         }
 
 
-def lost_summary(lost_by_opcode: Mapping[str, int], total: int | None, limit: int = 8) -> str:
+def lost_summary(lost_by_opcode: Mapping[str, int], total: int | None, *, limit: int = 8) -> str:
     """`23 of 6,883 (0.33%; 21 besides reshapes and bitcasts, 0.31%): 5 broadcast 0.07%, 4
     gather 0.06%, ...`: the lost instructions, those XLA may fold away as a layout (reshapes,
     bitcasts) set apart, and per opcode (most first, `limit` shown) the count and its share of

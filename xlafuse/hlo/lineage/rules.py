@@ -405,7 +405,7 @@ def squeezed_reduce(key: Key, graph: NumberedGraph) -> Value | None:
 def _reduce_value(graph: NumberedGraph, key: Key, operands: tuple[Key, ...], attrs) -> Value:
     """A reduce numbered on `operands` with `attrs` (None: its own), without the dimensions
     of size 1 where `_squeezed_reduce` applies."""
-    op, shape, attrs, values = graph.item(key, operands, attrs)
+    op, shape, attrs, values = graph.item(key, operands=operands, attrs=attrs)
     squeezed = _squeezed_reduce(graph, graph.instr[key], operands, attrs)
     if squeezed is not None:
         shape, attrs = squeezed

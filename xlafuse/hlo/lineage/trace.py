@@ -17,9 +17,9 @@ from xlafuse.hlo.lineage.rules import RULES, Rule
 def trace_module(
     reference: HloModule,
     optimized: HloModule,
+    *,
     reference_text: str | None = None,
     optimized_text: str | None = None,
-    *,
     rules: tuple[Rule, ...] = RULES,
 ) -> Lineage:
     """Traces every computing instruction of `reference` to the kernels of `optimized`.
