@@ -9,6 +9,7 @@ one kernel. tokamax's own implementations are in tests/test_tokamax.py.
 """
 
 import dataclasses
+import json
 import textwrap
 from types import SimpleNamespace
 
@@ -405,6 +406,25 @@ def test_a_config_entry_runs_its_implementations_judged_against_its_own(tmp_path
         ("no-fusion+impl=mine", "mine", True),
     ]
     assert all(r.numerics.within_tolerance for r in records[1:])
+
+
+def test_a_config_entrys_implementations_reach_a_cold_start_child_in_another_folder(
+    tmp_path, monkeypatch
+):
+    from xlafuse.measurement import coldstart
+
+    path = _entry_config(tmp_path, "fused", '["default", "impl=mine"]')
+    cell = load_config(path).workloads[0].cell
+    spec = json.loads(json.dumps(coldstart.workload_spec(cell)))  # what the child reads
+    assert spec["implementations"] == {"mine": f"{tmp_path / 'kernels.py'}:fused"}
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)  # the child's folder: the config's relative paths mean nothing
+    workload = coldstart.build_workload(spec)
+    assert list(workload.implementations) == ["mine"]
+    mine = workload.with_implementation("mine")
+    assert mine.implementation == "mine"
+    assert float(mine.fn(*mine.args)[0]) == pytest.approx(-1.705193, abs=1e-6)
 
 
 def test_a_config_entry_refuses_an_implementation_it_lacks_or_of_other_outputs(tmp_path):

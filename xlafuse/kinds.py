@@ -9,6 +9,7 @@ records keep the strings published since schema 1.
 from __future__ import annotations
 
 import enum
+from typing import TypeVar
 
 
 class Mode(enum.StrEnum):
@@ -67,7 +68,10 @@ class FusionKind(enum.StrEnum):
     CUSTOM = "kCustom"
 
 
-def member(kind: type[enum.StrEnum], value: object, what: str):
+E = TypeVar("E", bound=enum.StrEnum)
+
+
+def member(kind: type[E], value: object, what: str) -> E | None:
     """`value` as a member of `kind` (None stays None).
 
     Raises:

@@ -6,7 +6,13 @@ prints as the one line `xlafuse CMD: error: ...`.
 
 from __future__ import annotations
 
+import argparse
+from typing import TYPE_CHECKING
+
 from xlafuse.errors import XlafuseError
+
+if TYPE_CHECKING:
+    from xlafuse.models.names import Cell
 
 
 def at_least_one(option: str, value: int | None, *, hint: str = "") -> None:
@@ -44,7 +50,7 @@ def variant_names(given: str | list[str] | None) -> list[str] | None:
     return names
 
 
-def add_measure_arguments(parser, measures: str, calls: str) -> None:
+def add_measure_arguments(parser: argparse.ArgumentParser, measures: str, calls: str) -> None:
     """--measure (with --workload: trace the program and time what the command shows) and
     --calls; `measures` and `calls` finish their help texts."""
     parser.add_argument(
@@ -55,7 +61,7 @@ def add_measure_arguments(parser, measures: str, calls: str) -> None:
     parser.add_argument("--calls", type=int, default=10, help=f"calls traced {calls} (10)")
 
 
-def check_implementations(cell, variants: list) -> None:
+def check_implementations(cell: Cell, variants: list) -> None:
     """Refuse a variant's implementation (`impl=NAME`) that the cell's workload does not have
     or this device cannot run, before the workload is built (issue 46). A program of the
     user's given on the command line has only its own: its others come in a config's

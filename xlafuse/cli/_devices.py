@@ -4,14 +4,19 @@ P --overrides K=V`, checked before any work."""
 
 from __future__ import annotations
 
+import argparse
 import subprocess
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from xlafuse.cli import _distributed
 from xlafuse.cli._checks import comma_separated
 from xlafuse.errors import XlafuseError
 from xlafuse.models.names import PARALLELISMS, Cell, is_entry
+
+if TYPE_CHECKING:
+    from xlafuse.models.workload import Items
 
 WORKLOAD_HELP = (
     "a zoo workload (`xlafuse workloads`) or a program of yours, FILE.py:FUNCTION or "
@@ -20,7 +25,13 @@ WORKLOAD_HELP = (
 
 
 def add_workload_arguments(
-    parser, *, positional=False, required=False, dtype=False, mesh=False, what=""
+    parser: argparse.ArgumentParser,
+    *,
+    positional: bool = False,
+    required: bool = False,
+    dtype: bool = False,
+    mesh: bool = False,
+    what: str = "",
 ) -> None:
     """Adds the workload (`--workload W`, or a positional WORKLOAD), --size, --mode,
     --overrides, --import, and when asked --dtype and the mesh (`add_mesh_arguments`); `what`
@@ -46,7 +57,7 @@ def add_workload_arguments(
         add_mesh_arguments(parser)
 
 
-def add_items_arguments(parser) -> None:
+def add_items_arguments(parser: argparse.ArgumentParser) -> None:
     """Adds --items N and --items-unit UNIT: the work one call does, for throughput."""
     parser.add_argument(
         "--items",
@@ -60,7 +71,7 @@ def add_items_arguments(parser) -> None:
     )
 
 
-def items_of(args):
+def items_of(args: argparse.Namespace) -> Items | None:
     """The `xlafuse.models.Items` that --items and --items-unit name (None without --items).
 
     Raises:
@@ -82,7 +93,7 @@ def items_of(args):
     return Items(count, unit)
 
 
-def add_mesh_arguments(parser) -> None:
+def add_mesh_arguments(parser: argparse.ArgumentParser) -> None:
     """Adds --devices and --parallelism (a sharded batch must divide evenly), and the options
     of a run of several processes (`xlafuse.cli._distributed`)."""
     _distributed.add_distributed_arguments(parser)
@@ -100,7 +111,7 @@ def add_mesh_arguments(parser) -> None:
     )
 
 
-def add_import_argument(parser) -> None:
+def add_import_argument(parser: argparse.ArgumentParser) -> None:
     """Adds --import FILE_OR_MODULE (repeatable)."""
     parser.add_argument(
         "--import",
@@ -112,7 +123,7 @@ def add_import_argument(parser) -> None:
     )
 
 
-def import_user_code(args) -> None:
+def import_user_code(args: argparse.Namespace) -> None:
     """Imports every --import, in order (one line naming what failed, before any work)."""
     if not getattr(args, "imports", None):
         return
@@ -125,7 +136,7 @@ def import_user_code(args) -> None:
             raise user.EntryError(f"--import: {err}") from err.__cause__
 
 
-def settle_workload_args(args) -> None:
+def settle_workload_args(args: argparse.Namespace) -> None:
     """--size and --mode of a zoo workload take their defaults (tiny, forward); a program of
     the user's (`FILE.py:FUNCTION`) takes neither, nor --dtype: FUNCTION's overrides size it
     and what it returns is its mode. Its size is then "custom", its mode None (not yet known).
@@ -146,12 +157,12 @@ def settle_workload_args(args) -> None:
     args.size, args.mode = "custom", None
 
 
-def overrides(args) -> dict:
+def overrides(args: argparse.Namespace) -> dict:
     """The parsed --overrides (`{"batch": 8}`); {} for a command without them."""
     return parse_overrides(getattr(args, "overrides", None))
 
 
-def cell_of(args) -> Cell | None:
+def cell_of(args: argparse.Namespace) -> Cell | None:
     """The cell the options of `add_workload_arguments` name (None without a workload): the
     workload, size, mode, dtype and overrides, and with the mesh its devices and parallelism."""
     if not getattr(args, "workload", None):
@@ -168,7 +179,7 @@ def cell_of(args) -> Cell | None:
     )
 
 
-def check_workload(args) -> None:
+def check_workload(args: argparse.Namespace) -> None:
     """Refuse a bad --workload, --size, --mode, --overrides or --devices before any work.
 
     Every check `xlafuse.models.build` makes without an array (override values, and whether
@@ -195,7 +206,7 @@ def check_workload(args) -> None:
     )
 
 
-def rerun_if_needed(args) -> int | None:
+def rerun_if_needed(args: argparse.Namespace) -> int | None:
     """Checks the workload's arguments (`check_workload`), then runs the command again with N
     host devices when the CPU backend has fewer.
 

@@ -6,6 +6,7 @@ the run)."""
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 
@@ -18,7 +19,7 @@ DISTRIBUTED_HELP = (
 )
 
 
-def add_distributed_arguments(parser) -> None:
+def add_distributed_arguments(parser: argparse.ArgumentParser) -> None:
     """Adds --distributed, --coordinator, --num-processes, --process-id and --timeout."""
     group = parser.add_argument_group("several processes (jax.distributed)")
     group.add_argument("--distributed", action="store_true", help=DISTRIBUTED_HELP)
@@ -35,7 +36,7 @@ def add_distributed_arguments(parser) -> None:
     )
 
 
-def start(args) -> bool:
+def start(args: argparse.Namespace) -> bool:
     """Join `jax.distributed` when --distributed was given; whether it was.
 
     Sets `args.layout`. Selects gloo collectives on a CPU, keeps timing in step
@@ -85,7 +86,7 @@ def start(args) -> bool:
     return True
 
 
-def quiet(args) -> bool:
+def quiet(args: argparse.Namespace) -> bool:
     """Whether this process leaves a usage error's line to process 0 (which has the same)."""
     layout = getattr(args, "layout", None)
     return layout is not None and not layout.writer

@@ -3,6 +3,7 @@ compilation cache, and loading a jax.export artifact."""
 
 from __future__ import annotations
 
+import argparse
 import json
 
 from xlafuse.cli import _progress
@@ -12,7 +13,7 @@ from xlafuse.report.format import fit
 HELP = "time a workload's cold start in fresh processes"
 
 
-def add_arguments(p) -> None:
+def add_arguments(p: argparse.ArgumentParser) -> None:
     """The options of `xlafuse coldstart`."""
     add_workload_arguments(p, required=True, dtype=True)
     p.add_argument("--variant", default="default", help="a variant name or a+b (default: default)")
@@ -28,7 +29,7 @@ def add_arguments(p) -> None:
     p.add_argument("--json", action="store_true", help="print JSON")
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     # on use, not at the top: `xlafuse --help` imports no JAX (see xlafuse.cli)
     from xlafuse.measurement import coldstart
     from xlafuse.report.coldstart import coldstart_text
@@ -50,7 +51,7 @@ def run(args) -> int:
     return 0
 
 
-def _check(args) -> None:
+def _check(args: argparse.Namespace) -> None:
     """Fail fast, with the accepted names and ranges, before any child process starts."""
     from xlafuse.cli._checks import at_least_one
     from xlafuse.cli._devices import check_workload

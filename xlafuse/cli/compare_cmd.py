@@ -5,6 +5,7 @@ The workload is given as WORKLOAD or as --workload W, as the other commands take
 
 from __future__ import annotations
 
+import argparse
 import json
 
 from xlafuse.cli import _progress
@@ -15,7 +16,7 @@ from xlafuse.report.format import fit
 HELP = "one workload under several variants, one table"
 
 
-def add_arguments(p) -> None:
+def add_arguments(p: argparse.ArgumentParser) -> None:
     """The options of `xlafuse compare`."""
     p.add_argument("named", nargs="?", metavar="WORKLOAD", help=f"{WORKLOAD_HELP}; or --workload")
     add_workload_arguments(p, mesh=True)
@@ -27,7 +28,7 @@ def add_arguments(p) -> None:
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     # on use, not at the top: `xlafuse --help` imports no JAX (see xlafuse.cli)
     from xlafuse.cli._checks import check_implementations, variant_names
     from xlafuse.compiler.variants import get as get_variant

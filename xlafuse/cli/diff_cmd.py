@@ -3,6 +3,7 @@ exactly one group; the groups' byte differences add up to the total."""
 
 from __future__ import annotations
 
+import argparse
 import json
 
 from xlafuse.cli import _progress
@@ -14,7 +15,7 @@ from xlafuse.report.format import fit
 HELP = "what two compilations fused differently"
 
 
-def add_arguments(p) -> None:
+def add_arguments(p: argparse.ArgumentParser) -> None:
     """The options of `xlafuse diff`."""
     p.add_argument("a", nargs="?", help="first HLO text file")
     p.add_argument("b", nargs="?", help="second HLO text file")
@@ -30,7 +31,7 @@ def add_arguments(p) -> None:
     p.add_argument("--traces", metavar="DIR", help="keep the traces in DIR/<variant>/")
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     """Diffs A and B and prints the text or JSON."""
     # on use, not at the top: `xlafuse --help` imports no library code (see xlafuse.cli)
     from xlafuse.inspect.explain import diff_targets
@@ -57,7 +58,7 @@ def run(args) -> int:
     return 0
 
 
-def _measured(args, variants: tuple[str, ...]) -> int:
+def _measured(args: argparse.Namespace, variants: tuple[str, ...]) -> int:
     """`--measure`: both variants compiled, traced and joined; groups by measured time saved."""
     from xlafuse.cli._checks import at_least_one
     from xlafuse.folders import writable_folder

@@ -6,6 +6,7 @@ beside XLA's estimate of them."""
 
 from __future__ import annotations
 
+import argparse
 import json
 
 from xlafuse.cli import _progress
@@ -16,7 +17,7 @@ from xlafuse.report.format import fit
 HELP = "why ops were not fused, and the bytes each boundary costs"
 
 
-def add_arguments(p) -> None:
+def add_arguments(p: argparse.ArgumentParser) -> None:
     """The options of `xlafuse explain`."""
     p.add_argument("folder", nargs="?", help="an --xla_dump_to folder with a priority-fusion dump")
     p.add_argument("--module", help="in the folder, the module whose file name contains this")
@@ -35,7 +36,7 @@ def add_arguments(p) -> None:
     )
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     """Explains the target and prints the text or JSON."""
     # on use, not at the top: `xlafuse --help` imports no library code (see xlafuse.cli)
     from xlafuse.inspect.explain import explain_target, explained_variants
@@ -69,7 +70,7 @@ def run(args) -> int:
     return 0
 
 
-def _measured(args) -> int:
+def _measured(args: argparse.Namespace) -> int:
     """`--measure`: the workload explained, traced, each boundary with its kernels' times."""
     from xlafuse.cli._checks import at_least_one
     from xlafuse.errors import XlafuseError

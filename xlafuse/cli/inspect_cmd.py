@@ -25,7 +25,7 @@ HELP = "what XLA fused: kernels, fusions, modeled traffic"
 DEFAULT_TOP = 20  # kernels in the table without --top or --all (the rest are counted below it)
 
 
-def add_arguments(p) -> None:
+def add_arguments(p: argparse.ArgumentParser) -> None:
     """The options of `xlafuse inspect`."""
     p.add_argument("target", nargs="?", help="HLO text file or --xla_dump_to folder")
     p.add_argument("--module", help="in a dump folder, the module whose file name contains NAME")
@@ -44,7 +44,7 @@ def add_arguments(p) -> None:
     p.add_argument("--svg", type=Path, metavar="FILE", help="render the kernel graph to SVG")
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     """Inspects the target and prints the text report or JSON; writes DOT/SVG when asked."""
     # on use, not at the top: `xlafuse --help` imports no library code (see xlafuse.cli)
     from xlafuse.cli._checks import at_least_one
@@ -79,7 +79,7 @@ def run(args) -> int:
     return 0
 
 
-def _top(args) -> int | None:
+def _top(args: argparse.Namespace) -> int | None:
     """The kernels the table shows: --top N, all of them with --all (None), else DEFAULT_TOP."""
     if args.all:
         return None
@@ -108,7 +108,7 @@ class _Kept:
     args: argparse.Namespace
 
 
-def _cache_key(args) -> _Kept | None:
+def _cache_key(args: argparse.Namespace) -> _Kept | None:
     """Where this workload's inspect is kept (`xlafuse.compiler.cache.result_key`); None when
     nothing is kept: no workload, or a file or module asked for too, the cache off, a
     `jax.distributed` run, or a program whose identity cannot be hashed (then the command goes
@@ -127,13 +127,13 @@ def _cache_key(args) -> _Kept | None:
     return None if key is None else _Kept(cache.results_folder(), key, given)
 
 
-def _distributed(args) -> bool:
+def _distributed(args: argparse.Namespace) -> bool:
     """Whether any `jax.distributed` option was given (a run of several processes)."""
     names = ("distributed", "coordinator", "num_processes", "process_id", "timeout")
     return any(getattr(args, name, None) not in (None, False) for name in names)
 
 
-def _identity(args) -> dict:
+def _identity(args: argparse.Namespace) -> dict:
     """What names the program: the cell (its items left out: the program is the same), the
     variant's definition, and the hashes of the user's source files (the entry's, each
     --import's). Raises as the command would on a bad workload, import or variant."""

@@ -15,7 +15,7 @@ HELP = "run a command as N local processes of one jax.distributed run"
 COMMANDS = ("run", "compare", "inspect", "diff", "tune")
 
 
-def add_arguments(parser) -> None:
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of `xlafuse launch`."""
     parser.add_argument("--processes", type=int, required=True, metavar="N", help="processes")
     parser.add_argument(
@@ -40,7 +40,7 @@ def add_arguments(parser) -> None:
     )
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     """Start the processes and wait for them; their exit status (1 when one was killed)."""
     # on use, not at the top: `xlafuse --help` imports no JAX (see xlafuse.cli)
     from xlafuse.compiler.devices import host_devices_env

@@ -8,13 +8,13 @@ import argparse
 HELP = "the fusion-related HLO passes of the running XLA"
 
 
-def add_arguments(p) -> None:
+def add_arguments(p: argparse.ArgumentParser) -> None:
     """The options of `xlafuse passes`."""
     p.add_argument("--all", action="store_true", help="every pass, not only fusion-related ones")
     p.add_argument("--backend", type=_backend, help="cpu or gpu (default: JAX's default backend)")
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     """Prints a count line, then one pass name per line."""
     # on use, not at the top: `xlafuse --help` imports no JAX (see xlafuse.cli)
     import jax

@@ -8,7 +8,7 @@ import sys
 HELP = "write report.md, report.html and PNG plots from a results file"
 
 
-def add_arguments(parser) -> None:
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of `xlafuse report`."""
     parser.add_argument("results", help="the results file (results.jsonl) or its folder")
     parser.add_argument("--out", help="output folder (default: the results file's folder)")

@@ -21,7 +21,7 @@ CONFIG_ERROR = 2
 HELP = "run a config's workloads x variants; write the reports"
 
 
-def add_arguments(parser) -> None:
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of `xlafuse run`."""
     parser.add_argument("config", help="the experiment config (.toml)")
     parser.add_argument("--out", help="results folder (default: the config's experiment.output)")

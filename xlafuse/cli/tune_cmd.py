@@ -7,6 +7,7 @@ same folder resumes) and best.toml (`xlafuse run DIR/best.toml` reruns the two);
 
 from __future__ import annotations
 
+import argparse
 import math
 import os
 import sys
@@ -31,7 +32,7 @@ UNPROVED_DISTRIBUTED = "not rerun (--distributed: a fresh process cannot join th
 UNPROVED_ASKED = "not rerun (--no-rerun)"
 
 
-def add_arguments(p) -> None:
+def add_arguments(p: argparse.ArgumentParser) -> None:
     """The options of `xlafuse tune`."""
     add_workload_arguments(p, positional=True, dtype=True, mesh=True)
     p.add_argument(
@@ -81,7 +82,7 @@ def add_arguments(p) -> None:
     )
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     """`xlafuse tune`: exit 0, 2 on bad input, 130 on an interrupt (`_interrupted`)."""
     try:
         if args.workload.endswith(".toml"):
@@ -91,7 +92,7 @@ def run(args) -> int:
         _interrupted()
 
 
-def _run(args) -> int:
+def _run(args: argparse.Namespace) -> int:
     # on use, not at the top: `xlafuse --help` imports no JAX (see xlafuse.cli)
     import jax
 
@@ -195,7 +196,7 @@ def _interrupted() -> NoReturn:
     os._exit(INTERRUPTED)
 
 
-def run_config(path: str, argv, *, args=None) -> int:
+def run_config(path: str, argv: list[str], *, args: argparse.Namespace | None = None) -> int:
     """`xlafuse tune CONFIG.toml` and `xlafuse run CONFIG.toml` of a config with a `[tune]`
     table (`xlafuse.experiment.tune.table`): the search it describes, into its output folder
     (`--out` replaces it). Options of the command line that the table also sets are refused.
@@ -206,7 +207,7 @@ def run_config(path: str, argv, *, args=None) -> int:
         _interrupted()
 
 
-def _run_config(path: str, argv, args=None) -> int:
+def _run_config(path: str, argv: list[str], args: argparse.Namespace | None = None) -> int:
     import jax
 
     from xlafuse.cli._devices import rerun_with_host_devices
@@ -268,7 +269,9 @@ def check_search(name: str) -> None:
         )
 
 
-def _writes_and_proof(args, out, prove: bool, *, why_not: str = UNPROVED_ASKED) -> dict:
+def _writes_and_proof(
+    args: argparse.Namespace, out, prove: bool, *, why_not: str = UNPROVED_ASKED
+) -> dict:
     """`tune`'s out, prove and unproved: under --distributed process 0 alone writes, and no
     process proves (the proof is a fresh process, which cannot join the run); `why_not`: what
     the conclusion says where the proof was not asked for (`--no-rerun`, a table's
@@ -291,5 +294,5 @@ _TABLE_OPTIONS = {
 }  # fmt: skip
 
 
-def _given(args, dest: str) -> bool:
+def _given(args: argparse.Namespace, dest: str) -> bool:
     return args is not None and getattr(args, dest, _TABLE_OPTIONS[dest]) != _TABLE_OPTIONS[dest]

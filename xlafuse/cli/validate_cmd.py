@@ -4,6 +4,7 @@ arguments, or no ncu or no GPU."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import shlex
 import sys
@@ -20,7 +21,7 @@ SOME_CELLS_OFF = 1
 HELP = "check kernels and modeled bytes against Nsight Compute (GPU)"
 
 
-def add_arguments(p) -> None:
+def add_arguments(p: argparse.ArgumentParser) -> None:
     """The options of `xlafuse validate`."""
     p.add_argument("config", nargs="?", help="an experiment config (.toml): its GPU cells")
     p.add_argument("--only", nargs="+", metavar="WORKLOAD", help="with CONFIG: these workloads")
@@ -48,7 +49,7 @@ def add_arguments(p) -> None:
     )
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     """Validate the chosen cells; print the tables (or JSON); write files with --out."""
     # on use, not at the top: `xlafuse --help` imports no JAX (see xlafuse.cli)
     from xlafuse.experiment.config import load_config
@@ -81,7 +82,7 @@ def run(args) -> int:
     return _print(results, args.json)
 
 
-def _rejudge(args) -> int:
+def _rejudge(args: argparse.Namespace) -> int:
     """Judge the measurements recorded in an earlier validation.json again."""
     from xlafuse.measurement.validate import result_from_dict  # on use, as in `run`
     from xlafuse.report.validation import write_validation
@@ -118,7 +119,7 @@ def _print(results, as_json: bool) -> int:
     return 0 if all(r.ok for r in results) else SOME_CELLS_OFF
 
 
-def _check_usage(args) -> None:
+def _check_usage(args: argparse.Namespace) -> None:
     from xlafuse.cli._devices import check_workload
     from xlafuse.compiler import variants  # on use, as in `run`
 
@@ -149,7 +150,7 @@ def _check_usage(args) -> None:
             variants.get(name)
 
 
-def _check_inputs(args) -> None:
+def _check_inputs(args: argparse.Namespace) -> None:
     """The config file, --variants and --out, before ncu or the GPU is looked for."""
     from xlafuse.cli._checks import variant_names  # on use, as in `run`
     from xlafuse.experiment.config import check_config_file

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 
 from xlafuse.kinds import Framework
@@ -10,12 +11,12 @@ from xlafuse.report.format import fit
 HELP = "the fusion variant presets and their XLA options"
 
 
-def add_arguments(p) -> None:
+def add_arguments(p: argparse.ArgumentParser) -> None:
     """The options of `xlafuse variants`."""
     p.add_argument("--json", action="store_true", help="print JSON")
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     """Prints one block per preset: name, applies here or not, description, XLA options."""
     # on use, not at the top: `xlafuse --help` imports no JAX (see xlafuse.cli)
     import jax

@@ -3,6 +3,7 @@ compilation-cache folder, for later processes to load instead of compiling."""
 
 from __future__ import annotations
 
+import argparse
 import json
 
 from xlafuse.cli import _progress
@@ -11,7 +12,7 @@ from xlafuse.cli._devices import add_import_argument
 HELP = "compile a config's cells into a compilation-cache folder"
 
 
-def add_arguments(p) -> None:
+def add_arguments(p: argparse.ArgumentParser) -> None:
     """The options of `xlafuse warmup`."""
     p.add_argument("config", help="an experiment config (.toml)")
     p.add_argument("--cache", required=True, metavar="DIR", help="the cache folder to fill")
@@ -19,7 +20,7 @@ def add_arguments(p) -> None:
     add_import_argument(p)
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     # on use, not at the top: `xlafuse --help` imports no JAX (see xlafuse.cli)
     from xlafuse.cli._devices import import_user_code, rerun_with_host_devices
     from xlafuse.compiler.devices import needs_host_devices

@@ -4,6 +4,7 @@ implementations (a variant's impl=NAME: docs/implementations.md)."""
 
 from __future__ import annotations
 
+import argparse
 import json
 
 from xlafuse.cli._devices import add_import_argument, import_user_code
@@ -11,14 +12,14 @@ from xlafuse.cli._devices import add_import_argument, import_user_code
 HELP = "the workloads: their sizes, modes, dtypes and overrides"
 
 
-def add_arguments(p) -> None:
+def add_arguments(p: argparse.ArgumentParser) -> None:
     """The options of `xlafuse workloads`."""
     p.add_argument("names", nargs="*", metavar="NAME", help="only these workloads")
     p.add_argument("--json", action="store_true", help="print JSON")
     add_import_argument(p)
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     """Prints one block per workload (or JSON): the registry's declarations, nothing built."""
     # on use, not at the top: the family modules import JAX (see xlafuse.cli)
     from xlafuse.models import registry

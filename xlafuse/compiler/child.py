@@ -18,6 +18,7 @@ from __future__ import annotations
 import pickle
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -74,7 +75,12 @@ def run_exported(
         return result
 
 
-def export_function(fn, args, kwargs, jit_kwargs) -> tuple[Any, bytes]:
+def export_function(
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    jit_kwargs: dict[str, Any],
+) -> tuple[Any, bytes]:
     """(the `jax.export.Exported`, its serialized bytes) of `jax.jit(fn)` for these inputs."""
     exported = jax.export.export(jax.jit(fn, **jit_kwargs))(*args, **kwargs)
     return exported, exported.serialize()

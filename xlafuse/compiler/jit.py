@@ -14,7 +14,7 @@ import dataclasses
 import functools
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax
 
@@ -24,6 +24,11 @@ from xlafuse.compiler.variants import get as get_variant
 from xlafuse.hlo import analyze_hlo
 from xlafuse.hlo.collectives import collectives_of_text
 from xlafuse.kinds import Framework
+
+if TYPE_CHECKING:
+    from xlafuse.hlo.collectives import CollectiveReport
+    from xlafuse.hlo.fusion import FusionReport
+    from xlafuse.models.workload import Workload
 
 # What an analysis XLA cannot make raises past `jax.stages.Compiled`, which itself returns None
 # for UNIMPLEMENTED ("Returns None if unavailable"): NotImplementedError (older jax), or another
@@ -81,7 +86,9 @@ class CompiledVariant:
     def _call(self) -> Callable[..., Any]:
         return self.runner if self.runner is not None else self.compiled
 
-    def calling_through(self, wrap: Callable[[Callable[..., Any]], Callable[..., Any]]):
+    def calling_through(
+        self, wrap: Callable[[Callable[..., Any]], Callable[..., Any]]
+    ) -> CompiledVariant:
         """The same program, each call going through `wrap(the call it makes now)`.
 
         Returns:
@@ -97,12 +104,12 @@ class CompiledVariant:
         return self.lowered.as_text(dialect="hlo", debug_info=True)
 
     @functools.cached_property
-    def report(self):
+    def report(self) -> FusionReport:
         """The FusionReport of the optimized HLO (kernels, fusions, modeled bytes, ...)."""
         return analyze_hlo(self.hlo_text)
 
     @functools.cached_property
-    def collectives(self):
+    def collectives(self) -> CollectiveReport:
         """The CollectiveReport of the optimized HLO (`xlafuse.hlo.collectives`)."""
         return collectives_of_text(self.hlo_text)
 
@@ -171,7 +178,7 @@ class ChildMeasurement:
     profile: dict[str, Any] | None = None
 
 
-def lower_workload(workload) -> jax.stages.Lowered:
+def lower_workload(workload: Workload) -> jax.stages.Lowered:
     """The one lowering of a workload, which every entry point compiles, traces or caches.
 
     `jax.jit(workload.fn, **workload.jit_kwargs())`: the train state donated and, for a sharded
@@ -217,7 +224,7 @@ def compile_workload(
     )
 
 
-def unoptimized_hlo(workload) -> str:
+def unoptimized_hlo(workload: Workload) -> str:
     """The workload's program before XLA's optimizations, as `compile_workload` lowers it
     (`lower_workload`), with source locations."""
     return hlo_before_optimization(lower_workload(workload))
@@ -392,14 +399,16 @@ def _as_tuple(value) -> tuple:
 class FusedFunction:
     """What `xlafuse.compile` returns: callable like `jax.jit(fn)`, compiled per input signature."""
 
-    def __init__(self, fn: Callable, *, variant: str | Variant | dict = "default", **jit_kwargs):
+    def __init__(
+        self, fn: Callable, *, variant: str | Variant | dict = "default", **jit_kwargs: Any
+    ):
         self.fn = fn
         self.variant = get_variant(variant)
         self.jit_kwargs = jit_kwargs
         self._compiled: dict[tuple, CompiledVariant] = {}
         functools.update_wrapper(self, fn)
 
-    def compile(self, *args, **kwargs) -> CompiledVariant:
+    def compile(self, *args: Any, **kwargs: Any) -> CompiledVariant:
         """The compiled variant for these inputs (compiled on first use, then cached)."""
         key = _signature(args, kwargs)
         if key not in self._compiled:
@@ -427,7 +436,7 @@ class FusedFunction:
 
 
 def compile(
-    fn: Callable, *, variant: str | Variant | dict = "default", **jit_kwargs
+    fn: Callable, *, variant: str | Variant | dict = "default", **jit_kwargs: Any
 ) -> FusedFunction:
     """Wrap `fn` like `jax.jit`, compiling it under a fusion variant.
 

@@ -62,7 +62,9 @@ def free_port(*, host: str = "localhost") -> int:
         return sock.getsockname()[1]
 
 
-def process_argv(argv: Sequence[str], port: int, processes: int, index: int, timeout_s: float):
+def process_argv(
+    argv: Sequence[str], port: int, processes: int, index: int, timeout_s: float
+) -> list[str]:
     """The command line of process `index`: `argv` with the distributed options added."""
     return [
         *argv,

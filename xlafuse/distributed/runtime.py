@@ -115,7 +115,9 @@ def parse_address(address: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-def check_explicit(coordinator, num_processes, process_id) -> bool:
+def check_explicit(
+    coordinator: str | None, num_processes: int | None, process_id: int | None
+) -> bool:
     """Whether the three values are given (all) or left to the launcher (none).
 
     Raises:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax
 
@@ -22,6 +22,9 @@ from xlafuse.measurement.numerics import (
 from xlafuse.models.names import Cell
 from xlafuse.models.workload import built_implementation_problem
 from xlafuse.report.format import text_table
+
+if TYPE_CHECKING:
+    from xlafuse.models.workload import Workload
 
 
 @dataclasses.dataclass(frozen=True)
@@ -160,10 +163,10 @@ def _text(value: float | None, scale: float = 1.0, spec: str = "") -> str:
 
 def compare(
     fn: Callable,
-    *args,
+    *args: Any,
     variants: Sequence = ("default", "no-fusion"),
     label: str | None = None,
-    **jit_kwargs,
+    **jit_kwargs: Any,
 ) -> Comparison:
     """Compile `fn` under each variant, run it once on `args`, and tabulate the differences.
 
@@ -204,7 +207,7 @@ def compare(
 
 
 def compare_workload(
-    workload,
+    workload: Workload,
     *,
     variants: Sequence = ("default", "no-fusion"),
     on_step: Callable | None = None,

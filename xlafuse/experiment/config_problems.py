@@ -4,11 +4,13 @@ raised together) and the helpers that read a TOML value of a given type or table
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from xlafuse.errors import XlafuseError, did_you_mean
+
+T = TypeVar("T")
 
 
 class Problems:
@@ -31,7 +33,7 @@ class Problems:
         )
 
 
-def check_keys(problems: Problems, prefix: str, table: Any, accepted) -> None:
+def check_keys(problems: Problems, prefix: str, table: Any, accepted: Iterable[str]) -> None:
     if not isinstance(table, Mapping):
         return
     for key in table:
@@ -55,7 +57,15 @@ def type_name(value: Any) -> str:
     return names.get(type(value), type(value).__name__)
 
 
-def typed_field(problems, where, value, kind, *, optional=False, default=None):
+def typed_field(
+    problems: Problems,
+    where: str,
+    value: Any,
+    kind: type | tuple[type, ...],
+    *,
+    optional: bool = False,
+    default: Any = None,
+) -> Any:
     """`value` if it has type `kind` (ints accepted as floats, bools never as numbers)."""
     if value is None:
         if not optional:
@@ -71,7 +81,9 @@ def typed_field(problems, where, value, kind, *, optional=False, default=None):
     return default
 
 
-def check_choice(problems, where, value, accepted, kind) -> None:
+def check_choice(
+    problems: Problems, where: str, value: Any, accepted: Iterable[str], kind: str
+) -> None:
     if value is not None and value not in accepted:
         problems.add(
             where,
@@ -80,7 +92,13 @@ def check_choice(problems, where, value, accepted, kind) -> None:
         )
 
 
-def flat_table(problems, section: str, value, cls, kind_of):
+def flat_table(
+    problems: Problems,
+    section: str,
+    value: Any,
+    cls: type[T],
+    kind_of: Callable[[str], type | tuple[type, ...]],
+) -> T:
     """A `cls` from a TOML table of its fields, each checked to be of type `kind_of(name)`."""
     table = as_table(problems, section, value)
     fields = {f.name: f for f in dataclasses.fields(cls)}

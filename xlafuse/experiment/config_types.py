@@ -11,14 +11,16 @@ import json
 from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from xlafuse.compiler import variants
 from xlafuse.compiler.variants import BACKENDS
 from xlafuse.measurement.timing import TimingSettings
-from xlafuse.models import user
 from xlafuse.models.names import Cell, cell_fields
 from xlafuse.models.workload import Items, Workload
+
+if TYPE_CHECKING:
+    from xlafuse.compiler.variants import Variant
 
 INLINE_VARIANT_META = ("name", "description", "implementation")
 
@@ -92,12 +94,7 @@ class WorkloadConfig:
           XlafuseError, ValueError: as `Cell.build`; an implementation that cannot be loaded,
             traced, or that returns other outputs than the entry's program.
         """
-        if not self.implementations:
-            return self.cell.build()
-        entries = {n: user.parse_entry(s, base=self.base) for n, s in self.implementations.items()}
-        entry = user.parse_entry(self.entry, base=self.base)
-        workload = user.build_entry(entry, overrides=self.overrides, implementations=entries)
-        return workload.with_items(self.items)
+        return self.cell.build()
 
     @functools.cached_property
     def cell(self) -> Cell:
@@ -114,6 +111,7 @@ class WorkloadConfig:
             self.entry,
             self.base,
             items=self.items,
+            implementations=self.implementations,
         )
 
     def applies_to(self, backend: str) -> bool:
@@ -159,7 +157,7 @@ class VariantConfig:
         object.__setattr__(self, "options", MappingProxyType(dict(self.options)))
 
     @classmethod
-    def of(cls, spec) -> VariantConfig:
+    def of(cls, spec: str | Mapping[str, Any]) -> VariantConfig:
         """The config form of a preset name ("a+b"), a dict of XLA options (named by its "name"
         key, else "options") or a `Variant`, resolved here (as a config's are, once).
 
@@ -183,7 +181,7 @@ class VariantConfig:
         config.resolve()
         return config
 
-    def resolve(self):
+    def resolve(self) -> Variant:
         """The `xlafuse.variants.Variant` this stands for, resolved on first use and kept: a
         run resolves each variant of its config once, however many cells use it.
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax
 import jax.numpy as jnp
@@ -26,8 +26,16 @@ from xlafuse.experiment.config_types import (
 from xlafuse.kinds import Framework
 from xlafuse.models import implementations, registry
 
+if TYPE_CHECKING:
+    from xlafuse.experiment.config_problems import Problems
 
-def check_implementations(problems, workloads, listed, backend) -> None:
+
+def check_implementations(
+    problems: Problems,
+    workloads: list[WorkloadConfig],
+    listed: list[VariantConfig],
+    backend: str,
+) -> None:
     """Each variant naming an implementation (`impl=NAME`), against each workload: one it has
     and can run here (`registry.implementation_problem`; an entry: one of its table's)."""
     for i, variant in enumerate(listed):
@@ -64,7 +72,7 @@ def _implementation_problem(w: WorkloadConfig, name: str, backend: str) -> str |
     )
 
 
-def parse_variants(problems, value, backend) -> list[VariantConfig]:
+def parse_variants(problems: Problems, value: Any, backend: str) -> list[VariantConfig]:
     if not isinstance(value, list) or not value:
         problems.add("experiment.variants", "must be a non-empty array of names or tables")
         return []
@@ -134,7 +142,9 @@ def _inline_implementation(problems, where, item) -> str | None:
     return name
 
 
-def parse_reference(problems, value, variants, listed) -> str:
+def parse_reference(
+    problems: Problems, value: Any, variants: list[VariantConfig], listed: bool
+) -> str:
     """The reference's name; a problem unless it names a variant (one listed that has its own
     problem, like a torch variant without torch, is not reported twice)."""
     reference = typed_field(problems, "experiment.reference", value, str, default="default")

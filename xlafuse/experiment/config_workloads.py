@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import jax
 
@@ -27,6 +28,9 @@ from xlafuse.models import implementations, registry, user
 from xlafuse.models.sharding import MODEL_PARALLEL_WORKLOADS, PARALLELISMS
 from xlafuse.models.workload import ITEMS_UNIT, Items, Workload, items_problem
 
+if TYPE_CHECKING:
+    from xlafuse.experiment.config_problems import Problems
+
 _WORKLOAD_KEYS = (
     "name", "entry", "size", "mode", "dtype", "overrides", "backends", "devices", "parallelism",
     "items", "items_unit", "implementations",
@@ -35,7 +39,7 @@ _WORKLOAD_KEYS = (
 _NOT_FOR_ENTRIES = ("size", "dtype", "devices", "parallelism")
 
 
-def parse_imports(problems, value, base) -> list[str]:
+def parse_imports(problems: Problems, value: Any, base: Path | None) -> list[str]:
     """Imports the user's files and modules (relative files: to the config's folder) first, so
     that the workloads they register are names the rest of the config may use."""
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
@@ -49,7 +53,9 @@ def parse_imports(problems, value, base) -> list[str]:
     return list(value)
 
 
-def parse_workloads(problems, value, backend, base) -> list[WorkloadConfig]:
+def parse_workloads(
+    problems: Problems, value: Any, backend: str, base: Path | None
+) -> list[WorkloadConfig]:
     if value is None:
         problems.add("workloads", "missing: add at least one [[workloads]] table")
         return []

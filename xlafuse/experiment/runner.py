@@ -382,7 +382,7 @@ def _measured_cell(
     trace_dir = _new_trace_dir(run, cell.id)
     watch.doing(f"measuring {cell.w.label} under {cell.variant.name}")
     try:
-        measured, mine = _measure(run, cell.variant, workload, reference, trace_dir)
+        measured, mine = _measure(run, cell, workload, reference, trace_dir)
     except Exception as err:  # one cell's failure must not end the sweep
         watch.on_failure(err)  # ...but a lost process ends the run (its line names it)
         gc.collect()
@@ -414,7 +414,7 @@ def _first_outputs(compiled, workload):
 
 
 def _measure(
-    run: _Run, variant: VariantConfig, workload, reference: Reference | None, trace_dir=None
+    run: _Run, cell: RunCell, workload, reference: Reference | None, trace_dir=None
 ) -> tuple[dict[str, Any], Reference]:
     """The cell's measured parts, by CellResult field name (`fields_lib` makes each), and the
     Reference its program would be to the workload's other cells.
@@ -422,6 +422,7 @@ def _measure(
     Steps, each returning its value: compile, first call, numerics against the reference
     (`judge_against`), timing against it (`_time` -> `time_against`), the traced kernels
     (`_kernel_fields`), then the record part of each (`fields_lib`)."""
+    variant = cell.variant
     resolved = variant.resolve()
     if resolved.framework == Framework.TORCH:  # the workload's PyTorch twin (xlafuse.torch)
         return _measure_twin(run, resolved, workload, reference), Reference()
@@ -456,13 +457,13 @@ def _measure(
             hlo_text=None if "kernel_times" in kernels else compiled.hlo_text,
         ),
         "interpreted": workload.interpreted,
-        **_optional_parts(run, variant, workload, compiled, profile, against),
+        **_optional_parts(run, cell, workload, compiled, profile, against),
     }
     return measured, mine
 
 
 def _optional_parts(
-    run: _Run, variant: VariantConfig, workload, compiled, profile, against: Reference | None
+    run: _Run, cell: RunCell, workload, compiled, profile, against: Reference | None
 ) -> dict[str, Any]:
     """The parts of `_measure` that only some cells have: collectives (a cell sharded over
     devices), device and comm time (a profiled cell), cold start (`[measure] cold_start`)."""
@@ -474,7 +475,8 @@ def _optional_parts(
         measured["device"] = fields_lib.device_part(profile, own_reference)
         measured["comm"] = fields_lib.comm_part(profile.comm)
     if run.config.measure.cold_start:
-        measured["cold_start"] = fields_lib.cold_start_part(workload, variant)
+        # the config's cell, which a child rebuilds with an entry's implementations
+        measured["cold_start"] = fields_lib.cold_start_part(cell.w.cell, cell.variant)
     return measured
 
 

@@ -166,7 +166,13 @@ class Shape:
 UNKNOWN_SHAPE = Shape(UNKNOWN_DTYPE)
 
 
-def _new_shape(dtype, dims, tuple_shapes, layout, dynamic) -> Shape:
+def _new_shape(
+    dtype: str,
+    dims: tuple[int, ...],
+    tuple_shapes: tuple[Shape, ...] | None,
+    layout: tuple[int, ...] | None,
+    dynamic: tuple[bool, ...] | None,
+) -> Shape:
     """Builds a Shape without the frozen dataclass's per-field __setattr__ (each shape read)."""
     shape = _new(Shape)
     _set(shape, "__dict__", {

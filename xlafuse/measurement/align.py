@@ -92,7 +92,9 @@ def align_launches(
     return owner, how
 
 
-def extra_launches(kernels: Sequence[ModeledKernel], names: Sequence[str], owner) -> None:
+def extra_launches(
+    kernels: Sequence[ModeledKernel], names: Sequence[str], owner: dict[int, int]
+) -> None:
     """A leftover launch named after no kernel, next to one paired with a library call, is
     another launch of that call (in place): a memset belongs to the launch after it (cuBLASLt
     clears its workspace before the GEMM), anything else (a split-K reduction) to the one

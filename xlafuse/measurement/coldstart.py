@@ -164,7 +164,7 @@ class ColdStartResult:
         return out
 
 
-def build_workload(spec: Mapping[str, Any]):
+def build_workload(spec: Mapping[str, Any]) -> Workload:
     """The workload a `workload_spec` describes, built (in a child process), sharded over its
     devices when it names more than one (the child was started with them: `_run_child`). The
     user's imports the spec lists are imported first."""
@@ -215,12 +215,15 @@ def workload_spec(workload: Any) -> dict[str, Any]:
 
 
 def _for_child(cell: Cell) -> Cell:
-    """The cell as a child process in any folder builds it: a program of the user's by its
-    entry resolved (a config's entry against the config's folder)."""
+    """The cell as a child process in any folder builds it: a program of the user's, and its
+    other implementations, by their entries resolved (a config's against the config's folder)."""
     name = cell.build_name
     if user.is_entry(name):
         name = user.parse_entry(name).resolved
-    return dataclasses.replace(cell, name=name, entry=None, base=None)
+    implementations = {n: e.resolved for n, e in cell.implementation_entries().items()}
+    return dataclasses.replace(
+        cell, name=name, entry=None, base=None, implementations=implementations
+    )
 
 
 def run_start(

@@ -15,6 +15,7 @@ from __future__ import annotations
 import pickle
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +36,14 @@ from xlafuse.kinds import Mode
 from xlafuse.measurement.coldstart import build_workload
 
 
-def per_call_seconds(compiled, args, calls: int, *, on_first=None, train=False) -> list[float]:
+def per_call_seconds(
+    compiled: Callable[..., Any],
+    args: tuple[Any, ...],
+    calls: int,
+    *,
+    on_first: Callable[[], None] | None = None,
+    train: bool = False,
+) -> list[float]:
     """Seconds of each of `calls` synchronized calls of `compiled(*args)`.
 
     Args:

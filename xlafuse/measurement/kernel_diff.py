@@ -19,7 +19,7 @@ import dataclasses
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -34,6 +34,10 @@ from xlafuse.measurement.kernels import KernelTimes, find_trace, join_trace, tra
 from xlafuse.measurement.profile import trace_calls
 from xlafuse.measurement.stats import VERDICTS, Difference, difference_interval
 from xlafuse.models.names import Cell
+
+if TYPE_CHECKING:
+    from xlafuse.compiler.jit import CompiledVariant
+    from xlafuse.models.workload import Workload
 
 SCHEMA = "xlafuse.kernel_diff/1"
 TOP = 10
@@ -130,7 +134,9 @@ def _group_samples(kernels: Sequence[str], samples: Mapping[str, Sequence[float]
     return np.sum([samples.get(k, (0.0,) * calls) for k in kernels] or [[0.0] * calls], axis=0)
 
 
-def timed_groups(diff: FusionDiff, times_a: KernelTimes, times_b: KernelTimes):
+def timed_groups(
+    diff: FusionDiff, times_a: KernelTimes, times_b: KernelTimes
+) -> tuple[TimedGroup, ...]:
     """`time_groups` of `diff` with both sides' times and per-call samples."""
     return time_groups(
         diff,
@@ -275,7 +281,14 @@ def measure_workload_diff(
     return MeasuredDiff(diff, times[0], times[1], timed, traces)
 
 
-def trace_kernel_times(compiled, work, calls: int, folder: Path, *, ceiling=None) -> KernelTimes:
+def trace_kernel_times(
+    compiled: CompiledVariant,
+    work: Workload,
+    calls: int,
+    folder: Path,
+    *,
+    ceiling: float | None = None,
+) -> KernelTimes:
     """Trace `calls` calls of a compiled workload into `folder` and join the kernels.
 
     Raises:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import tempfile
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -145,7 +145,9 @@ def read_trace(path: str | Path, calls: int) -> DeviceProfile | None:
     return summarize_device(by_device[first], calls, devices=len(by_device))
 
 
-def summarize_device(kernels: list[tuple[str, int, int]], calls: int, *, devices: int = 1):
+def summarize_device(
+    kernels: list[tuple[str, int, int]], calls: int, *, devices: int = 1
+) -> DeviceProfile:
     """`summarize_kernels` of one device, with its communication summary and device count."""
     profile = summarize_kernels(kernels, calls)
     comm = None
@@ -196,7 +198,7 @@ def summarize_kernels(kernels: list[tuple[str, int, int]], calls: int) -> Device
     )
 
 
-def gpu_kernel_events(planes: Iterable[Any], *, ops: bool = False):
+def gpu_kernel_events(planes: Iterable[Any], *, ops: bool = False) -> Iterator[tuple]:
     """(name, start_ns, duration_ns) of every event on a "Stream" line of a GPU plane; with
     `ops`, also its `hlo_op` stat (None without one): the HLO instruction the runtime launched
     it for, the kernel's own name outside a command buffer, `command_buffer_N` inside one."""

@@ -24,7 +24,7 @@ import os
 import re
 import sys
 import tempfile
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -142,7 +142,7 @@ def validate_config(
     *,
     only: Sequence[str] | None = None,
     variants: Sequence[str] | None = None,
-    say=None,
+    say: Callable[[str], None] | None = None,
     **kwargs: Any,
 ) -> list[ValidationResult]:
     """Validate every GPU cell (workload x variant) of an experiment config, one after another.
@@ -184,7 +184,7 @@ def validate_config(
 
 
 def validate_cells(
-    cells: Iterable[tuple[Any, Any]], *, say=None, **kwargs: Any
+    cells: Iterable[tuple[Any, Any]], *, say: Callable[[str], None] | None = None, **kwargs: Any
 ) -> list[ValidationResult]:
     """Validate (workload, variant) cells one after another; a failed child fails its cell only.
 

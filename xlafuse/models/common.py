@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import jax
 from flax import nnx
@@ -20,7 +21,7 @@ def layer_norm(d_model: int, ctx: BuildContext, rngs: nnx.Rngs) -> nnx.LayerNorm
     return nnx.LayerNorm(d_model, dtype=ctx.dtype, param_dtype=ctx.param_dtype, rngs=rngs)
 
 
-def normal_inputs(shape: tuple[int, ...], dtype) -> Callable[[jax.Array], tuple[jax.Array]]:
+def normal_inputs(shape: tuple[int, ...], dtype: Any) -> Callable[[jax.Array], tuple[jax.Array]]:
     """Returns `make_inputs(key)` giving one standard-normal array of `shape`, made on device."""
 
     def make_inputs(key: jax.Array) -> tuple[jax.Array]:

@@ -68,7 +68,7 @@ def cartpole_physics(state: jax.Array, push_right: jax.Array) -> tuple[jax.Array
 class CartpolePolicy(nnx.Module):
     """A 4 -> hidden -> hidden -> 2 tanh network, rolled out over a batch of cart-poles."""
 
-    def __init__(self, hidden: int, steps: int, unroll: int, *, ctx: BuildContext, rngs):
+    def __init__(self, hidden: int, steps: int, unroll: int, *, ctx: BuildContext, rngs: nnx.Rngs):
         sizes = (4, hidden, hidden, 2)
         self.layers = nnx.List([linear(m, n, ctx, rngs) for m, n in itertools.pairwise(sizes)])
         self.steps, self.unroll = steps, unroll
@@ -152,7 +152,9 @@ class Lstm(nnx.Module):
     back to `d_model`. The input's share of the gates is one matmul over every step; the
     recurrent share runs under the scan. The cell state is kept in float32."""
 
-    def __init__(self, d_model: int, d_hidden: int, unroll: int, *, ctx: BuildContext, rngs):
+    def __init__(
+        self, d_model: int, d_hidden: int, unroll: int, *, ctx: BuildContext, rngs: nnx.Rngs
+    ):
         self.inputs = linear(d_model, 4 * d_hidden, ctx, rngs)
         self.recurrent = nnx.Linear(
             d_hidden,

@@ -14,7 +14,7 @@ import json
 from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from xlafuse.kinds import Mode
 
@@ -27,6 +27,9 @@ from xlafuse.models.labels import (  # noqa: F401 - part of this module's API
     is_entry,
     workload_label,
 )
+
+if TYPE_CHECKING:
+    from xlafuse.models.workload import Workload
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,6 +49,10 @@ class Cell:
       items: a `xlafuse.models.Items` that the built workload counts per call in place of its
         own (`--items`, a config's `items`), for throughput; None keeps its own (not part of
         the name: the program is the same).
+      implementations: an entry's other implementations of its program, name ->
+        `FILE.py:FUNCTION` (a config's `implementations` table, found from `base`), which a
+        variant `impl=NAME` runs (not part of the name: their files are in the entry's
+        `source_sha256`).
     """
 
     name: str
@@ -58,9 +65,12 @@ class Cell:
     entry: str | None = None
     base: Path | None = dataclasses.field(default=None, compare=False)
     items: Any = dataclasses.field(default=None, compare=False)
+    implementations: Mapping[str, str] = dataclasses.field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "overrides", MappingProxyType(dict(self.overrides or {})))
+        implementations = MappingProxyType(dict(self.implementations or {}))
+        object.__setattr__(self, "implementations", implementations)
         if self.devices <= 1:
             object.__setattr__(self, "parallelism", "data")
 
@@ -117,7 +127,13 @@ class Cell:
 
         return user.parse_entry(self.entry, base=self.base).resolved
 
-    def build(self, *, seed: int = 0):
+    def implementation_entries(self) -> dict[str, Any]:
+        """The `implementations` as `xlafuse.models.user.Entry`s, found from `base`."""
+        from xlafuse.models import user  # JAX: only a build needs it (user.py imports no Cell)
+
+        return {n: user.parse_entry(s, base=self.base) for n, s in self.implementations.items()}
+
+    def build(self, *, seed: int = 0) -> Workload:
         """The `xlafuse.models.Workload` of this cell (`xlafuse.models.build`), sharded over its
         devices.
 
@@ -128,16 +144,23 @@ class Cell:
         # JAX, imported by the one call that builds; neither module imports this one
         from xlafuse.models import registry, user
 
-        workload = registry.build(
-            self.build_name,
-            size=self.size,
-            mode=self.mode,
-            dtype=self.dtype,
-            seed=seed,
-            devices=self.devices,
-            parallelism=self.parallelism,
-            **self.overrides,
-        )
+        if self.implementations:  # an entry's, each loaded and checked by tracing
+            workload = user.build_entry(
+                self.build_name,
+                overrides=self.overrides,
+                implementations=self.implementation_entries(),
+            )
+        else:
+            workload = registry.build(
+                self.build_name,
+                size=self.size,
+                mode=self.mode,
+                dtype=self.dtype,
+                seed=seed,
+                devices=self.devices,
+                parallelism=self.parallelism,
+                **self.overrides,
+            )
         if self.entry is not None and workload.mode != self.mode:
             step = workload.mode == Mode.TRAIN
             returned = "a step (fn, args, donate_argnums)" if step else "a forward program"
@@ -156,6 +179,7 @@ class Cell:
             "devices": self.devices,
             "parallelism": self.parallelism if self.mesh else None,
             **({"entry": self.entry} if self.entry else {}),
+            **({"implementations": dict(self.implementations)} if self.implementations else {}),
         }
 
     @classmethod
@@ -198,4 +222,5 @@ class Cell:
             devices=int(data.get("devices") or 1),
             parallelism=data.get("parallelism") or "data",
             entry=data.get("entry"),
+            implementations=data.get("implementations") or {},
         )

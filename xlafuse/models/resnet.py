@@ -9,7 +9,7 @@ classes, 25,557,032 parameters); "tiny" keeps the structure with one block per s
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import jax
@@ -63,7 +63,16 @@ def _bn(features: int, ctx: BuildContext, rngs: nnx.Rngs) -> nnx.BatchNorm:
 class ConvBN(nnx.Module):
     """Convolution (no bias) followed by BatchNorm."""
 
-    def __init__(self, cin: int, cout: int, kernel: int, stride: int, *, ctx, rngs):
+    def __init__(
+        self,
+        cin: int,
+        cout: int,
+        kernel: int,
+        stride: int,
+        *,
+        ctx: BuildContext,
+        rngs: nnx.Rngs,
+    ):
         self.conv = _conv(cin, cout, kernel, stride, ctx, rngs)
         self.bn = _bn(cout, ctx, rngs)
 
@@ -95,7 +104,15 @@ class Bottleneck(nnx.Module):
 class ResNet(nnx.Module):
     """ResNet v1.5 with bottleneck blocks; `stages` gives the number of blocks per stage."""
 
-    def __init__(self, stages, width: int, classes: int, *, ctx: BuildContext, rngs: nnx.Rngs):
+    def __init__(
+        self,
+        stages: Sequence[int],
+        width: int,
+        classes: int,
+        *,
+        ctx: BuildContext,
+        rngs: nnx.Rngs,
+    ):
         self.stem = ConvBN(3, width, 7, 2, ctx=ctx, rngs=rngs)
         blocks, cin = [], width
         for i, count in enumerate(stages):

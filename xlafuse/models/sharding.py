@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax
 import numpy as np
@@ -33,6 +33,9 @@ from jax.sharding import PartitionSpec as P
 from xlafuse.errors import XlafuseError
 from xlafuse.kinds import Backend, Mode
 from xlafuse.models.labels import PARALLELISMS
+
+if TYPE_CHECKING:
+    from xlafuse.models.workload import Workload
 
 MESH_AXIS = "devices"
 # Workloads whose Dense layers the "model" rule knows (MlpBlock, CausalSelfAttention inside).
@@ -144,7 +147,7 @@ def _key_name(key: Any) -> str:
     return str(key)
 
 
-def shard(workload, devices: int, *, parallelism: str = "data"):
+def shard(workload: Workload, devices: int, *, parallelism: str = "data") -> Workload:
     """The workload with its arguments placed on a mesh of `devices` devices.
 
     Args:

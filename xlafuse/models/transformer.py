@@ -76,7 +76,14 @@ class LmHead(NamedTuple):
 class GPT2(nnx.Module):
     """Decoder-only LM: token + position embeddings, blocks, final LN, tied output embedding."""
 
-    def __init__(self, cfg: Mapping[str, Any], implementation: str, *, ctx: BuildContext, rngs):
+    def __init__(
+        self,
+        cfg: Mapping[str, Any],
+        implementation: str,
+        *,
+        ctx: BuildContext,
+        rngs: nnx.Rngs,
+    ):
         init = nnx.initializers.normal(EMBED_STDDEV)
         kw = {"dtype": ctx.dtype, "param_dtype": ctx.param_dtype, "embedding_init": init}
         d_model = cfg["d_model"]

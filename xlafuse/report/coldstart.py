@@ -10,12 +10,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from xlafuse.models.names import Cell
 from xlafuse.report.figure import new_figure, save
 from xlafuse.report.lines import cell_label
 from xlafuse.results.records import CellResult
+
+if TYPE_CHECKING:
+    from xlafuse.measurement.coldstart import ColdStartResult
 
 COLD_FIELDS = ("cold_compile_s", "warm_compile_s", "first_call_s", "steady_call_s", "aot_load_s")
 _COLD_COLUMNS = (
@@ -190,7 +193,7 @@ def _fmt(value: float | None, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
 
-def coldstart_text(result) -> str:
+def coldstart_text(result: ColdStartResult) -> str:
     """Human-readable lines of a ColdStartResult."""
 
     def s(value, spec=".3f", unit=" s"):

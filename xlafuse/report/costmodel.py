@@ -9,6 +9,7 @@ and XLA's fusion decisions scored by the measured kernel groups. Nothing without
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from xlafuse.measurement.costmodel import (
@@ -288,7 +289,7 @@ def _pooled_decisions(decisions: Sequence[Mapping[str, Any]]) -> list[str]:
     ]
 
 
-def cost_model_plot(records: Sequence[CellResult], path) -> bool:
+def cost_model_plot(records: Sequence[CellResult], path: str | Path) -> bool:
     """Predicted against measured time of every paired kernel, log-log, by kernel kind, with the
     line predicted = measured; False (nothing written) without pairs."""
     rows = [row for r in records for row in (r.trace.cost_model or {}).get("pairs", ())]

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from xlafuse.errors import XlafuseError
 from xlafuse.hlo import FusionReport, KernelInfo
@@ -51,7 +52,7 @@ def render_summary(result: InspectResult) -> str:
     return "\n".join(lines)
 
 
-def static_line(leaves, *, shown: int = 8) -> str:
+def static_line(leaves: Sequence[Any], *, shown: int = 8) -> str:
     """`static: 3 leaves (relu, ravel, 3)`: a program's arguments' leaves made static."""
     names = [leaf.name for leaf in leaves[:shown]] + (["..."] if len(leaves) > shown else [])
     return f"static: {len(leaves)} {'leaf' if len(leaves) == 1 else 'leaves'} ({', '.join(names)})"

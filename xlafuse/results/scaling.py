@@ -36,7 +36,9 @@ class Scaling:
         return dataclasses.asdict(self)
 
 
-def scaling(one_device_s: float | None, n_devices_s: float | None, devices: int, basis: str):
+def scaling(
+    one_device_s: float | None, n_devices_s: float | None, devices: int, basis: str
+) -> Scaling | None:
     """The Scaling of a step time on `devices` devices against one; None without both times."""
     if not one_device_s or not n_devices_s or devices < 1:
         return None

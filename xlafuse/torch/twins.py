@@ -89,11 +89,11 @@ class Embedding(nn.Module):
 class MatmulBiasAct(nn.Module):
     """GELU(x @ W + b)."""
 
-    def __init__(self, cfg: Mapping[str, Any], dtype, param_dtype):
+    def __init__(self, cfg: Mapping[str, Any], dtype: torch.dtype, param_dtype: torch.dtype):
         super().__init__()
         self.dense = Linear(cfg["d_in"], cfg["d_out"], dtype, param_dtype)
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         return F.gelu(self.dense(x), approximate="tanh")
 
 
@@ -101,14 +101,14 @@ class GatedMlp(nn.Module):
     """down(silu(x @ W_gate) * (x @ W_up)), no biases; `gate_up` (d_model, 2, d_hidden) kept
     in Flax's layout (the zoo's `swiglu`)."""
 
-    def __init__(self, d_model: int, d_hidden: int, dtype, param_dtype):
+    def __init__(self, d_model: int, d_hidden: int, dtype: torch.dtype, param_dtype: torch.dtype):
         super().__init__()
         self.dtype = dtype
         self.gate_up = nn.Parameter(torch.empty(d_model, 2, d_hidden, dtype=param_dtype))
         self.down = nn.Module()
         self.down.weight = nn.Parameter(torch.empty(d_model, d_hidden, dtype=param_dtype))
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         x, weights = x.to(self.dtype), self.gate_up.to(self.dtype)
         hidden = F.silu(x @ weights[:, 0]) * (x @ weights[:, 1])
         return hidden @ self.down.weight.to(self.dtype).t()
@@ -117,26 +117,26 @@ class GatedMlp(nn.Module):
 class MlpBlock(nn.Module):
     """x + Dense(GELU(Dense(LayerNorm(x))))."""
 
-    def __init__(self, d_model: int, d_hidden: int, dtype, param_dtype):
+    def __init__(self, d_model: int, d_hidden: int, dtype: torch.dtype, param_dtype: torch.dtype):
         super().__init__()
         self.norm = LayerNorm(d_model, dtype, param_dtype)
         self.up = Linear(d_model, d_hidden, dtype, param_dtype)
         self.down = Linear(d_hidden, d_model, dtype, param_dtype)
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x + self.down(F.gelu(self.up(self.norm(x)), approximate="tanh"))
 
 
 class CausalSelfAttention(nn.Module):
     """Fused QKV projection, causal SDPA, output projection (the Flax module's layout)."""
 
-    def __init__(self, d_model: int, heads: int, dtype, param_dtype):
+    def __init__(self, d_model: int, heads: int, dtype: torch.dtype, param_dtype: torch.dtype):
         super().__init__()
         self.qkv = Linear(d_model, 3 * d_model, dtype, param_dtype)
         self.out = Linear(d_model, d_model, dtype, param_dtype)
         self.heads = heads
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         batch, seq, d_model = x.shape
         qkv = self.qkv(x).reshape(batch, seq, 3, self.heads, d_model // self.heads)
         q, k, v = (qkv[:, :, i].transpose(1, 2) for i in range(3))  # (B, H, S, D)
@@ -147,20 +147,20 @@ class CausalSelfAttention(nn.Module):
 class TransformerBlock(nn.Module):
     """Pre-LN GPT block: x + Attn(LN(x)), then the MLP sublayer (its own LN and residual)."""
 
-    def __init__(self, d_model: int, heads: int, dtype, param_dtype):
+    def __init__(self, d_model: int, heads: int, dtype: torch.dtype, param_dtype: torch.dtype):
         super().__init__()
         self.norm = LayerNorm(d_model, dtype, param_dtype)
         self.attn = CausalSelfAttention(d_model, heads, dtype, param_dtype)
         self.mlp = MlpBlock(d_model, 4 * d_model, dtype, param_dtype)
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.mlp(x + self.attn(self.norm(x)))
 
 
 class GPT2(nn.Module):
     """Token + position embeddings, blocks, final LN, tied output embedding."""
 
-    def __init__(self, cfg: Mapping[str, Any], dtype, param_dtype):
+    def __init__(self, cfg: Mapping[str, Any], dtype: torch.dtype, param_dtype: torch.dtype):
         super().__init__()
         d = cfg["d_model"]
         self.wte = Embedding(cfg["vocab"], d, dtype, param_dtype)
@@ -170,7 +170,7 @@ class GPT2(nn.Module):
         )
         self.norm = LayerNorm(d, dtype, param_dtype)
 
-    def forward(self, tokens):
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         positions = torch.arange(tokens.shape[1], device=tokens.device)
         x = self.wte(tokens) + self.wpe(positions)[None]
         for block in self.blocks:
@@ -181,7 +181,7 @@ class GPT2(nn.Module):
 class BatchNorm(nn.Module):
     """BatchNorm over NCHW channels with Flax's running-statistics update (biased variance)."""
 
-    def __init__(self, c: int, dtype, param_dtype):
+    def __init__(self, c: int, dtype: torch.dtype, param_dtype: torch.dtype):
         super().__init__()
         self.dtype = dtype
         self.weight = nn.Parameter(torch.empty(c, dtype=param_dtype))
@@ -189,7 +189,7 @@ class BatchNorm(nn.Module):
         self.register_buffer("running_mean", torch.zeros(c, dtype=param_dtype))
         self.register_buffer("running_var", torch.ones(c, dtype=param_dtype))
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         w, b = self.weight.to(self.dtype), self.bias.to(self.dtype)
         if not self.training:
             mean, var = self.running_mean.to(self.dtype), self.running_var.to(self.dtype)
@@ -207,13 +207,21 @@ class BatchNorm(nn.Module):
 class ConvBN(nn.Module):
     """Convolution (no bias, symmetric padding kernel // 2) followed by BatchNorm."""
 
-    def __init__(self, cin: int, cout: int, kernel: int, stride: int, dtype, param_dtype):
+    def __init__(
+        self,
+        cin: int,
+        cout: int,
+        kernel: int,
+        stride: int,
+        dtype: torch.dtype,
+        param_dtype: torch.dtype,
+    ):
         super().__init__()
         self.conv = nn.Conv2d(cin, cout, kernel, stride, kernel // 2, bias=False, dtype=param_dtype)
         self.bn = BatchNorm(cout, dtype, param_dtype)
         self.dtype = dtype
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         weight = self.conv.weight.to(self.dtype)
         y = F.conv2d(x, weight, None, self.conv.stride, self.conv.padding)
         return self.bn(y)
@@ -222,7 +230,9 @@ class ConvBN(nn.Module):
 class Bottleneck(nn.Module):
     """1x1 -> 3x3 (strided, v1.5) -> 1x1 convolutions, plus a shortcut, then ReLU."""
 
-    def __init__(self, cin: int, mid: int, stride: int, dtype, param_dtype):
+    def __init__(
+        self, cin: int, mid: int, stride: int, dtype: torch.dtype, param_dtype: torch.dtype
+    ):
         super().__init__()
         cout = EXPANSION * mid
         self.reduce = ConvBN(cin, mid, 1, 1, dtype, param_dtype)
@@ -231,7 +241,7 @@ class Bottleneck(nn.Module):
         projection = stride != 1 or cin != cout
         self.shortcut = ConvBN(cin, cout, 1, stride, dtype, param_dtype) if projection else None
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = F.relu(self.reduce(x))
         y = F.relu(self.spatial(y))
         y = self.expand(y)
@@ -241,7 +251,7 @@ class Bottleneck(nn.Module):
 class ResNet(nn.Module):
     """ResNet v1.5 on NCHW images (the Flax workload's NHWC images, permuted)."""
 
-    def __init__(self, cfg: Mapping[str, Any], dtype, param_dtype):
+    def __init__(self, cfg: Mapping[str, Any], dtype: torch.dtype, param_dtype: torch.dtype):
         super().__init__()
         width = cfg["width"]
         self.dtype = dtype
@@ -256,7 +266,7 @@ class ResNet(nn.Module):
         self.blocks = nn.ModuleList(blocks)
         self.head = Linear(cin, cfg["classes"], dtype, param_dtype)
 
-    def forward(self, images):
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
         x = F.relu(self.stem(images.to(self.dtype)))
         x = F.max_pool2d(x, 3, 2, 1)
         for block in self.blocks:
@@ -285,7 +295,7 @@ class Lstm(nn.Module):
     recurrent share step by step (a Python loop, which eager runs and Inductor unrolls), the
     gates i, f, g, o in that order, the cell state in float32."""
 
-    def __init__(self, d_model: int, d_hidden: int, dtype, param_dtype):
+    def __init__(self, d_model: int, d_hidden: int, dtype: torch.dtype, param_dtype: torch.dtype):
         super().__init__()
         self.dtype, self.d_hidden = dtype, d_hidden
         self.inputs = Linear(d_model, 4 * d_hidden, dtype, param_dtype)
@@ -351,7 +361,9 @@ def has_twin(name: str) -> bool:
     return name in POINTWISE or name in MODELS
 
 
-def make_model(name: str, cfg: Mapping[str, Any], dtype, param_dtype) -> nn.Module:
+def make_model(
+    name: str, cfg: Mapping[str, Any], dtype: torch.dtype, param_dtype: torch.dtype
+) -> nn.Module:
     """The twin module of a workload with parameters (uninitialized: load Flax weights into it).
 
     Raises:

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import jax
 
@@ -25,6 +25,9 @@ from xlafuse.kinds import Mode
 from xlafuse.measurement import timing
 from xlafuse.measurement.numerics import computed_precision, host_outputs, judge_workload
 from xlafuse.models import implementations, registry, user
+
+if TYPE_CHECKING:
+    from xlafuse.models.workload import Workload
 
 BASE_TIMING = timing.TimingSettings(
     warmup=2, min_time_s=0.05, min_iters=3, max_iters=200, repeats=2
@@ -57,7 +60,7 @@ class Target:
     overrides: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     figure: str | None = None
 
-    def build(self, candidate: Candidate):
+    def build(self, candidate: Candidate) -> Workload:
         return models.build(
             self.name, **self.settings, **{**self.overrides, **dict(candidate.knobs)}
         )
@@ -139,7 +142,7 @@ class Evaluator:
         )
         return Score(OK, seconds, "", compile_s)
 
-    def keep(self, candidates) -> None:
+    def keep(self, candidates: Sequence[Candidate]) -> None:
         """Lets go of the compiled programs (and their arguments) of every other candidate."""
         wanted = set(candidates)
         self._compiled = {c: v for c, v in self._compiled.items() if c in wanted}

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from xlafuse.hlo.diff import diff_modules
 from xlafuse.hlo.parse import parse_hlo
@@ -20,6 +20,10 @@ from xlafuse.kinds import Mode
 from xlafuse.measurement import timing
 from xlafuse.measurement.kernel_diff import kernel_diff_record, trace_kernel_times
 from xlafuse.measurement.profile import device_speedup, profile_device_time
+
+if TYPE_CHECKING:
+    from xlafuse.compiler.jit import CompiledVariant
+    from xlafuse.models.workload import Workload
 
 TRACED_CALLS = 10
 TOP_GROUPS = 5
@@ -75,7 +79,10 @@ def as_tuples(data: dict[str, Any]) -> dict[str, Any]:
     return {k: tuple(v) if isinstance(v, list) else v for k, v in data.items()}
 
 
-def gather(programs, same_program: bool) -> Evidence:
+def gather(
+    programs: tuple[tuple[Workload, CompiledVariant], tuple[Workload, CompiledVariant]],
+    same_program: bool,
+) -> Evidence:
     """Traces both compiled programs and reads their device time, kernels and groups.
 
     Args:

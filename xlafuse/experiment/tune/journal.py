@@ -328,7 +328,7 @@ class Replay:
     def lead(self) -> str | None:
         return getattr(self._evaluate, "lead", None) or self._figure
 
-    def keep(self, candidates) -> None:
+    def keep(self, candidates: Sequence[Any]) -> None:
         keep = getattr(self._evaluate, "keep", None)
         if keep is not None:
             keep(candidates)

@@ -22,6 +22,7 @@ An identified instruction of the optimized graph is then given its reference's n
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from xlafuse.hlo.ir import HloModule, Instruction
 from xlafuse.hlo.lineage import ops
@@ -112,7 +113,9 @@ class NumberedGraph(Graph):
             found = self._rules_for[opcode] = tuple(r for r in self.rules if opcode in r.opcodes)
         return found
 
-    def item(self, key: Key, *, operands: tuple[Key, ...] | None = None, attrs=None) -> tuple:
+    def item(
+        self, key: Key, *, operands: tuple[Key, ...] | None = None, attrs: Any = None
+    ) -> tuple:
         """The plain value item of `key`: (opcode, shape, attributes, the operands' numbers);
         `operands` and `attrs` replace the instruction's own (a rule that reads it otherwise)."""
         instr = self.instr[key]
