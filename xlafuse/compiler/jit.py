@@ -28,7 +28,6 @@ from xlafuse.kinds import Framework
 if TYPE_CHECKING:
     from xlafuse.hlo.collectives import CollectiveReport
     from xlafuse.hlo.fusion import FusionReport
-    from xlafuse.models.workload import Workload
 
 # What an analysis XLA cannot make raises past `jax.stages.Compiled`, which itself returns None
 # for UNIMPLEMENTED ("Returns None if unavailable"): NotImplementedError (older jax), or another
@@ -178,7 +177,7 @@ class ChildMeasurement:
     profile: dict[str, Any] | None = None
 
 
-def lower_workload(workload: Workload) -> jax.stages.Lowered:
+def lower_workload(workload: Any) -> jax.stages.Lowered:
     """The one lowering of a workload, which every entry point compiles, traces or caches.
 
     `jax.jit(workload.fn, **workload.jit_kwargs())`: the train state donated and, for a sharded
@@ -224,7 +223,7 @@ def compile_workload(
     )
 
 
-def unoptimized_hlo(workload: Workload) -> str:
+def unoptimized_hlo(workload: Any) -> str:
     """The workload's program before XLA's optimizations, as `compile_workload` lowers it
     (`lower_workload`), with source locations."""
     return hlo_before_optimization(lower_workload(workload))
