@@ -204,6 +204,18 @@ def test_compare_refuses_an_implementation_before_the_workload_is_built(capsys, 
     ]
 
 
+def test_coldstart_refuses_an_implementation_before_any_child_starts(capsys, monkeypatch):
+    from xlafuse.measurement import coldstart
+
+    monkeypatch.setattr(coldstart, "run_child", lambda *a, **k: pytest.fail("started a child"))
+    code, _, err = run_cli(capsys, "coldstart", "--workload", "mlp", "--variant", "impl=cudnn")
+    assert code == 2
+    assert err.strip().splitlines() == [
+        "xlafuse coldstart: error: variant 'impl=cudnn': workload 'mlp' has no "
+        "implementation 'cudnn'; accepted: impl=xla"
+    ]
+
+
 def test_a_config_refuses_an_implementation_a_workload_lacks(tmp_path):
     path = tmp_path / "impl.toml"
     path.write_text(

@@ -53,10 +53,11 @@ def run(args: argparse.Namespace) -> int:
 
 def _check(args: argparse.Namespace) -> None:
     """Fail fast, with the accepted names and ranges, before any child process starts."""
-    from xlafuse.cli._checks import at_least_one
+    from xlafuse.cli._checks import at_least_one, check_implementations
     from xlafuse.cli._devices import check_workload
     from xlafuse.compiler import variants  # on use, as in `run`
 
     at_least_one("--calls", args.calls)
-    variants.get(args.variant)
+    variant = variants.get(args.variant)
     check_workload(args)
+    check_implementations(cell_of(args), [variant])  # impl=NAME: here, not in the child
