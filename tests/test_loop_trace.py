@@ -43,14 +43,14 @@ def test_every_kernel_ran_as_often_as_the_hlo_says(recorded):
     traced = {k.name: k.launches_per_call for k in times.kernels}
     runs = {k.name: report.runs_of(k) for k in report.kernel_details}
     assert sorted(runs.values()).count(500) == 10 and sorted(runs.values()).count(1) == 6
-    kernels = [k for k in report.kernel_details if k.opcode != "copy"]
-    assert all(traced.get(k.name, 0.0) == runs[k.name] for k in kernels)
-    # The body's two copies run as memcpys, which carry no name: joined by order, they share
-    # their 1,000 launches between them, not 500 each (a limit of the join by names).
-    copies = [k.name for k in report.kernel_details if k.opcode == "copy" and runs[k.name] == 500]
-    assert len(copies) == 2 and sum(traced[name] for name in copies) == 1000
+    assert all(traced.get(k.name, 0.0) == runs[k.name] for k in report.kernel_details)
+    # The body's two copies run as memcpys, which carry no name: after the first iteration each
+    # is paired by its place in the body (between `input_concatenate_fusion` and
+    # `loop_add_fusion`), 500 each, and the three copies outside the loop once each.
+    copies = {k.name: traced[k.name] for k in report.kernel_details if k.opcode == "copy"}
+    assert copies == {"copy.23": 1, "copy.24": 1, "copy.22": 1, "copy.13": 500, "copy.17": 500}
     memcpys = [e for e in recorded[1] if is_memcpy(e.name)]
-    assert len(memcpys) == 1000 + 3  # and the three copies outside the loop, once each
+    assert len(memcpys) == 1000 + 3
 
 
 def test_per_call_bytes_are_the_bodys_times_the_trip_count(recorded):

@@ -50,7 +50,7 @@ from xlafuse.measurement.kernel_table import (
     TABLE_SCHEMA,
 )
 from xlafuse.measurement.profile import event_stat, gpu_kernel_events
-from xlafuse.measurement.validate import BY_OP, ModeledKernel, join_kernels
+from xlafuse.measurement.validate import BY_OP, ModeledKernel, is_memcpy, join_kernels
 
 GPU_BASIS = "device kernels"
 CPU_BASIS = "host thunks"
@@ -420,10 +420,41 @@ def _join_names(modeled, launched, index) -> tuple[dict[int, int], dict[int, str
             owner.update({j: i for j in js})
     by_name = {names[j]: i for j, i in sorted(owner.items())}
     for j, name in enumerate(names):
+        if j not in owner and name in by_name and not is_memcpy(name):
+            owner[j] = by_name[name]
+            how.setdefault(by_name[name], REPEATED)
+    _place_memcpys(modeled, names, owner)
+    for j, name in enumerate(names):  # left: another launch of a name paired
         if j not in owner and name in by_name:
             owner[j] = by_name[name]
             how.setdefault(by_name[name], REPEATED)
     return owner, how
+
+
+def _place_memcpys(modeled: Sequence[ModeledKernel], names: list[str], owner: dict) -> None:
+    """Pairs each memcpy launch not yet paired (a loop body's copies after its first iteration:
+    their launches carry no name) with the copy at its place in the program: the first copy
+    after the kernel of the launch before it, in that kernel's computation and before the
+    kernel of the next paired launch; across the body's back edge, the first copy of the next
+    launch's computation before its kernel. In place in `owner`."""
+    copies = [i for i, k in enumerate(modeled) if k.copy]
+    following: list[int | None] = [None] * len(names)  # the kernel of the next paired launch
+    upcoming = None
+    for j in range(len(names) - 1, -1, -1):
+        following[j] = upcoming
+        upcoming = owner.get(j, upcoming)
+    before = None
+    for j, name in enumerate(names):
+        if j not in owner and is_memcpy(name) and before is not None:
+            home, after = modeled[before].computation, following[j]
+            end = after if after is not None and after > before else len(modeled)
+            here = [i for i in copies if before < i < end and modeled[i].computation == home]
+            if not here and after is not None and after <= before:  # the back edge
+                home = modeled[after].computation
+                here = [i for i in copies if i < after and modeled[i].computation == home]
+            if here:
+                owner[j] = here[0]
+        before = owner.get(j, before)
 
 
 class _Launch(NamedTuple):
