@@ -158,3 +158,38 @@ def test_measure_of_a_zoo_workload_takes_its_implementations_as_variants():
         ("impl=tokamax_xla", "tokamax_xla", True),
     ]
     assert m.records[1].numerics.within_tolerance
+
+
+def test_the_hand_fused_studys_summary_has_a_cell_per_dtype_with_its_verdict(tmp_path):
+    """experiments/h100/hand_fused/summarize.py on a small run of its LayerNorm study's shape:
+    float32 and bfloat16 are two cells, each with XLA's verdict and the timed speedup."""
+    import importlib.util
+    from pathlib import Path
+
+    script = Path(__file__).parents[1] / "experiments/h100/hand_fused/summarize.py"
+    spec = importlib.util.spec_from_file_location("hand_fused_summarize", script)
+    summarize = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(summarize)
+    config = parse_config(
+        {
+            "experiment": {"name": "hand_fused", "variants": ["default", "impl=tokamax_xla"]},
+            "workloads": [
+                {"name": "layernorm", "dtype": "float32"},
+                {"name": "layernorm", "dtype": "bfloat16"},
+            ],
+            "timing": {"warmup": 1, "min_time_s": 0.01, "min_iters": 3, "repeats": 1},
+            "measure": {"calibrate": False, "profile": True},
+        },
+        backend="cpu",
+    )
+    run_experiment(config, out=tmp_path / "layernorm", progress=False, report=False)
+    lines = summarize.study_section(tmp_path / "layernorm")
+    assert [line for line in lines if line.startswith("### ")] == [
+        "### layernorm/tiny/forward/float32",
+        "### layernorm/tiny/forward/bfloat16",
+    ]
+    verdicts = [line for line in lines if line.startswith("XLA's own fusion")]
+    assert len(verdicts) == 2
+    assert all("; timed (wall clock, " in line for line in verdicts), verdicts
+    rows = [line for line in lines if line.startswith("| impl=tokamax_xla |")]
+    assert len(rows) == 2 and all(row.endswith(("same |", "faster |", "slower |")) for row in rows)

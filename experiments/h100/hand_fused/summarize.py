@@ -50,8 +50,18 @@ def _row(r: records.CellResult) -> str:
         f"| {r.variant} | {r.implementation} | {_ms(_time(r))} | {r.fusion.kernels} | "
         f"{r.fusion.launches_per_call} | {_mb(r.fusion.bytes_per_call)} | "
         f"{_number(r.rates.pct_of_copy_ceiling, '.0f')} | {_number(r.rates.tflops, '.1f')} | "
-        f"{numerics} | {_number(r.speedup.vs_reference, '.2f')} |"
+        f"{numerics} | {_speedup(r)} |"
     )
+
+
+def _speedup(r: records.CellResult) -> str:
+    """`1.23x [1.20, 1.26] faster`: the record's timed speedup against the reference (its lead
+    figure), with its interval and verdict; `-` for the reference itself."""
+    sp = r.speedup
+    if sp.vs_reference is None or r.variant == r.reference:
+        return "-"
+    ci = f" [{sp.ci[0]:.2f}, {sp.ci[1]:.2f}]" if sp.ci else ""
+    return f"{sp.vs_reference:.2f}x{ci} {sp.verdict or ''}".rstrip()
 
 
 def _top(r: records.CellResult) -> str:
@@ -82,8 +92,9 @@ def verdict(cells: Sequence[records.CellResult]) -> str:
     )
     kernels = f"kernels {own.fusion.kernels} vs {best.fusion.kernels}"
     moved = f"modeled {_mb(own.fusion.bytes_per_call)} vs {_mb(best.fusion.bytes_per_call)} MB"
+    timed = f"timed (wall clock, {best.speedup.lead}): {_speedup(best)}"
     return (
-        f"{head}; {kernels}, {moved} per call.\n  XLA's longest: {_top(own)}\n"
+        f"{head}; {kernels}, {moved} per call; {timed}.\n  XLA's longest: {_top(own)}\n"
         f"  {best.variant}'s longest: {_top(best)}"
     )
 
@@ -95,14 +106,14 @@ def study_section(folder: Path) -> list[str]:
     latest = records.latest_per_cell(records.read_results(path).records)
     lines = [f"## {folder.name}", ""]
     by_cell: dict[str, list[records.CellResult]] = {}
-    for r in latest:
-        by_cell.setdefault(cell_label(r), []).append(r)
+    for r in latest:  # a cell per dtype too: float32 and bfloat16 are two programs
+        by_cell.setdefault(f"{cell_label(r)}/{r.dtype}", []).append(r)
     for label, cells in by_cell.items():
         lines += [
             f"### {label}",
             "",
             "| variant | implementation | device ms | kernels | launches/call | modeled MB/call "
-            "| % copy ceiling | TFLOP/s | numerics vs default | speedup |",
+            "| % copy ceiling | TFLOP/s | numerics vs default | timed speedup vs default |",
             "|---|---|---|---|---|---|---|---|---|---|",
             *map(_row, cells),
             "",
