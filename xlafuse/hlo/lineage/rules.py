@@ -83,8 +83,7 @@ def rounded_split_k_sum(key: Key, graph: NumberedGraph) -> Value | None:
     instr, operands = graph.instr[key], graph.operands[key]
     if instr.opcode != "convert" or len(operands) != 1:
         return None
-    graph.value(operands[0])  # numbered first: its source is known after
-    total = graph.source(operands[0])
+    total = _numbered_source(graph, operands[0])
     inner = graph.instr.get(total)
     dot = _split_k_sum(graph, total) if inner is not None else None
     if dot is None or _operand_dtype(graph, dot) != instr.shape.dtype:
@@ -104,8 +103,7 @@ def precision_round_trip(key: Key, graph: NumberedGraph) -> Value | None:
     instr, operands = graph.instr[key], graph.operands[key]
     if instr.opcode != "convert" or len(operands) != 1:
         return None
-    graph.value(operands[0])  # numbered first: its source is known after
-    inner_key = graph.source(operands[0])
+    inner_key = _numbered_source(graph, operands[0])
     inner = graph.instr.get(inner_key)
     if inner is None or inner.opcode != "convert" or not graph.operands.get(inner_key):
         return None
@@ -429,14 +427,19 @@ def _squeezed_reduce(graph: NumberedGraph, instr: Instruction, operands, attrs: 
     return (instr.shape.dtype, ops.squeezed(instr.shape)), attrs
 
 
+def _numbered_source(graph: NumberedGraph, operand: Key) -> Key:
+    """`operand`'s source, the operand numbered first (its source is known only after)."""
+    graph.value(operand)
+    return graph.source(operand)
+
+
 def _reduced(graph: NumberedGraph, key: Key, opcode: str) -> Key | None:
     """The `opcode` instruction of one operand that single-input reduce `key` reduces (looked
     through views), else None."""
     instr, operands = graph.instr[key], graph.operands[key]
     if instr.opcode != "reduce" or len(operands) != 2 or instr.shape.is_tuple:
         return None
-    graph.value(operands[0])  # numbered first: its source is known after
-    under_key = graph.source(operands[0])
+    under_key = _numbered_source(graph, operands[0])
     under = graph.instr.get(under_key)
     if under is None or under.opcode != opcode or len(graph.operands[under_key]) != 1:
         return None
@@ -460,8 +463,7 @@ def _split_k_sum(graph: NumberedGraph, key: Key) -> Key | None:
     instr, operands = graph.instr[key], graph.operands[key]
     if instr.opcode != "reduce" or len(operands) != 2 or instr.shape.is_tuple:
         return None
-    graph.value(operands[0])  # numbered first: its source is known after
-    dot = graph.source(operands[0])
+    dot = _numbered_source(graph, operands[0])
     shape = graph.shape(operands[0])
     if ops.kind(graph.instr[dot]) != "dot" or shape is None or shape.is_tuple:
         return None
