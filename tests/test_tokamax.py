@@ -5,6 +5,7 @@ the torch tests are without torch. tokamax's GPU kernels (Pallas Triton and Mosa
 are refused here in one line; tests/test_hand_fused_gpu.py runs them on a GPU.
 """
 
+import dataclasses
 import sys
 
 import jax
@@ -19,6 +20,7 @@ from xlafuse.experiment.compare import compare_workload  # noqa: E402
 from xlafuse.experiment.config import parse_config  # noqa: E402
 from xlafuse.experiment.runner import run_experiment  # noqa: E402
 from xlafuse.models import implementations, registry  # noqa: E402
+from xlafuse.results import records  # noqa: E402
 
 pytestmark = pytest.mark.tokamax
 
@@ -193,3 +195,17 @@ def test_the_hand_fused_studys_summary_has_a_cell_per_dtype_with_its_verdict(tmp
     assert all("; timed (wall clock, " in line for line in verdicts), verdicts
     rows = [line for line in lines if line.startswith("| impl=tokamax_xla |")]
     assert len(rows) == 2 and all(row.endswith(("same |", "faster |", "slower |")) for row in rows)
+    # a timed verdict against the device times' direction is said, never left to the reader
+    cells = records.latest_per_cell(
+        records.read_results(tmp_path / "layernorm/results.jsonl").records
+    )
+    own, best = cells[:2]
+    device = dataclasses.replace(own.device, time_s=2 * summarize._time(best))
+    against = dataclasses.replace(best.speedup, verdict="slower", vs_reference=0.8, ci=(0.7, 0.9))
+    line = summarize.verdict([dataclasses.replace(own, device=device),
+                              dataclasses.replace(best, speedup=against)])  # fmt: skip
+    assert line.splitlines()[0].endswith(
+        "timed (wall clock, pipelined): 0.80x [0.70, 0.90] slower, which disagrees with the "
+        "device times (impl=tokamax_xla faster there: traced kernels, against the whole call "
+        "timed untraced)."
+    ), line

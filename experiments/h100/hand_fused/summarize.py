@@ -93,6 +93,12 @@ def verdict(cells: Sequence[records.CellResult]) -> str:
     kernels = f"kernels {own.fusion.kernels} vs {best.fusion.kernels}"
     moved = f"modeled {_mb(own.fusion.bytes_per_call)} vs {_mb(best.fusion.bytes_per_call)} MB"
     timed = f"timed (wall clock, {best.speedup.lead}): {_speedup(best)}"
+    device_says = "faster" if ratio > 1 else "slower"  # the best against XLA's own, traced
+    if best.speedup.verdict in ("faster", "slower") and best.speedup.verdict != device_says:
+        timed += (
+            f", which disagrees with the device times ({best.variant} {device_says} there: "
+            "traced kernels, against the whole call timed untraced)"
+        )
     return (
         f"{head}; {kernels}, {moved} per call; {timed}.\n  XLA's longest: {_top(own)}\n"
         f"  {best.variant}'s longest: {_top(best)}"
