@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import importlib
 import inspect
 from pathlib import Path
 
@@ -97,3 +98,94 @@ def test_the_runner_patches_and_copies_no_run_context():
                 if getattr(first, "id", "") in ("run", "scope"):
                     found.append(f"{name}:{node.lineno}: replace({first.id}, ...)")
     assert found == []
+
+
+def _xlafuse_names(tree: ast.Module) -> dict[str, object]:
+    """The names a module binds to xlafuse's modules and functions, aliases included."""
+    names = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("xlafuse"):
+            module = importlib.import_module(node.module)
+            for alias in node.names:
+                found = getattr(module, alias.name, None)
+                if found is None:  # a submodule not yet imported by its package
+                    found = importlib.import_module(f"{node.module}.{alias.name}")
+                names[alias.asname or alias.name] = found
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.startswith("xlafuse"):
+                    module = importlib.import_module(alias.name)
+                    names[alias.asname or "xlafuse"] = module if alias.asname else xlafuse
+    return names
+
+
+def _calls_that_do_not_bind(source: str) -> list[str]:
+    """Each call of an xlafuse function, reached through the module's imports, whose arguments
+    its signature refuses (a positional option after the rewrite to keyword-only, say): the one
+    error of this kind that only a GPU would otherwise reach."""
+    tree = ast.parse(source)
+    names = _xlafuse_names(tree)
+    refused = []
+    for call in (node for node in ast.walk(tree) if isinstance(node, ast.Call)):
+        attributes, head = [], call.func
+        while isinstance(head, ast.Attribute):
+            attributes.append(head.attr)
+            head = head.value
+        if not isinstance(head, ast.Name) or head.id not in names:
+            continue
+        target = names[head.id]
+        for attribute in reversed(attributes):
+            target = getattr(target, attribute, None)
+        unpacked = any(isinstance(a, ast.Starred) for a in call.args) or any(
+            k.arg is None for k in call.keywords
+        )
+        if not (inspect.isfunction(target) or inspect.isclass(target)) or unpacked:
+            continue
+        try:
+            signature = inspect.signature(target)
+        except ValueError:  # a builtin class's, which Python does not describe
+            continue
+        try:
+            signature.bind(*call.args, **{k.arg: k for k in call.keywords})
+        except TypeError as refusal:
+            refused.append(f"{call.lineno}: {ast.unparse(call.func)}: {refusal}")
+    return refused
+
+
+OPTIONAL_EXTRAS = ("torch", "tokamax")
+
+
+def _sources_importing_xlafuse() -> list[Path]:
+    """The project's modules that import xlafuse and whose imports resolve in this venv (those
+    of the optional extras' modules may not)."""
+    roots = [PACKAGE, *(PACKAGE.parent / d for d in ("tests", "benchmarks", "experiments"))]
+    sources = []
+    for path in (p for root in roots for p in sorted(root.rglob("*.py"))):
+        try:
+            _xlafuse_names(ast.parse(path.read_text()))
+        except ModuleNotFoundError as missing:
+            if missing.name not in OPTIONAL_EXTRAS:
+                raise
+            continue
+        sources.append(path)
+    return sources
+
+
+def test_every_call_of_an_xlafuse_function_binds_to_its_signature():
+    refused = [
+        f"{path.relative_to(PACKAGE.parent)}:{line}"
+        for path in _sources_importing_xlafuse()
+        for line in _calls_that_do_not_bind(path.read_text())
+    ]
+    assert refused == []
+
+
+def test_the_binding_check_finds_a_positional_option_through_an_alias():
+    source = (
+        "from xlafuse.measurement.calibrate import calibrate as calibrate_ceilings\n"
+        "from xlafuse.measurement import calibrate as calibrate_module\n"
+        "calibrate_ceilings('gpu')\n"
+        "calibrate_ceilings(backend='gpu')\n"
+        "calibrate_module.calibrate('gpu', copy_bytes=1)\n"
+    )
+    assert [r.split(":")[0] for r in _calls_that_do_not_bind(source)] == ["3", "5"]

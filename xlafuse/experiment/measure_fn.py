@@ -309,7 +309,7 @@ def _config(workload, source_sha256, variants, timing, profile, out, calibrate):
 @functools.cache
 def _process_ceilings(backend: str) -> CeilingsRecord:
     """This process's calibration (`xlafuse.measurement.calibrate`), measured on first use."""
-    return ceilings_part(calibrate_ceilings(backend))
+    return ceilings_part(calibrate_ceilings(backend=backend))
 
 
 def _workload(fn, args, donate_argnums, name) -> Workload:
