@@ -120,9 +120,9 @@ def _xlafuse_names(tree: ast.Module) -> dict[str, object]:
 
 
 def _calls_that_do_not_bind(source: str) -> list[str]:
-    """Each call of an xlafuse function, reached through the module's imports, whose arguments
-    its signature refuses (a positional option after the rewrite to keyword-only, say): the one
-    error of this kind that only a GPU would otherwise reach."""
+    """Each call of an xlafuse function or class, reached through the module's imports (aliases
+    included), whose arguments its signature refuses: a positional option, say. Found here, such
+    a call on a path the CPU suite never runs (a GPU's) does not wait for the device to fail."""
     tree = ast.parse(source)
     names = _xlafuse_names(tree)
     refused = []
@@ -156,8 +156,8 @@ OPTIONAL_EXTRAS = ("torch", "tokamax")
 
 
 def _sources_importing_xlafuse() -> list[Path]:
-    """The project's modules that import xlafuse and whose imports resolve in this venv (those
-    of the optional extras' modules may not)."""
+    """The project's Python files whose xlafuse imports resolve in this venv (those of the
+    optional extras' modules may not)."""
     roots = [PACKAGE, *(PACKAGE.parent / d for d in ("tests", "benchmarks", "experiments"))]
     sources = []
     for path in (p for root in roots for p in sorted(root.rglob("*.py"))):
