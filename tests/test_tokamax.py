@@ -6,7 +6,9 @@ are refused here in one line; tests/test_hand_fused_gpu.py runs them on a GPU.
 """
 
 import dataclasses
+import importlib.util
 import sys
+from pathlib import Path
 
 import jax
 import pytest
@@ -165,9 +167,6 @@ def test_measure_of_a_zoo_workload_takes_its_implementations_as_variants():
 def test_the_hand_fused_studys_summary_has_a_cell_per_dtype_with_its_verdict(tmp_path):
     """experiments/h100/hand_fused/summarize.py on a small run of its LayerNorm study's shape:
     float32 and bfloat16 are two cells, each with XLA's verdict and the timed speedup."""
-    import importlib.util
-    from pathlib import Path
-
     script = Path(__file__).parents[1] / "experiments/h100/hand_fused/summarize.py"
     spec = importlib.util.spec_from_file_location("hand_fused_summarize", script)
     summarize = importlib.util.module_from_spec(spec)

@@ -419,19 +419,32 @@ def _join_names(modeled, launched, index) -> tuple[dict[int, int], dict[int, str
             how[i] = match
             owner.update({j: i for j in js})
     by_name = {names[j]: i for j, i in sorted(owner.items())}
-    for j, name in enumerate(names):
-        if j not in owner and name in by_name and not is_memcpy(name):
-            owner[j] = by_name[name]
-            how.setdefault(by_name[name], REPEATED)
+    _pair_repeats(names, by_name, owner, how, memcpys=False)
     _place_memcpys(modeled, names, owner)
-    for j, name in enumerate(names):  # left: another launch of a name paired
-        if j not in owner and name in by_name:
-            owner[j] = by_name[name]
-            how.setdefault(by_name[name], REPEATED)
+    _pair_repeats(names, by_name, owner, how, memcpys=True)  # a memcpy left: by its name
     return owner, how
 
 
-def _place_memcpys(modeled: Sequence[ModeledKernel], names: list[str], owner: dict) -> None:
+def _pair_repeats(
+    names: list[str],
+    by_name: dict[str, int],
+    owner: dict[int, int],
+    how: dict[int, str],
+    *,
+    memcpys: bool,
+) -> None:
+    """Pairs each launch not yet paired whose name is a paired kernel's (another launch of it:
+    a loop body's, once per iteration) with that kernel; memcpy launches only if `memcpys`.
+    In place in `owner` and `how`."""
+    for j, name in enumerate(names):
+        if j not in owner and name in by_name and (memcpys or not is_memcpy(name)):
+            owner[j] = by_name[name]
+            how.setdefault(by_name[name], REPEATED)
+
+
+def _place_memcpys(
+    modeled: Sequence[ModeledKernel], names: list[str], owner: dict[int, int]
+) -> None:
     """Pairs each memcpy launch not yet paired (a loop body's copies after its first iteration:
     their launches carry no name) with the copy at its place in the program: the first copy
     after the kernel of the launch before it, in that kernel's computation and before the
