@@ -7,6 +7,7 @@ Skipped without a GPU, or without tokamax (the optional extra ".[tokamax]"); run
 experiments/h100/hand_fused/study.sh.
 """
 
+import jax
 import pytest
 
 tokamax = pytest.importorskip("tokamax", reason='needs tokamax (the optional extra ".[tokamax]")')
@@ -23,6 +24,16 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore::DeprecationWarning:tokamax.*"),
     pytest.mark.filterwarnings("ignore::FutureWarning:tokamax.*"),
 ]
+
+
+@pytest.fixture(autouse=True)
+def _rank_promotion_as_tokamax_needs():
+    """conftest makes implicit rank promotion an error, to keep xlafuse's own code explicit;
+    tokamax's Pallas Triton attention backward relies on it ((64, 16) - (16,)), so these tests
+    allow it, as a user's program does by default."""
+    with jax.numpy_rank_promotion("allow"):
+        yield
+
 
 # The custom-call target each hand-written kernel compiles to (one per forward call).
 TARGETS = {
