@@ -208,3 +208,16 @@ def test_the_hand_fused_studys_summary_has_a_cell_per_dtype_with_its_verdict(tmp
         "device times (impl=tokamax_xla faster there: traced kernels, against the whole call "
         "timed untraced)."
     ), line
+    # XLA's own program faster than every hand-fused one, within 10% of the best, or slower
+    heads = {}
+    for factor in (0.5, 1.05, 2.0):
+        device = dataclasses.replace(own.device, time_s=factor * summarize._time(best))
+        line = summarize.verdict([dataclasses.replace(own, device=device), best])
+        heads[factor] = line.split(";")[0]
+    assert heads == {
+        0.5: "XLA's own fusion is faster than every hand-fused implementation: 0.50x the device "
+        "time of the best (impl=tokamax_xla)",
+        1.05: "XLA's own fusion is within 10% of the best hand-fused (impl=tokamax_xla): 1.05x "
+        "its device time",
+        2.0: "XLA's own fusion takes 2.00x the device time of impl=tokamax_xla",
+    }
