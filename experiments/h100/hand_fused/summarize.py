@@ -1,8 +1,8 @@
 """The hand-fused study's findings from its records (issue 46): per workload cell, every
 implementation's device time, kernels, launches, modeled bytes, % of the copy ceiling,
 TFLOP/s and numerics; then whether XLA's own fusion ("default") is faster than the best
-hand-fused implementation, within 10% of it or slower, with the kernels and bytes that differ and the
-longest kernels of both programs.
+hand-fused implementation, within 10% of it or slower, with the kernels and bytes that differ
+and the longest kernels of both programs.
 
 Usage, from the repository root: PYTHONPATH=. python3 experiments/h100/hand_fused/summarize.py OUT
 (OUT holds a folder per study, each with its results.jsonl; the markdown goes to stdout).
