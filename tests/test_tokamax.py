@@ -221,3 +221,10 @@ def test_the_hand_fused_studys_summary_has_a_cell_per_dtype_with_its_verdict(tmp
         "its device time",
         2.0: "XLA's own fusion takes 2.00x the device time of impl=tokamax_xla",
     }
+    # a cell whose device time tracing changed says so, in its row and in the verdict
+    traced = dataclasses.replace(best, rates=dataclasses.replace(best.rates, trace_perturbed=True))
+    assert " TRACE-PERTURBED |" in summarize._row(traced)
+    assert (
+        "; impl=tokamax_xla TRACE-PERTURBED: the device time is of the traced program, the "
+        "timed figure of the one that runs." in summarize.verdict([own, traced])
+    )

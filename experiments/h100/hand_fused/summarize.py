@@ -47,11 +47,17 @@ def _row(r: records.CellResult) -> str:
         f"({'ok' if r.numerics.within_tolerance else 'FLAGGED'})"
     )  # fmt: skip
     return (
-        f"| {r.variant} | {r.implementation} | {_ms(_time(r))} | {r.fusion.kernels} | "
+        f"| {r.variant} | {r.implementation} | {_ms(_time(r))}{_perturbed(r)} | {r.fusion.kernels} | "
         f"{r.fusion.launches_per_call} | {_mb(r.fusion.bytes_per_call)} | "
         f"{_number(r.rates.pct_of_copy_ceiling, '.0f')} | {_number(r.rates.tflops, '.1f')} | "
         f"{numerics} | {_speedup(r)} |"
     )
+
+
+def _perturbed(r: records.CellResult) -> str:
+    """Where tracing changed the program's time (records: `rates.trace_perturbed`), its device
+    time is of the traced program: said beside it."""
+    return " TRACE-PERTURBED" if r.rates.trace_perturbed else ""
 
 
 def _speedup(r: records.CellResult) -> str:
@@ -104,6 +110,12 @@ def verdict(cells: Sequence[records.CellResult]) -> str:
         timed += (
             f", which disagrees with the device times ({best.variant} {device_says} there: "
             "traced kernels, against the whole call timed untraced)"
+        )
+    perturbed = [r.variant for r in (own, best) if r.rates.trace_perturbed]
+    if perturbed:
+        timed += (
+            f"; {' and '.join(perturbed)} TRACE-PERTURBED: the device time is of the traced "
+            "program, the timed figure of the one that runs"
         )
     return (
         f"{head}; {kernels}, {moved} per call; {timed}.\n  XLA's longest: {_top(own)}\n"
