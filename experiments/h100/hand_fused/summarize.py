@@ -47,8 +47,8 @@ def _row(r: records.CellResult) -> str:
         f"({'ok' if r.numerics.within_tolerance else 'FLAGGED'})"
     )  # fmt: skip
     return (
-        f"| {r.variant} | {r.implementation} | {_ms(_time(r))}{_perturbed(r)} | {r.fusion.kernels} | "
-        f"{r.fusion.launches_per_call} | {_mb(r.fusion.bytes_per_call)} | "
+        f"| {r.variant} | {r.implementation} | {_ms(_time(r))}{_perturbed(r)} | "
+        f"{r.fusion.kernels} | {r.fusion.launches_per_call} | {_mb(r.fusion.bytes_per_call)} | "
         f"{_number(r.rates.pct_of_copy_ceiling, '.0f')} | {_number(r.rates.tflops, '.1f')} | "
         f"{numerics} | {_speedup(r)} |"
     )
