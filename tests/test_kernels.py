@@ -297,6 +297,33 @@ def test_copies_run_as_memcpys_are_attributed_also_in_a_while_loop():
     assert rows["loop_add_fusion"].launches_per_call == 3
 
 
+# Written by hand after tokamax's chunked LM-head loss (gradient of the weights accumulated into
+# a buffer chunk by chunk, in place): a while loop of 8 chunks whose body runs two cuBLAS calls,
+# and cuBLAS calls before and after the loop in the entry, all launching the same GEMM kernel.
+CHUNKED = Path(__file__).parent / "data" / "chunked-accumulate.hlo.txt"
+
+
+def test_a_loops_library_launches_stay_with_the_loops_calls():
+    # The launches as a command buffer gives them: no `hlo_op`, cuBLAS's own kernel names; the
+    # second call of the body also launches a split-K reduction. Joined by name alone, every
+    # iteration after the first gave its GEMMs to the last call that launched that kernel name.
+    report = analyze_hlo(CHUNKED)
+    body = ["loop_dynamic_slice_fusion", "nvjet_gemm", "nvjet_gemm", "splitKreduce_kernel",
+            "loop_dynamic_update_slice_fusion", "loop_add_fusion"]  # fmt: skip
+    names = ["nvjet_gemm", "loop_broadcast_fusion", *body * 8, "nvjet_gemm"]
+    events = [
+        Event(n, call * 10**6 + j * 1000, 100) for call in range(2) for j, n in enumerate(names)
+    ]
+    times = join_trace(report, events, 2)
+    launches = {k.name: k.launches_per_call for k in times.kernels}
+    assert times.unattributed == ()
+    assert launches["custom-call.1"] == launches["custom-call.4"] == 1  # the entry's
+    assert launches["custom-call.2"] == 8  # one GEMM per iteration
+    assert launches["custom-call.3"] == 16  # a GEMM and its split-K reduction
+    assert launches["loop_dynamic_update_slice_fusion"] == 8
+    assert times.launches_per_call == len(names)
+
+
 def test_launches_are_attributed_by_their_hlo_op_before_any_name_rule():
     # Two cuBLAS calls of block_fwd: each launches `nvjet_...` kernels whose names say nothing
     # of the call, and the first a split-K reduction after a fusion launched in between (out of

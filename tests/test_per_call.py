@@ -185,3 +185,46 @@ def test_a_gpu_scan_writes_one_step_of_its_outputs_per_iteration(samples):
     assert report.modeled_bytes_per_call == sum(
         (k.bytes_in + k.bytes_out) * report.runs_of(k) for k in report.kernel_details
     )
+
+
+CHUNKED = Path(__file__).parent / "data" / "chunked-accumulate.hlo.txt"
+_WINDOW = 256 * 512 * 4  # one f32[256,512] chunk of the f32[256,4096] gradient
+
+
+@pytest.mark.parametrize(
+    ("edit", "bytes_in", "bytes_out"),
+    [
+        # dw[:, i] += g: the window read once, the update written; plus g and the index
+        ({}, 2 * _WINDOW + 4, _WINDOW),
+        # a root bitcast of the update, as XLA allows, is still in place
+        (
+            {
+                "ROOT %dynamic-update-slice.2 = f32[256,4096]{1,0}": "%dynamic-update-slice.2 = "
+                "f32[256,4096]{1,0}",
+                "%constant_0.2, %start.2)\n": "%constant_0.2, %start.2)\n  ROOT %bitcast.2 = "
+                "f32[1048576]{0} bitcast(%dynamic-update-slice.2)\n",
+            },
+            2 * _WINDOW + 4,
+            _WINDOW,
+        ),
+        # a read of another window: not in place, the whole buffer in and out
+        (
+            {"dynamic-slice(%param_0.2, %constant_0.2, %start.2)": "dynamic-slice(%param_0.2, "
+             "%constant_0.2, %constant_0.2)"},
+            256 * 4096 * 4 + _WINDOW + 4,
+            256 * 4096 * 4,
+        ),
+    ],
+)  # fmt: skip
+def test_an_in_place_accumulation_reads_and_writes_its_window(edit, bytes_in, bytes_out):
+    """tokamax's chunked LM-head loss accumulates its weight gradient chunk by chunk with
+    `dynamic_update_slice(acc, dynamic_slice(acc, i) + g, i)`: XLA updates the buffer in place
+    (on the H100, 6 us per launch for a 154 MB buffer), so a launch moves the window, not the
+    buffer; counted whole, GPT-2's loss read and wrote 318 MB per chunk, 1,665% of the ceiling."""
+    text = CHUNKED.read_text()
+    for old, new in edit.items():
+        assert old in text
+        text = text.replace(old, new)
+    report = xlafuse.analyze_hlo(text)
+    (dus,) = [k for k in report.kernel_details if k.name == "loop_dynamic_update_slice_fusion"]
+    assert (dus.bytes_in, dus.bytes_out, report.runs_of(dus)) == (bytes_in, bytes_out, 8)

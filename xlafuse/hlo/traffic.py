@@ -8,8 +8,9 @@ instructions are free: they launch nothing.
 
 Two patterns of every loop are counted as they run (`in_place_savings`): a fused parameter read
 only by (dynamic-)slices counts as the slices it reads (a scan reading step i of its inputs), and
-a fusion whose root updates a parameter with a dynamic-update-slice, in place, reads nothing of
-that buffer and writes the update only (a scan writing step i of its outputs). Otherwise it is a
+a fusion whose root updates a parameter with a dynamic-update-slice, in place, writes the update
+only and reads nothing of that buffer (a scan writing step i of its outputs) or the one window it
+updates (an accumulation, `acc[i] += x`: a chunked loss's weight gradient). Otherwise it is a
 model, not a measurement: it ignores caches (L2 can hold small arrays between kernels), other
 outputs aliased in place (scatter: the model charges the whole output), and other reads that a
 kernel skips (a gather reads less than its operand). Library calls' scratch workspaces (the
@@ -139,9 +140,10 @@ _SLICES = frozenset({"slice", "dynamic-slice"})
 def in_place_savings(fused: Computation) -> tuple[int, int]:
     """(read, written) bytes a fusion's whole-operand count overstates, from its fused
     computation: each parameter read only as operand 0 of (dynamic-)slices is read as those
-    slices; a parameter that only a root dynamic-update-slice (or one in a root tuple) updates
-    is not read, and the update is all that is written of it. The caller subtracts them from
-    `kernel_bytes` where the fusion's operands are distinct (one parameter per operand).
+    slices; a parameter that a root dynamic-update-slice updates in place (`_in_place_update`)
+    is read only where a dynamic-slice reads the updated window, and the update is all that is
+    written of it. The caller subtracts them from `kernel_bytes` where the fusion's operands are
+    distinct (one parameter per operand).
 
     Args:
         fused: the fusion's fused computation.
@@ -154,6 +156,7 @@ def in_place_savings(fused: Computation) -> tuple[int, int]:
     if root is None:
         return 0, 0
     roots = [fused.by_name.get(n) for n in root.operands] if root.opcode == "tuple" else [root]
+    roots = {_unbitcast(r, fused).name for r in roots if r is not None}
     read = written = 0
     for param in (i for i in fused.instructions if i.opcode == "parameter"):
         uses = users.get(param.name, [])
@@ -162,20 +165,53 @@ def in_place_savings(fused: Computation) -> tuple[int, int]:
         if all(u.opcode in _SLICES and u.operands[0] == param.name for u in uses):
             sliced = sum(u.shape.byte_size for u in uses)
             read += max(param.shape.byte_size - sliced, 0)
-        elif len(uses) == 1 and _updates_in_place(uses[0], param, roots, fused):
-            update = fused.by_name.get(uses[0].operands[1])
-            read += param.shape.byte_size
-            written += param.shape.byte_size - (update.shape.byte_size if update else 0)
+        elif (moved := _in_place_update(param, users, roots, fused)) is not None:
+            window_read, update_written = moved
+            read += param.shape.byte_size - window_read
+            written += param.shape.byte_size - update_written
     return read, written
 
 
-def _updates_in_place(use: Instruction, param: Instruction, roots, fused: Computation) -> bool:
-    """Whether `use` is a root dynamic-update-slice of `param` (operand 0), the same shape."""
-    return (
-        use.opcode == "dynamic-update-slice"
-        and use.operands[0] == param.name
-        and any(r is not None and r.name == use.name for r in roots)
-        and use.shape.byte_size == param.shape.byte_size
-        and len(use.operands) > 1
-        and use.operands[1] in fused.by_name
-    )
+def _in_place_update(
+    param: Instruction, users: dict[str, list[Instruction]], roots: set[str], fused: Computation
+) -> tuple[int, int] | None:
+    """(bytes read, bytes written) of `param` when XLA updates it in place, else None.
+
+    XLA's rule (`CanEmitFusedDynamicUpdateSliceInPlaceForGpu`): a dynamic-update-slice whose
+    operand 0 is the parameter (or a bitcast of it) is a root (or a root's bitcast, or a root
+    tuple's element) of the parameter's size, and its other readers are dynamic-slices of the
+    update's shape at the same start indices (an accumulation, `acc[i] += x`): those read the
+    window once, the update writes it.
+    """
+    target, uses = param, users.get(param.name, [])
+    if len(uses) == 1 and uses[0].opcode == "bitcast":
+        target, uses = uses[0], users.get(uses[0].name, [])
+    updates = [u for u in uses if u.opcode == "dynamic-update-slice"]
+    if len(updates) != 1:
+        return None
+    (dus,) = updates
+    update = fused.by_name.get(dus.operands[1]) if len(dus.operands) > 1 else None
+    if (
+        update is None
+        or dus.operands[0] != target.name
+        or dus.name not in roots
+        or dus.shape.byte_size != param.shape.byte_size
+    ):
+        return None
+    windows = [u for u in uses if u is not dus]
+    if not all(
+        w.opcode == "dynamic-slice"
+        and w.operands[0] == target.name
+        and w.shape.dims == update.shape.dims
+        and w.operands[1:] == dus.operands[2:]
+        for w in windows
+    ):
+        return None
+    return (windows[0].shape.byte_size if windows else 0), update.shape.byte_size
+
+
+def _unbitcast(instr: Instruction, fused: Computation) -> Instruction:
+    """The instruction a bitcast stands for (itself if not a bitcast)."""
+    if instr.opcode == "bitcast" and instr.operands and instr.operands[0] in fused.by_name:
+        return fused.by_name[instr.operands[0]]
+    return instr

@@ -419,9 +419,10 @@ def _join_names(modeled, launched, index) -> tuple[dict[int, int], dict[int, str
             how[i] = match
             owner.update({j: i for j in js})
     by_name = {names[j]: i for j, i in sorted(owner.items())}
-    _pair_repeats(names, by_name, owner, how, memcpys=False)
-    _place_memcpys(modeled, names, owner)
-    _pair_repeats(names, by_name, owner, how, memcpys=True)  # a memcpy left: by its name
+    _pair_repeats(names, by_name, owner, how, modeled, memcpys=False)
+    _place_by_position(modeled, names, owner, by_name, memcpys=True)
+    _place_by_position(modeled, names, owner, by_name, memcpys=False)
+    _pair_repeats(names, by_name, owner, how, modeled, memcpys=True)  # what is left: by its name
     return owner, how
 
 
@@ -430,44 +431,91 @@ def _pair_repeats(
     by_name: dict[str, int],
     owner: dict[int, int],
     how: dict[int, str],
+    modeled: Sequence[ModeledKernel],
     *,
     memcpys: bool,
 ) -> None:
     """Pairs each launch not yet paired whose name is a paired kernel's (another launch of it:
-    a loop body's, once per iteration) with that kernel; memcpy launches only if `memcpys`.
-    In place in `owner` and `how`."""
+    a loop body's, once per iteration) with that kernel. Without `memcpys`, a memcpy's launch
+    and a library's kernel (`nvjet_...`, which several custom-calls launch) are left to
+    `_place_by_position`; with it, whatever is left is paired by its name. In place in `owner`
+    and `how`."""
     for j, name in enumerate(names):
-        if j not in owner and name in by_name and (memcpys or not is_memcpy(name)):
-            owner[j] = by_name[name]
-            how.setdefault(by_name[name], REPEATED)
+        i = by_name.get(name)
+        if j in owner or i is None:
+            continue
+        if memcpys or not (is_memcpy(name) or modeled[i].library):
+            owner[j] = i
+            how.setdefault(i, REPEATED)
 
 
-def _place_memcpys(
-    modeled: Sequence[ModeledKernel], names: list[str], owner: dict[int, int]
+def _place_by_position(
+    modeled: Sequence[ModeledKernel],
+    names: list[str],
+    owner: dict[int, int],
+    by_name: dict[str, int],
+    *,
+    memcpys: bool,
 ) -> None:
-    """Pairs each memcpy launch not yet paired (a loop body's copies after its first iteration:
-    their launches carry no name) with the copy at its place in the program: the first copy
-    after the kernel of the launch before it, in that kernel's computation and before the
-    kernel of the next paired launch; across the body's back edge, the first copy of the next
-    launch's computation before its kernel. In place in `owner`."""
-    copies = [i for i, k in enumerate(modeled) if k.copy]
+    """Pairs each launch not yet paired of a copy (`memcpys`: a memcpy's launch, which carries no
+    name) or of a library call (a cuBLAS or cuDNN kernel that some call launched on its first
+    visit) with the call at its place in the program: a loop body's after its first iteration.
+    The place: after the kernel of the launch before it, in that kernel's computation and
+    before the kernel of the next paired launch; across the body's back edge, before the next
+    launch's kernel in its computation. A copy is the first there. A library kernel stays with
+    the call before it while that call's first visit launched it at this point (a split-K
+    reduction after its GEMM), else it goes to the first call there whose first visit launched
+    a kernel of this name, else to the first call there; with none there (the loop's exit, whose
+    place in its caller the kernels' order does not give), to the first call no launch has
+    paired. In place in `owner`."""
+    calls = [i for i, k in enumerate(modeled) if (k.copy if memcpys else k.library)]
+    first_visit: dict[int, list[str]] = defaultdict(list)  # call -> its launches' names
+    for j, i in sorted(owner.items()):
+        first_visit[i].append(names[j])
     following: list[int | None] = [None] * len(names)  # the kernel of the next paired launch
     upcoming = None
     for j in range(len(names) - 1, -1, -1):
         following[j] = upcoming
         upcoming = owner.get(j, upcoming)
-    before = None
+    before, visit = None, 0  # the kernel of the launch before, and its launches in a row
     for j, name in enumerate(names):
-        if j not in owner and is_memcpy(name) and before is not None:
-            home, after = modeled[before].computation, following[j]
-            end = after if after is not None and after > before else len(modeled)
-            here = [i for i in copies if before < i < end and modeled[i].computation == home]
-            if not here and after is not None and after <= before:  # the back edge
-                home = modeled[after].computation
-                here = [i for i in copies if i < after and modeled[i].computation == home]
-            if here:
-                owner[j] = here[0]
-        before = owner.get(j, before)
+        placeable = is_memcpy(name) if memcpys else _library_launch(name, by_name, modeled)
+        if j not in owner and placeable and before is not None:
+            here = _calls_between(modeled, calls, before, following[j])
+            if memcpys:
+                call = here[0] if here else None
+            elif before in calls and first_visit[before][visit : visit + 1] == [name]:
+                call = before
+            else:
+                unpaired = [i for i in calls if not first_visit[i]]
+                named = [i for i in here if name in first_visit[i]]
+                call = next(iter(named or here or unpaired), None)
+            if call is not None:
+                owner[j] = call
+        i = owner.get(j)
+        if i is not None:
+            before, visit = i, (visit + 1 if i == before else 1)
+
+
+def _library_launch(name: str, by_name: dict[str, int], modeled) -> bool:
+    """Whether a launch's name is a library's kernel a library call launched (`nvjet_...`)."""
+    i = by_name.get(name)
+    return i is not None and modeled[i].library and not is_memcpy(name)
+
+
+def _calls_between(
+    modeled: Sequence[ModeledKernel], calls: list[int], before: int, after: int | None
+) -> list[int]:
+    """The calls after kernel `before` in its computation, and before kernel `after` when it
+    comes later; across a loop body's back edge (`after` not later), those before `after` in
+    its computation."""
+    home = modeled[before].computation
+    end = after if after is not None and after > before else len(modeled)
+    here = [i for i in calls if before < i < end and modeled[i].computation == home]
+    if not here and after is not None and after <= before:  # the back edge
+        home = modeled[after].computation
+        here = [i for i in calls if i < after and modeled[i].computation == home]
+    return here
 
 
 class _Launch(NamedTuple):
