@@ -19,7 +19,10 @@ What the trace holds, and so what the join can say:
   custom-call in launch order). It is made on the first call's launches; every call launches
   the same kernels in the same order, so the other calls are paired by position (a call whose
   names differ is joined on its own). A launch whose name was already paired (a loop body
-  launched once per iteration) counts as another launch of the same kernel. When the events do
+  launched once per iteration) counts as another launch of the same kernel; a cuBLAS or cuDNN
+  kernel's and a memcpy's, whose names several calls share, go to the call at their place in
+  the program instead (`_place_by_position`: the loop's GEMM, not the entry's that launched the
+  same cuBLAS kernel). When the events do
   not split into equal calls, the whole trace is joined at once: a library kernel name that
   several custom-calls launch is then given to one of them (the time stays attributed, to a
   kernel of the same kind, but the split between those calls is lost).
