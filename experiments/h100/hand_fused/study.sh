@@ -2,8 +2,8 @@
 # Hand-fused beside compiler-fused (issue 46) on one GPU: attention (GPT-2's shapes and sequence
 # 4,096, forward and train), LayerNorm, the gated MLP and GPT-2 full train with the fused LM-head
 # loss, each under every implementation this GPU and the installed tokamax can run (prepare.py
-# leaves out the others, saying why, in OUT/offered.txt). On an H100, 6.5 minutes without
-# GPT-2's third cell (2026-12-07).
+# leaves out the others, saying why, in OUT/offered.txt). On an H100 (2026-12-07): 6.5 minutes
+# without GPT-2's third cell; GPT-2's three cells alone, 3 minutes.
 #
 # Usage, on the GPU machine, from the repository root:
 #   experiments/h100/hand_fused/study.sh [OUT]        (OUT: experiments/h100/hand_fused)
@@ -29,7 +29,8 @@ fi
 python3 "$HERE/prepare.py" "$OUT" || exit 1
 
 # seconds per study: one that hangs leaves the others their time (9.5 minutes at most;
-# GPT-2 has three full train steps to compile and time: 130 s covered two on 2026-12-07);
+# GPT-2 has three full train steps to compile and time: 130 s covered two on 2026-12-07; the
+# three, with the wheels' install and the summary, took 191 s);
 # STUDIES="attention:110 layernorm:45" runs those alone, within those budgets
 for budget in ${STUDIES:-attention:170 layernorm:70 swiglu:90 gpt2:240}; do
     study="${budget%%:*}"
