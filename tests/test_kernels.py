@@ -29,6 +29,7 @@ from xlafuse.measurement.kernels import (
     REPEATED,
     Event,
     join_trace,
+    loop_iterations,
     trace_events,
 )
 from xlafuse.measurement.profile import read_trace, trace_calls
@@ -301,6 +302,7 @@ def test_copies_run_as_memcpys_are_attributed_also_in_a_while_loop():
 # a buffer chunk by chunk, in place): a while loop of 8 chunks whose body runs two cuBLAS calls,
 # and cuBLAS calls before and after the loop in the entry, all launching the same GEMM kernel.
 CHUNKED = Path(__file__).parent / "data" / "chunked-accumulate.hlo.txt"
+CHUNKED_TRACE = Path(__file__).parent / "data" / "trace-gpt2-small-chunked"
 
 
 def test_a_loops_library_launches_stay_with_the_loops_calls():
@@ -322,6 +324,42 @@ def test_a_loops_library_launches_stay_with_the_loops_calls():
     assert launches["custom-call.3"] == 16  # a GEMM and its split-K reduction
     assert launches["loop_dynamic_update_slice_fusion"] == 8
     assert times.launches_per_call == len(names)
+
+
+def test_a_recorded_chunked_loss_gives_each_loop_kernel_one_launch_per_iteration():
+    # GPT-2 small train with tokamax's chunked LM-head loss on the H100 (tests/data/
+    # trace-gpt2-small-chunked, recorded by tests/data/record_kernel_trace.py, 2 calls): two
+    # loops of 25 chunks, forward and backward; the backward body runs kernels XLA compiled once
+    # for the forward's identical fusions (its `loop_dynamic_slice_fusion.1` launches as
+    # `loop_dynamic_slice_fusion`), and entry fusions of the same base names. Joined by names
+    # alone, 18 kernels had other launch counts: the entry's `input_reduce_fusion.4` took
+    # iterations of the body's `input_reduce_fusion`, the backward body's kernels 49 launches.
+    times, _, report, _ = recorded_kernel_times(CHUNKED_TRACE, "xla_chunked")
+    launches = {k.name: k.launches_per_call for k in times.kernels}
+    runs = {k.name: report.runs_of(k) for k in report.kernel_details}
+    assert times.unattributed == () and times.launches_per_call == 1137
+    off = {n: (launches[n], runs[n]) for n in runs if launches[n] not in (runs[n], 2 * runs[n])}
+    assert off == {}
+    assert launches["input_reduce_fusion"] == launches["loop_dynamic_slice_fusion.1"] == 25
+    assert launches["custom-call.1"] == 25  # the backward body's cuBLAS GEMM
+    assert launches["input_reduce_fusion.4"] == 1
+
+
+@pytest.mark.parametrize(
+    ("names", "repeats"),
+    [
+        # a body launching `a` twice: its iterations start four launches apart, not two
+        (["x", "a", "g", "a", "h", "a", "g", "a", "h", "a", "g", "a", "h", "y"], range(5, 13)),
+        # a GEMM launched twice in a row in the entry is not a loop: no body kernel's name
+        (["x", "nvjet", "nvjet", "y"], ()),
+        # a nested loop: (i i) repeats inside the outer body, the outer body whole after it
+        (["o", "i", "i", "p", "o", "i", "i", "p"], (2, 4, 5, 6, 7)),
+    ],
+)
+def test_loop_iterations_are_blocks_repeating_the_block_before(names, repeats):
+    found = loop_iterations(names, {"a", "g", "h", "o", "i", "p"})
+    assert sorted(found) == list(repeats)
+    assert all(names[j] == names[earlier] for j, earlier in found.items())
 
 
 def test_launches_are_attributed_by_their_hlo_op_before_any_name_rule():

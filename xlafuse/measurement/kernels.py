@@ -18,11 +18,13 @@ What the trace holds, and so what the join can say:
   suffixes, reused kernels of identical fusions, cuBLAS/cuDNN launches attributed to their
   custom-call in launch order). It is made on the first call's launches; every call launches
   the same kernels in the same order, so the other calls are paired by position (a call whose
-  names differ is joined on its own). A launch whose name was already paired (a loop body
-  launched once per iteration) counts as another launch of the same kernel; a cuBLAS or cuDNN
-  kernel's and a memcpy's, whose names several calls share, go to the call at their place in
-  the program instead (`_place_by_position`: the loop's GEMM, not the entry's that launched the
-  same cuBLAS kernel). When the events do
+  names differ is joined on its own). In a loop program the join is made on the launches of
+  each loop's first iteration: a block of launches that repeats the block just before it, name
+  for name, and holds a loop body kernel's name, is the loop's next iteration, and each of its
+  launches is the kernel the same launch of the block before it was (`loop_iterations`); by
+  names alone, an iteration's launches went to other kernels of the same base name, and its
+  GEMMs to calls that launch the same cuBLAS kernel. A launch whose name was already paired
+  and that is in no such block counts as another launch of the same kernel. When the events do
   not split into equal calls, the whole trace is joined at once: a library kernel name that
   several custom-calls launch is then given to one of them (the time stays attributed, to a
   kernel of the same kind, but the split between those calls is lost).
@@ -39,6 +41,7 @@ from __future__ import annotations
 import dataclasses
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
+from itertools import accumulate
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -53,7 +56,7 @@ from xlafuse.measurement.kernel_table import (
     TABLE_SCHEMA,
 )
 from xlafuse.measurement.profile import event_stat, gpu_kernel_events
-from xlafuse.measurement.validate import BY_OP, ModeledKernel, is_memcpy, join_kernels
+from xlafuse.measurement.validate import BY_OP, ModeledKernel, is_memcpy, join_kernels, mangle
 
 GPU_BASIS = "device kernels"
 CPU_BASIS = "host thunks"
@@ -316,7 +319,7 @@ def join_trace(
     if not hasattr(report, "kernel_details"):
         report = analyze_hlo(report)
     details = list(report.kernel_details)
-    modeled = [ModeledKernel.from_kernel_info(k) for k in details]
+    modeled = [ModeledKernel.from_kernel_info(k, runs=report.runs_of(k)) for k in details]
     events = sorted((Event(*e) for e in events), key=lambda e: e.start_ns)
     if basis == GPU_BASIS:
         owner, how = _join_gpu(modeled, events, calls)
@@ -415,18 +418,81 @@ def _join_names(modeled, launched, index) -> tuple[dict[int, int], dict[int, str
         owner.update(known)
         how.update(dict.fromkeys(known.values(), BY_OP))
     else:
-        owner, how = {}, {}
-        for i, js, match in join_kernels(modeled, [_Launch(n) for n in names], known=known):
-            if i is None:
-                continue
-            how[i] = match
-            owner.update({j: i for j in js})
+        repeat_of = loop_iterations(names, {mangle(k.name) for k in modeled if k.in_loop})
+        owner, how = _join_iterations(modeled, names, known, repeat_of)
+        # a block whose launch repeats one of a kernel outside any loop was not an iteration
+        wrong = {j for j in repeat_of if j in owner and not modeled[owner[j]].in_loop}
+        if wrong:
+            repeat_of = {j: e for j, e in repeat_of.items() if j not in wrong}
+            owner, how = _join_iterations(modeled, names, known, repeat_of)
     by_name = {names[j]: i for j, i in sorted(owner.items())}
-    _pair_repeats(names, by_name, owner, how, modeled, memcpys=False)
-    _place_by_position(modeled, names, owner, by_name, memcpys=True)
-    _place_by_position(modeled, names, owner, by_name, memcpys=False)
-    _pair_repeats(names, by_name, owner, how, modeled, memcpys=True)  # what is left: by its name
+    _pair_repeats(names, by_name, owner, how, memcpys=False)
+    _place_memcpys(modeled, names, owner)
+    _pair_repeats(names, by_name, owner, how, memcpys=True)  # a memcpy left: by its name
     return owner, how
+
+
+def _join_iterations(modeled, names, known, repeat_of) -> tuple[dict[int, int], dict[int, str]]:
+    """The validate join of the launches that repeat none before them (`repeat_of`: launch ->
+    the same launch one loop iteration before), each repeat then the kernel its earlier launch
+    was; launches with a known `hlo_op` are its kernel's."""
+    firsts = [j for j in range(len(names)) if j not in repeat_of]
+    first_known = {k: known[j] for k, j in enumerate(firsts) if j in known}
+    owner: dict[int, int] = {}
+    how: dict[int, str] = {}
+    launches = [_Launch(names[j]) for j in firsts]
+    for i, js, match in join_kernels(modeled, launches, known=first_known):
+        if i is not None:
+            how[i] = match
+            owner.update({firsts[k]: i for k in js})
+    for j, earlier in sorted(repeat_of.items()):  # an earlier one is paired by now
+        if earlier in owner:
+            owner[j] = owner[earlier]
+    owner.update(known)
+    return owner, how
+
+
+def loop_iterations(names: Sequence[str], body_names: set[str]) -> dict[int, int]:
+    """Launch index -> the index of the same launch one iteration before, for the launches of
+    every loop iteration after a loop's first: a block of launches that repeats, name for name,
+    the block just before it, and holds a name in `body_names` (the launch names of loop body
+    kernels; two GEMMs in a row launching the same cuBLAS kernel are not a loop). The block
+    ends before the launch of the same name as its first that starts it again (of the last
+    `_LOOKBACK` such launches, the nearest that repeats: a body may launch a name twice); a
+    nested loop's iterations are found inside its outer loop's first iteration, and the outer
+    loop's later iterations repeat them whole."""
+    repeat_of: dict[int, int] = {}
+    seen: dict[str, list[int]] = defaultdict(list)  # name -> its launches so far
+    in_body = list(accumulate((name in body_names for name in names), initial=0))
+    j = 0
+    while j < len(names):
+        period = next(
+            (
+                j - o
+                for o in reversed(seen[names[j]][-_LOOKBACK:])
+                if in_body[j] > in_body[o] and _repeats(names, j, j - o)
+            ),
+            0,
+        )
+        if period:
+            for k in range(j, j + period):
+                repeat_of[k] = k - period
+                seen[names[k]].append(k)
+            j += period
+            continue
+        seen[names[j]].append(j)
+        j += 1
+    return repeat_of
+
+
+_LOOKBACK = 8
+
+
+def _repeats(names: Sequence[str], j: int, period: int) -> bool:
+    """Whether the `period` launches from `j` repeat the `period` before it, name for name."""
+    return j + period <= len(names) and all(
+        names[j + k] == names[j - period + k] for k in range(period)
+    )
 
 
 def _pair_repeats(
@@ -434,91 +500,44 @@ def _pair_repeats(
     by_name: dict[str, int],
     owner: dict[int, int],
     how: dict[int, str],
-    modeled: Sequence[ModeledKernel],
     *,
     memcpys: bool,
 ) -> None:
     """Pairs each launch not yet paired whose name is a paired kernel's (another launch of it:
-    a loop body's, once per iteration) with that kernel. Without `memcpys`, a memcpy's launch
-    and a library's kernel (`nvjet_...`, which several custom-calls launch) are left to
-    `_place_by_position`; with it, whatever is left is paired by its name. In place in `owner`
-    and `how`."""
+    a loop body's, once per iteration) with that kernel; memcpy launches only if `memcpys`.
+    In place in `owner` and `how`."""
     for j, name in enumerate(names):
-        i = by_name.get(name)
-        if j in owner or i is None:
-            continue
-        if memcpys or not (is_memcpy(name) or modeled[i].library):
-            owner[j] = i
-            how.setdefault(i, REPEATED)
+        if j not in owner and name in by_name and (memcpys or not is_memcpy(name)):
+            owner[j] = by_name[name]
+            how.setdefault(by_name[name], REPEATED)
 
 
-def _place_by_position(
-    modeled: Sequence[ModeledKernel],
-    names: list[str],
-    owner: dict[int, int],
-    by_name: dict[str, int],
-    *,
-    memcpys: bool,
+def _place_memcpys(
+    modeled: Sequence[ModeledKernel], names: list[str], owner: dict[int, int]
 ) -> None:
-    """Pairs each launch not yet paired of a copy (`memcpys`: a memcpy's launch, which carries no
-    name) or of a library call (a cuBLAS or cuDNN kernel that some call launched on its first
-    visit) with the call at its place in the program: a loop body's after its first iteration.
-    The place: after the kernel of the launch before it, in that kernel's computation and
-    before the kernel of the next paired launch; across the body's back edge, before the next
-    launch's kernel in its computation. A copy is the first there. A library kernel stays with
-    the call before it while that call's first visit launched it at this point (a split-K
-    reduction after its GEMM), else it goes to the first call there whose first visit launched
-    a kernel of this name, else to the first call there; with none there (the loop's exit, whose
-    place in its caller the kernels' order does not give), to the first call no launch has
-    paired. In place in `owner`."""
-    calls = [i for i, k in enumerate(modeled) if (k.copy if memcpys else k.library)]
-    first_visit: dict[int, list[str]] = defaultdict(list)  # call -> its launches' names
-    for j, i in sorted(owner.items()):
-        first_visit[i].append(names[j])
+    """Pairs each memcpy launch not yet paired (a loop body's copies after its first iteration:
+    their launches carry no name) with the copy at its place in the program: the first copy
+    after the kernel of the launch before it, in that kernel's computation and before the
+    kernel of the next paired launch; across the body's back edge, the first copy of the next
+    launch's computation before its kernel. In place in `owner`."""
+    copies = [i for i, k in enumerate(modeled) if k.copy]
     following: list[int | None] = [None] * len(names)  # the kernel of the next paired launch
     upcoming = None
     for j in range(len(names) - 1, -1, -1):
         following[j] = upcoming
         upcoming = owner.get(j, upcoming)
-    before, visit = None, 0  # the kernel of the launch before, and its launches in a row
+    before = None
     for j, name in enumerate(names):
-        placeable = is_memcpy(name) if memcpys else _library_launch(name, by_name, modeled)
-        if j not in owner and placeable and before is not None:
-            here = _calls_between(modeled, calls, before, following[j])
-            if memcpys:
-                call = here[0] if here else None
-            elif before in calls and first_visit[before][visit : visit + 1] == [name]:
-                call = before
-            else:
-                unpaired = [i for i in calls if not first_visit[i]]
-                named = [i for i in here if name in first_visit[i]]
-                call = next(iter(named or here or unpaired), None)
-            if call is not None:
-                owner[j] = call
-        i = owner.get(j)
-        if i is not None:
-            before, visit = i, (visit + 1 if i == before else 1)
-
-
-def _library_launch(name: str, by_name: dict[str, int], modeled) -> bool:
-    """Whether a launch's name is a library's kernel a library call launched (`nvjet_...`)."""
-    i = by_name.get(name)
-    return i is not None and modeled[i].library and not is_memcpy(name)
-
-
-def _calls_between(
-    modeled: Sequence[ModeledKernel], calls: list[int], before: int, after: int | None
-) -> list[int]:
-    """The calls after kernel `before` in its computation, and before kernel `after` when it
-    comes later; across a loop body's back edge (`after` not later), those before `after` in
-    its computation."""
-    home = modeled[before].computation
-    end = after if after is not None and after > before else len(modeled)
-    here = [i for i in calls if before < i < end and modeled[i].computation == home]
-    if not here and after is not None and after <= before:  # the back edge
-        home = modeled[after].computation
-        here = [i for i in calls if i < after and modeled[i].computation == home]
-    return here
+        if j not in owner and is_memcpy(name) and before is not None:
+            home, after = modeled[before].computation, following[j]
+            end = after if after is not None and after > before else len(modeled)
+            here = [i for i in copies if before < i < end and modeled[i].computation == home]
+            if not here and after is not None and after <= before:  # the back edge
+                home = modeled[after].computation
+                here = [i for i in copies if i < after and modeled[i].computation == home]
+            if here:
+                owner[j] = here[0]
+        before = owner.get(j, before)
 
 
 class _Launch(NamedTuple):

@@ -94,6 +94,8 @@ class ModeledKernel:
         as a device-to-device memcpy, whose launch (a driver kernel inside a CUDA graph) is
         named `memcpy...`, not after it.
       computation: the HLO computation it is launched from (a loop body's, the entry's).
+      in_loop: True for a kernel whose computation may run other than once a call (a loop
+        body's, a branch's): its launches may repeat.
     """
 
     name: str
@@ -102,10 +104,12 @@ class ModeledKernel:
     kind: str = ""
     copy: bool = False
     computation: str = ""
+    in_loop: bool = False
 
     @classmethod
-    def from_kernel_info(cls, info: Any) -> ModeledKernel:
-        """From an `xlafuse.hlo.KernelInfo`."""
+    def from_kernel_info(cls, info: Any, *, runs: int | None = 1) -> ModeledKernel:
+        """From an `xlafuse.hlo.KernelInfo`, whose computation runs `runs` times a call (None:
+        unknown, `FusionReport.runs_of`)."""
         sub_kind = info.sub_kind or ""
         # Every custom-call that launches is a library call, a Pallas kernel included
         # (`__gpu$xla.gpu.triton`, `mosaic_gpu*`, jax-triton's `triton_kernel_call`): its
@@ -113,8 +117,9 @@ class ModeledKernel:
         library = info.opcode == "custom-call" or "cudnn" in sub_kind
         copy = info.opcode == "copy" or (info.opcode == "fusion" and set(info.ops) <= _MEMCPY_OPS)
         return cls(
-            info.name, info.bytes_in + info.bytes_out, library, info.kind, copy, info.computation
-        )
+            info.name, info.bytes_in + info.bytes_out, library, info.kind, copy,
+            info.computation, runs != 1,
+        )  # fmt: skip
 
 
 @dataclasses.dataclass(frozen=True)
@@ -597,9 +602,11 @@ def _pair_library(kernels, measured, pair, how, taken) -> None:
     Its previous launch (paired by any pass) ran kernel `before`, its next one paired by name
     runs `after`. The call is the first free one after `before` in `before`'s computation, and
     before `after` when `after` comes later (a loop body's back edge bounds nothing); at the
-    start of a call, the first free one of `after`'s computation before it. With no free call
-    left, a launch right after one this pass paired is another launch of the same call (a
-    split-K reduction after its GEMM, a while loop's copy in each iteration).
+    start of a call, and with none left there (past a loop's exit into its caller, or a back
+    edge), the first free one of `after`'s computation before it; with no `after` either, the
+    first free one of another computation. With no free call left, a launch right after one
+    this pass paired is another launch of the same call (a split-K reduction after its GEMM, a
+    while loop's copy in each iteration).
     """
     following: list[int | None] = [None] * len(measured)  # `after` of each launch
     upcoming = None
@@ -639,8 +646,18 @@ def _library_call(kernels, taken, memcpy: bool, before: int | None, after: int |
         return next((i for i in range(after) if free(i) and kernels[i].computation == home), None)
     home = kernels[before].computation
     end = after if after is not None and after > before else len(kernels)
-    return next(
+    here = next(
         (i for i in range(before + 1, end) if free(i) and kernels[i].computation == home), None
+    )
+    if here is not None or (after is not None and after > before):
+        return here
+    # none left there: a loop's exit into its caller (or a back edge), before the next paired
+    # kernel in its computation; with none paired after it, the first free call elsewhere
+    if after is not None:
+        home = kernels[after].computation
+        return next((i for i in range(after) if free(i) and kernels[i].computation == home), None)
+    return next(
+        (i for i in range(len(kernels)) if free(i) and kernels[i].computation != home), None
     )
 
 
