@@ -30,7 +30,7 @@ python3 "$HERE/prepare.py" "$OUT" || exit 1
 
 # seconds per study: one that hangs leaves the others their time (9.5 minutes at most;
 # GPT-2 has three full train steps to compile and time: 130 s covered two on 2026-12-07; the
-# three, with the wheels' install and the summary, took 191 s);
+# three, with the wheels' install and the summary, took 179-201 s in three runs);
 # STUDIES="attention:110 layernorm:45" runs those alone, within those budgets
 for budget in ${STUDIES:-attention:170 layernorm:70 swiglu:90 gpt2:240}; do
     study="${budget%%:*}"
