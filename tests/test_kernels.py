@@ -362,6 +362,62 @@ def test_loop_iterations_are_blocks_repeating_the_block_before(names, repeats):
     assert all(names[j] == names[earlier] for j, earlier in found.items())
 
 
+# A loop of 2 iterations, then two entry fusions identical to the body's first: XLA compiles
+# the three once, and all launch as `loop_add_fusion`.
+TWINS_AFTER_A_LOOP = """
+HloModule twins
+
+%fused_add (p0: f32[1024]) -> f32[1024] {
+  %p0 = f32[1024]{0} parameter(0)
+  ROOT %add.0 = f32[1024]{0} add(%p0, %p0)
+}
+
+%fused_mul (p1: f32[1024]) -> f32[1024] {
+  %p1 = f32[1024]{0} parameter(0)
+  ROOT %mul.1 = f32[1024]{0} multiply(%p1, %p1)
+}
+
+%body (arg: (s32[], f32[1024])) -> (s32[], f32[1024]) {
+  %arg = (s32[], f32[1024]{0}) parameter(0)
+  %i = s32[] get-tuple-element(%arg), index=0
+  %x = f32[1024]{0} get-tuple-element(%arg), index=1
+  %loop_add_fusion = f32[1024]{0} fusion(%x), kind=kLoop, calls=%fused_add
+  %loop_multiply_fusion = f32[1024]{0} fusion(%loop_add_fusion), kind=kLoop, calls=%fused_mul
+  ROOT %t = (s32[], f32[1024]{0}) tuple(%i, %loop_multiply_fusion)
+}
+
+%cond (arg.1: (s32[], f32[1024])) -> pred[] {
+  %arg.1 = (s32[], f32[1024]{0}) parameter(0)
+  ROOT %c = pred[] constant(true)
+}
+
+ENTRY %main (a: f32[1024]) -> (f32[1024], f32[1024]) {
+  %a = f32[1024]{0} parameter(0)
+  %zero = s32[] constant(0)
+  %init = (s32[], f32[1024]{0}) tuple(%zero, %a)
+  %while = (s32[], f32[1024]{0}) while(%init), condition=%cond, body=%body, backend_config={"known_trip_count":{"n":"2"}}
+  %y = f32[1024]{0} get-tuple-element(%while), index=1
+  %loop_add_fusion.3 = f32[1024]{0} fusion(%y), kind=kLoop, calls=%fused_add
+  %loop_add_fusion.4 = f32[1024]{0} fusion(%loop_add_fusion.3), kind=kLoop, calls=%fused_add
+  ROOT %out = (f32[1024]{0}, f32[1024]{0}) tuple(%loop_add_fusion.3, %loop_add_fusion.4)
+}
+"""
+
+
+def test_a_repeat_of_an_entry_kernel_is_not_a_loop_iteration():
+    # The entry's two `loop_add_fusion` launches in a row look like two iterations of a
+    # one-launch loop; the first is the entry's `loop_add_fusion.3`, which runs once, so the
+    # second is not its repeat but its twin's launch.
+    names = ["loop_add_fusion", "loop_multiply_fusion"] * 2 + ["loop_add_fusion"] * 2
+    events = [Event(n, j * 1000, 100) for j, n in enumerate(names)]
+    times = join_trace(analyze_hlo(TWINS_AFTER_A_LOOP), events, 1)
+    launches = {k.name: k.launches_per_call for k in times.kernels}
+    assert launches == {
+        "loop_add_fusion": 2, "loop_multiply_fusion": 2,
+        "loop_add_fusion.3": 1, "loop_add_fusion.4": 1,
+    }  # fmt: skip
+
+
 def test_launches_are_attributed_by_their_hlo_op_before_any_name_rule():
     # Two cuBLAS calls of block_fwd: each launches `nvjet_...` kernels whose names say nothing
     # of the call, and the first a split-K reduction after a fusion launched in between (out of

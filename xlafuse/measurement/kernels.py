@@ -449,6 +449,8 @@ def _join_iterations(modeled, names, known, repeat_of) -> tuple[dict[int, int], 
         if earlier in owner:
             owner[j] = owner[earlier]
     owner.update(known)
+    for i in known.values():
+        how.setdefault(i, BY_OP)
     return owner, how
 
 
