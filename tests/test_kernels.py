@@ -328,7 +328,9 @@ def test_a_loops_library_launches_stay_with_the_loops_calls():
 
 def test_a_recorded_chunked_loss_gives_each_loop_kernel_one_launch_per_iteration():
     # GPT-2 small train with tokamax's chunked LM-head loss on the H100 (tests/data/
-    # trace-gpt2-small-chunked, recorded by tests/data/record_kernel_trace.py, 2 calls): two
+    # trace-gpt2-small-chunked: `PYTHONPATH=.:SITE python3 tests/data/record_kernel_trace.py
+    # gpt2 small train impl=xla_chunked --out OUT --calls 2`, tokamax 0.0.17 installed from
+    # .whl/ into SITE; the files renamed without `impl=`, SITE's path taken out): two
     # loops of 25 chunks, forward and backward; the backward body runs kernels XLA compiled once
     # for the forward's identical fusions (its `loop_dynamic_slice_fusion.1` launches as
     # `loop_dynamic_slice_fusion`), and entry fusions of the same base names. Joined by names
