@@ -159,10 +159,15 @@ def main(out: Path) -> None:
         first = found[0]
         versions = (r.settings.get("variant", {}).get("tokamax") for r in found)
         tokamax = next((v for v in versions if v), "-")
-        ceiling = (first.ceilings.copy_bytes_per_s or 0) / 1e9
+        ceilings = [
+            round(r.ceilings.copy_bytes_per_s / 1e9) for r in found if r.ceilings.copy_bytes_per_s
+        ]
+        low, high = (min(ceilings), max(ceilings)) if ceilings else ("-", "-")
+        ceiling = f"{low}" if low == high else f"{low}-{high}"
         head += [
             f"{first.device_kind}, jax {first.env.get('jax')}, tokamax {tokamax}; copy "
-            f"ceiling {ceiling:.0f} GB/s. Times are device time per call (traced kernels).",
+            f"ceiling {ceiling} GB/s (each run calibrates its own). Times are device time per "
+            "call (traced kernels).",
             "",
         ]
     body = [line for study in STUDIES for line in study_section(out / study)]
