@@ -219,7 +219,7 @@ _WINDOW = 256 * 512 * 4  # one f32[256,512] chunk of the f32[256,4096] gradient
 def test_an_in_place_accumulation_reads_and_writes_its_window(edit, bytes_in, bytes_out):
     """tokamax's chunked LM-head loss accumulates its weight gradient chunk by chunk with
     `dynamic_update_slice(acc, dynamic_slice(acc, i) + g, i)`: XLA updates the buffer in place
-    (on the H100, 6 us per launch for a 154 MB buffer), so a launch moves the window, not the
+    (on the H100, 6 us per launch for a 157 MB buffer), so a launch moves the window, not the
     buffer; counted whole, GPT-2's loss read and wrote 318 MB per chunk, 1,665% of the ceiling."""
     text = CHUNKED.read_text()
     for old, new in edit.items():
